@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install what zkcoord needs on a Debian machine: Apache ZooKeeper and a JRE,
+# kcat (the tests produce and consume with it), and the project itself with
+# its Python dependencies. Safe to run again: it installs only what is missing.
+# Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="${1:-}"
+debs=(zookeeper default-jre-headless kcat)
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+missing=()
+for pkg in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"

@@ -1,0 +1,85 @@
+"""Fixtures shared by every tier: a real ZooKeeper ensemble, a chroot per test.
+
+One 3-node ensemble is started for the whole test session. Each test that
+asks for ``zk_connect`` or ``zk`` gets a fresh chroot in it, so tests never see
+each other's nodes. Tests that kill or partition ZooKeeper nodes ask for
+``own_ensemble`` instead, which they may break as they like. When a test that
+used an ensemble fails, the tail of every node's log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from zkcoord.zk.ensemble import LocalEnsemble
+
+# tickTime 250 ms lets tests ask for sessions down to 500 ms, so expiry
+# drills finish quickly; production templates use ZooKeeper's 2000 ms.
+TEST_TICK_MS = 250
+
+_ensembles_key = pytest.StashKey[list]()
+
+
+def _start_ensemble(config: pytest.Config, directory, nodes: int = 3) -> LocalEnsemble:
+    ensemble = LocalEnsemble.create(directory, nodes=nodes, tick_ms=TEST_TICK_MS)
+    config.stash.setdefault(_ensembles_key, []).append(ensemble)
+    try:
+        ensemble.start(timeout=60)
+    except Exception:
+        ensemble.stop()
+        raise
+    return ensemble
+
+
+@pytest.fixture(scope="session")
+def zk_ensemble(request, tmp_path_factory) -> Iterator[LocalEnsemble]:
+    ensemble = _start_ensemble(request.config, tmp_path_factory.mktemp("zk-shared"))
+    yield ensemble
+    ensemble.stop()
+
+
+@pytest.fixture
+def own_ensemble(request, tmp_path_factory) -> Iterator[LocalEnsemble]:
+    ensemble = _start_ensemble(request.config, tmp_path_factory.mktemp("zk-own"))
+    yield ensemble
+    ensemble.stop()
+
+
+@pytest.fixture
+def zk_connect(zk_ensemble: LocalEnsemble) -> Iterator[str]:
+    """A connect string rooted at a fresh chroot of the shared ensemble."""
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    admin = KazooClient(hosts=zk_ensemble.connect_string)
+    admin.start(timeout=15)
+    try:
+        admin.ensure_path(chroot)
+        yield zk_ensemble.connect_string + chroot
+        admin.delete(chroot, recursive=True)
+    finally:
+        admin.stop()
+        admin.close()
+
+
+@pytest.fixture
+def zk(zk_connect: str) -> Iterator[KazooClient]:
+    """A started kazoo client on this test's chroot."""
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed and {"zk_ensemble", "own_ensemble"} & set(item.fixturenames):
+        for ensemble in item.config.stash.get(_ensembles_key, []):
+            for node in ensemble.node_ids:
+                tail = ensemble.log_tail(node, max_bytes=4000)
+                report.sections.append((f"zookeeper {ensemble.directory.name} node {node} log (tail)", tail))
+    return report

@@ -1,0 +1,146 @@
+"""Fault injection on real ZooKeeper: expire sessions, drop or cut connections.
+
+A ``TcpProxy`` sits between a client and one ZooKeeper node on 127.0.0.1. It
+forwards bytes both ways until told to ``drop()`` (close every connection: the
+client sees a disconnect and reconnects, its session intact) or to ``cut()``
+(hold every connection open but forward nothing, and accept new ones the same
+way: a network partition, after which the session expires once the server's
+session timeout passes). ``heal()`` undoes a cut.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from typing import Iterable
+
+from kazoo.client import KazooClient
+
+
+class TcpProxy:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._cut = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"proxy-{self.port}", daemon=True)
+        self._thread.start()
+
+    # -- control -----------------------------------------------------------------------
+
+    def drop(self) -> None:
+        """Close every proxied connection now."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for a, b in pairs:
+            _close(a)
+            _close(b)
+
+    def cut(self) -> None:
+        """Stop forwarding anything, in either direction, until ``heal``."""
+        self._cut = True
+
+    def heal(self) -> None:
+        self._cut = False
+
+    def close(self) -> None:
+        self._closed = True
+        self.drop()
+        _close(self._listener)
+        self._thread.join(timeout=5)
+
+    # -- forwarding --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._closed:
+            with self._lock:
+                pairs = list(self._pairs)
+            readable = [self._listener]
+            if not self._cut:
+                readable += [s for pair in pairs for s in pair]
+            try:
+                ready, _, _ = select.select(readable, [], [], 0.05)
+            except (OSError, ValueError):
+                continue  # a socket was closed under us by drop(); look again
+            for sock in ready:
+                if sock is self._listener:
+                    self._accept()
+                else:
+                    self._forward(sock, pairs)
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self._listener.accept()
+        except OSError:
+            return
+        try:
+            upstream = socket.create_connection(self.target, timeout=2)
+        except OSError:
+            _close(client)
+            return
+        with self._lock:
+            self._pairs.append((client, upstream))
+
+    def _forward(self, sock: socket.socket, pairs: Iterable[tuple[socket.socket, socket.socket]]) -> None:
+        for a, b in pairs:
+            if sock is a or sock is b:
+                peer = b if sock is a else a
+                try:
+                    data = sock.recv(65536)
+                    if data:
+                        peer.sendall(data)
+                        return
+                except OSError:
+                    pass
+                with self._lock:
+                    if (a, b) in self._pairs:
+                        self._pairs.remove((a, b))
+                _close(a)
+                _close(b)
+                return
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+class ProxiedEnsemble:
+    """One ``TcpProxy`` per ZooKeeper node, and a connect string through them."""
+
+    def __init__(self, client_ports: Iterable[int], chroot: str = ""):
+        self.proxies = [TcpProxy(port) for port in client_ports]
+        self.connect_string = ",".join(f"127.0.0.1:{p.port}" for p in self.proxies) + chroot
+
+    def drop(self) -> None:
+        for proxy in self.proxies:
+            proxy.drop()
+
+    def cut(self) -> None:
+        for proxy in self.proxies:
+            proxy.cut()
+
+    def heal(self) -> None:
+        for proxy in self.proxies:
+            proxy.heal()
+
+    def close(self) -> None:
+        for proxy in self.proxies:
+            proxy.close()
+
+
+def expire_session(client: KazooClient, connect_string: str, timeout: float = 10.0) -> None:
+    """Expire ``client``'s session for real: a second client attaches to the same
+    session id and password, then closes it, so ZooKeeper ends the session and
+    the first client learns of it as an expiry."""
+    session_id, password = client.client_id
+    thief = KazooClient(hosts=connect_string, client_id=(session_id, password), timeout=timeout)
+    thief.start(timeout=timeout)
+    thief.stop()
+    thief.close()

@@ -1,0 +1,38 @@
+"""Small helpers every test tier shares: waiting on conditions, free ports."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05, message: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    Raises AssertionError naming ``message`` (and the last exception the
+    predicate raised, if any) when ``timeout`` seconds pass first.
+    """
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as exc:  # the condition may not be checkable yet
+            last_error = exc
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {message}{detail}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

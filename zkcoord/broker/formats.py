@@ -1,0 +1,130 @@
+"""Byte layouts of the data plane's storage: the Kafka record-batch header
+(magic 2) as it sits in a segment file, and the entries of our sparse index.
+
+This is the only module of the broker that packs or unpacks bytes by hand; the
+Kafka request and response codecs come from kafka-python's protocol classes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from zkcoord.errors import ZkcoordError
+
+# The v2 record batch header, in Kafka's order (all big-endian).
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = _HEADER.size  # 61
+# Bytes needed to learn a batch's extent: base offset, length, ... last offset delta.
+PEEK_SIZE = 27
+_PEEK = struct.Struct(">qi")
+_LAST_DELTA = struct.Struct(">i")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+
+LOG_OVERHEAD = 12  # base offset + batch length: the bytes batch length does not count
+CRC_START = 21  # the CRC covers attributes .. end of batch
+MAGIC = 2
+NO_PRODUCER_ID = -1
+COMPRESSION_MASK = 0x07
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+
+# One sparse index entry: offset relative to the segment base, byte position in
+# the segment, and the largest timestamp of every batch before that position.
+_INDEX_ENTRY = struct.Struct(">iiq")
+INDEX_ENTRY_SIZE = _INDEX_ENTRY.size
+
+
+class CorruptBatchError(ZkcoordError):
+    """Bytes that should hold a record batch do not: short, bad magic, bad CRC."""
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+
+def parse_header(buf, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``buf[pos:]``; raises CorruptBatchError if it
+    cannot be a magic-2 batch that fits in ``buf``."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptBatchError("record batch shorter than its header")
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.magic != MAGIC:
+        raise CorruptBatchError(f"record batch magic {header.magic}; only magic 2 is supported")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptBatchError(f"record batch length {header.batch_length} is too small")
+    if pos + header.size > len(buf):
+        raise CorruptBatchError("record batch runs past the end of its buffer")
+    if header.last_offset_delta < 0:
+        raise CorruptBatchError("record batch has a negative last offset delta")
+    return header
+
+
+def parse_header_only(head) -> BatchHeader:
+    """The header from its first HEADER_SIZE bytes, without the batch body."""
+    if len(head) < HEADER_SIZE:
+        raise CorruptBatchError("record batch shorter than its header")
+    header = BatchHeader(*_HEADER.unpack_from(head, 0))
+    if header.magic != MAGIC:
+        raise CorruptBatchError(f"record batch magic {header.magic}; only magic 2 is supported")
+    return header
+
+
+def check_crc(buf, pos: int, header: BatchHeader) -> None:
+    """Raise CorruptBatchError unless the batch's CRC-32C matches its bytes."""
+    actual = crc32c(memoryview(buf)[pos + CRC_START : pos + header.size])
+    if actual != header.crc:
+        raise CorruptBatchError(f"record batch CRC {actual:#010x} != stored {header.crc:#010x}")
+
+
+def peek_extent(buf) -> tuple[int, int, int]:
+    """(base offset, total size, last offset delta) from a PEEK_SIZE prefix."""
+    base, length = _PEEK.unpack_from(buf, 0)
+    (delta,) = _LAST_DELTA.unpack_from(buf, 23)
+    return base, length + LOG_OVERHEAD, delta
+
+
+def set_base_offset(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Stamp the broker's offset and leader epoch; neither is covered by the CRC."""
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+    _LEADER_EPOCH.pack_into(buf, pos + 12, leader_epoch)
+
+
+def pack_index_entry(relative_offset: int, position: int, max_timestamp_before: int) -> bytes:
+    return _INDEX_ENTRY.pack(relative_offset, position, max_timestamp_before)
+
+
+def unpack_index(data: bytes) -> list[tuple[int, int, int]]:
+    usable = len(data) - len(data) % INDEX_ENTRY_SIZE
+    return [entry for entry in _INDEX_ENTRY.iter_unpack(data[:usable])]

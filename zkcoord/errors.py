@@ -1,0 +1,21 @@
+"""The root of zkcoord's exceptions.
+
+Every error zkcoord raises on purpose derives from :class:`ZkcoordError`, so a
+caller can catch all of them in one place. ``retriable`` says whether the same
+operation may succeed if tried again later (a coordinator moved, a session was
+suspended) or never will (a malformed frame, a bad argument).
+"""
+
+
+class ZkcoordError(Exception):
+    """Base of every error zkcoord raises deliberately."""
+
+    retriable = False
+
+
+class ConfigError(ZkcoordError, ValueError):
+    """A configuration value or command-line argument is invalid."""
+
+
+class EnsembleError(ZkcoordError):
+    """A local ZooKeeper ensemble could not be started, reached or stopped."""

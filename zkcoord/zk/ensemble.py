@@ -1,0 +1,410 @@
+"""A local Apache ZooKeeper ensemble: N real QuorumPeerMain processes on 127.0.0.1.
+
+One directory holds everything about an ensemble: ``ensemble.json`` (its size,
+ports and the pid of each running node) and, per node, ``node-K/`` with the
+node's ``zoo.cfg``, data directory and log. Nodes run detached from the process
+that started them, so ``zkcoord zk up`` can return while the ensemble keeps
+running, and ``zkcoord zk down`` (or a test harness in another process) can
+find and stop it later from the directory alone.
+
+The same class serves the CLI, the test harness and the benchmarks, so the
+ensemble a test uses is the one a user gets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from zkcoord.errors import ConfigError, EnsembleError
+
+VALID_SIZES = (1, 3, 5)
+STATE_FILE = "ensemble.json"
+STATE_VERSION = 1
+
+# Where Debian's `zookeeper` package puts the server and its dependencies. The
+# jar's manifest names the rest of its class path; slf4j-simple makes the
+# server log to stderr, which we send to the node's log file.
+DEFAULT_CLASSPATH = ":".join(
+    ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"]
+)
+CLASSPATH_ENV = "ZKCOORD_ZOOKEEPER_CLASSPATH"
+QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+# Offsets from the base port: node K (1-based) listens for clients on
+# base+K-1, for followers on base+100+K-1 and for leader election on
+# base+200+K-1.
+QUORUM_PORT_OFFSET = 100
+ELECTION_PORT_OFFSET = 200
+SERVING_MODES = ("leader", "follower", "standalone")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStatus:
+    """What a node said to the ``srvr`` four-letter word; mode None when it did not answer."""
+
+    node: int
+    client_port: int
+    mode: Optional[str]
+    pid: Optional[int]
+
+    @property
+    def serving(self) -> bool:
+        return self.mode in SERVING_MODES
+
+
+def validate_size(nodes: int) -> int:
+    if nodes not in VALID_SIZES:
+        raise ConfigError(f"an ensemble has 1, 3 or 5 nodes, not {nodes}")
+    return nodes
+
+
+def validate_base_port(base_port: int) -> int:
+    if not 1024 <= base_port <= 65535 - ELECTION_PORT_OFFSET - max(VALID_SIZES):
+        raise ConfigError(
+            f"base port {base_port} out of range: it must leave room for "
+            f"{ELECTION_PORT_OFFSET + max(VALID_SIZES)} ports above it, from 1024"
+        )
+    return base_port
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def find_free_base_port(nodes: int, start: int = 21000, stop: int = 60000, step: int = 7) -> int:
+    """First base port from ``start`` whose client, quorum and election ports are all free."""
+    for base in range(start, stop, step):
+        ports = [base + off + k for off in (0, QUORUM_PORT_OFFSET, ELECTION_PORT_OFFSET) for k in range(nodes)]
+        if all(_port_free(p) for p in ports):
+            return base
+    raise EnsembleError(f"no free block of ports for {nodes} ZooKeeper nodes between {start} and {stop}")
+
+
+def four_letter_word(port: int, word: str, timeout: float = 1.0) -> Optional[str]:
+    """Send a ZooKeeper four-letter word; None if the node did not answer."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+            conn.sendall(word.encode("ascii"))
+            chunks = []
+            while True:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError:
+        return None
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _mode_from_srvr(text: Optional[str]) -> Optional[str]:
+    for line in (text or "").splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def _pid_alive(pid: int, config_path: Path) -> bool:
+    """True if ``pid`` is running the node configured by ``config_path``
+    (checked by command line, so a recycled pid is not mistaken for the node)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return str(config_path).encode() in cmdline
+
+
+class LocalEnsemble:
+    """An N-node ZooKeeper ensemble rooted at one directory.
+
+    >>> ens = LocalEnsemble.create(Path("/tmp/zk"), nodes=3)   # doctest: +SKIP
+    >>> ens.start(); ens.connect_string                         # doctest: +SKIP
+    '127.0.0.1:21000,127.0.0.1:21001,127.0.0.1:21002'
+    """
+
+    def __init__(self, directory: Path, nodes: int, base_port: int, tick_ms: int, pids: dict[int, int]):
+        self.directory = Path(directory).resolve()
+        self.nodes = validate_size(nodes)
+        self.base_port = validate_base_port(base_port)
+        self.tick_ms = tick_ms
+        self._pids = dict(pids)
+
+    # -- creation and persistence -------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, nodes: int = 3, base_port: Optional[int] = None, tick_ms: int = 500
+    ) -> "LocalEnsemble":
+        """Lay out a new ensemble in ``directory`` (which must not hold a running one)."""
+        validate_size(nodes)
+        if not 50 <= tick_ms <= 10_000:
+            raise ConfigError(f"tick time {tick_ms} ms out of range 50..10000")
+        directory = Path(directory)
+        if (directory / STATE_FILE).exists():
+            existing = cls.load(directory)
+            if existing.running_nodes():
+                raise EnsembleError(
+                    f"{directory} already holds a running ensemble ({existing.connect_string}); "
+                    "take it down first"
+                )
+        if base_port is None:
+            base_port = find_free_base_port(nodes)
+        ensemble = cls(directory, nodes, base_port, tick_ms, pids={})
+        ensemble._write_configs()
+        ensemble._save()
+        return ensemble
+
+    @classmethod
+    def load(cls, directory: Path) -> "LocalEnsemble":
+        path = Path(directory) / STATE_FILE
+        try:
+            state = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise EnsembleError(f"no ensemble in {directory} (no {STATE_FILE})") from None
+        except (OSError, ValueError) as exc:
+            raise EnsembleError(f"unreadable ensemble state {path}: {exc}") from None
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise EnsembleError(f"{path} is not an ensemble state file of version {STATE_VERSION}")
+        try:
+            return cls(
+                directory,
+                int(state["nodes"]),
+                int(state["base_port"]),
+                int(state["tick_ms"]),
+                {int(k): int(v) for k, v in state.get("pids", {}).items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EnsembleError(f"{path} is damaged: {exc!r}") from None
+
+    def _save(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        state = {
+            "version": STATE_VERSION,
+            "nodes": self.nodes,
+            "base_port": self.base_port,
+            "tick_ms": self.tick_ms,
+            "pids": {str(k): v for k, v in sorted(self._pids.items())},
+        }
+        tmp = self.directory / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.directory / STATE_FILE)
+
+    # -- addresses -------------------------------------------------------------------
+
+    def client_port(self, node: int) -> int:
+        self._check_node(node)
+        return self.base_port + node - 1
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(f"127.0.0.1:{self.client_port(k)}" for k in self.node_ids)
+
+    @property
+    def node_ids(self) -> range:
+        return range(1, self.nodes + 1)
+
+    def node_dir(self, node: int) -> Path:
+        return self.directory / f"node-{node}"
+
+    def config_path(self, node: int) -> Path:
+        return self.node_dir(node) / "zoo.cfg"
+
+    def log_path(self, node: int) -> Path:
+        return self.node_dir(node) / "zookeeper.log"
+
+    def _check_node(self, node: int) -> None:
+        if node not in self.node_ids:
+            raise ConfigError(f"node {node} is not in this {self.nodes}-node ensemble (nodes are 1..{self.nodes})")
+
+    def _write_configs(self) -> None:
+        for node in self.node_ids:
+            data_dir = self.node_dir(node) / "data"
+            data_dir.mkdir(parents=True, exist_ok=True)
+            (data_dir / "myid").write_text(f"{node}\n")
+            lines = [
+                f"tickTime={self.tick_ms}",
+                "initLimit=20",
+                "syncLimit=10",
+                f"dataDir={data_dir}",
+                f"clientPort={self.client_port(node)}",
+                "clientPortAddress=127.0.0.1",
+                # Sessions from 2 ticks (fast expiry in drills) to 120 ticks.
+                f"minSessionTimeout={2 * self.tick_ms}",
+                f"maxSessionTimeout={120 * self.tick_ms}",
+                "4lw.commands.whitelist=*",
+                "admin.enableServer=false",
+                "autopurge.purgeInterval=1",
+            ]
+            if self.nodes > 1:
+                for peer in self.node_ids:
+                    quorum = self.base_port + QUORUM_PORT_OFFSET + peer - 1
+                    election = self.base_port + ELECTION_PORT_OFFSET + peer - 1
+                    lines.append(f"server.{peer}=127.0.0.1:{quorum}:{election}")
+            self.config_path(node).write_text("\n".join(lines) + "\n")
+
+    # -- processes -----------------------------------------------------------------------
+
+    def _java_command(self, node: int) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise EnsembleError("no `java` on PATH: install a JRE (Debian: default-jre-headless)")
+        classpath = os.environ.get(CLASSPATH_ENV, DEFAULT_CLASSPATH)
+        first_jar = classpath.split(":")[0]
+        if not Path(first_jar).exists():
+            raise EnsembleError(
+                f"ZooKeeper is not installed ({first_jar} missing): apt-get install zookeeper, "
+                f"or set {CLASSPATH_ENV}"
+            )
+        return [
+            java,
+            "-Xms32m",
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",  # faster start; these nodes are small
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
+            "-Dzookeeper.admin.enableServer=false",
+            "-cp",
+            classpath,
+            QUORUM_MAIN,
+            str(self.config_path(node)),
+        ]
+
+    def start_node(self, node: int) -> int:
+        """Start one node (no-op if it runs already); returns its pid."""
+        self._check_node(node)
+        pid = self._pids.get(node)
+        if pid is not None and _pid_alive(pid, self.config_path(node)):
+            return pid
+        if not self.config_path(node).exists():
+            raise EnsembleError(f"node {node} has no configuration in {self.node_dir(node)}")
+        with open(self.log_path(node), "ab") as log:
+            proc = subprocess.Popen(
+                self._java_command(node),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.node_dir(node),
+                start_new_session=True,  # outlives `zkcoord zk up`
+            )
+        self._pids[node] = proc.pid
+        self._save()
+        return proc.pid
+
+    def kill_node(self, node: int, sig: int = signal.SIGKILL) -> None:
+        """Stop one node with ``sig`` (kill -9 by default) and wait until it is gone."""
+        self._check_node(node)
+        pid = self._pids.pop(node, None)
+        self._save()
+        if pid is None or not _pid_alive(pid, self.config_path(node)):
+            return
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 10
+        while _pid_alive(pid, self.config_path(node)):
+            self._reap(pid)
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 10
+            time.sleep(0.02)
+
+    @staticmethod
+    def _reap(pid: int) -> None:
+        # A node started by this process is our child: reap it so it does not
+        # linger as a zombie that still looks alive in /proc.
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+    def start(self, timeout: float = 60.0) -> None:
+        for node in self.node_ids:
+            self.start_node(node)
+        self.wait_until_whole(timeout)
+
+    def stop(self) -> None:
+        """Stop every node: SIGTERM, then SIGKILL for any that lingers."""
+        for node in self.node_ids:
+            self.kill_node(node, signal.SIGTERM)
+
+    def destroy(self) -> None:
+        """Stop every node and delete the ensemble's directory."""
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def running_nodes(self) -> list[int]:
+        return [k for k, pid in sorted(self._pids.items()) if _pid_alive(pid, self.config_path(k))]
+
+    # -- health ----------------------------------------------------------------------------
+
+    def status(self) -> list[NodeStatus]:
+        return [
+            NodeStatus(
+                node=k,
+                client_port=self.client_port(k),
+                mode=_mode_from_srvr(four_letter_word(self.client_port(k), "srvr")),
+                pid=self._pids.get(k),
+            )
+            for k in self.node_ids
+        ]
+
+    def has_quorum(self) -> bool:
+        """A majority of nodes serve and exactly one of them leads (or one standalone node serves)."""
+        statuses = self.status()
+        serving = [s for s in statuses if s.serving]
+        if self.nodes == 1:
+            return len(serving) == 1
+        leaders = [s for s in serving if s.mode == "leader"]
+        return len(leaders) == 1 and len(serving) > self.nodes // 2
+
+    def is_whole(self) -> bool:
+        """Every node serves: one leader and the rest followers."""
+        statuses = self.status()
+        if self.nodes == 1:
+            return statuses[0].serving
+        modes = sorted(s.mode or "" for s in statuses)
+        return modes == sorted(["leader"] + ["follower"] * (self.nodes - 1))
+
+    def wait_until_whole(self, timeout: float = 60.0) -> None:
+        self._wait(self.is_whole, timeout, "every node serving with one leader")
+
+    def wait_for_quorum(self, timeout: float = 60.0) -> None:
+        self._wait(self.has_quorum, timeout, "a quorum")
+
+    def _wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            for node, pid in list(self._pids.items()):
+                self._reap(pid)
+            if time.monotonic() > deadline:
+                summary = ", ".join(f"node {s.node}: {s.mode or 'down'}" for s in self.status())
+                raise EnsembleError(
+                    f"ensemble in {self.directory} did not reach {what} within {timeout:.0f}s ({summary}); "
+                    f"see {self.directory}/node-*/zookeeper.log"
+                )
+            time.sleep(0.1)
+
+    def log_tail(self, node: int, max_bytes: int = 8192) -> str:
+        try:
+            with open(self.log_path(node), "rb") as log:
+                log.seek(0, os.SEEK_END)
+                size = log.tell()
+                log.seek(max(0, size - max_bytes))
+                return log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
