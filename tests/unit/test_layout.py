@@ -1,0 +1,610 @@
+"""The ZooKeeper layout: paths, and codecs checked against bytes Kafka brokers wrote.
+
+Every sample marked KAFKA below is a node's content exactly as a Kafka broker of
+the named era left it in ZooKeeper (Scala 2.12 and 2.13 builds order keys
+differently; we write the 2.13 order and read both).
+"""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.zk import layout as L
+from zkcoord.zk.layout import (
+    BrokerRegistration,
+    Endpoint,
+    GroupState,
+    LayoutError,
+    PartitionState,
+    ServerInfo,
+    TopicAssignment,
+)
+
+PLAIN = "PLAINTEXT"
+
+# --- brokers ----------------------------------------------------------------
+
+# (kafka era, bytes, expected registration, written by us byte for byte?)
+BROKERS = [
+    (
+        "0.8/0.9 v1",
+        b'{"jmx_port":-1,"timestamp":"1447157138058","host":"192.168.3.5","version":1,"port":9092}',
+        BrokerRegistration(
+            7, "192.168.3.5", 9092, (Endpoint(PLAIN, PLAIN, "192.168.3.5", 9092),),
+            None, -1, 1447157138058, 1,
+        ),
+        False,
+    ),
+    (
+        "0.9 v2",
+        b'{"jmx_port":-1,"timestamp":"1453969745721","endpoints":["PLAINTEXT://localhost:9092"],'
+        b'"host":"localhost","version":2,"port":9092}',
+        BrokerRegistration(
+            7, "localhost", 9092, (Endpoint(PLAIN, PLAIN, "localhost", 9092),),
+            None, -1, 1453969745721, 2,
+        ),
+        False,
+    ),
+    (
+        "0.10.0 v3",
+        b'{"jmx_port":9999,"timestamp":"1576064681798","endpoints":["PLAINTEXT://10.10.10.100:9092"],'
+        b'"host":"10.10.10.100","version":3,"port":9092}',
+        BrokerRegistration(
+            7, "10.10.10.100", 9092, (Endpoint(PLAIN, PLAIN, "10.10.10.100", 9092),),
+            None, 9999, 1576064681798, 3,
+        ),
+        False,
+    ),
+    (
+        "2.x scala 2.12 v4 with rack",
+        b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
+        b'"endpoints":["PLAINTEXT://172.21.52.195:9092"],"rack":"us-east-1a","jmx_port":9999,'
+        b'"host":"172.21.52.195","timestamp":"1519911707766","port":9092,"version":4}',
+        BrokerRegistration(
+            7, "172.21.52.195", 9092, (Endpoint(PLAIN, PLAIN, "172.21.52.195", 9092),),
+            "us-east-1a", 9999, 1519911707766, 4,
+        ),
+        False,
+    ),
+    (
+        "2.x scala 2.13 v4",
+        b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
+        b'"endpoints":["PLAINTEXT://localhost:9092"],"jmx_port":-1,"port":9092,"host":"localhost",'
+        b'"version":4,"timestamp":"1603608218902"}',
+        BrokerRegistration(
+            7, "localhost", 9092, (Endpoint(PLAIN, PLAIN, "localhost", 9092),),
+            None, -1, 1603608218902, 4,
+        ),
+        True,
+    ),
+    (
+        "3.x scala 2.12 v5",
+        b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
+        b'"endpoints":["PLAINTEXT://node01:9092"],"jmx_port":-1,"features":{},"host":"node01",'
+        b'"timestamp":"1643692590218","port":9092,"version":5}',
+        BrokerRegistration(
+            7, "node01", 9092, (Endpoint(PLAIN, PLAIN, "node01", 9092),),
+            None, -1, 1643692590218, 5,
+        ),
+        False,
+    ),
+    (
+        "3.x scala 2.13 v5",
+        b'{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
+        b'"endpoints":["PLAINTEXT://macro-VirtualBox:9092"],"jmx_port":-1,"port":9092,'
+        b'"host":"macro-VirtualBox","version":5,"timestamp":"1692025259506"}',
+        BrokerRegistration(
+            7, "macro-VirtualBox", 9092, (Endpoint(PLAIN, PLAIN, "macro-VirtualBox", 9092),),
+            None, -1, 1692025259506, 5,
+        ),
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize("era,data,expected,exact", BROKERS, ids=[b[0] for b in BROKERS])
+def test_broker_samples_decode(era, data, expected, exact):
+    assert L.decode_broker(7, data) == expected
+    if exact:
+        assert L.encode_broker(expected) == data
+
+
+def test_broker_v5_with_rack_listeners_and_features_is_kafka_order():
+    # Kafka writes the rack right after the endpoints in both Scala builds (see the
+    # 2.12 v4 sample); the listener map keeps endpoint order; a feature range is
+    # min_version then max_version.
+    reg = BrokerRegistration.for_endpoints(
+        3,
+        [Endpoint("INTERNAL", "SASL_SSL", "b3.example", 9094), Endpoint("CLIENT", PLAIN, "::1", 9092)],
+        timestamp_ms=1700000000000,
+        rack="r1",
+        features={"metadata.version": (1, 7)},
+    )
+    assert L.encode_broker(reg) == (
+        b'{"features":{"metadata.version":{"min_version":1,"max_version":7}},'
+        b'"listener_security_protocol_map":{"INTERNAL":"SASL_SSL","CLIENT":"PLAINTEXT"},'
+        b'"endpoints":["INTERNAL://b3.example:9094","CLIENT://[::1]:9092"],"rack":"r1",'
+        b'"jmx_port":-1,"port":9092,"host":"::1","version":5,"timestamp":"1700000000000"}'
+    )
+    assert L.decode_broker(3, L.encode_broker(reg)) == reg
+    assert reg.plaintext_address() == ("::1", 9092)
+
+
+def test_broker_without_plaintext_listener():
+    reg = BrokerRegistration.for_endpoints(
+        1, [Endpoint("SECURE", "SSL", "h", 9093)], timestamp_ms=5, version=4
+    )
+    data = L.encode_broker(reg)
+    assert json.loads(data)["host"] is None and json.loads(data)["port"] == -1
+    assert L.decode_broker(1, data) == reg
+    # No PLAINTEXT listener: the first one is the address to use.
+    assert reg.plaintext_address() == ("h", 9093)
+
+
+def test_broker_v2_listener_name_is_the_protocol():
+    data = (
+        b'{"jmx_port":-1,"timestamp":"1","endpoints":["SSL://a:9093","PLAINTEXT://a:9092"],'
+        b'"host":"a","version":2,"port":9092}'
+    )
+    reg = L.decode_broker(2, data)
+    assert [e.security_protocol for e in reg.endpoints] == ["SSL", PLAIN]
+    assert reg.plaintext_address() == ("a", 9092)
+
+
+def test_broker_encodes_only_versions_kafka_still_writes():
+    reg = L.decode_broker(7, BROKERS[0][1])
+    with pytest.raises(LayoutError):
+        L.encode_broker(reg)
+
+
+BAD_BROKERS = [
+    (b"", "not JSON"),
+    (b"\xff\xfe", "not JSON"),
+    (b"[1,2]", "JSON object"),
+    (b'{"version":6,"jmx_port":-1,"endpoints":[]}', "'version'"),
+    (b'{"version":0,"jmx_port":-1,"host":"a","port":1}', "'version'"),
+    (b'{"version":"5","jmx_port":-1,"endpoints":[]}', "'version'"),
+    (b'{"version":true,"jmx_port":-1,"host":"a","port":1}', "'version'"),
+    (b'{"version":1,"host":"a","port":1}', "'jmx_port'"),
+    (b'{"version":1,"jmx_port":-1,"port":1}', "'host'"),
+    (b'{"version":1,"jmx_port":-1,"host":"a","port":70000}', "'port'"),
+    (b'{"version":1,"jmx_port":-1,"host":"a","port":NaN}', "not JSON"),
+    (b'{"version":4,"jmx_port":-1}', "'endpoints'"),
+    (b'{"version":4,"jmx_port":-1,"endpoints":"PLAINTEXT://a:1"}', "'endpoints'"),
+    (b'{"version":4,"jmx_port":-1,"endpoints":["a:1"]}', "'endpoints'"),
+    (b'{"version":4,"jmx_port":-1,"endpoints":["X://a:1"],"listener_security_protocol_map":{}}',
+     "listener 'X'"),
+    (b'{"version":4,"jmx_port":-1,"endpoints":[],"listener_security_protocol_map":{"X":"TLS"}}',
+     "unknown 'TLS'"),
+    (b'{"version":3,"jmx_port":-1,"endpoints":["TLS://a:1"]}', "'TLS'"),
+    (b'{"version":5,"jmx_port":-1,"endpoints":[],"features":{"f":1}}', "'features'"),
+    (b'{"version":5,"jmx_port":-1,"endpoints":[],"features":{"f":{"min_version":1}}}', "max_version"),
+    (b'{"version":5,"jmx_port":-1,"endpoints":[],"features":{"f":{"min_version":3,"max_version":1}}}',
+     "feature"),
+    (b'{"version":4,"jmx_port":-1,"endpoints":[],"timestamp":"soon"}', "'timestamp'"),
+    (b'{"version":4,"jmx_port":-1,"endpoints":[],"rack":7}', "'rack'"),
+    (b'{"version":2,"jmx_port":-1,"endpoints":["PLAINTEXT://a:1","PLAINTEXT://b:2"]}', "repeat"),
+]
+
+
+@pytest.mark.parametrize("data,needle", BAD_BROKERS)
+def test_bad_broker_registration_is_a_layout_error(data, needle):
+    with pytest.raises(LayoutError) as info:
+        L.decode_broker(4, data)
+    assert "/brokers/ids/4" in str(info.value)
+    assert needle in str(info.value)
+
+
+# --- topics -----------------------------------------------------------------
+
+TOPICS = [
+    ("0.8-2.3 v1", b'{"version":1,"partitions":{"0":[0]}}', TopicAssignment({0: (0,)}), True),
+    (
+        "0.8-2.3 v1, three partitions",
+        b'{"version":1,"partitions":{"2":[5,4],"1":[4,3],"0":[3,5]}}',
+        TopicAssignment({0: (3, 5), 1: (4, 3), 2: (5, 4)}),
+        False,
+    ),
+    (
+        "2.4-2.7 v2",
+        b'{"version":2,"partitions":{"0":[0]},"adding_replicas":{},"removing_replicas":{}}',
+        TopicAssignment({0: (0,)}, 2),
+        True,
+    ),
+    (
+        "2.7 scala 2.12 v2",
+        b'{"version":2,"partitions":{"2":[3,2],"1":[2,1],"0":[1,3],"3":[1,2]},'
+        b'"adding_replicas":{},"removing_replicas":{}}',
+        TopicAssignment({0: (1, 3), 1: (2, 1), 2: (3, 2), 3: (1, 2)}, 2),
+        False,
+    ),
+    (
+        "3.x scala 2.12 v3",
+        b'{"removing_replicas":{},"partitions":{"2":[2,1],"1":[1,3],"0":[3,2]},'
+        b'"topic_id":"RSZ--odYRlSOPGRgukKnAQ","adding_replicas":{},"version":3}',
+        TopicAssignment({0: (3, 2), 1: (1, 3), 2: (2, 1)}, 3, "RSZ--odYRlSOPGRgukKnAQ"),
+        False,
+    ),
+    (
+        "3.x scala 2.13 v3",
+        b'{"partitions":{"0":[2,3,1],"1":[3,1,2],"2":[1,2,3]},"topic_id":"cMr3GpVESX2L3byPGf93lQ",'
+        b'"adding_replicas":{},"removing_replicas":{},"version":3}',
+        TopicAssignment({0: (2, 3, 1), 1: (3, 1, 2), 2: (1, 2, 3)}, 3, "cMr3GpVESX2L3byPGf93lQ"),
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize("era,data,expected,exact", TOPICS, ids=[t[0] for t in TOPICS])
+def test_topic_samples_decode(era, data, expected, exact):
+    assert L.decode_topic("demo", data) == expected
+    if exact:
+        assert L.encode_topic(expected) == data
+
+
+def test_topic_partition_order_follows_kafkas_hash_map():
+    # With twelve partitions Kafka's map has grown to 32 buckets, where "11"
+    # hashes to bucket 0 ahead of "0".
+    data = L.encode_topic(TopicAssignment({p: (1,) for p in range(12)}))
+    assert list(json.loads(data)["partitions"]) == ["11"] + [str(p) for p in range(11)]
+
+
+def test_topic_in_reassignment_reads_current_replicas():
+    data = (
+        b'{"version":2,"partitions":{"0":[1,2,3]},"adding_replicas":{"0":[3]},'
+        b'"removing_replicas":{"0":[1]}}'
+    )
+    assert L.decode_topic("t", data) == TopicAssignment({0: (1, 2, 3)}, 2)
+
+
+BAD_TOPICS = [
+    (b"null", "JSON object"),
+    (b'{"version":4,"partitions":{}}', "'version'"),
+    (b'{"version":1}', "'partitions'"),
+    (b'{"version":1,"partitions":[]}', "'partitions'"),
+    (b'{"version":1,"partitions":{"-1":[0]}}', "'-1'"),
+    (b'{"version":1,"partitions":{"01":[0]}}', "'01'"),
+    (b'{"version":1,"partitions":{"x":[0]}}', "'x'"),
+    (b'{"version":1,"partitions":{"0":0}}', "'partitions'"),
+    (b'{"version":1,"partitions":{"0":[-1]}}', "'partitions'"),
+    (b'{"version":1,"partitions":{"0":[1.5]}}', "'partitions'"),
+    (b'{"version":1,"partitions":{"0":[1]},"adding_replicas":{"0":["a"]}}', "'adding_replicas'"),
+    (b'{"version":3,"partitions":{"0":[1]},"topic_id":"nope"}', "'topic_id'"),
+    (b'{"version":3,"partitions":{"0":[1]},"topic_id":5}', "'topic_id'"),
+]
+
+
+@pytest.mark.parametrize("data,needle", BAD_TOPICS)
+def test_bad_topic_is_a_layout_error(data, needle):
+    with pytest.raises(LayoutError) as info:
+        L.decode_topic("orders", data)
+    assert "/brokers/topics/orders" in str(info.value)
+    assert needle in str(info.value)
+
+
+def test_topic_id_needs_version_3():
+    with pytest.raises(LayoutError):
+        TopicAssignment({0: (1,)}, 2, "cMr3GpVESX2L3byPGf93lQ")
+
+
+# --- partition state ----------------------------------------------------------
+
+PARTITION_STATES = [
+    (b'{"controller_epoch":1,"leader":203,"version":1,"leader_epoch":0,"isr":[203,204,202]}',
+     PartitionState(203, 0, 1, (203, 204, 202))),
+    (b'{"controller_epoch":6,"leader":0,"version":1,"leader_epoch":4,"isr":[0]}',
+     PartitionState(0, 4, 6, (0,))),
+    (b'{"controller_epoch":2,"leader":-1,"version":1,"leader_epoch":3,"isr":[]}',
+     PartitionState(-1, 3, 2, ())),
+]
+
+
+@pytest.mark.parametrize("data,expected", PARTITION_STATES)
+def test_partition_state_samples(data, expected):
+    assert L.decode_partition_state(data) == expected
+    assert L.encode_partition_state(expected) == data
+
+
+def test_partition_state_reads_leader_recovery_state():
+    data = b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":2,"isr":[1],"leader_recovery_state":1}'
+    assert L.decode_partition_state(data) == PartitionState(1, 2, 1, (1,))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"controller_epoch":1,"leader":1,"version":2,"leader_epoch":0,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":"1","version":1,"leader_epoch":0,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[-3]}',
+        b'{"controller_epoch":-1,"leader":1,"version":1,"leader_epoch":0,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1],"leader_recovery_state":5}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":99999999999,"isr":[1]}',
+    ],
+)
+def test_bad_partition_state_is_a_layout_error(data):
+    path = L.partition_state_path("t", 3)
+    with pytest.raises(LayoutError, match="/brokers/topics/t/partitions/3/state"):
+        L.decode_partition_state(data, path)
+
+
+# --- 0.8 consumer offsets and owners ---------------------------------------------
+
+
+def test_offsets_are_decimal_strings():
+    assert L.encode_offset(0) == b"0"
+    assert L.encode_offset(1234567) == b"1234567"
+    assert L.decode_offset(b"1234567") == 1234567
+    assert L.decode_offset(b"9223372036854775807") == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"-1", b"+1", b" 1", b"1\n", b"1.0", b"0x10", b"abc", b"9223372036854775808", "5"]
+)
+def test_bad_offset_is_a_layout_error(data):
+    with pytest.raises(LayoutError):
+        L.decode_offset(data)
+
+
+@pytest.mark.parametrize("offset", [-1, 2**63, True, 1.0, "1"])
+def test_unwritable_offset_is_a_layout_error(offset):
+    with pytest.raises(LayoutError):
+        L.encode_offset(offset)
+
+
+def test_owner_is_the_consumer_thread_id():
+    owner = "group1_host-1423456789012-ab12cd34-0"
+    assert L.encode_owner(owner) == owner.encode()
+    assert L.decode_owner(owner.encode()) == owner
+    for bad in (b"", b"\xff", b"a\x00b"):
+        with pytest.raises(LayoutError):
+            L.decode_owner(bad)
+
+
+# --- paths and names -------------------------------------------------------------
+
+
+def test_paths():
+    assert L.broker_path(3) == "/brokers/ids/3"
+    assert L.topic_path("t.1") == "/brokers/topics/t.1"
+    assert L.partitions_path("t") == "/brokers/topics/t/partitions"
+    assert L.partition_state_path("t", 0) == "/brokers/topics/t/partitions/0/state"
+    assert L.group_path("g") == "/consumers/g"
+    assert L.owners_path("g") == "/consumers/g/owners"
+    assert L.owners_path("g", "t") == "/consumers/g/owners/t"
+    assert L.owner_path("g", "t", 2) == "/consumers/g/owners/t/2"
+    assert L.offsets_path("g") == "/consumers/g/offsets"
+    assert L.offsets_path("g", "t") == "/consumers/g/offsets/t"
+    assert L.offset_path("g", "t", 2) == "/consumers/g/offsets/t/2"
+    assert L.server_path("s1") == "/zkcoord/servers/s1"
+    assert L.group_state_path("g") == "/zkcoord/groups/g/state"
+    assert L.COORDINATOR_PATH == "/consumers/coordinator"
+    assert L.COORDINATOR_EPOCH_PATH == "/zkcoord/coordinator_epoch"
+
+
+@pytest.mark.parametrize(
+    "name", ["", ".", "..", "a" * 250, "a/b", "a b", "é", "a:b", None, 5]
+)
+def test_bad_topic_names(name):
+    with pytest.raises(L.InvalidTopicName) as info:
+        L.topic_path(name)
+    assert isinstance(info.value, ConfigError) and isinstance(info.value, ZkcoordError)
+
+
+def test_good_topic_names():
+    for name in ("a", "a" * 249, "Orders_2024-01.v2", "__consumer_offsets"):
+        assert L.validate_topic_name(name) == name
+
+
+@pytest.mark.parametrize("group", ["", ".", "..", "a/b", "a\x00", "coordinator", None])
+def test_bad_group_ids(group):
+    with pytest.raises(L.InvalidGroupId):
+        L.offset_path(group, "t", 0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: L.broker_path(-1),
+    lambda: L.broker_path("3"),
+    lambda: L.partition_state_path("t", -1),
+    lambda: L.owner_path("g", "t", True),
+    lambda: L.server_path("a/b"),
+])
+def test_bad_path_arguments(call):
+    with pytest.raises(LayoutError):
+        call()
+
+
+# --- our own nodes ---------------------------------------------------------------
+
+
+def test_group_state_bytes():
+    state = GroupState(7, "range", {"c-1": (("t", 0), ("t", 1)), "c-2": (("u", 0),)}, lease_ms=6000)
+    data = L.encode_group_state(state)
+    assert data == (
+        b'{"version":1,"generation":7,"strategy":"range",'
+        b'"assignment":{"c-1":[["t",0],["t",1]],"c-2":[["u",0]]},"lease_ms":6000}'
+    )
+    assert L.decode_group_state(data) == state
+
+
+def test_group_state_without_a_lease_reads_as_no_lease():
+    state = L.decode_group_state(b'{"version":1,"generation":2,"strategy":"range","assignment":{}}')
+    assert state.lease_ms == 0 and state.generation == 2
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"version":2,"generation":1,"strategy":"range","assignment":{}}',
+        b'{"version":1,"strategy":"range","assignment":{}}',
+        b'{"version":1,"generation":1,"strategy":"","assignment":{}}',
+        b'{"version":1,"generation":1,"strategy":"range","assignment":{"c":[["t"]]}}',
+        b'{"version":1,"generation":1,"strategy":"range","assignment":{"c":[["t",-1]]}}',
+        b'{"version":1,"generation":1,"strategy":"range","assignment":{"c":[["t",0]],"d":[["t",0]]}}',
+        b'{"version":1,"generation":1,"strategy":"range","assignment":{"c":[["a/b",0]]}}',
+    ],
+)
+def test_bad_group_state_is_a_layout_error(data):
+    with pytest.raises(LayoutError):
+        L.decode_group_state(data, "/zkcoord/groups/g/state")
+
+
+def test_server_coordinator_and_epoch_nodes():
+    info = ServerInfo("s1", "127.0.0.1", 9400)
+    assert L.encode_server(info) == b'{"version":1,"host":"127.0.0.1","port":9400}'
+    assert L.decode_server("s1", L.encode_server(info)) == info
+    assert L.decode_coordinator(L.encode_coordinator("s1")) == "s1"
+    assert L.encode_coordinator_epoch(12) == b'{"version":1,"epoch":12}'
+    assert L.decode_coordinator_epoch(b'{"version":1,"epoch":12}') == 12
+    for bad in (b'{"version":1,"host":"h","port":0}', b'{"version":1,"port":1}', b"{}"):
+        with pytest.raises(LayoutError, match="/zkcoord/servers/s1"):
+            L.decode_server("s1", bad)
+    with pytest.raises(LayoutError):
+        L.decode_coordinator(b"a/b")
+    with pytest.raises(LayoutError):
+        L.decode_coordinator_epoch(b'{"version":1,"epoch":-1}')
+
+
+# --- properties ------------------------------------------------------------------
+
+ids = st.integers(0, 2**31 - 1)
+hosts = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,20}", fullmatch=True)
+listener_names = st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True)
+endpoints = st.lists(
+    st.builds(
+        Endpoint,
+        listener_names,
+        st.sampled_from(L.SECURITY_PROTOCOLS),
+        st.one_of(hosts, st.just(""), st.just("fe80::1")),
+        st.integers(0, 65535),
+    ),
+    max_size=4,
+    unique_by=lambda e: e.listener_name,
+)
+registrations = st.builds(
+    BrokerRegistration.for_endpoints,
+    ids,
+    endpoints,
+    timestamp_ms=st.integers(0, 2**63 - 1),
+    rack=st.one_of(st.none(), st.text(max_size=10)),
+    jmx_port=st.integers(-1, 65535),
+    version=st.sampled_from([4, 5]),
+    features=st.dictionaries(
+        st.text(min_size=1, max_size=10),
+        st.tuples(st.integers(0, 10), st.integers(10, 20)),
+        max_size=3,
+    ),
+).map(lambda r: r if r.version == 5 else BrokerRegistration(**{**r.__dict__, "features": {}}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(registrations)
+def test_broker_round_trip(reg):
+    assert L.decode_broker(reg.broker_id, L.encode_broker(reg)) == reg
+
+
+topic_names = st.from_regex(r"[a-zA-Z0-9._-]{1,30}", fullmatch=True).filter(
+    lambda n: n not in (".", "..")
+)
+topic_ids = st.binary(min_size=16, max_size=16).map(
+    lambda raw: __import__("base64").urlsafe_b64encode(raw).decode().rstrip("=")
+)
+assignments = st.one_of(
+    st.builds(
+        TopicAssignment,
+        st.dictionaries(st.integers(0, 200), st.lists(ids, max_size=4).map(tuple), max_size=40),
+        st.sampled_from([1, 2, 3]),
+    ),
+    st.builds(
+        TopicAssignment,
+        st.dictionaries(st.integers(0, 200), st.lists(ids, max_size=4).map(tuple), max_size=40),
+        st.just(3),
+        topic_ids,
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(topic_names, assignments)
+def test_topic_round_trip(topic, assignment):
+    assert L.decode_topic(topic, L.encode_topic(assignment)) == assignment
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.builds(
+        PartitionState,
+        st.integers(-2, 2**31 - 1),
+        st.integers(0, 2**31 - 1),
+        st.integers(0, 2**31 - 1),
+        st.lists(ids, max_size=5).map(tuple),
+    ),
+    st.integers(0, 2**63 - 1),
+    st.text(min_size=1).filter(lambda s: not L._ZK_BAD_CHARS.search(s)),
+)
+def test_partition_state_offset_owner_round_trip(state, offset, owner):
+    assert L.decode_partition_state(L.encode_partition_state(state)) == state
+    assert L.decode_offset(L.encode_offset(offset)) == offset
+    assert L.decode_owner(L.encode_owner(owner)) == owner
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["range", "roundrobin", "sticky"]),
+    st.lists(st.tuples(topic_names, st.integers(0, 100)), unique=True, max_size=20),
+    st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4, unique=True),
+)
+def test_group_state_round_trip(generation, strategy, owned, members):
+    assignment = {m: tuple(owned[i :: len(members)]) for i, m in enumerate(members)}
+    state = GroupState(generation, strategy, assignment)
+    assert L.decode_group_state(L.encode_group_state(state)) == state
+
+
+SAMPLES = [b[1] for b in BROKERS] + [t[1] for t in TOPICS] + [p[0] for p in PARTITION_STATES]
+DECODERS = [
+    lambda d: L.decode_broker(1, d),
+    lambda d: L.decode_topic("t", d),
+    L.decode_partition_state,
+    L.decode_offset,
+    L.decode_owner,
+    L.decode_group_state,
+    lambda d: L.decode_server("s", d),
+    L.decode_coordinator,
+    L.decode_coordinator_epoch,
+]
+
+
+def _mutate(sample: bytes, edits: list[tuple[int, int]]) -> bytes:
+    data = bytearray(sample)
+    for pos, byte in edits:
+        if data:
+            data[pos % len(data)] = byte
+    return bytes(data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.builds(
+            _mutate,
+            st.sampled_from(SAMPLES),
+            st.lists(st.tuples(st.integers(0, 500), st.integers(0, 255)), min_size=1, max_size=3),
+        ),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+            max_leaves=10,
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
+def test_any_bytes_give_a_value_or_a_layout_error(data):
+    for decode in DECODERS:
+        try:
+            decode(data)
+        except LayoutError:
+            pass

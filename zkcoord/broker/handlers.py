@@ -1,0 +1,260 @@
+"""What the broker answers to each request: a pure mapping from a decoded
+request and the broker's state (hosted logs, the cluster as ZooKeeper shows
+it) to a response object. Sockets, waiting and ZooKeeper live elsewhere; the
+only I/O here is reading and appending the partition logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Optional
+
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from zkcoord.broker import protocol
+from zkcoord.broker.formats import CorruptBatchError
+from zkcoord.broker.log import (
+    InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
+    ReadSlice, RecordTooLargeError,
+)
+
+log = logging.getLogger(__name__)
+
+# Kafka error codes the broker returns.
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+RECORD_LIST_TOO_LARGE = 18
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNKNOWN_SERVER_ERROR = -1
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+_APPEND_ERRORS = (
+    (CorruptBatchError, CORRUPT_MESSAGE),
+    (RecordTooLargeError, RECORD_LIST_TOO_LARGE),
+    (OutOfOrderSequenceError, OUT_OF_ORDER_SEQUENCE_NUMBER),
+    (InvalidProducerEpochError, INVALID_PRODUCER_EPOCH),
+)
+
+
+class BrokerAddress(NamedTuple):
+    host: str
+    port: int
+    rack: Optional[str]
+
+
+class PartitionInfo(NamedTuple):
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass
+class ClusterView:
+    """The cluster as the broker last read it from ZooKeeper."""
+
+    brokers: dict[int, BrokerAddress] = field(default_factory=dict)
+    topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+    cluster_id: Optional[str] = None
+
+
+class FetchOutcome(NamedTuple):
+    response: FetchResponse
+    slices: dict[bytes, ReadSlice]
+    bytes_ready: int
+    has_error: bool
+
+
+class Handlers:
+    """Answers requests for one broker. ``logs`` holds the partitions this
+    broker leads; ``view`` everything else it knows about the cluster."""
+
+    def __init__(self, broker_id: int, view: ClusterView, logs: dict[tuple[str, int], PartitionLog],
+                 allocate_producer_id: Callable[[], int], sendfile_threshold: int,
+                 clock: Callable[[], float] = time.time):
+        self.broker_id = broker_id
+        self.view = view
+        self.logs = logs
+        self._allocate_producer_id = allocate_producer_id
+        self._sendfile_threshold = sendfile_threshold
+        self._clock = clock
+
+    def _missing_error(self, topic: str, partition: int) -> int:
+        """Why this broker has no log for the partition."""
+        partitions = self.view.topics.get(topic)
+        if partitions is None or partition not in partitions:
+            return UNKNOWN_TOPIC_OR_PARTITION
+        return NOT_LEADER_OR_FOLLOWER
+
+    # -- ApiVersions, Metadata, InitProducerId ----------------------------
+
+    def api_versions(self, request):
+        return protocol.api_versions_response(request.API_VERSION)
+
+    def metadata(self, request):
+        version = request.API_VERSION
+        brokers = [
+            MetadataResponse.MetadataResponseBroker(node_id=node, host=addr.host, port=addr.port,
+                                                    rack=addr.rack)
+            for node, addr in sorted(self.view.brokers.items())
+        ]
+        if request.topics is None or (version == 0 and not request.topics):
+            names = sorted(self.view.topics)
+        else:
+            names = [t.name for t in request.topics]
+        topics = [self._topic_metadata(name) for name in names]
+        return MetadataResponse(version=version, throttle_time_ms=0, brokers=brokers,
+                                cluster_id=self.view.cluster_id, controller_id=self.broker_id,
+                                topics=topics)
+
+    def _topic_metadata(self, name):
+        Topic = MetadataResponse.MetadataResponseTopic
+        partitions = self.view.topics.get(name)
+        if partitions is None:
+            return Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
+                         partitions=[])
+        out = []
+        for index, info in sorted(partitions.items()):
+            alive = info.leader in self.view.brokers
+            out.append(Topic.MetadataResponsePartition(
+                error_code=NONE if alive else LEADER_NOT_AVAILABLE,
+                partition_index=index,
+                leader_id=info.leader if alive else -1,
+                leader_epoch=info.leader_epoch,
+                replica_nodes=list(info.replicas),
+                isr_nodes=list(info.isr),
+                offline_replicas=[r for r in info.replicas if r not in self.view.brokers]))
+        return Topic(error_code=NONE, name=name, is_internal=False, partitions=out)
+
+    def init_producer_id(self, request):
+        if request.transactional_id is not None:
+            # Transactions are not offered; only idempotent producers are.
+            return InitProducerIdResponse(version=request.API_VERSION, throttle_time_ms=0,
+                                          error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                          producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(version=request.API_VERSION, throttle_time_ms=0,
+                                      error_code=NONE, producer_id=self._allocate_producer_id(),
+                                      producer_epoch=0)
+
+    # -- Produce -----------------------------------------------------------
+
+    def produce(self, request):
+        """Append every partition's batches; None when acks=0 (no response)."""
+        Topic = ProduceResponse.TopicProduceResponse
+        Partition = Topic.PartitionProduceResponse
+        topics = []
+        for topic in request.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                error, base, start, message = NONE, -1, -1, None
+                plog = self.logs.get((topic.name, data.index))
+                if plog is None:
+                    error = self._missing_error(topic.name, data.index)
+                elif request.transactional_id is not None:
+                    error = INVALID_TXN_STATE
+                else:
+                    try:
+                        result = plog.append(data.records or b"")
+                        base, start = result.base_offset, result.log_start_offset
+                    except tuple(cls for cls, _ in _APPEND_ERRORS) as exc:
+                        error = next(code for cls, code in _APPEND_ERRORS if isinstance(exc, cls))
+                        message = str(exc)
+                        log.info("produce to %s-%d refused: %s", topic.name, data.index, exc)
+                partitions.append(Partition(index=data.index, error_code=error, base_offset=base,
+                                            log_append_time_ms=-1, log_start_offset=start,
+                                            record_errors=[], error_message=message))
+            topics.append(Topic(name=topic.name, partition_responses=partitions))
+        if request.acks == 0:
+            return None
+        return ProduceResponse(version=request.API_VERSION, responses=topics, throttle_time_ms=0)
+
+    # -- ListOffsets ---------------------------------------------------------
+
+    def list_offsets(self, request):
+        Topic = ListOffsetsResponse.ListOffsetsTopicResponse
+        Partition = Topic.ListOffsetsPartitionResponse
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                error, offset, timestamp = NONE, -1, -1
+                plog = self.logs.get((topic.name, part.partition_index))
+                if plog is None:
+                    error = self._missing_error(topic.name, part.partition_index)
+                elif part.timestamp == EARLIEST_TIMESTAMP:
+                    offset = plog.log_start_offset
+                elif part.timestamp == LATEST_TIMESTAMP:
+                    offset = plog.log_end_offset
+                elif part.timestamp >= 0:
+                    found = plog.offset_for_timestamp(part.timestamp)
+                    if found is not None:
+                        offset, timestamp = found
+                else:
+                    error = protocol.UNSUPPORTED_VERSION
+                partitions.append(Partition(partition_index=part.partition_index, error_code=error,
+                                            timestamp=timestamp, offset=offset,
+                                            leader_epoch=plog.leader_epoch if plog else -1))
+            topics.append(Topic(name=topic.name, partitions=partitions))
+        return ListOffsetsResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics)
+
+    # -- Fetch -------------------------------------------------------------
+
+    def fetch(self, request) -> FetchOutcome:
+        """Read what is there now. The caller waits and asks again while
+        ``bytes_ready`` is below min_bytes and max_wait has not passed."""
+        Topic = FetchResponse.FetchableTopicResponse
+        Partition = Topic.PartitionData
+        budget = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+        slices: dict[bytes, ReadSlice] = {}
+        total = 0
+        has_error = False
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                error, hw, start, records = NONE, -1, -1, b""
+                plog = self.logs.get((topic.topic, part.partition))
+                if plog is None:
+                    error = self._missing_error(topic.topic, part.partition)
+                else:
+                    hw, start = plog.log_end_offset, plog.log_start_offset
+                    # KIP-74: the first batch goes out even when larger than
+                    # the limits, so a consumer can always make progress.
+                    limit = min(part.partition_max_bytes, budget) if total else part.partition_max_bytes
+                    try:
+                        region = plog.read(part.fetch_offset, max(limit, 1))
+                        if region is not None and total and region.length > limit:
+                            region = None
+                    except OffsetOutOfRangeError:
+                        error = OFFSET_OUT_OF_RANGE
+                        region = None
+                    if region is not None:
+                        total += region.length
+                        budget -= region.length
+                        if region.length >= self._sendfile_threshold:
+                            records = protocol.new_marker()
+                            slices[records] = region
+                        else:
+                            records = region.read()
+                has_error = has_error or error != NONE
+                partitions.append(Partition(
+                    partition_index=part.partition, error_code=error, high_watermark=hw,
+                    last_stable_offset=hw, log_start_offset=start, aborted_transactions=[],
+                    preferred_read_replica=-1, records=records))
+            topics.append(Topic(topic=topic.topic, partitions=partitions))
+        response = FetchResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE,
+                                 session_id=0, responses=topics)
+        return FetchOutcome(response, slices, total, has_error)

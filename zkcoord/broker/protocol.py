@@ -1,0 +1,144 @@
+"""The Kafka wire protocol as the broker speaks it: which APIs and versions it
+offers, how a request frame becomes a request object and how a response object
+becomes the bytes (and file ranges) that go back.
+
+The codecs are kafka-python's protocol classes, generated from Kafka's own
+message schemas; this module only chooses among them. The versions offered are
+those the library decodes and the broker implements: Fetch stops at 12 and
+Produce at 11 because later versions name topics by id.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple, Optional, Union
+
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.schemas.fields.codecs import Int16, Int32, UnsignedVarInt32
+
+from zkcoord.broker.log import ReadSlice
+from zkcoord.errors import ZkcoordError
+
+UNSUPPORTED_VERSION = 35
+
+
+class ProtocolError(ZkcoordError):
+    """A request frame the broker cannot or will not decode; the connection is
+    closed, as a Kafka broker does."""
+
+
+class SupportedApi(NamedTuple):
+    request: type
+    min_version: int
+    max_version: int
+
+
+API_KEY_PRODUCE = ProduceRequest.API_KEY
+API_KEY_FETCH = FetchRequest.API_KEY
+API_KEY_LIST_OFFSETS = ListOffsetsRequest.API_KEY
+API_KEY_METADATA = MetadataRequest.API_KEY
+API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
+API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
+
+SUPPORTED: dict[int, SupportedApi] = {
+    API_KEY_PRODUCE: SupportedApi(ProduceRequest, 3, 11),
+    API_KEY_FETCH: SupportedApi(FetchRequest, 4, 12),
+    API_KEY_LIST_OFFSETS: SupportedApi(ListOffsetsRequest, 1, 8),
+    API_KEY_METADATA: SupportedApi(MetadataRequest, 0, 12),
+    API_KEY_API_VERSIONS: SupportedApi(ApiVersionsRequest, 0, 3),
+    API_KEY_INIT_PRODUCER_ID: SupportedApi(InitProducerIdRequest, 0, 4),
+}
+
+
+class UnsupportedApiVersions(NamedTuple):
+    """An ApiVersions request of a version we lack: answered in version 0."""
+
+    correlation_id: int
+
+
+def api_versions_response(version: int, error_code: int = 0) -> ApiVersionsResponse:
+    keys = [
+        ApiVersionsResponse.ApiVersion(api_key=key, min_version=api.min_version,
+                                       max_version=api.max_version)
+        for key, api in sorted(SUPPORTED.items())
+    ]
+    return ApiVersionsResponse(version=version, error_code=error_code, api_keys=keys,
+                               throttle_time_ms=0)
+
+
+def decode_request(frame: bytes) -> Union[object, UnsupportedApiVersions]:
+    """The request object for one frame (without its size prefix), with its
+    header attached. Raises ProtocolError for anything we do not serve."""
+    if len(frame) < 8:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
+    api_key = Int16.decode_from(frame, 0)[0]
+    version = Int16.decode_from(frame, 2)[0]
+    api = SUPPORTED.get(api_key)
+    if api is None:
+        raise ProtocolError(f"unsupported API key {api_key}")
+    if not api.min_version <= version <= api.max_version:
+        if api_key == API_KEY_API_VERSIONS and version > api.max_version:
+            # A newer client asks first with its own newest version; Kafka
+            # answers in version 0 with UNSUPPORTED_VERSION and the list.
+            return UnsupportedApiVersions(Int32.decode_from(frame, 4)[0])
+        raise ProtocolError(f"API {api.request.__name__} version {version} is not supported")
+    try:
+        return api.request.decode(frame, version=version, header=True)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # the library raises many types on bad bytes
+        raise ProtocolError(f"malformed {api.request.__name__} v{version}: {exc!r}") from None
+
+
+class FileRange(NamedTuple):
+    fd: int
+    offset: int
+    count: int
+
+
+Part = Union[bytes, FileRange]
+
+
+def encode_response(response, correlation_id: int,
+                    slices: Optional[dict[bytes, ReadSlice]] = None) -> list[Part]:
+    """Frame ``response``. ``slices`` maps placeholder byte strings that were
+    put in place of records fields to the file ranges that replace them, so a
+    large fetch goes out with sendfile instead of through Python."""
+    response.with_header(correlation_id=correlation_id)
+    data = response.encode(header=True, framed=True)
+    if not slices:
+        return [bytes(data)]
+    flexible = response.flexible_version_q(response.API_VERSION)
+    parts: list[Part] = []
+    found = []
+    for marker, region in slices.items():
+        pos = data.find(marker)
+        if pos < 0:
+            raise ProtocolError("records placeholder missing from an encoded response")
+        found.append((pos, marker, region))
+    found.sort()
+    cursor = 0
+    extra = 0
+    for pos, marker, region in found:
+        # The placeholder's length prefix sits right before it.
+        if flexible:
+            prefix_len = len(UnsignedVarInt32.encode(len(marker) + 1))
+            prefix = UnsignedVarInt32.encode(region.length + 1)
+        else:
+            prefix_len = 4
+            prefix = Int32.encode(region.length)
+        parts.append(bytes(data[cursor:pos - prefix_len]))
+        parts.append(bytes(prefix))
+        parts.append(FileRange(region.fd, region.position, region.length))
+        extra += len(prefix) - prefix_len + region.length - len(marker)
+        cursor = pos + len(marker)
+    parts.append(bytes(data[cursor:]))
+    size = len(data) - 4 + extra
+    parts[0] = bytes(Int32.encode(size)) + parts[0][4:]
+    return parts
+
+
+def new_marker() -> bytes:
+    return b"\x00zk" + os.urandom(13)

@@ -1,0 +1,290 @@
+"""The broker process shell: a gevent StreamServer speaking the Kafka protocol,
+one greenlet per connection (capped by a pool), the partition logs it hosts,
+and a reconcile greenlet that follows ZooKeeper.
+
+Requests on one connection are handled in order, one at a time, as a Kafka
+broker does. A frame that cannot be served closes the connection; nothing a
+client sends can stop the broker or touch a log it did not validate.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import time
+from typing import Optional
+
+import gevent
+import gevent.event
+import gevent.pool
+import gevent.server
+from gevent.socket import wait_write
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+
+from zkcoord.broker import protocol
+from zkcoord.broker.config import BrokerConfig
+from zkcoord.broker.handlers import ClusterView, Handlers
+from zkcoord.broker.log import PartitionLog
+from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
+from zkcoord.broker.zkstate import ZkState
+from zkcoord.errors import ZkcoordError
+from zkcoord.zk import layout
+
+log = logging.getLogger(__name__)
+
+_RECONCILE_EVERY_S = 5.0  # a safety net for a lost watch; watches do the real work
+
+
+class BrokerError(ZkcoordError):
+    """The broker could not start or was used in the wrong state."""
+
+
+class _Closed(Exception):
+    """The peer closed the connection (or we decided to)."""
+
+
+class Broker:
+    """An embedded Kafka-protocol broker.
+
+    ``zk_client`` must be started by the caller, with a gevent handler when the
+    process runs on gevent; the broker registers itself through it and never
+    stops it.
+    """
+
+    def __init__(self, config: BrokerConfig, zk_client: KazooClient):
+        self.config = config
+        self.zk = zk_client
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.view = ClusterView()
+        self._pid_counter = 0
+        self._pid_base = int(time.time()) << 32
+        self.handlers = Handlers(config.broker_id, self.view, self.logs, self._next_producer_id,
+                                 config.sendfile_threshold)
+        self._appended = gevent.event.Event()
+        self._wake = gevent.event.Event()
+        self._pool = gevent.pool.Pool(config.max_connections)
+        self._server: Optional[gevent.server.StreamServer] = None
+        self._connections: set = set()
+        self._greenlets: list = []
+        self._stopping = False
+        self._zkstate: Optional[ZkState] = None
+        self.port: Optional[int] = None
+
+    # -- lifecycle -------------------------------------------------------
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise BrokerError("broker already started")
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        self._server = gevent.server.StreamServer((self.config.host, self.config.port), self._serve,
+                                                  spawn=self._pool, backlog=256)
+        self._server.init_socket()
+        self.port = self._server.server_port
+        endpoint = layout.Endpoint("PLAINTEXT", "PLAINTEXT", self.config.advertised, self.port)
+        registration = layout.BrokerRegistration.for_endpoints(
+            self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
+            rack=self.config.rack)
+        self._zkstate = ZkState(self.zk, registration, self._wake.set)
+        self._zkstate.register()
+        self._reconcile()
+        self.zk.add_listener(self._on_zk_state)
+        self._server.start()
+        self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
+        log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, let requests in flight finish (up to ``timeout``),
+        then close connections and logs and remove the registration."""
+        if self._server is None or self._stopping:
+            return
+        self._stopping = True
+        self._server.close()
+        self._appended.set()
+        for sock in list(self._connections):
+            try:
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+        self._pool.join(timeout=timeout)
+        self._pool.kill(block=True, timeout=1)
+        gevent.killall(self._greenlets, block=True, timeout=1)
+        self.zk.remove_listener(self._on_zk_state)
+        if self.zk.connected:
+            try:
+                self._zkstate.unregister()
+            except Exception as exc:  # the node is ephemeral: it goes with the session anyway
+                log.warning("broker %d: could not remove registration: %s", self.config.broker_id, exc)
+        for plog in self.logs.values():
+            plog.flush()
+            plog.close()
+        self.logs.clear()
+        log.info("broker %d stopped", self.config.broker_id)
+
+    # -- ZooKeeper ---------------------------------------------------------
+
+    def _on_zk_state(self, state) -> None:
+        if state == KazooState.CONNECTED:
+            self._wake.set()
+
+    def _follow_zookeeper(self) -> None:
+        while not self._stopping:
+            self._wake.wait(timeout=_RECONCILE_EVERY_S)
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                if self.zk.connected:
+                    self._zkstate.ensure_registered()
+                    self._reconcile()
+            except Exception as exc:
+                log.warning("broker %d: reconcile with ZooKeeper failed: %s", self.config.broker_id, exc)
+                gevent.sleep(0.5)
+                self._wake.set()
+
+    def _reconcile(self) -> None:
+        snapshot = self._zkstate.read()
+        self.view.brokers = snapshot.view.brokers
+        self.view.topics = snapshot.view.topics
+        for key, epoch in snapshot.led.items():
+            plog = self.logs.get(key)
+            if plog is None:
+                topic, partition = key
+                directory = os.path.join(self.config.data_dir, f"{topic}-{partition}")
+                plog = PartitionLog(directory, self.config.log_config(), time.time, epoch)
+                self.logs[key] = plog
+                log.info("broker %d now leads %s-%d (epoch %d, offsets %d..%d)",
+                         self.config.broker_id, topic, partition, epoch,
+                         plog.log_start_offset, plog.log_end_offset)
+            plog.leader_epoch = epoch
+        for key in [k for k in self.logs if k not in snapshot.led]:
+            log.info("broker %d no longer leads %s-%d", self.config.broker_id, *key)
+            self.logs.pop(key).close()
+
+    def _housekeeping(self) -> None:
+        """Time-based flushes and retention."""
+        last_retention = time.monotonic()
+        while not self._stopping:
+            gevent.sleep(min(1.0, self.config.retention_check_ms / 1000))
+            for plog in list(self.logs.values()):
+                plog.maybe_flush()
+            if (time.monotonic() - last_retention) * 1000 >= self.config.retention_check_ms:
+                last_retention = time.monotonic()
+                now_ms = int(time.time() * 1000)
+                for key, plog in list(self.logs.items()):
+                    deleted = plog.apply_retention(now_ms)
+                    if deleted:
+                        log.info("%s-%d: retention deleted %d segments; log starts at %d",
+                                 key[0], key[1], deleted, plog.log_start_offset)
+
+    def _next_producer_id(self) -> int:
+        # Unique per broker start (seconds), per broker id, and per allocation.
+        self._pid_counter += 1
+        return (self._pid_base | (self._pid_counter & 0xFFFFF) << 12
+                | self.config.broker_id & 0xFFF)
+
+    # -- connections ---------------------------------------------------------
+
+    def _serve(self, sock, address) -> None:
+        self._connections.add(sock)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while not self._stopping:
+                size_bytes = _recv_exact(sock, 4)
+                size = int.from_bytes(size_bytes, "big", signed=True)
+                if size < 0 or size > self.config.max_request_bytes:
+                    log.info("closing %s: request of %d bytes (limit %d)", address, size,
+                             self.config.max_request_bytes)
+                    return
+                frame = _recv_exact(sock, size)
+                parts = self._handle(frame)
+                if parts:
+                    _send_parts(sock, parts)
+        except _Closed:
+            pass
+        except ProtocolError as exc:
+            log.info("closing %s: %s", address, exc)
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN):
+                log.warning("connection %s failed: %s", address, exc)
+        finally:
+            self._connections.discard(sock)
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _handle(self, frame: bytes) -> Optional[list]:
+        request = protocol.decode_request(frame)
+        if isinstance(request, UnsupportedApiVersions):
+            response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
+            return protocol.encode_response(response, request.correlation_id)
+        correlation_id = request.header.correlation_id
+        key = request.API_KEY
+        if key == protocol.API_KEY_FETCH:
+            return self._fetch(request, correlation_id)
+        if key == protocol.API_KEY_PRODUCE:
+            response = self.handlers.produce(request)
+            self._appended.set()
+            self._appended = gevent.event.Event()
+            if response is None:
+                return None
+        elif key == protocol.API_KEY_METADATA:
+            response = self.handlers.metadata(request)
+        elif key == protocol.API_KEY_LIST_OFFSETS:
+            response = self.handlers.list_offsets(request)
+        elif key == protocol.API_KEY_INIT_PRODUCER_ID:
+            response = self.handlers.init_producer_id(request)
+        else:
+            response = self.handlers.api_versions(request)
+        return protocol.encode_response(response, correlation_id)
+
+    def _fetch(self, request, correlation_id: int) -> list:
+        wait_s = min(max(request.max_wait_ms, 0), self.config.max_fetch_wait_ms) / 1000
+        deadline = time.monotonic() + wait_s
+        while True:
+            appended = self._appended
+            outcome = self.handlers.fetch(request)
+            remaining = deadline - time.monotonic()
+            if (outcome.bytes_ready >= max(request.min_bytes, 1) or outcome.has_error
+                    or remaining <= 0 or self._stopping):
+                return protocol.encode_response(outcome.response, correlation_id, outcome.slices)
+            appended.wait(timeout=remaining)
+
+
+def _recv_exact(sock, size: int) -> bytes:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise _Closed()
+        got += n
+    return bytes(buf)
+
+
+def _send_parts(sock, parts: list) -> None:
+    for part in parts:
+        if isinstance(part, FileRange):
+            _sendfile(sock, part)
+        else:
+            sock.sendall(part)
+
+
+def _sendfile(sock, part: FileRange) -> None:
+    """os.sendfile on gevent's non-blocking socket: wait for room, send more."""
+    offset, left = part.offset, part.count
+    fileno = sock.fileno()
+    while left > 0:
+        try:
+            sent = os.sendfile(fileno, part.fd, offset, left)
+        except BlockingIOError:
+            wait_write(fileno)
+            continue
+        if sent == 0:
+            raise _Closed()  # the file shrank under us (retention) or the peer left
+        offset += sent
+        left -= sent

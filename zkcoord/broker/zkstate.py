@@ -1,0 +1,150 @@
+"""The broker's side of ZooKeeper: its ephemeral registration, the cluster view
+read from Kafka's layout, and the partition state nodes of what it leads.
+
+Watches only wake the broker; each wake-up re-reads brokers and topics whole
+and reconciles, which is simple and never misses a change that happened while
+a watch was being re-armed. Every byte read or written goes through
+``zkcoord.zk.layout``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, NamedTuple, Optional
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from zkcoord.broker.handlers import BrokerAddress, ClusterView, PartitionInfo
+from zkcoord.errors import ZkcoordError
+from zkcoord.zk import layout
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_EPOCH = 1  # no controller runs; Kafka's first controller epoch is 1
+
+
+class BrokerIdInUseError(ZkcoordError):
+    """Another live broker already holds this broker id in ZooKeeper."""
+
+    retriable = True
+
+
+class Snapshot(NamedTuple):
+    view: ClusterView
+    # (topic, partition) -> leader epoch, for the partitions this broker leads
+    led: dict[tuple[str, int], int]
+
+
+class ZkState:
+    """Reads and writes the broker's part of ZooKeeper through ``client``."""
+
+    def __init__(self, client: KazooClient, registration: layout.BrokerRegistration,
+                 wake: Callable[[], None]):
+        self.client = client
+        self.registration = registration
+        self.broker_id = registration.broker_id
+        self._wake = wake
+        self._path = layout.broker_path(self.broker_id)
+
+    def _watch(self, _event=None) -> None:
+        self._wake()
+
+    def register(self) -> None:
+        """Create our ephemeral registration; BrokerIdInUseError if another
+        session holds it."""
+        self.client.ensure_path(layout.BROKER_IDS)
+        self.client.ensure_path(layout.BROKER_TOPICS)
+        try:
+            self.client.create(self._path, layout.encode_broker(self.registration), ephemeral=True)
+        except NodeExistsError:
+            _, stat = self.client.get(self._path)
+            if stat.ephemeralOwner != self.client.client_id[0]:
+                raise BrokerIdInUseError(
+                    f"broker id {self.broker_id} is registered by another ZooKeeper session") from None
+
+    def ensure_registered(self) -> None:
+        """After a session loss the ephemeral node is gone: put it back."""
+        if self.client.exists(self._path) is None:
+            log.info("broker %d: registration missing, registering again", self.broker_id)
+            self.register()
+
+    def unregister(self) -> None:
+        try:
+            _, stat = self.client.get(self._path)
+            if stat.ephemeralOwner == self.client.client_id[0]:
+                self.client.delete(self._path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    def read(self) -> Snapshot:
+        """The whole cluster view, re-arming watches on every node read."""
+        view = ClusterView()
+        for child in self.client.get_children(layout.BROKER_IDS, watch=self._watch):
+            if not child.isdigit():
+                continue
+            try:
+                data, _ = self.client.get(f"{layout.BROKER_IDS}/{child}")
+                reg = layout.decode_broker(int(child), data)
+                host, port = reg.plaintext_address()
+            except NoNodeError:
+                continue
+            except layout.LayoutError as exc:
+                log.warning("ignoring broker %s: %s", child, exc)
+                continue
+            view.brokers[reg.broker_id] = BrokerAddress(host or "127.0.0.1", port, reg.rack)
+        led: dict[tuple[str, int], int] = {}
+        for topic in self.client.get_children(layout.BROKER_TOPICS, watch=self._watch):
+            try:
+                layout.validate_topic_name(topic)
+                data, _ = self.client.get(layout.topic_path(topic), watch=self._watch)
+                assignment = layout.decode_topic(topic, data)
+            except NoNodeError:
+                continue
+            except layout.LayoutError as exc:
+                log.warning("ignoring topic %s: %s", topic, exc)
+                continue
+            partitions = {}
+            for index, replicas in assignment.partitions.items():
+                if not replicas:
+                    continue
+                state = self._partition_state(topic, index)
+                if replicas[0] == self.broker_id:
+                    state = self._lead(topic, index, state)
+                    led[(topic, index)] = state.leader_epoch
+                if state is None:
+                    partitions[index] = PartitionInfo(replicas[0], 0, replicas, replicas[:1])
+                else:
+                    partitions[index] = PartitionInfo(state.leader, state.leader_epoch, replicas,
+                                                      state.isr)
+            view.topics[topic] = partitions
+        return Snapshot(view, led)
+
+    def _partition_state(self, topic: str, partition: int) -> Optional[layout.PartitionState]:
+        try:
+            data, _ = self.client.get(layout.partition_state_path(topic, partition))
+            return layout.decode_partition_state(data)
+        except NoNodeError:
+            return None
+        except layout.LayoutError as exc:
+            log.warning("unreadable state of %s-%d: %s", topic, partition, exc)
+            return None
+
+    def _lead(self, topic: str, partition: int,
+              current: Optional[layout.PartitionState]) -> layout.PartitionState:
+        """Make the state node say that we lead the partition. A new leader
+        bumps the leader epoch, as Kafka's controller does."""
+        path = layout.partition_state_path(topic, partition)
+        if current is not None and current.leader == self.broker_id:
+            return current
+        epoch = 0 if current is None else current.leader_epoch + 1
+        state = layout.PartitionState(self.broker_id, epoch, CONTROLLER_EPOCH, (self.broker_id,))
+        data = layout.encode_partition_state(state)
+        try:
+            if current is None:
+                self.client.create(path, data, makepath=True)
+            else:
+                self.client.set(path, data)
+        except NodeExistsError:
+            self.client.set(path, data)
+        return state

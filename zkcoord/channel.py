@@ -1,0 +1,104 @@
+"""A framed connection speaking the coordinator protocol over one socket.
+
+Both ends use it: the server's per-connection greenlets (sockets patched by
+gevent) and the consumer's network thread (plain sockets). It owns the frame
+decoder and the correlation ids; it does no protocol logic of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+from typing import Optional
+
+from zkcoord import wire
+from zkcoord.errors import ZkcoordError
+
+
+class ChannelClosed(ZkcoordError):
+    """The peer closed the connection, or it broke."""
+
+    retriable = True
+
+
+class Channel:
+    def __init__(self, sock: socket.socket, max_frame_size: int = wire.MAX_FRAME_SIZE):
+        self.sock = sock
+        self._decoder = wire.FrameDecoder(max_frame_size=max_frame_size)
+        self._ready: list[wire.Frame] = []
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.closed = False
+        try:
+            self.peer = "%s:%s" % sock.getpeername()[:2]
+        except OSError:
+            self.peer = "?"
+
+    @classmethod
+    def connect(cls, host: str, port: int, timeout: float) -> "Channel":
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(sock)
+
+    def next_correlation_id(self) -> int:
+        return next(self._ids) & 0x7FFFFFFF
+
+    def send(self, message: wire.Message, correlation_id: Optional[int] = None) -> int:
+        """Send one message; returns the correlation id used (a new one if none given)."""
+        if correlation_id is None:
+            correlation_id = self.next_correlation_id()
+        data = wire.encode(message, correlation_id)
+        with self._send_lock:
+            if self.closed:
+                raise ChannelClosed(f"connection to {self.peer} is closed")
+            try:
+                self.sock.sendall(data)
+            except OSError as exc:
+                self.close()
+                raise ChannelClosed(f"sending to {self.peer} failed: {exc}") from None
+        return correlation_id
+
+    def receive(self, timeout: Optional[float] = None) -> Optional[wire.Frame]:
+        """The next frame, or None if ``timeout`` seconds pass first.
+
+        Raises ChannelClosed when the peer goes away and a WireError when it
+        sends something that is not a valid frame (the caller then closes).
+        """
+        while not self._ready:
+            if self.closed:
+                raise ChannelClosed(f"connection to {self.peer} is closed")
+            self.sock.settimeout(timeout)
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                return None
+            except OSError as exc:
+                self.close()
+                raise ChannelClosed(f"receiving from {self.peer} failed: {exc}") from None
+            if not data:
+                self.close()
+                raise ChannelClosed(f"{self.peer} closed the connection")
+            self._ready.extend(self._decoder.feed(data))
+        return self._ready.pop(0)
+
+    def request(self, message: wire.Message, timeout: float) -> wire.Message:
+        """Send and wait for the frame answering it (for one-request-at-a-time callers)."""
+        correlation_id = self.send(message)
+        frame = self.receive(timeout)
+        if frame is None:
+            raise ChannelClosed(f"no answer from {self.peer} within {timeout:.1f}s")
+        if isinstance(frame.message, wire.ErrorResponse):
+            raise wire.error_for(frame.message.error_code, frame.message.message)
+        if frame.correlation_id != correlation_id:
+            raise wire.MalformedFrame(
+                f"answer carries correlation id {frame.correlation_id}, expected {correlation_id}"
+            )
+        return frame.message
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass

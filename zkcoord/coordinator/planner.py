@@ -1,0 +1,76 @@
+"""The rebalance planner: what a group's assignment should be, and whether to change it.
+
+Seed 001's rebalance(group), steps 1 to 3, as pure functions: compute the
+target assignment from the live members and the partitions in ZooKeeper,
+then decide whether a rebalance is necessary by comparing it with the
+ownership recorded in ZooKeeper and with what each member is actually
+running. The runtime carries the decision out (Stop, Start, write owners).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from zkcoord.coordinator.assignors import ASSIGNORS, Assignment, TopicPartition
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Named topics and/or a regular expression over topic names (seed 001's wildcard)."""
+
+    topics: frozenset[str] = frozenset()
+    pattern: Optional[str] = None
+
+    def matches(self, topic: str) -> bool:
+        if topic in self.topics:
+            return True
+        return self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
+
+    def select(self, all_topics) -> frozenset[str]:
+        return frozenset(t for t in all_topics if self.matches(t))
+
+
+def target_assignment(
+    subscriptions: Mapping[str, Subscription],
+    partitions_per_topic: Mapping[str, int],
+    strategy: str = "range",
+) -> Assignment:
+    """Step 1: each member's partitions under ``strategy``. Topics absent from
+    ``partitions_per_topic`` (not created yet) get no partitions."""
+    interests = {m: sub.select(partitions_per_topic) for m, sub in subscriptions.items()}
+    return ASSIGNORS[strategy].assign(interests, partitions_per_topic)
+
+
+def owners_of(assignment: Mapping[str, frozenset[TopicPartition]]) -> dict[TopicPartition, str]:
+    return {tp: member for member, tps in assignment.items() for tp in tps}
+
+
+def rebalance_reason(
+    target: Mapping[str, frozenset[TopicPartition]],
+    recorded_owners: Mapping[TopicPartition, str],
+    running: Mapping[str, frozenset[TopicPartition]],
+) -> Optional[str]:
+    """Step 3: why a rebalance is necessary, or None if it is not.
+
+    The seed's four checks compare the target with the ownership in
+    ZooKeeper. A fifth compares it with what each member runs: after a
+    failover or a reconnect, ZooKeeper may already record the target while
+    the members, freshly registered, run nothing.
+    """
+    wanted = owners_of(target)
+    if not recorded_owners and wanted:
+        return "no ownership recorded"
+    unowned = set(wanted) - set(recorded_owners)
+    if unowned:
+        return f"{len(unowned)} partition(s) not owned"
+    vanished = set(recorded_owners) - set(wanted)
+    if vanished:
+        return f"{len(vanished)} owned partition(s) no longer assigned"
+    if any(recorded_owners[tp] != member for tp, member in wanted.items()):
+        return "ownership differs from the new assignment"
+    for member, tps in target.items():
+        if running.get(member, frozenset()) != tps:
+            return f"member {member} does not run its assignment"
+    return None

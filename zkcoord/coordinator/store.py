@@ -1,0 +1,195 @@
+"""The coordinator's ZooKeeper I/O: reads, and writes fenced by the coordinator epoch.
+
+Every write the coordinator makes goes through :meth:`CoordinatorStore.commit`,
+a ZooKeeper multi-operation that first checks the version of the epoch node
+this coordinator wrote when it was elected. A newer coordinator bumps that
+node before it writes anything, so a deposed coordinator's writes fail as a
+whole with :class:`Deposed`, and nothing it sends after that is obeyed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
+
+from zkcoord.errors import ZkcoordError
+from zkcoord.zk import layout
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class Deposed(ZkcoordError):
+    """Another coordinator has been elected since this one: its writes are refused."""
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """The coordinator epoch this server holds, and the znode version that fences its writes."""
+
+    number: int
+    fence_version: int
+
+
+class CoordinatorStore:
+    def __init__(self, zk: KazooClient, server_id: int):
+        self.zk = zk
+        self.server_id = server_id
+        self.epoch: Optional[Epoch] = None
+
+    # -- election --------------------------------------------------------------------
+
+    def claim_epoch(self) -> Epoch:
+        """Bump the coordinator epoch (compare-and-set); called once elected."""
+        self.zk.ensure_path(layout.COORDINATOR_EPOCH_PATH.rsplit("/", 1)[0])
+        while True:
+            try:
+                data, stat = self.zk.get(layout.COORDINATOR_EPOCH_PATH)
+            except NoNodeError:
+                try:
+                    self.zk.create(layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(0))
+                except NodeExistsError:
+                    pass
+                continue
+            try:
+                number = layout.decode_coordinator_epoch(data) + 1
+            except layout.LayoutError as exc:
+                # Guessing an epoch could let two coordinators share one.
+                raise Deposed(f"refusing to claim an epoch: {exc}") from None
+            try:
+                new_stat = self.zk.set(
+                    layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(number), version=stat.version
+                )
+            except BadVersionError:
+                continue  # someone else moved it; read again
+            self.epoch = Epoch(number, new_stat.version)
+            return self.epoch
+
+    # -- reads -------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(layout.BROKER_TOPICS))
+        except NoNodeError:
+            return []
+
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic`` per /brokers/topics/<topic>; 0 if absent or unreadable."""
+        try:
+            data, _ = self.zk.get(layout.topic_path(topic))
+        except NoNodeError:
+            return 0
+        try:
+            return len(layout.decode_topic(topic, data).partitions)
+        except layout.LayoutError as exc:
+            log.error("ignoring topic %s: %s", topic, exc)
+            return 0
+
+    def owners(self, group: str) -> dict[TopicPartition, str]:
+        result: dict[TopicPartition, str] = {}
+        for topic in self._children(layout.owners_path(group)):
+            for partition in self._children(layout.owners_path(group, topic)):
+                try:
+                    data, _ = self.zk.get(layout.owner_path(group, topic, int(partition)))
+                    result[(topic, int(partition))] = layout.decode_owner(data)
+                except (NoNodeError, ValueError, layout.LayoutError):
+                    continue
+        return result
+
+    def offsets(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Committed offsets of ``partitions`` that have one."""
+        result = {}
+        for topic, partition in partitions:
+            try:
+                data, _ = self.zk.get(layout.offset_path(group, topic, partition))
+                result[(topic, partition)] = layout.decode_offset(data)
+            except NoNodeError:
+                continue
+            except layout.LayoutError as exc:
+                log.error("[group %s] unreadable offset for %s-%d: %s", group, topic, partition, exc)
+        return result
+
+    def group_state(self, group: str) -> Optional[layout.GroupState]:
+        try:
+            data, _ = self.zk.get(layout.group_state_path(group))
+        except NoNodeError:
+            return None
+        try:
+            return layout.decode_group_state(data)
+        except layout.LayoutError as exc:
+            log.error("[group %s] unreadable group state, starting afresh: %s", group, exc)
+            return None
+
+    def groups_with_state(self) -> list[str]:
+        return sorted(self._children(layout.GROUPS))
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return self.zk.get_children(path)
+        except NoNodeError:
+            return []
+
+    # -- fenced writes ------------------------------------------------------------------
+
+    def commit(self, operations: list[tuple[str, str, bytes | None]]) -> None:
+        """Apply ``operations`` atomically, fenced by this coordinator's epoch.
+
+        Each operation is ``("create" | "set" | "delete", path, data)``. Parents
+        of created nodes are made first (not fenced: empty containers).
+        """
+        if self.epoch is None:
+            raise Deposed("this server holds no coordinator epoch")
+        if not operations:
+            return
+        for op, path, _ in operations:
+            if op == "create":
+                self.zk.ensure_path(path.rsplit("/", 1)[0])
+        transaction = self.zk.transaction()
+        transaction.check(layout.COORDINATOR_EPOCH_PATH, self.epoch.fence_version)
+        for op, path, data in operations:
+            if op == "create":
+                transaction.create(path, data)
+            elif op == "set":
+                transaction.set_data(path, data)
+            elif op == "delete":
+                transaction.delete(path)
+            else:
+                raise ValueError(f"unknown operation {op!r}")
+        results = transaction.commit()
+        failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if not failures:
+            return
+        if isinstance(results[0], BadVersionError):
+            raise Deposed(f"coordinator epoch {self.epoch.number} is no longer current")
+        raise failures[0]
+
+    def upsert(self, path: str, data: bytes, exists: bool) -> tuple[str, str, bytes]:
+        return ("set" if exists else "create", path, data)
+
+    def write_offsets(self, group: str, offsets: Mapping[TopicPartition, int], existing: set[TopicPartition]) -> None:
+        self.commit(
+            [
+                self.upsert(layout.offset_path(group, t, p), layout.encode_offset(o), (t, p) in existing)
+                for (t, p), o in sorted(offsets.items())
+            ]
+        )
+
+    def write_owners(
+        self, group: str, owners: Mapping[TopicPartition, str], recorded: Mapping[TopicPartition, str]
+    ) -> None:
+        """Make /consumers/<group>/owners say ``owners``, given what it said (``recorded``)."""
+        ops = [
+            self.upsert(layout.owner_path(group, t, p), layout.encode_owner(m), (t, p) in recorded)
+            for (t, p), m in sorted(owners.items())
+            if recorded.get((t, p)) != m
+        ]
+        ops += [("delete", layout.owner_path(group, t, p), None) for (t, p) in sorted(set(recorded) - set(owners))]
+        self.commit(ops)
+
+    def write_group_state(self, group: str, state: layout.GroupState, exists: bool) -> None:
+        self.commit([self.upsert(layout.group_state_path(group), layout.encode_group_state(state), exists)])

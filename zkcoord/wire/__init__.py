@@ -1,0 +1,44 @@
+"""The coordinator protocol: size-prefixed, versioned binary frames between
+consumers and zkcoord servers (seed 001's messages, extended).
+
+``encode(message, correlation_id)`` gives the bytes of a frame;
+``FrameDecoder().feed(data)`` turns bytes from a connection into
+:class:`Frame` objects; ``decode(payload)`` reads one frame without its size
+prefix. Every decoding failure is a :class:`WireError`. docs/PROTOCOL.md
+describes every message byte by byte.
+"""
+
+from zkcoord.wire.codec import (
+    HEADER_BYTES, MAX_FRAME_SIZE, SIZE_BYTES, Frame, FrameDecoder, decode,
+    encode,
+)
+from zkcoord.wire.errors import (
+    ConsumerIdInUse, CoordinatorNotAvailable, ErrorCode, FrameTooLarge,
+    IllegalState, InvalidMessage, InvalidRegistration, MalformedFrame,
+    NoCommonStrategy, NotCoordinator, RebalanceInProgress,
+    SessionTimeoutTooLow, StaleEpoch, StaleGeneration, UnknownError,
+    UnknownMessageType, UnsupportedVersion, WireError, code_for, error_for,
+)
+from zkcoord.wire.messages import (
+    REGISTRY, RESPONSES, ClusterMetadataRequest, ClusterMetadataResponse,
+    Endpoint, ErrorResponse, Message, MessageType, PingRequest, PingResponse,
+    RegisterConsumerRequest, RegisterConsumerResponse, RestartFetcherResponse,
+    StartRequest, StopRequest, StopResponse, TopicPartition,
+    TopicPartitionOffset,
+)
+
+__all__ = [
+    "HEADER_BYTES", "MAX_FRAME_SIZE", "SIZE_BYTES", "Frame", "FrameDecoder",
+    "decode", "encode",
+    "ConsumerIdInUse", "CoordinatorNotAvailable", "ErrorCode", "FrameTooLarge",
+    "IllegalState", "InvalidMessage", "InvalidRegistration", "MalformedFrame",
+    "NoCommonStrategy", "NotCoordinator", "RebalanceInProgress",
+    "SessionTimeoutTooLow", "StaleEpoch", "StaleGeneration", "UnknownError",
+    "UnknownMessageType", "UnsupportedVersion", "WireError", "code_for",
+    "error_for",
+    "REGISTRY", "RESPONSES", "ClusterMetadataRequest",
+    "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "Message",
+    "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",
+    "RegisterConsumerResponse", "RestartFetcherResponse", "StartRequest",
+    "StopRequest", "StopResponse", "TopicPartition", "TopicPartitionOffset",
+]

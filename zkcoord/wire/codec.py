@@ -1,0 +1,178 @@
+"""Frames of the coordinator protocol: encoding, decoding, and a stream decoder.
+
+A frame is ``size int32 | type int16 | version int16 | correlation_id int32 |
+body``, after Kafka 0.8's request header; ``size`` counts the bytes after
+itself. Decoding is the only defence between the network and the coordinator,
+so every way a frame can be wrong ends in a :class:`WireError` subclass and
+nothing else, and a peer can never make the decoder hold more than one frame
+of at most ``max_frame_size`` bytes.
+"""
+
+import io
+from dataclasses import dataclass
+
+from construct import ConstructError, Int16sb, Int32sb, Struct
+
+from zkcoord.wire.errors import (
+    FrameTooLarge, InvalidMessage, MalformedFrame, UnknownMessageType,
+    UnsupportedVersion, WireError,
+)
+from zkcoord.wire.fields import Inexpressible
+from zkcoord.wire.messages import REGISTRY, MessageType
+
+MAX_FRAME_SIZE = 1_048_576
+
+SIZE_BYTES = 4
+HEADER = Struct("type" / Int16sb, "version" / Int16sb,
+                "correlation_id" / Int32sb)
+HEADER_BYTES = HEADER.sizeof()
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One decoded frame: its header and its message."""
+
+    type: MessageType
+    version: int
+    correlation_id: int
+    message: object
+
+
+def encode(message, correlation_id, version=None):
+    """The whole frame (size prefix included) carrying ``message``.
+
+    ``version`` defaults to the latest version of the message's type. Raises
+    UnsupportedVersion if the type has no such version or the message means
+    something that version cannot say, InvalidMessage if a field does not fit
+    its declaration (wrong type, out of range).
+    """
+    cls = type(message)
+    if cls not in REGISTRY.values():
+        raise InvalidMessage(f"not a protocol message: {message!r}")
+    if version is None:
+        version = cls.latest_version()
+    layout = cls.LAYOUTS.get(version)
+    if layout is None:
+        raise UnsupportedVersion(
+            f"{cls.__name__} has no version {version} "
+            f"(versions {sorted(cls.LAYOUTS)})")
+    fields = {name: getattr(message, name)
+              for name in cls.__dataclass_fields__}
+    try:
+        header = HEADER.build(dict(type=cls.TYPE, version=version,
+                                   correlation_id=correlation_id))
+        body = layout.build(fields)
+    except Inexpressible as exc:
+        raise UnsupportedVersion(
+            f"{cls.__name__} v{version}: {exc}") from None
+    except ConstructError as exc:
+        raise InvalidMessage(f"{cls.__name__} v{version}: {exc}") from None
+    size = len(header) + len(body)
+    return Int32sb.build(size) + header + body
+
+
+def decode(payload):
+    """The Frame in ``payload``: one frame without its size prefix."""
+    if len(payload) < HEADER_BYTES:
+        raise MalformedFrame(
+            f"frame of {len(payload)} bytes is shorter than its header")
+    header = HEADER.parse(payload[:HEADER_BYTES])
+    where = dict(correlation_id=header.correlation_id)
+    try:
+        kind = MessageType(header.type)
+    except ValueError:
+        raise UnknownMessageType(
+            f"unknown message type {header.type}", **where) from None
+    cls = REGISTRY[kind]
+    layout = cls.LAYOUTS.get(header.version)
+    if layout is None:
+        raise UnsupportedVersion(
+            f"{cls.__name__} has no version {header.version}", **where)
+    stream = io.BytesIO(payload)
+    stream.seek(HEADER_BYTES)
+    try:
+        parsed = layout.parse_stream(stream)
+    except ConstructError as exc:
+        raise MalformedFrame(
+            f"{cls.__name__} v{header.version}: {exc}", **where) from None
+    left = len(payload) - stream.tell()
+    if left:
+        raise MalformedFrame(
+            f"{cls.__name__} v{header.version}: {left} trailing bytes",
+            **where)
+    message = cls(**{name: parsed[name] for name in cls.__dataclass_fields__
+                     if name in parsed})
+    return Frame(kind, header.version, header.correlation_id, message)
+
+
+class FrameDecoder:
+    """Turns bytes, as they arrive from a connection, into Frames.
+
+    ``feed`` takes any chunk (part of a frame, several frames) and returns the
+    frames it completed. The size prefix is checked as soon as its four bytes
+    are in: a negative size or one smaller than the header is MalformedFrame,
+    one above ``max_frame_size`` is FrameTooLarge, before any of the body is
+    kept. The decoder keeps at most one frame's bytes.
+
+    A WireError from ``feed`` ends the stream: the frames completed earlier in
+    that call are on the exception's ``frames`` attribute, and every later
+    ``feed`` raises the same error again. The connection is to be closed (after
+    an ErrorResponse, if the caller wants to say why).
+    """
+
+    def __init__(self, max_frame_size=MAX_FRAME_SIZE):
+        self.max_frame_size = max_frame_size
+        self._buffer = bytearray()
+        self._size = None   # body size of the frame being read, once known
+        self._error = None
+
+    @property
+    def buffered(self):
+        """Bytes held for a frame not yet complete."""
+        return len(self._buffer)
+
+    def feed(self, data):
+        if self._error is not None:
+            raise self._error
+        frames = []
+        view = memoryview(data)
+        try:
+            while view:
+                if self._size is None:
+                    take = SIZE_BYTES - len(self._buffer)
+                    self._buffer += view[:take]
+                    view = view[take:]
+                    if len(self._buffer) < SIZE_BYTES:
+                        break
+                    self._size = self._check_size(
+                        int.from_bytes(self._buffer, "big", signed=True))
+                    self._buffer.clear()
+                take = self._size - len(self._buffer)
+                if not self._buffer and len(view) >= take:
+                    # Whole frame in this chunk: decode it without buffering.
+                    payload, view = view[:take], view[take:]
+                else:
+                    self._buffer += view[:take]
+                    view = view[take:]
+                    if len(self._buffer) < self._size:
+                        break
+                    payload = self._buffer
+                frames.append(decode(bytes(payload)))
+                self._buffer = bytearray()
+                self._size = None
+        except WireError as exc:
+            exc.frames = frames
+            self._error = exc
+            self._buffer = bytearray()
+            raise
+        return frames
+
+    def _check_size(self, size):
+        if size < HEADER_BYTES:
+            raise MalformedFrame(
+                f"frame size {size} is smaller than the {HEADER_BYTES}-byte "
+                "header")
+        if size > self.max_frame_size:
+            raise FrameTooLarge(
+                f"frame size {size} exceeds the maximum {self.max_frame_size}")
+        return size

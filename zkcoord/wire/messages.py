@@ -1,0 +1,332 @@
+"""The messages of the coordinator protocol and their versioned layouts.
+
+Each message is one frozen dataclass holding the union of its fields over all
+versions, and one ``construct`` Struct per version (``LAYOUTS``) that says which
+of those fields that version puts on the wire and how. Version 0 is seed 001's
+message exactly; version 1 adds what zkcoord needs without changing the
+meaning of version 0's bytes. A field that a version lacks decodes to its
+default; encoding drops it, except where the old version fixes its meaning
+(:class:`~zkcoord.wire.fields.Implied`), in which case any other value is
+refused rather than silently changed.
+
+docs/PROTOCOL.md describes every field, with a byte-level example.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar
+
+from construct import Computed, Rebuild, Struct, If, this
+
+from zkcoord.wire.errors import ErrorCode
+from zkcoord.wire.fields import (
+    Array16, Array32, Bool, Entry, ErrorCodeField, Implied, Int16, Int32,
+    Int64, OptionalTail, PartitionString, String, parse_topic_count,
+    topic_count,
+)
+
+
+class MessageType(IntEnum):
+    """The int16 type ids of the frame header. They start at 1000 so that they
+    never collide with Kafka's API keys: a Kafka client that dials a
+    coordinator port by mistake gets UNKNOWN_MESSAGE_TYPE, not a misparse."""
+
+    CLUSTER_METADATA_REQUEST = 1000
+    CLUSTER_METADATA_RESPONSE = 1001
+    REGISTER_CONSUMER_REQUEST = 1002
+    REGISTER_CONSUMER_RESPONSE = 1003
+    PING_REQUEST = 1004
+    PING_RESPONSE = 1005
+    STOP_REQUEST = 1006
+    STOP_RESPONSE = 1007
+    START_REQUEST = 1008
+    RESTART_FETCHER_RESPONSE = 1009
+    ERROR_RESPONSE = 1010
+
+
+# --- array entries -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A server or broker: id and where to reach it."""
+
+    id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class TopicPartitionOffset:
+    """A partition and an offset: the next offset to consume (-1 in a Start
+    means "the committed offset, else auto_offset_reset")."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+ENDPOINT = Entry(Endpoint, "id" / Int32, "host" / String, "port" / Int32)
+TP = Entry(TopicPartition, "topic" / String, "partition" / Int32)
+TPO = Entry(TopicPartitionOffset,
+            "topic" / String, "partition" / Int32, "offset" / Int64)
+# Seed 001 sends the partition as a string; zkcoord's is its decimal number.
+TPO_V0 = Entry(TopicPartitionOffset,
+               "topic" / String, "partition" / PartitionString,
+               "offset" / Int64)
+
+
+# --- messages ------------------------------------------------------------
+
+REGISTRY = {}
+
+
+class Message:
+    """Base of every message: registers the class under its ``TYPE`` and turns
+    list arguments into tuples so that messages stay immutable."""
+
+    TYPE: ClassVar[MessageType]
+    LAYOUTS: ClassVar[dict]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        REGISTRY[cls.TYPE] = cls
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, list):
+                object.__setattr__(self, field.name, tuple(value))
+
+    @classmethod
+    def latest_version(cls):
+        return max(cls.LAYOUTS)
+
+
+@dataclass(frozen=True)
+class ClusterMetadataRequest(Message):
+    """Anyone to any server: who is the coordinator, and where are the
+    servers and brokers."""
+
+    TYPE = MessageType.CLUSTER_METADATA_REQUEST
+    LAYOUTS = {0: Struct(), 1: Struct()}
+
+
+@dataclass(frozen=True)
+class ClusterMetadataResponse(Message):
+    """``servers`` are coordinator-protocol endpoints (version 0's broker
+    list, which the seed's consumer searches for the coordinator's id);
+    ``brokers`` are the data brokers. coordinator_id -1: none elected."""
+
+    TYPE = MessageType.CLUSTER_METADATA_RESPONSE
+    error_code: int = ErrorCode.NONE
+    coordinator_id: int = -1
+    coordinator_epoch: int = -1
+    servers: tuple = ()
+    brokers: tuple = ()
+    LAYOUTS = {
+        0: Struct("error_code" / ErrorCodeField,
+                  "coordinator_id" / Int16,
+                  "servers" / Array16(ENDPOINT)),
+        1: Struct("error_code" / ErrorCodeField,
+                  "coordinator_id" / Int32,
+                  "coordinator_epoch" / Int32,
+                  "servers" / Array32(ENDPOINT),
+                  "brokers" / Array32(ENDPOINT)),
+    }
+
+
+@dataclass(frozen=True)
+class RegisterConsumerRequest(Message):
+    """Consumer to coordinator, once per connection. The subscription is
+    ``topics`` (named topics) and/or ``pattern`` (a regex, "" for none);
+    version 0 carries it as Kafka 0.8's topic_count JSON, so it can hold one
+    or the other. ``assignment_strategies`` are in order of preference."""
+
+    TYPE = MessageType.REGISTER_CONSUMER_REQUEST
+    group_id: str
+    consumer_id: str
+    topics: tuple = ()
+    pattern: str = ""
+    auto_commit: bool = True
+    auto_offset_reset: str = "largest"
+    session_timeout_ms: int = 30000
+    max_poll_interval_ms: int = 300000
+    is_static: bool = False
+    assignment_strategies: tuple = ("range",)
+    LAYOUTS = {
+        0: Struct("group_id" / String,
+                  "consumer_id" / String,
+                  "topic_count" / Rebuild(
+                      String, lambda ctx: topic_count(ctx.topics, ctx.pattern)),
+                  "topics" / Computed(
+                      lambda ctx: parse_topic_count(ctx.topic_count)[0]),
+                  "pattern" / Computed(
+                      lambda ctx: parse_topic_count(ctx.topic_count)[1]),
+                  "auto_commit" / Bool,
+                  "auto_offset_reset" / String,
+                  "session_timeout_ms" / Int32),
+        1: Struct("group_id" / String,
+                  "consumer_id" / String,
+                  "topics" / Array32(String),
+                  "pattern" / String,
+                  "auto_commit" / Bool,
+                  "auto_offset_reset" / String,
+                  "session_timeout_ms" / Int32,
+                  "max_poll_interval_ms" / Int32,
+                  "is_static" / Bool,
+                  "assignment_strategies" / Array32(String)),
+    }
+
+
+@dataclass(frozen=True)
+class RegisterConsumerResponse(Message):
+    TYPE = MessageType.REGISTER_CONSUMER_RESPONSE
+    error_code: int = ErrorCode.NONE
+    error_message: str = ""
+    coordinator_epoch: int = -1
+    LAYOUTS = {
+        0: Struct("error_code" / ErrorCodeField),
+        1: Struct("error_code" / ErrorCodeField,
+                  "error_message" / String,
+                  "coordinator_epoch" / Int32),
+    }
+
+
+@dataclass(frozen=True)
+class PingRequest(Message):
+    """Coordinator to consumer: are you alive? ``num_retries`` counts the
+    pings sent since the last answer."""
+
+    TYPE = MessageType.PING_REQUEST
+    num_retries: int = 0
+    coordinator_epoch: int = -1
+    generation: int = -1
+    LAYOUTS = {
+        0: Struct("num_retries" / Int16),
+        1: Struct("num_retries" / Int16,
+                  "coordinator_epoch" / Int32,
+                  "generation" / Int32),
+    }
+
+
+@dataclass(frozen=True)
+class PingResponse(Message):
+    """``offsets`` is None without auto-commit, else the next offset to
+    consume for each partition the consumer owns. ``last_poll_ms_ago``: time
+    since the application last polled, -1 if it never has."""
+
+    TYPE = MessageType.PING_RESPONSE
+    error_code: int = ErrorCode.NONE
+    offsets: tuple | None = None
+    last_poll_ms_ago: int = -1
+    LAYOUTS = {
+        0: Struct("error_code" / Implied(ErrorCode.NONE),
+                  "offsets" / OptionalTail(Array16(TPO_V0))),
+        1: Struct("error_code" / ErrorCodeField,
+                  "has_offsets" / Rebuild(Bool, this.offsets != None),  # noqa: E711
+                  "offsets" / If(this.has_offsets, Array32(TPO)),
+                  "last_poll_ms_ago" / Int32),
+    }
+
+
+@dataclass(frozen=True)
+class StopRequest(Message):
+    """Coordinator to consumer: stop fetching. ``revoke_all`` stops every
+    partition (version 0's only meaning); otherwise only ``partitions``."""
+
+    TYPE = MessageType.STOP_REQUEST
+    coordinator_epoch: int = -1
+    generation: int = -1
+    revoke_all: bool = True
+    partitions: tuple = ()
+    LAYOUTS = {
+        0: Struct("revoke_all" / Implied(True),
+                  "partitions" / Implied(())),
+        1: Struct("coordinator_epoch" / Int32,
+                  "generation" / Int32,
+                  "revoke_all" / Bool,
+                  "partitions" / Array32(TP)),
+    }
+
+
+@dataclass(frozen=True)
+class StopResponse(Message):
+    """Consumer to coordinator: stopped; ``offsets`` are the next offsets to
+    consume of the revoked partitions."""
+
+    TYPE = MessageType.STOP_RESPONSE
+    error_code: int = ErrorCode.NONE
+    coordinator_epoch: int = -1
+    generation: int = -1
+    offsets: tuple = ()
+    LAYOUTS = {
+        1: Struct("error_code" / ErrorCodeField,
+                  "coordinator_epoch" / Int32,
+                  "generation" / Int32,
+                  "offsets" / Array32(TPO)),
+    }
+
+
+@dataclass(frozen=True)
+class StartRequest(Message):
+    """Coordinator to consumer: fetch these partitions from these offsets.
+    ``partitions`` is the member's whole assignment after the change."""
+
+    TYPE = MessageType.START_REQUEST
+    coordinator_epoch: int = -1
+    generation: int = -1
+    strategy: str = ""
+    partitions: tuple = ()
+    LAYOUTS = {
+        0: Struct("partitions" / Array16(TPO_V0)),
+        1: Struct("coordinator_epoch" / Int32,
+                  "generation" / Int32,
+                  "strategy" / String,
+                  "partitions" / Array32(TPO)),
+    }
+
+
+@dataclass(frozen=True)
+class RestartFetcherResponse(Message):
+    """Consumer to coordinator: the Start is done (or failed)."""
+
+    TYPE = MessageType.RESTART_FETCHER_RESPONSE
+    error_code: int = ErrorCode.NONE
+    coordinator_epoch: int = -1
+    generation: int = -1
+    LAYOUTS = {
+        0: Struct("error_code" / ErrorCodeField),
+        1: Struct("error_code" / ErrorCodeField,
+                  "coordinator_epoch" / Int32,
+                  "generation" / Int32),
+    }
+
+
+@dataclass(frozen=True)
+class ErrorResponse(Message):
+    """Sent by either side, with the offending frame's correlation id when it
+    was readable (else 0), just before it closes the connection."""
+
+    TYPE = MessageType.ERROR_RESPONSE
+    error_code: int = ErrorCode.UNKNOWN
+    message: str = ""
+    LAYOUTS = {
+        1: Struct("error_code" / ErrorCodeField, "message" / String),
+    }
+
+
+# The response that answers each request, in the request's version.
+RESPONSES = {
+    ClusterMetadataRequest: ClusterMetadataResponse,
+    RegisterConsumerRequest: RegisterConsumerResponse,
+    PingRequest: PingResponse,
+    StopRequest: StopResponse,
+    StartRequest: RestartFetcherResponse,
+}
