@@ -13,7 +13,6 @@ setup(
         "kazoo==2.11.0",
         "gevent>=24.2",
         "construct==2.10.70",
-        "construct-typing==0.8.1",
         "kafka-python==3.0.12",
         "confluent-kafka==2.16.1",
     ],

@@ -1,8 +1,21 @@
 """The embedded data plane: a broker that speaks the Kafka protocol, stores
-partition logs on disk and registers itself in ZooKeeper as a Kafka broker."""
+partition logs on disk and registers itself in ZooKeeper as a Kafka broker.
 
-from zkcoord.broker.config import BrokerConfig
-from zkcoord.broker.server import Broker, BrokerError
-from zkcoord.broker.zkstate import BrokerIdInUseError
+Names are imported lazily so that ``zkcoord.broker.cli`` can be imported (to
+add its subcommand) before the process has done gevent's monkey patching.
+"""
 
 __all__ = ["Broker", "BrokerConfig", "BrokerError", "BrokerIdInUseError"]
+
+
+def __getattr__(name):
+    if name == "BrokerConfig":
+        from zkcoord.broker.config import BrokerConfig
+        return BrokerConfig
+    if name in ("Broker", "BrokerError"):
+        from zkcoord.broker import server
+        return getattr(server, name)
+    if name == "BrokerIdInUseError":
+        from zkcoord.broker.zkstate import BrokerIdInUseError
+        return BrokerIdInUseError
+    raise AttributeError(name)

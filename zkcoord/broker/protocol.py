@@ -14,7 +14,9 @@ import os
 from typing import NamedTuple, Optional, Union
 
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.metadata import (
+    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
+)
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.protocol.schemas.fields.codecs import Int16, Int32, UnsignedVarInt32
 
@@ -41,6 +43,7 @@ API_KEY_LIST_OFFSETS = ListOffsetsRequest.API_KEY
 API_KEY_METADATA = MetadataRequest.API_KEY
 API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
 API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
+API_KEY_FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 
 SUPPORTED: dict[int, SupportedApi] = {
     API_KEY_PRODUCE: SupportedApi(ProduceRequest, 3, 11),
@@ -49,6 +52,10 @@ SUPPORTED: dict[int, SupportedApi] = {
     API_KEY_METADATA: SupportedApi(MetadataRequest, 0, 12),
     API_KEY_API_VERSIONS: SupportedApi(ApiVersionsRequest, 0, 3),
     API_KEY_INIT_PRODUCER_ID: SupportedApi(InitProducerIdRequest, 0, 4),
+    # Consumer groups are coordinated by zkcoord, not over the Kafka protocol:
+    # FindCoordinator always answers COORDINATOR_NOT_AVAILABLE. It is offered
+    # because librdkafka enables LZ4 only for brokers that list it.
+    API_KEY_FIND_COORDINATOR: SupportedApi(FindCoordinatorRequest, 0, 3),
 }
 
 

@@ -237,6 +237,8 @@ class Broker:
             response = self.handlers.list_offsets(request)
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request)
+        elif key == protocol.API_KEY_FIND_COORDINATOR:
+            response = self.handlers.find_coordinator(request)
         else:
             response = self.handlers.api_versions(request)
         return protocol.encode_response(response, correlation_id)

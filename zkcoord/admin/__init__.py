@@ -1,0 +1,1 @@
+"""Administration commands that act on ZooKeeper directly (topics)."""

@@ -1,0 +1,219 @@
+"""Topic administration in Kafka's ZooKeeper layout: create, list, describe,
+add partitions. Partitions are spread round robin over the live brokers with
+one replica each. The planning (which partition goes where) is pure; the
+commands read and write ZooKeeper through ``zkcoord.zk.layout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Mapping, Sequence
+
+from zkcoord.errors import ZkcoordError
+from zkcoord.zk import layout
+
+MAX_PARTITIONS = 2**31 - 1
+
+
+class TopicAdminError(ZkcoordError):
+    """A topic command cannot be carried out as asked."""
+
+
+class TopicExistsError(TopicAdminError):
+    """The topic to create is already there."""
+
+
+class UnknownTopicError(TopicAdminError):
+    """The topic named does not exist."""
+
+
+class NoBrokersError(TopicAdminError):
+    """No live broker is registered to host partitions."""
+
+    retriable = True
+
+
+class TopicArgumentError(TopicAdminError, ValueError):
+    """A count or name is not acceptable (exit code 2)."""
+
+
+def plan_partitions(brokers: Sequence[int], first: int, count: int,
+                    start_index: int = 0) -> dict[int, tuple[int, ...]]:
+    """Partitions ``first .. first+count-1`` placed round robin over
+    ``brokers`` (sorted), one replica each, continuing from ``start_index``.
+
+    >>> plan_partitions([3, 1, 2], 0, 4)
+    {0: (1,), 1: (2,), 2: (3,), 3: (1,)}
+    """
+    if not brokers:
+        raise NoBrokersError("no live brokers under /brokers/ids to host partitions")
+    ordered = sorted(brokers)
+    return {first + i: (ordered[(start_index + i) % len(ordered)],) for i in range(count)}
+
+
+def check_count(value: int, what: str) -> int:
+    if not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
+        raise TopicArgumentError(f"{what} must be an integer in [1, {MAX_PARTITIONS}], got {value!r}")
+    return value
+
+
+def _live_brokers(client) -> list[int]:
+    if client.exists(layout.BROKER_IDS) is None:
+        return []
+    return sorted(int(c) for c in client.get_children(layout.BROKER_IDS) if c.isdigit())
+
+
+def create_topic(client, topic: str, partitions: int) -> dict[int, tuple[int, ...]]:
+    """Write ``/brokers/topics/<topic>``; returns the assignment written."""
+    try:
+        layout.validate_topic_name(topic)
+    except layout.LayoutError as exc:
+        raise TopicArgumentError(str(exc)) from None
+    check_count(partitions, "--partitions")
+    from kazoo.exceptions import NodeExistsError
+
+    assignment = plan_partitions(_live_brokers(client), 0, partitions)
+    client.ensure_path(layout.BROKER_TOPICS)
+    try:
+        client.create(layout.topic_path(topic), layout.encode_topic(layout.TopicAssignment(assignment)))
+    except NodeExistsError:
+        raise TopicExistsError(f"topic {topic!r} already exists") from None
+    return assignment
+
+
+def read_topic(client, topic: str):
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        layout.validate_topic_name(topic)
+    except layout.LayoutError as exc:
+        raise TopicArgumentError(str(exc)) from None
+    try:
+        data, stat = client.get(layout.topic_path(topic))
+    except NoNodeError:
+        raise UnknownTopicError(f"topic {topic!r} does not exist") from None
+    return layout.decode_topic(topic, data), stat
+
+
+def add_partitions(client, topic: str, total: int) -> dict[int, tuple[int, ...]]:
+    """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic).
+    The write is conditional on the node's version, so concurrent changes fail
+    instead of being lost."""
+    check_count(total, "--partitions")
+    assignment, stat = read_topic(client, topic)
+    current = len(assignment.partitions)
+    if total <= current:
+        raise TopicArgumentError(
+            f"topic {topic!r} has {current} partitions; the new count must be larger, got {total}")
+    added = plan_partitions(_live_brokers(client), current, total - current, start_index=current)
+    merged = {**assignment.partitions, **added}
+    updated = layout.TopicAssignment(merged, assignment.version, assignment.topic_id)
+    client.set(layout.topic_path(topic), layout.encode_topic(updated), version=stat.version)
+    return added
+
+
+def list_topics(client) -> list[str]:
+    if client.exists(layout.BROKER_TOPICS) is None:
+        return []
+    return sorted(client.get_children(layout.BROKER_TOPICS))
+
+
+def describe_topic(client, topic: str) -> list[str]:
+    """Lines as ``kafka-topics --describe`` prints them."""
+    from kazoo.exceptions import NoNodeError
+
+    assignment, _ = read_topic(client, topic)
+    lines = [f"Topic: {topic}\tPartitionCount: {len(assignment.partitions)}\t"
+             f"ReplicationFactor: {max((len(r) for r in assignment.partitions.values()), default=0)}"]
+    for index, replicas in sorted(assignment.partitions.items()):
+        leader, isr = "none", ""
+        try:
+            data, _ = client.get(layout.partition_state_path(topic, index))
+            state = layout.decode_partition_state(data)
+            leader, isr = str(state.leader), ",".join(map(str, state.isr))
+        except NoNodeError:
+            pass
+        lines.append(f"\tTopic: {topic}\tPartition: {index}\tLeader: {leader}\t"
+                     f"Replicas: {','.join(map(str, replicas))}\tIsr: {isr}")
+    return lines
+
+
+def format_assignment(assignment: Mapping[int, tuple[int, ...]]) -> str:
+    return ", ".join(f"{p}->{','.join(map(str, r))}" for p, r in sorted(assignment.items()))
+
+
+# -- command line -------------------------------------------------------------
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("topics", help="create, list, describe topics in ZooKeeper")
+    actions = parser.add_subparsers(dest="topics_action", metavar="ACTION")
+    actions.required = True
+
+    def common(name, help_text):
+        sub = actions.add_parser(name, help=help_text)
+        sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+        sub.set_defaults(func=run)
+        return sub
+
+    create = common("create", "create a topic")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, required=True)
+    create.add_argument("--replication-factor", type=int, default=1,
+                        help="only 1 is supported")
+    common("list", "list topics")
+    describe = common("describe", "show a topic's partitions")
+    describe.add_argument("--topic", required=True)
+    grow = common("add-partitions", "grow a topic to a new partition count")
+    grow.add_argument("--topic", required=True)
+    grow.add_argument("--partitions", type=int, required=True, help="the new total")
+    return parser
+
+
+def run(args) -> int:
+    from kazoo.client import KazooClient
+
+    if getattr(args, "replication_factor", 1) != 1:
+        print("zkcoord topics: only --replication-factor 1 is supported", file=sys.stderr)
+        return 2
+    client = KazooClient(hosts=args.zookeeper)
+    try:
+        client.start(timeout=15)
+    except Exception as exc:
+        print(f"zkcoord topics: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        action = args.topics_action
+        if action == "create":
+            assignment = create_topic(client, args.topic, args.partitions)
+            print(f"Created topic {args.topic} ({format_assignment(assignment)})")
+        elif action == "list":
+            for topic in list_topics(client):
+                print(topic)
+        elif action == "describe":
+            print("\n".join(describe_topic(client, args.topic)))
+        elif action == "add-partitions":
+            added = add_partitions(client, args.topic, args.partitions)
+            print(f"Added partitions to {args.topic} ({format_assignment(added)})")
+        return 0
+    except (TopicArgumentError, TopicExistsError, UnknownTopicError) as exc:
+        print(f"zkcoord topics: {exc}", file=sys.stderr)
+        return 2
+    except ZkcoordError as exc:
+        print(f"zkcoord topics: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.stop()
+        client.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="zkcoord")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

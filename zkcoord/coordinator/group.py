@@ -1,0 +1,103 @@
+"""A consumer group as the coordinator holds it: members, generation and phase.
+
+Pure state, no I/O. The phase is an explicit state machine; every change goes
+through :meth:`Group.transition`, which refuses moves the design does not have.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from zkcoord.coordinator.planner import Subscription
+from zkcoord.errors import ZkcoordError
+
+TopicPartition = tuple[str, int]
+
+
+class IllegalTransition(ZkcoordError):
+    """A group was asked to move between phases that do not connect."""
+
+
+class GroupPhase(enum.Enum):
+    """EMPTY: no members; nothing runs.
+    STABLE: every member runs its assignment of the current generation.
+    REBALANCING: a rebalance is stopping and starting members.
+    FAILED: the last rebalance gave up after its retries; any change to the
+    group (a member, a topic, a partition) tries again."""
+
+    EMPTY = "empty"
+    STABLE = "stable"
+    REBALANCING = "rebalancing"
+    FAILED = "failed"
+
+
+_ALLOWED = {
+    GroupPhase.EMPTY: {GroupPhase.REBALANCING, GroupPhase.EMPTY},
+    GroupPhase.STABLE: {GroupPhase.REBALANCING, GroupPhase.EMPTY},
+    GroupPhase.REBALANCING: {GroupPhase.STABLE, GroupPhase.FAILED, GroupPhase.EMPTY, GroupPhase.REBALANCING},
+    GroupPhase.FAILED: {GroupPhase.REBALANCING, GroupPhase.EMPTY},
+}
+
+
+@dataclass(eq=False)
+class Member:
+    """One registered consumer. ``running`` is what it fetches per our last
+    Start (empty after a Stop); ``connection`` is the runtime's handle."""
+
+    member_id: str
+    group: str
+    subscription: Subscription
+    session_timeout_ms: int
+    max_poll_interval_ms: int
+    auto_commit: bool
+    auto_offset_reset: str
+    is_static: bool
+    strategies: tuple[str, ...]
+    connection: Any = None
+    running: frozenset[TopicPartition] = frozenset()
+    last_heard: float = 0.0
+
+    @property
+    def session_timeout(self) -> float:
+        return self.session_timeout_ms / 1000.0
+
+
+@dataclass(eq=False)
+class Group:
+    name: str
+    members: dict[str, Member] = field(default_factory=dict)
+    generation: int = 0
+    strategy: str = "range"
+    phase: GroupPhase = GroupPhase.EMPTY
+    rebalance_pending: bool = False  # seed 001's rebalance bit
+    failures: int = 0
+    last_error: Optional[str] = None
+    # After a failover: members of the last persisted generation that have not
+    # come back, and until when their partitions stay fenced off.
+    awaiting: frozenset[str] = frozenset()
+    fenced_until: float = 0.0
+
+    def transition(self, phase: GroupPhase) -> None:
+        if phase not in _ALLOWED[self.phase]:
+            raise IllegalTransition(f"group {self.name}: {self.phase.value} -> {phase.value} is not allowed")
+        self.phase = phase
+
+    def subscriptions(self) -> dict[str, Subscription]:
+        return {m.member_id: m.subscription for m in self.members.values()}
+
+    def interested_in(self, topic: str) -> bool:
+        return any(m.subscription.matches(topic) for m in self.members.values())
+
+    def running(self) -> dict[str, frozenset[TopicPartition]]:
+        return {m.member_id: m.running for m in self.members.values()}
+
+    def owner_of(self, tp: TopicPartition) -> Optional[Member]:
+        for member in self.members.values():
+            if tp in member.running:
+                return member
+        return None
+
+    def describe(self) -> str:
+        return f"[group {self.name} gen {self.generation}]"

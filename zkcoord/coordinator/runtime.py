@@ -1,0 +1,595 @@
+"""The elected coordinator at work (seed 001, sections 3 to 7), on gevent.
+
+It owns the groups and their members, the rebalance queues and handlers, the
+ping scheduler with its expiry watch, and the offset flusher. Decisions come
+from the pure modules (planner, schedule, group); ZooKeeper I/O goes through
+:class:`~zkcoord.coordinator.store.CoordinatorStore`, whose writes are fenced
+by this coordinator's epoch.
+
+Safety beyond the seed:
+- every pushed request carries the coordinator epoch and the group generation;
+- while the ZooKeeper connection is suspended the coordinator pings nobody
+  (so members' leases run out), starts nobody and writes nothing;
+- after a failover, partitions whose last holder has not come back stay
+  fenced until that holder's lease (its session timeout) has surely run out.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import gevent
+import gevent.event
+import gevent.lock
+import gevent.queue
+
+from zkcoord import wire
+from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.coordinator.group import Group, GroupPhase, Member
+from zkcoord.coordinator.planner import Subscription, owners_of, rebalance_reason, target_assignment
+from zkcoord.coordinator.schedule import PingSchedule
+from zkcoord.coordinator.store import CoordinatorStore, Deposed
+from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.zk import layout
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+OFFSET_RESETS = ("smallest", "largest")
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """The coordinator's knobs (seed 001 section 2), validated on creation."""
+
+    min_session_timeout_ms: int = 1000
+    max_session_timeout_ms: int = 60_000
+    rebalance_queues: int = 4
+    max_rebalance_retries: int = 4
+    rebalance_backoff_ms: int = 500
+    rebalance_timeout_ms: int = 10_000  # wait for every Stop and Start answer
+    offset_flush_interval_ms: int = 1000
+    lease_margin_ms: int = 200  # slack for a request in flight when a member is expired
+
+    def __post_init__(self) -> None:
+        positive = (
+            "min_session_timeout_ms", "max_session_timeout_ms", "rebalance_queues",
+            "rebalance_timeout_ms", "offset_flush_interval_ms",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        for name in ("max_rebalance_retries", "rebalance_backoff_ms", "lease_margin_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
+        if self.min_session_timeout_ms > self.max_session_timeout_ms:
+            raise ConfigError("min_session_timeout_ms exceeds max_session_timeout_ms")
+
+
+class RebalanceAborted(ZkcoordError):
+    """A rebalance could not finish (a member did not answer, the coordinator lost ZooKeeper)."""
+
+    retriable = True
+
+
+class MemberLink:
+    """The coordinator's end of one member's connection.
+
+    At most one request is outstanding at a time: the lock is seed 001's
+    "channel held by the processor". Answers are matched by correlation id.
+    """
+
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.lock = gevent.lock.Semaphore()
+        self._waiting: dict[int, gevent.event.AsyncResult] = {}
+
+    def call(self, message: wire.Message, timeout: float) -> wire.Message:
+        """Send a request and wait for its answer; the caller holds ``lock``."""
+        waiter = gevent.event.AsyncResult()
+        correlation_id = self.channel.next_correlation_id()
+        self._waiting[correlation_id] = waiter
+        try:
+            self.channel.send(message, correlation_id)
+            return waiter.get(timeout=timeout)
+        except gevent.Timeout:
+            raise RebalanceAborted(f"no answer from {self.channel.peer} within {timeout:.1f}s") from None
+        finally:
+            self._waiting.pop(correlation_id, None)
+
+    def deliver(self, frame: wire.Frame) -> bool:
+        waiter = self._waiting.get(frame.correlation_id)
+        if waiter is None:
+            return False
+        waiter.set(frame.message)
+        return True
+
+    def fail_all(self, error: Exception) -> None:
+        for waiter in list(self._waiting.values()):
+            waiter.set_exception(error)
+
+
+class Coordinator:
+    def __init__(
+        self,
+        store: CoordinatorStore,
+        config: CoordinatorConfig,
+        epoch: int,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.store = store
+        self.config = config
+        self.epoch = epoch
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.partitions: dict[str, int] = {}  # topic -> partition count
+        self.schedule = PingSchedule()
+        self.pending_offsets: dict[str, dict[TopicPartition, int]] = {}
+        self.committed: dict[str, dict[TopicPartition, int]] = {}
+        self.active = True  # False while ZooKeeper is suspended
+        self.deposed = False
+        self.started_at = clock()
+        self._queues = [gevent.queue.Queue() for _ in range(config.rebalance_queues)]
+        self._greenlets: list[gevent.Greenlet] = []
+        self._topic_watches: set[str] = set()
+        self.rebalances_done = 0
+
+    # -- startup (seed section 3) -------------------------------------------------------
+
+    def start(self) -> None:
+        self._load_persisted_groups()
+        self._watch_topics()
+        for index, queue in enumerate(self._queues):
+            self._greenlets.append(gevent.spawn(self._rebalance_handler, queue))
+        self._greenlets.append(gevent.spawn(self._ping_loop))
+        self._greenlets.append(gevent.spawn(self._flush_loop))
+        log.info("coordinator epoch %d started", self.epoch)
+
+    def _load_persisted_groups(self) -> None:
+        """Groups a predecessor left in ZooKeeper: their generation continues,
+        and their members' partitions stay fenced until those members come
+        back or their lease has run out."""
+        now = self.clock()
+        for name in self.store.groups_with_state():
+            state = self.store.group_state(name)
+            if state is None:
+                continue
+            group = self._group(name)
+            group.generation = state.generation
+            group.strategy = state.strategy
+            group.awaiting = frozenset(m for m, tps in state.assignment.items() if tps)
+            group.fenced_until = now + (state.lease_ms + self.config.lease_margin_ms) / 1000.0
+            log.info("%s resumed; awaiting %d member(s) for up to %d ms",
+                     group.describe(), len(group.awaiting), state.lease_ms)
+
+    def _watch_topics(self) -> None:
+        zk = self.store.zk
+        zk.ensure_path(layout.BROKER_TOPICS)
+
+        def on_topics(children):  # TopicChangeListener
+            if self.deposed:
+                return False
+            for topic in children:
+                if topic not in self._topic_watches:
+                    self._topic_watches.add(topic)
+                    zk.DataWatch(layout.topic_path(topic), self._partition_watch(topic))
+            return True
+
+        zk.ChildrenWatch(layout.BROKER_TOPICS, on_topics)
+
+    def _partition_watch(self, topic: str):
+        def on_change(data, stat):  # TopicPartitionChangeListener
+            if self.deposed:
+                return False
+            count = self.store.partition_count(topic) if data is not None else 0
+            if self.partitions.get(topic) != count:
+                self.partitions[topic] = count
+                log.info("topic %s has %d partition(s)", topic, count)
+                for group in list(self.groups.values()):
+                    if group.interested_in(topic):
+                        self.request_rebalance(group, f"topic {topic} now has {count} partition(s)")
+            return True
+
+        return on_change
+
+    def stop(self) -> None:
+        """Step down: flush what can be flushed, drop every member, stop every loop."""
+        if not self.deposed and self.active:
+            try:
+                self._flush_offsets()
+            except ZkcoordError as exc:
+                log.warning("final offset flush failed: %s", exc)
+        self.deposed = True
+        for group in self.groups.values():
+            for member in list(group.members.values()):
+                member.connection.channel.close()
+        gevent.killall(self._greenlets, block=False)
+
+    # -- registration (seed section 5) ------------------------------------------------------
+
+    def validate(self, request: wire.RegisterConsumerRequest) -> None:
+        """Registration checks; raises the wire error to send back."""
+        try:
+            layout.validate_group_id(request.group_id)
+            layout.group_path(request.group_id)
+        except layout.LayoutError as exc:
+            raise wire.InvalidRegistration(str(exc)) from None
+        if not request.consumer_id or "/" in request.consumer_id:
+            raise wire.InvalidRegistration(f"invalid consumer id {request.consumer_id!r}")
+        if not request.topics and not request.pattern:
+            raise wire.InvalidRegistration("the subscription names no topic and no pattern")
+        for topic in request.topics:
+            try:
+                layout.validate_topic_name(topic)
+            except layout.LayoutError as exc:
+                raise wire.InvalidRegistration(str(exc)) from None
+        if request.pattern:
+            try:
+                re.compile(request.pattern)
+            except re.error as exc:
+                raise wire.InvalidRegistration(f"bad pattern {request.pattern!r}: {exc}") from None
+        if request.auto_offset_reset not in OFFSET_RESETS:
+            raise wire.InvalidRegistration(
+                f"auto_offset_reset must be one of {OFFSET_RESETS}, not {request.auto_offset_reset!r}"
+            )
+        if request.session_timeout_ms < self.config.min_session_timeout_ms:
+            raise wire.SessionTimeoutTooLow(
+                f"session timeout {request.session_timeout_ms} ms is below the minimum "
+                f"{self.config.min_session_timeout_ms} ms"
+            )
+        if request.session_timeout_ms > self.config.max_session_timeout_ms:
+            raise wire.InvalidRegistration(
+                f"session timeout {request.session_timeout_ms} ms exceeds the maximum "
+                f"{self.config.max_session_timeout_ms} ms"
+            )
+        if "range" not in request.assignment_strategies:
+            raise wire.NoCommonStrategy(
+                f"strategies {list(request.assignment_strategies)} share none with this coordinator's ['range']"
+            )
+        group = self.groups.get(request.group_id)
+        if group is not None and request.consumer_id in group.members:
+            raise wire.ConsumerIdInUse(
+                f"consumer id {request.consumer_id} is already registered in group {request.group_id}"
+            )
+        if not self.active or self.deposed:
+            raise wire.CoordinatorNotAvailable("the coordinator is not connected to ZooKeeper")
+
+    def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int) -> None:
+        """Register the consumer behind ``channel``, then read its answers until it goes."""
+        try:
+            self.validate(request)
+        except wire.WireError as exc:
+            log.info("refused consumer %s of group %s: %s", request.consumer_id, request.group_id, exc)
+            channel.send(
+                wire.RegisterConsumerResponse(error_code=exc.code, error_message=str(exc),
+                                              coordinator_epoch=self.epoch),
+                correlation_id,
+            )
+            return
+        member = Member(
+            member_id=request.consumer_id,
+            group=request.group_id,
+            subscription=Subscription(frozenset(request.topics), request.pattern or None),
+            session_timeout_ms=request.session_timeout_ms,
+            max_poll_interval_ms=request.max_poll_interval_ms,
+            auto_commit=request.auto_commit,
+            auto_offset_reset=request.auto_offset_reset,
+            is_static=request.is_static,
+            strategies=tuple(request.assignment_strategies),
+            connection=MemberLink(channel),
+            last_heard=self.clock(),
+        )
+        group = self._group(request.group_id)
+        group.members[member.member_id] = member
+        self.schedule.add(member, member.session_timeout / 3, self.clock())
+        channel.send(wire.RegisterConsumerResponse(coordinator_epoch=self.epoch), correlation_id)
+        log.info("%s member %s registered from %s", group.describe(), member.member_id, channel.peer)
+        self.request_rebalance(group, f"member {member.member_id} joined")
+        try:
+            self._read_answers(member)
+        finally:
+            self.remove_member(member, "its connection closed")
+
+    def _read_answers(self, member: Member) -> None:
+        link: MemberLink = member.connection
+        while not self.deposed:
+            try:
+                frame = link.channel.receive()
+            except ChannelClosed:
+                return
+            except wire.WireError as exc:
+                log.warning("member %s sent a bad frame: %s", member.member_id, exc)
+                try:
+                    link.channel.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)),
+                                      exc.correlation_id or 0)
+                except ChannelClosed:
+                    pass
+                return
+            member.last_heard = self.clock()
+            if isinstance(frame.message, wire.ErrorResponse):
+                log.warning("member %s refused a request: %s", member.member_id, frame.message.message)
+                link.fail_all(wire.error_for(frame.message.error_code, frame.message.message))
+                return
+            if not link.deliver(frame):
+                log.warning("member %s sent an unsolicited %s", member.member_id, type(frame.message).__name__)
+
+    def remove_member(self, member: Member, why: str, rebalance_delay: float = 0.0) -> None:
+        """Drop a member and rebalance its group. ``rebalance_delay`` gives a
+        request still in flight to the member time to land before its
+        partitions move (used when it is expired rather than disconnected)."""
+        group = self.groups.get(member.group)
+        member.connection.fail_all(ChannelClosed(why))
+        member.connection.channel.close()
+        self.schedule.remove(member)
+        if group is None or group.members.get(member.member_id) is not member:
+            return
+        del group.members[member.member_id]
+        log.info("%s member %s removed: %s", group.describe(), member.member_id, why)
+        if rebalance_delay > 0:
+            gevent.spawn_later(rebalance_delay, self.request_rebalance, group, f"member {member.member_id} expired")
+        else:
+            self.request_rebalance(group, f"member {member.member_id} left")
+
+    def _group(self, name: str) -> Group:
+        group = self.groups.get(name)
+        if group is None:  # handleNewGroup
+            group = self.groups[name] = Group(name)
+        return group
+
+    # -- rebalancing (seed sections 6 and 7) ---------------------------------------------------
+
+    def request_rebalance(self, group: Group, why: str) -> None:
+        if self.deposed or group.rebalance_pending:
+            return
+        group.rebalance_pending = True
+        log.debug("%s rebalance requested: %s", group.describe(), why)
+        queue = self._queues[zlib.crc32(group.name.encode()) % len(self._queues)]
+        queue.put(group.name)
+
+    def _rebalance_handler(self, queue: gevent.queue.Queue) -> None:
+        while not self.deposed:
+            name = queue.get()
+            group = self.groups[name]
+            group.rebalance_pending = False  # changes from now on queue another round
+            for attempt in range(self.config.max_rebalance_retries + 1):
+                if self.deposed:
+                    return
+                try:
+                    self._rebalance(group)
+                    group.failures = 0
+                    group.last_error = None
+                    break
+                except Deposed as exc:
+                    log.error("%s deposed: %s", group.describe(), exc)
+                    self.deposed = True
+                    return
+                except (RebalanceAborted, ChannelClosed, ZkcoordError) as exc:
+                    group.failures += 1
+                    group.last_error = str(exc)
+                    log.warning("%s rebalance attempt %d failed: %s", group.describe(), attempt + 1, exc)
+                    if group.rebalance_pending:
+                        break  # membership changed meanwhile: the queued round takes over
+                    gevent.sleep(self.config.rebalance_backoff_ms / 1000.0 * (2**attempt))
+            else:
+                group.transition(GroupPhase.FAILED)
+                log.error("%s rebalance FAILED after %d attempts: %s",
+                          group.describe(), self.config.max_rebalance_retries + 1, group.last_error)
+
+    def _require_active(self) -> None:
+        if self.deposed:
+            raise Deposed("this coordinator has been deposed")
+        if not self.active:
+            raise RebalanceAborted("ZooKeeper connection suspended; issuing no Start")
+
+    def _rebalance(self, group: Group) -> None:
+        self._require_active()
+        if not group.members:
+            group.transition(GroupPhase.EMPTY)
+            self._flush_offsets(group.name)
+            return
+        subscriptions = group.subscriptions()
+        topics = {t for t in self.partitions if any(s.matches(t) for s in subscriptions.values())}
+        counts = {t: self.store.partition_count(t) for t in sorted(topics)}  # step 1.1: fresh from ZK
+        target = target_assignment(subscriptions, counts, group.strategy)
+        recorded = self.store.owners(group.name)
+        reason = rebalance_reason(target, recorded, group.running())
+        if reason is None:
+            if group.phase is not GroupPhase.STABLE:
+                group.transition(GroupPhase.REBALANCING)
+                group.transition(GroupPhase.STABLE)
+            return
+        self._wait_for_fence(group)
+        group.transition(GroupPhase.REBALANCING)
+        generation = group.generation + 1
+        started = self.clock()
+        log.info("%s rebalancing to gen %d: %s", group.describe(), generation, reason)
+
+        # Persist the new generation and who takes part, before anyone is told.
+        lease_ms = max(m.session_timeout_ms for m in group.members.values())
+        state = layout.GroupState(
+            generation, group.strategy,
+            {m: tuple(sorted(tps)) for m, tps in target.items()},
+            lease_ms=lease_ms,
+        )
+        self.store.write_group_state(group.name, state, exists=group.generation > 0 or self._has_state(group))
+        group.generation = generation
+        group.awaiting = frozenset()
+
+        members = list(group.members.values())
+        self._gather(group, members, self._stop_member)  # step 4.1
+        self._flush_offsets(group.name)  # offsets from the Stop answers, before anyone restarts
+        offsets = self._committed(group.name, {tp for tps in target.values() for tp in tps})
+        self._gather(group, members, lambda g, m: self._start_member(g, m, target.get(m.member_id, frozenset()), offsets))
+        self._require_active()
+        self.store.write_owners(group.name, owners_of(target), recorded)  # step 5
+        group.transition(GroupPhase.STABLE)
+        self.rebalances_done += 1
+        log.info("%s stable: %d member(s), %d partition(s), %.0f ms",
+                 group.describe(), len(members), sum(len(t) for t in target.values()),
+                 (self.clock() - started) * 1000)
+
+    def _has_state(self, group: Group) -> bool:
+        return self.store.zk.exists(layout.group_state_path(group.name)) is not None
+
+    def _wait_for_fence(self, group: Group) -> None:
+        """After a failover, hold the group's partitions until every member of
+        the last generation has come back or its lease has surely run out."""
+        missing = group.awaiting - set(group.members)
+        wait = group.fenced_until - self.clock()
+        if missing and wait > 0:
+            log.info("%s waiting %.1fs for the lease of %s", group.describe(), wait, sorted(missing))
+            gevent.sleep(wait)
+            self._require_active()
+
+    def _gather(self, group: Group, members: list[Member], action) -> None:
+        jobs = [gevent.spawn(action, group, member) for member in members]
+        gevent.joinall(jobs, timeout=self.config.rebalance_timeout_ms / 1000.0 + 1)
+        for job in jobs:
+            if not job.ready():
+                job.kill(block=False)
+                raise RebalanceAborted("a member did not answer in time")
+            if job.exception is not None:
+                raise job.exception
+
+    def _call(self, group: Group, member: Member, request: wire.Message) -> wire.Message:
+        link: MemberLink = member.connection
+        timeout = self.config.rebalance_timeout_ms / 1000.0
+        with link.lock:  # the channel is held: no ping goes out meanwhile
+            try:
+                answer = link.call(request, timeout)
+            except (RebalanceAborted, ChannelClosed, wire.WireError) as exc:
+                self.remove_member(member, f"no valid answer to {type(request).__name__}: {exc}")
+                raise RebalanceAborted(f"member {member.member_id}: {exc}") from None
+        member.last_heard = self.clock()
+        return answer
+
+    def _stop_member(self, group: Group, member: Member) -> None:
+        answer = self._call(group, member, wire.StopRequest(
+            coordinator_epoch=self.epoch, generation=group.generation, revoke_all=True))
+        if not isinstance(answer, wire.StopResponse) or answer.error_code != wire.ErrorCode.NONE:
+            raise RebalanceAborted(f"member {member.member_id} failed to stop: {answer}")
+        self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in answer.offsets})
+        member.running = frozenset()
+
+    def _start_member(self, group: Group, member: Member, partitions, offsets) -> None:
+        self._require_active()  # never Start while ZooKeeper is suspended
+        request = wire.StartRequest(
+            coordinator_epoch=self.epoch, generation=group.generation, strategy=group.strategy,
+            partitions=tuple(
+                wire.TopicPartitionOffset(t, p, offsets.get((t, p), -1)) for t, p in sorted(partitions)
+            ),
+        )
+        answer = self._call(group, member, request)
+        if not isinstance(answer, wire.RestartFetcherResponse) or answer.error_code != wire.ErrorCode.NONE:
+            raise RebalanceAborted(f"member {member.member_id} failed to start: {answer}")
+        member.running = frozenset(partitions)
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def _committed(self, group: str, partitions) -> dict[TopicPartition, int]:
+        known = self.committed.setdefault(group, {})
+        missing = [tp for tp in partitions if tp not in known]
+        if missing:
+            known.update(self.store.offsets(group, missing))
+        return {tp: known[tp] for tp in partitions if tp in known}
+
+    def _accept_offsets(self, group: Group, member: Member, offsets: dict[TopicPartition, int]) -> None:
+        """Take offsets a member reports, only for partitions it runs, never backwards."""
+        if not offsets:
+            return
+        committed = self._committed(group.name, offsets)
+        pending = self.pending_offsets.setdefault(group.name, {})
+        for tp, offset in offsets.items():
+            if tp not in member.running:
+                log.warning("%s member %s reported an offset for %s-%d, which it does not own; ignored",
+                            group.describe(), member.member_id, *tp)
+                continue
+            floor = max(committed.get(tp, -1), pending.get(tp, -1))
+            if offset < floor:
+                log.warning("%s member %s reported offset %d for %s-%d below committed %d; ignored",
+                            group.describe(), member.member_id, offset, tp[0], tp[1], floor)
+                continue
+            pending[tp] = offset
+
+    def _flush_offsets(self, only_group: Optional[str] = None) -> None:
+        """Write pending offsets, one fenced multi-operation per group (seed improvement 1)."""
+        for name in [only_group] if only_group else list(self.pending_offsets):
+            pending = self.pending_offsets.get(name)
+            if not pending:
+                continue
+            committed = self.committed.setdefault(name, {})
+            changed = {tp: o for tp, o in pending.items() if committed.get(tp) != o}
+            if changed:
+                existing = {tp for tp in changed if tp in committed}
+                existing |= set(self.store.offsets(name, [tp for tp in changed if tp not in committed]))
+                self.store.write_offsets(name, changed, existing)
+                committed.update(changed)
+            self.pending_offsets[name] = {}
+
+    def _flush_loop(self) -> None:
+        while not self.deposed:
+            gevent.sleep(self.config.offset_flush_interval_ms / 1000.0)
+            if not self.active:
+                continue
+            try:
+                self._flush_offsets()
+            except Deposed as exc:
+                log.error("offset flush refused, deposed: %s", exc)
+                self.deposed = True
+            except ZkcoordError as exc:
+                log.warning("offset flush failed, will retry: %s", exc)
+            except Exception:  # ZooKeeper connection errors from kazoo
+                log.exception("offset flush failed, will retry")
+
+    # -- pings (seed section 3) -----------------------------------------------------------------
+
+    def _ping_loop(self) -> None:
+        while not self.deposed:
+            now = self.clock()
+            for member in self.schedule.due(now):
+                if not self.active:
+                    continue  # suspended: let the members' leases run out
+                link: MemberLink = member.connection
+                if link.lock.acquire(blocking=False):  # 2.2: held by a rebalance -> skip
+                    gevent.spawn(self._ping, member)
+            next_due = self.schedule.next_due()
+            gevent.sleep(0.05 if next_due is None else min(max(next_due - self.clock(), 0.005), 0.25))
+
+    def _ping(self, member: Member) -> None:
+        link: MemberLink = member.connection
+        group = self.groups.get(member.group)
+        try:
+            if group is None:
+                return
+            answer = link.call(
+                wire.PingRequest(num_retries=0, coordinator_epoch=self.epoch, generation=group.generation),
+                member.session_timeout,
+            )
+        except (RebalanceAborted, ChannelClosed, wire.WireError) as exc:
+            link.lock.release()
+            self.remove_member(member, f"no answer to ping within its session timeout ({exc})",
+                               rebalance_delay=self.config.lease_margin_ms / 1000.0)
+            return
+        link.lock.release()
+        member.last_heard = self.clock()
+        if isinstance(answer, wire.PingResponse) and answer.offsets is not None and member.auto_commit:
+            self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in answer.offsets})
+
+    # -- introspection ----------------------------------------------------------------------------
+
+    def describe_groups(self) -> dict:
+        return {
+            name: {
+                "generation": g.generation,
+                "phase": g.phase.value,
+                "members": {m.member_id: sorted(m.running) for m in g.members.values()},
+                "failures": g.failures,
+                "last_error": g.last_error,
+            }
+            for name, g in sorted(self.groups.items())
+        }

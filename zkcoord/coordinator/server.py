@@ -1,0 +1,312 @@
+"""One zkcoord server: ZooKeeper session, election, the socket server, the embedded broker.
+
+Every server registers under /zkcoord/servers/<id>, answers ClusterMetadata
+from anyone and runs the elector on /consumers/coordinator (seed 001 section 3).
+The one elected claims a new coordinator epoch and runs the
+:class:`~zkcoord.coordinator.runtime.Coordinator`; the others send consumers
+that try to register to it with NOT_COORDINATOR.
+
+This module owns the ZooKeeper session: its state changes drive the
+coordinator (SUSPENDED: stop deciding; LOST: step down, and on the new
+session re-register and re-elect, seed 001's handleNewSession).
+Runs under gevent; the caller has monkey-patched the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass, field
+from typing import Optional
+
+import gevent
+import gevent.event
+import gevent.pool
+import gevent.server
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.handlers.gevent import SequentialGeventHandler
+
+from zkcoord import wire
+from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.coordinator.runtime import Coordinator, CoordinatorConfig
+from zkcoord.coordinator.store import CoordinatorStore, Deposed
+from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.zk import layout
+
+log = logging.getLogger(__name__)
+
+# How long a connection may sit without sending its first request.
+IDLE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    server_id: int
+    zookeeper: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    zk_session_timeout_ms: int = 6000
+    max_connections: int = 10_000
+    max_frame_size: int = wire.MAX_FRAME_SIZE
+    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    broker: Optional[object] = None  # a BrokerConfig to embed a broker, or None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.server_id, int) or not 0 <= self.server_id <= 2**31 - 1:
+            raise ConfigError(f"server id must be an integer in [0, 2^31-1], got {self.server_id!r}")
+        if not self.zookeeper:
+            raise ConfigError("a ZooKeeper connect string is required")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be in [0, 65535], got {self.port}")
+        if self.zk_session_timeout_ms < 500:
+            raise ConfigError("zk_session_timeout_ms must be at least 500")
+        if self.max_connections < 1 or self.max_frame_size < 1024:
+            raise ConfigError("max_connections must be positive and max_frame_size at least 1024")
+
+
+class Server:
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.zk = KazooClient(
+            hosts=config.zookeeper,
+            handler=SequentialGeventHandler(),
+            timeout=config.zk_session_timeout_ms / 1000.0,
+        )
+        self.coordinator: Optional[Coordinator] = None
+        self.broker = None
+        self._stream: Optional[gevent.server.StreamServer] = None
+        self._running = False
+        self._session_lost = False
+        self._state_changed = gevent.event.Event()
+        self._elector: Optional[gevent.Greenlet] = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._stream.server_port if self._stream else self.config.port
+
+    def start(self) -> None:
+        self._running = True
+        self.zk.add_listener(self._on_zk_state)
+        self.zk.start(timeout=30)
+        listener = socket.create_server((self.config.host, self.config.port), backlog=1024)
+        self._stream = gevent.server.StreamServer(
+            listener, self._handle, spawn=gevent.pool.Pool(self.config.max_connections)
+        )
+        self._stream.start()
+        if self.config.broker is not None:
+            from zkcoord.broker import Broker
+
+            self.broker = Broker(self.config.broker, self.zk)
+            self.broker.start()
+        self._register()
+        self._elector = gevent.spawn(self._elect_forever)
+        log.info("server %d listening on %s:%d", self.config.server_id, self.config.host, self.port)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Graceful stop: resign (flushing offsets), stop accepting, drain, close."""
+        self._running = False
+        self._state_changed.set()
+        if self._elector is not None:
+            self._elector.kill(block=False)
+        self._resign()
+        if self._stream is not None:
+            self._stream.stop(timeout=timeout)
+        if self.broker is not None:
+            self.broker.stop(timeout)
+        self.zk.stop()
+        self.zk.close()
+
+    def serve_forever(self) -> None:
+        while self._running:
+            self._state_changed.wait(1.0)
+            self._state_changed.clear()
+
+    # -- ZooKeeper session ---------------------------------------------------------------------
+
+    def _on_zk_state(self, state: str) -> None:
+        # Called from kazoo's handler: never block here, hand work to greenlets.
+        if state == KazooState.SUSPENDED:
+            if self.coordinator is not None:
+                log.warning("ZooKeeper connection suspended: coordinator stops pinging, starting and writing")
+                self.coordinator.active = False
+        elif state == KazooState.LOST:
+            self._session_lost = True
+            self.zk.handler.spawn(self._resign)
+        elif state == KazooState.CONNECTED:
+            if self._session_lost:
+                self._session_lost = False
+                self.zk.handler.spawn(self._handle_new_session)
+            elif self.coordinator is not None:
+                log.info("ZooKeeper connection back on the same session: coordinator resumes")
+                self.coordinator.active = True
+        self._state_changed.set()
+
+    def _handle_new_session(self) -> None:
+        """Seed 001's handleNewSession: state is gone; register again and re-elect."""
+        log.warning("ZooKeeper session expired and renewed: re-registering and re-electing")
+        self._register()
+        if self._elector is None or self._elector.dead:
+            self._elector = gevent.spawn(self._elect_forever)
+
+    def _register(self) -> None:
+        info = layout.ServerInfo(str(self.config.server_id), self.config.host, self.port)
+        path = layout.server_path(str(self.config.server_id))
+        try:
+            self.zk.create(path, layout.encode_server(info), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            data, stat = self.zk.get(path)
+            if stat.ephemeralOwner != self.zk.client_id[0]:
+                raise ConfigError(f"another live server already uses id {self.config.server_id}") from None
+
+    # -- election -------------------------------------------------------------------------------
+
+    def _elect_forever(self) -> None:
+        """Elect at once; otherwise watch /consumers/coordinator and try again when it goes."""
+        while self._running:
+            if self.coordinator is not None and not self.coordinator.deposed:
+                gone = gevent.event.Event()
+                if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is None:
+                    gone.set()
+                gone.wait(1.0)
+                if self.coordinator.deposed:
+                    self._resign()
+                continue
+            try:
+                self.zk.create(
+                    layout.COORDINATOR_PATH, layout.encode_coordinator(str(self.config.server_id)),
+                    ephemeral=True, makepath=True,
+                )
+            except NodeExistsError:
+                gone = gevent.event.Event()
+                if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is not None:
+                    gone.wait(5.0)  # bounded: re-check even if a watch was lost
+                continue
+            except Exception as exc:  # connection trouble: kazoo raises its own errors
+                log.warning("election attempt failed: %s", exc)
+                gevent.sleep(0.5)
+                continue
+            try:
+                self._become_coordinator()
+            except (Deposed, ZkcoordError) as exc:
+                log.error("could not take office: %s", exc)
+                self._resign()
+                gevent.sleep(0.5)
+
+    def _become_coordinator(self) -> None:
+        store = CoordinatorStore(self.zk, self.config.server_id)
+        epoch = store.claim_epoch()
+        coordinator = Coordinator(store, self.config.coordinator, epoch.number)
+        self.coordinator = coordinator
+        coordinator.start()
+        log.info("server %d is the coordinator, epoch %d", self.config.server_id, epoch.number)
+
+    def _resign(self) -> None:
+        coordinator, self.coordinator = self.coordinator, None
+        if coordinator is None:
+            return
+        coordinator.stop()
+        try:
+            data, stat = self.zk.get(layout.COORDINATOR_PATH)
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.zk.delete(layout.COORDINATOR_PATH, version=stat.version)
+        except Exception:  # gone already, or no connection: the session's end removes it
+            pass
+        log.info("server %d resigned as coordinator (epoch %d)", self.config.server_id, coordinator.epoch)
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _handle(self, sock: socket.socket, address) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        channel = Channel(sock, max_frame_size=self.config.max_frame_size)
+        try:
+            while self._running:
+                frame = channel.receive(timeout=IDLE_TIMEOUT_S)
+                if frame is None:
+                    return
+                message = frame.message
+                if isinstance(message, wire.ClusterMetadataRequest):
+                    channel.send(self.cluster_metadata(), frame.correlation_id)
+                elif isinstance(message, wire.RegisterConsumerRequest):
+                    coordinator = self.coordinator
+                    if coordinator is None or coordinator.deposed:
+                        channel.send(
+                            wire.RegisterConsumerResponse(
+                                error_code=wire.ErrorCode.NOT_COORDINATOR,
+                                error_message=f"server {self.config.server_id} is not the coordinator",
+                            ),
+                            frame.correlation_id,
+                        )
+                        return
+                    coordinator.serve_member(channel, message, frame.correlation_id)
+                    return
+                else:
+                    raise wire.IllegalState(
+                        f"{type(message).__name__} is not a request a server answers",
+                        correlation_id=frame.correlation_id,
+                    )
+        except wire.WireError as exc:
+            log.info("closing %s after a bad frame: %s", channel.peer, exc)
+            try:
+                channel.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)), exc.correlation_id or 0)
+            except ChannelClosed:
+                pass
+        except ChannelClosed:
+            pass
+        finally:
+            channel.close()
+
+    def cluster_metadata(self) -> wire.ClusterMetadataResponse:
+        try:
+            coordinator_id, epoch = self._coordinator_identity()
+            servers = self._endpoints(layout.SERVERS, self._server_endpoint)
+            brokers = self._endpoints(layout.BROKER_IDS, self._broker_endpoint)
+        except ZkcoordError as exc:
+            log.warning("cluster metadata unavailable: %s", exc)
+            return wire.ClusterMetadataResponse(error_code=wire.ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        except Exception as exc:  # no ZooKeeper connection
+            log.warning("cluster metadata unavailable: %s", exc)
+            return wire.ClusterMetadataResponse(error_code=wire.ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return wire.ClusterMetadataResponse(
+            coordinator_id=coordinator_id, coordinator_epoch=epoch, servers=servers, brokers=brokers
+        )
+
+    def _coordinator_identity(self) -> tuple[int, int]:
+        try:
+            data, _ = self.zk.get(layout.COORDINATOR_PATH)
+            coordinator_id = int(layout.decode_coordinator(data))
+        except (NoNodeError, ValueError):
+            return -1, -1
+        try:
+            data, _ = self.zk.get(layout.COORDINATOR_EPOCH_PATH)
+            return coordinator_id, layout.decode_coordinator_epoch(data)
+        except NoNodeError:
+            return coordinator_id, -1
+
+    def _endpoints(self, parent: str, decode) -> tuple:
+        try:
+            children = self.zk.get_children(parent)
+        except NoNodeError:
+            return ()
+        result = []
+        for child in sorted(children):
+            try:
+                data, _ = self.zk.get(f"{parent}/{child}")
+                result.append(decode(child, data))
+            except (NoNodeError, ValueError, layout.LayoutError):
+                continue
+        return tuple(result)
+
+    @staticmethod
+    def _server_endpoint(child: str, data: bytes) -> wire.Endpoint:
+        info = layout.decode_server(child, data)
+        return wire.Endpoint(int(info.server_id), info.host, info.port)
+
+    @staticmethod
+    def _broker_endpoint(child: str, data: bytes) -> wire.Endpoint:
+        reg = layout.decode_broker(int(child), data)
+        host, port = reg.plaintext_address()
+        return wire.Endpoint(reg.broker_id, host, port)
+
