@@ -30,9 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush-messages", type=int)
     parser.add_argument("--flush-ms", type=int)
     parser.add_argument("--max-request-bytes", type=int, default=100 * 1024 * 1024)
+    parser.add_argument("--max-connections", type=int, default=1000)
     parser.add_argument("--port-file", help="write the bound port here once serving")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start")
+    parser.add_argument("--zk-session-timeout", type=float, default=10.0,
+                        help="ZooKeeper session timeout in seconds")
+    parser.add_argument("--register-timeout-ms", type=int, default=30_000,
+                        help="how long to wait for a crashed predecessor's registration to expire")
 
 
 def run(args) -> int:
@@ -60,11 +65,13 @@ def run(args) -> int:
             advertised_host=args.advertised_host, rack=args.rack, segment_bytes=args.segment_bytes,
             retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
             retention_check_ms=args.retention_check_ms, flush_messages=args.flush_messages,
-            flush_ms=args.flush_ms, max_request_bytes=args.max_request_bytes)
+            flush_ms=args.flush_ms, max_request_bytes=args.max_request_bytes,
+            register_timeout_ms=args.register_timeout_ms, max_connections=args.max_connections)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2
-    client = KazooClient(hosts=args.zookeeper, handler=SequentialGeventHandler())
+    client = KazooClient(hosts=args.zookeeper, handler=SequentialGeventHandler(),
+                         timeout=args.zk_session_timeout)
     try:
         client.start(timeout=args.zk_timeout)
     except Exception as exc:

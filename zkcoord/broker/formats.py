@@ -42,6 +42,10 @@ class CorruptBatchError(ZkcoordError):
     """Bytes that should hold a record batch do not: short, bad magic, bad CRC."""
 
 
+class UnsupportedMagicError(CorruptBatchError):
+    """Messages in the pre-0.11 formats (magic 0 or 1), which are not stored."""
+
+
 class BatchHeader(NamedTuple):
     base_offset: int
     batch_length: int
@@ -74,14 +78,20 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & TRANSACTIONAL_FLAG)
 
 
+def _check_magic(header: BatchHeader) -> None:
+    if header.magic in (0, 1):
+        raise UnsupportedMagicError(f"message format magic {header.magic} is not supported; use magic 2")
+    if header.magic != MAGIC:
+        raise CorruptBatchError(f"record batch magic {header.magic} is not a known format")
+
+
 def parse_header(buf, pos: int = 0) -> BatchHeader:
     """The header of the batch at ``buf[pos:]``; raises CorruptBatchError if it
     cannot be a magic-2 batch that fits in ``buf``."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptBatchError("record batch shorter than its header")
     header = BatchHeader(*_HEADER.unpack_from(buf, pos))
-    if header.magic != MAGIC:
-        raise CorruptBatchError(f"record batch magic {header.magic}; only magic 2 is supported")
+    _check_magic(header)
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptBatchError(f"record batch length {header.batch_length} is too small")
     if pos + header.size > len(buf):
@@ -96,8 +106,7 @@ def parse_header_only(head) -> BatchHeader:
     if len(head) < HEADER_SIZE:
         raise CorruptBatchError("record batch shorter than its header")
     header = BatchHeader(*_HEADER.unpack_from(head, 0))
-    if header.magic != MAGIC:
-        raise CorruptBatchError(f"record batch magic {header.magic}; only magic 2 is supported")
+    _check_magic(header)
     return header
 
 

@@ -7,7 +7,7 @@ only I/O here is reading and appending the partition logs.
 from __future__ import annotations
 
 import logging
-import time
+import os
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
@@ -16,7 +16,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from zkcoord.broker import protocol
-from zkcoord.broker.formats import CorruptBatchError
+from zkcoord.broker.formats import CorruptBatchError, UnsupportedMagicError
 from zkcoord.broker.log import (
     InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
     ReadSlice, RecordTooLargeError,
@@ -32,6 +32,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 RECORD_LIST_TOO_LARGE = 18
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
@@ -43,6 +44,7 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
 _APPEND_ERRORS = (
+    (UnsupportedMagicError, UNSUPPORTED_FOR_MESSAGE_FORMAT),
     (CorruptBatchError, CORRUPT_MESSAGE),
     (RecordTooLargeError, RECORD_LIST_TOO_LARGE),
     (OutOfOrderSequenceError, OUT_OF_ORDER_SEQUENCE_NUMBER),
@@ -73,6 +75,9 @@ class ClusterView:
 
 
 class FetchOutcome(NamedTuple):
+    """A fetch answer; the caller owns (and must close) the descriptors in
+    ``slices``."""
+
     response: FetchResponse
     slices: dict[bytes, ReadSlice]
     bytes_ready: int
@@ -84,14 +89,12 @@ class Handlers:
     broker leads; ``view`` everything else it knows about the cluster."""
 
     def __init__(self, broker_id: int, view: ClusterView, logs: dict[tuple[str, int], PartitionLog],
-                 allocate_producer_id: Callable[[], int], sendfile_threshold: int,
-                 clock: Callable[[], float] = time.time):
+                 allocate_producer_id: Callable[[], int], sendfile_threshold: int):
         self.broker_id = broker_id
         self.view = view
         self.logs = logs
         self._allocate_producer_id = allocate_producer_id
         self._sendfile_threshold = sendfile_threshold
-        self._clock = clock
 
     def _missing_error(self, topic: str, partition: int) -> int:
         """Why this broker has no log for the partition."""
@@ -252,8 +255,10 @@ class Handlers:
                         total += region.length
                         budget -= region.length
                         if region.length >= self._sendfile_threshold:
+                            # Our own descriptor: retention may close the
+                            # segment's before the bytes are sent.
                             records = protocol.new_marker()
-                            slices[records] = region
+                            slices[records] = region._replace(fd=os.dup(region.fd))
                         else:
                             records = region.read()
                 has_error = has_error or error != NONE

@@ -45,8 +45,13 @@ API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
 API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
 API_KEY_FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 
+# Produce 0-2 predate record batches (magic 2). They are listed only because
+# librdkafka before 2.1 (Debian's kcat) compresses with gzip, snappy or lz4
+# only for brokers whose Produce range reaches down to version 0. Clients use
+# the newest common version; a request that does carry the old message format
+# is refused with UNSUPPORTED_FOR_MESSAGE_FORMAT.
 SUPPORTED: dict[int, SupportedApi] = {
-    API_KEY_PRODUCE: SupportedApi(ProduceRequest, 3, 11),
+    API_KEY_PRODUCE: SupportedApi(ProduceRequest, 0, 11),
     API_KEY_FETCH: SupportedApi(FetchRequest, 4, 12),
     API_KEY_LIST_OFFSETS: SupportedApi(ListOffsetsRequest, 1, 8),
     API_KEY_METADATA: SupportedApi(MetadataRequest, 0, 12),

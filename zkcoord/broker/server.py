@@ -88,7 +88,7 @@ class Broker:
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
             rack=self.config.rack)
         self._zkstate = ZkState(self.zk, registration, self._wake.set)
-        self._zkstate.register()
+        self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
         self._reconcile()
         self.zk.add_listener(self._on_zk_state)
         self._server.start()
@@ -252,7 +252,12 @@ class Broker:
             remaining = deadline - time.monotonic()
             if (outcome.bytes_ready >= max(request.min_bytes, 1) or outcome.has_error
                     or remaining <= 0 or self._stopping):
-                return protocol.encode_response(outcome.response, correlation_id, outcome.slices)
+                try:
+                    return protocol.encode_response(outcome.response, correlation_id, outcome.slices)
+                except Exception:
+                    _close_slices(outcome.slices.values())
+                    raise
+            _close_slices(outcome.slices.values())
             appended.wait(timeout=remaining)
 
 
@@ -269,11 +274,20 @@ def _recv_exact(sock, size: int) -> bytes:
 
 
 def _send_parts(sock, parts: list) -> None:
-    for part in parts:
-        if isinstance(part, FileRange):
-            _sendfile(sock, part)
-        else:
-            sock.sendall(part)
+    """Send a response; closes the descriptors of its file ranges."""
+    try:
+        for part in parts:
+            if isinstance(part, FileRange):
+                _sendfile(sock, part)
+            else:
+                sock.sendall(part)
+    finally:
+        _close_slices(part for part in parts if isinstance(part, FileRange))
+
+
+def _close_slices(regions) -> None:
+    for region in regions:
+        os.close(region.fd)
 
 
 def _sendfile(sock, part: FileRange) -> None:

@@ -10,6 +10,7 @@ a watch was being re-armed. Every byte read or written goes through
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable, NamedTuple, Optional
 
 from kazoo.client import KazooClient
@@ -50,18 +51,29 @@ class ZkState:
     def _watch(self, _event=None) -> None:
         self._wake()
 
-    def register(self) -> None:
-        """Create our ephemeral registration; BrokerIdInUseError if another
-        session holds it."""
+    def register(self, wait_s: float = 0.0) -> None:
+        """Create our ephemeral registration. If another session holds it (a
+        crashed predecessor whose session has not yet expired, or a live
+        duplicate), retry for up to ``wait_s`` seconds, then raise
+        BrokerIdInUseError."""
         self.client.ensure_path(layout.BROKER_IDS)
         self.client.ensure_path(layout.BROKER_TOPICS)
-        try:
-            self.client.create(self._path, layout.encode_broker(self.registration), ephemeral=True)
-        except NodeExistsError:
-            _, stat = self.client.get(self._path)
-            if stat.ephemeralOwner != self.client.client_id[0]:
-                raise BrokerIdInUseError(
-                    f"broker id {self.broker_id} is registered by another ZooKeeper session") from None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.client.create(self._path, layout.encode_broker(self.registration), ephemeral=True)
+                return
+            except NodeExistsError:
+                try:
+                    _, stat = self.client.get(self._path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.client.client_id[0]:
+                    return
+                if time.monotonic() >= deadline:
+                    raise BrokerIdInUseError(
+                        f"broker id {self.broker_id} is registered by another ZooKeeper session") from None
+                self.client.handler.sleep_func(0.25)
 
     def ensure_registered(self) -> None:
         """After a session loss the ephemeral node is gone: put it back."""

@@ -447,14 +447,24 @@ class Coordinator:
             self._require_active()
 
     def _gather(self, group: Group, members: list[Member], action) -> None:
-        jobs = [gevent.spawn(action, group, member) for member in members]
+        """Run ``action(group, member)`` for every member at once; raise the first failure."""
+
+        def attempt(member: Member) -> Optional[BaseException]:
+            try:
+                action(group, member)
+            except (ZkcoordError, wire.WireError) as exc:  # returned, so gevent does not print it
+                return exc
+            return None
+
+        jobs = [gevent.spawn(attempt, member) for member in members]
         gevent.joinall(jobs, timeout=self.config.rebalance_timeout_ms / 1000.0 + 1)
         for job in jobs:
             if not job.ready():
                 job.kill(block=False)
                 raise RebalanceAborted("a member did not answer in time")
-            if job.exception is not None:
-                raise job.exception
+            failure = job.exception or job.value
+            if failure is not None:
+                raise failure
 
     def _call(self, group: Group, member: Member, request: wire.Message) -> wire.Message:
         link: MemberLink = member.connection
@@ -577,7 +587,7 @@ class Coordinator:
             return
         link.lock.release()
         member.last_heard = self.clock()
-        if isinstance(answer, wire.PingResponse) and answer.offsets is not None and member.auto_commit:
+        if isinstance(answer, wire.PingResponse) and answer.offsets is not None:
             self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in answer.offsets})
 
     # -- introspection ----------------------------------------------------------------------------

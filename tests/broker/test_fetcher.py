@@ -1,0 +1,145 @@
+"""The consumers' fetcher (confluent-kafka in assign mode) against a real
+broker: explicit offsets, EARLIEST/LATEST, revocation, re-assignment, errors."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.support import wait_until
+from zkcoord.fetch.kafka_fetcher import (
+    EARLIEST, LATEST, FetchError, FetcherClosedError, KafkaFetcher, OffsetOutOfRangeError,
+    UnknownPartitionError,
+)
+from zkcoord.records import Record
+
+
+def produce(bootstrap, topic, per_partition: dict[int, int], tag: str = "v"):
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    sent = {}
+    for partition, count in per_partition.items():
+        sent[partition] = [f"{tag}-{partition}-{i}".encode() for i in range(count)]
+        for value in sent[partition]:
+            producer.produce(topic, value=value, key=b"k", partition=partition, timestamp=1_700_000_000_000)
+    assert producer.flush(20) == 0
+    return sent
+
+
+def drain(fetcher, count, timeout=20.0):
+    got: list[Record] = []
+
+    def enough():
+        got.extend(fetcher.fetch(10_000, 0.1))
+        return len(got) >= count
+    wait_until(enough, timeout=timeout, interval=0, message=f"{count} records")
+    return got
+
+
+def first_error(fetcher, timeout=15.0) -> Exception:
+    """Fetch until the fetcher raises; return what it raised."""
+    caught = []
+
+    def raised():
+        try:
+            fetcher.fetch(10, 0.2)
+        except FetchError as exc:
+            caught.append(exc)
+        return caught
+    wait_until(raised, timeout=timeout, interval=0, message="the fetcher to raise")
+    return caught[0]
+
+
+@pytest.fixture
+def topic(shared_cluster):
+    name = f"fetch-{uuid.uuid4().hex[:8]}"
+    shared_cluster.create_topic(name, 3)
+    return name
+
+
+@pytest.fixture
+def fetcher(shared_cluster):
+    f = KafkaFetcher(shared_cluster.brokers[0].bootstrap, client_id=f"t-{uuid.uuid4().hex[:6]}")
+    yield f
+    f.close()
+
+
+def test_fetch_from_explicit_offsets(shared_cluster, topic, fetcher):
+    sent = produce(shared_cluster.brokers[0].bootstrap, topic, {0: 300, 1: 200, 2: 100})
+    fetcher.assign({(topic, 0): 0, (topic, 1): 150, (topic, 2): EARLIEST})
+    assert fetcher.assignment() == {(topic, 0), (topic, 1), (topic, 2)}
+    got = drain(fetcher, 300 + 50 + 100)
+    by_partition = {p: [r for r in got if r.partition == p] for p in range(3)}
+    assert [r.value for r in by_partition[0]] == sent[0]
+    assert [r.value for r in by_partition[1]] == sent[1][150:]
+    assert [r.offset for r in by_partition[1]] == list(range(150, 200))
+    assert [r.value for r in by_partition[2]] == sent[2]
+    first = by_partition[0][0]
+    assert (first.topic, first.key, first.timestamp) == (topic, b"k", 1_700_000_000_000)
+    assert fetcher.fetch(100, 0.3) == []
+
+
+def test_latest_sees_only_new_records(shared_cluster, topic, fetcher):
+    bootstrap = shared_cluster.brokers[0].bootstrap
+    produce(bootstrap, topic, {0: 50}, tag="old")
+    fetcher.assign({(topic, 0): LATEST})
+    # give the client time to resolve LATEST before producing more
+    assert fetcher.fetch(100, 1.0) == []
+    new = produce(bootstrap, topic, {0: 20}, tag="new")
+    got = drain(fetcher, 20)
+    assert [r.value for r in got] == new[0]
+    assert got[0].offset == 50
+
+
+def test_revoke_drops_everything_of_the_partition(shared_cluster, topic, fetcher):
+    bootstrap = shared_cluster.brokers[0].bootstrap
+    produce(bootstrap, topic, {0: 5000, 1: 5000})
+    fetcher.assign({(topic, 0): 0, (topic, 1): 0})
+    first = fetcher.fetch(10, 5.0)
+    assert first
+    fetcher.revoke([(topic, 1)])
+    assert fetcher.assignment() == {(topic, 0)}
+    rest = drain(fetcher, 5000 - sum(1 for r in first if r.partition == 0))
+    assert all(r.partition == 0 for r in rest)
+    produce(bootstrap, topic, {1: 10}, tag="after")
+    assert all(r.partition == 0 for r in fetcher.fetch(10_000, 0.5))
+
+
+def test_reassign_to_a_later_offset_never_goes_back(shared_cluster, topic, fetcher):
+    produce(shared_cluster.brokers[0].bootstrap, topic, {2: 2000})
+    fetcher.assign({(topic, 2): 0})
+    head = fetcher.fetch(100, 5.0)
+    assert head and head[0].offset == 0
+    fetcher.assign({(topic, 2): 1500})
+    got = drain(fetcher, 500)
+    assert [r.offset for r in got] == list(range(1500, 2000))
+
+
+def test_out_of_range_with_reset_error(shared_cluster, topic):
+    produce(shared_cluster.brokers[0].bootstrap, topic, {0: 5})
+    f = KafkaFetcher(shared_cluster.brokers[0].bootstrap, client_id="oor",
+                     config={"auto.offset.reset": "error"})
+    try:
+        f.assign({(topic, 0): 1000})
+        assert isinstance(first_error(f), OffsetOutOfRangeError)
+    finally:
+        f.close()
+
+
+def test_unknown_partition_is_a_typed_error(shared_cluster, fetcher):
+    fetcher.assign({("no-such-topic-here", 0): 0})
+    assert isinstance(first_error(fetcher), UnknownPartitionError)
+
+
+def test_misuse(shared_cluster):
+    f = KafkaFetcher(shared_cluster.brokers[0].bootstrap, client_id="misuse")
+    with pytest.raises(FetchError):
+        f.assign({("t", 0): -7})
+    with pytest.raises(FetchError):
+        f.fetch(0, 0.1)
+    f.close()
+    with pytest.raises(FetcherClosedError):
+        f.fetch(10, 0.1)
+    with pytest.raises(FetchError):
+        KafkaFetcher("127.0.0.1:1", client_id="x", config={"no.such.setting": 1})

@@ -1,0 +1,258 @@
+"""The broker's protocol edges, over raw sockets with kafka-python's message
+classes: bad frames, unknown APIs and versions, oversized requests, unknown
+topics, corrupt batches, out-of-range fetches, long polls and large fetches.
+After each abuse the broker must still serve and the log must be intact."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from tests.broker.batches import make_batch, read_values
+from zkcoord.broker import handlers
+
+
+class Raw:
+    """A blocking Kafka-protocol connection for tests."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.correlation = 0
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(len(payload).to_bytes(4, "big") + payload)
+
+    def recv_frame(self) -> bytes:
+        size = int.from_bytes(self._exact(4), "big")
+        return self._exact(size)
+
+    def _exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed by broker")
+            buf += chunk
+        return buf
+
+    def call(self, request, response_class, version: int):
+        self.correlation += 1
+        request.API_VERSION = version
+        request.with_header(correlation_id=self.correlation, client_id="raw")
+        self.sock.sendall(request.encode(header=True, framed=True))
+        frame = self.recv_frame()
+        response = response_class.decode(frame, version=version, header=True)
+        assert response.header.correlation_id == self.correlation
+        return response
+
+    def closed_by_peer(self, timeout: float = 10.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self):
+        self.sock.close()
+
+
+def produce(raw: Raw, topic: str, partition: int, records: bytes, version: int = 9):
+    Topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+        Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=partition, records=records)])])
+    response = raw.call(request, ProduceResponse, version)
+    return response.responses[0].partition_responses[0]
+
+
+def fetch(raw: Raw, topic: str, partition: int, offset: int, version: int = 12, max_wait_ms=0,
+          min_bytes=1, max_bytes=50 << 20, partition_max_bytes=10 << 20):
+    Topic = FetchRequest.FetchTopic
+    request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                           max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                           topics=[Topic(topic=topic, partitions=[Topic.FetchPartition(
+                               partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                               last_fetched_epoch=-1, log_start_offset=-1,
+                               partition_max_bytes=partition_max_bytes)])],
+                           forgotten_topics_data=[], rack_id="")
+    response = raw.call(request, FetchResponse, version)
+    return response.responses[0].partitions[0]
+
+
+@pytest.fixture(scope="module")
+def topic(shared_cluster):
+    name = f"proto-{uuid.uuid4().hex[:8]}"
+    shared_cluster.create_topic(name, 2)
+    raw = Raw(shared_cluster.brokers[0].port)
+    for i in range(5):
+        assert produce(raw, name, 0, make_batch([b"seed-%d-%d" % (i, j) for j in range(4)])).error_code == 0
+    raw.close()
+    return name
+
+
+def expected_seed():
+    return [(4 * i + j, b"seed-%d-%d" % (i, j)) for i in range(5) for j in range(4)]
+
+
+def assert_intact(cluster, topic):
+    """The broker still serves and partition 0 still holds exactly the seed."""
+    broker = cluster.brokers[0]
+    assert broker.alive()
+    raw = Raw(broker.port)
+    part = fetch(raw, topic, 0, 0)
+    raw.close()
+    assert part.error_code == 0
+    assert read_values(part.records)[:20] == expected_seed()
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x00",                                   # shorter than a header
+    b"\xff" * 64,                              # garbage
+    (0).to_bytes(2, "big") + (99).to_bytes(2, "big") + b"\x00" * 20,   # Produce v99
+    (99).to_bytes(2, "big") + (0).to_bytes(2, "big") + b"\x00" * 20,   # unknown API key
+    (1).to_bytes(2, "big") + (12).to_bytes(2, "big") + b"\x00\x00\x00\x01" + b"\xff" * 40,  # bad body
+])
+def test_bad_frames_close_the_connection(shared_cluster, topic, payload):
+    raw = Raw(shared_cluster.brokers[0].port)
+    raw.send_frame(payload)
+    assert raw.closed_by_peer()
+    raw.close()
+    assert_intact(shared_cluster, topic)
+
+
+@pytest.mark.parametrize("size", [200 * 1024 * 1024, -5])
+def test_oversized_or_negative_size_closes_without_reading(shared_cluster, topic, size):
+    raw = Raw(shared_cluster.brokers[0].port)
+    raw.sock.sendall(size.to_bytes(4, "big", signed=True) + b"\x00" * 100)
+    assert raw.closed_by_peer()
+    raw.close()
+    assert_intact(shared_cluster, topic)
+
+
+def test_api_versions_newer_than_ours_gets_a_v0_answer(shared_cluster):
+    raw = Raw(shared_cluster.brokers[0].port)
+    # header: api key 18, version 9, correlation 77, client id "x"
+    raw.send_frame((18).to_bytes(2, "big") + (9).to_bytes(2, "big") + (77).to_bytes(4, "big")
+                   + b"\x00\x01x" + b"\x00")
+    response = ApiVersionsResponse.decode(raw.recv_frame(), version=0, header=True)
+    assert response.header.correlation_id == 77
+    assert response.error_code == 35
+    keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert keys[1] == (4, 12) and keys[18] == (0, 3)
+    # and the connection goes on: a supported version now works
+    ok = raw.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+                  ApiVersionsResponse, 3)
+    assert ok.error_code == 0
+    raw.close()
+
+
+def test_unknown_topic_everywhere(shared_cluster, topic):
+    raw = Raw(shared_cluster.brokers[0].port)
+    missing = "no-such-topic"
+    meta = raw.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=missing)],
+                                    allow_auto_topic_creation=True), MetadataResponse, 9)
+    assert meta.topics[0].error_code == handlers.UNKNOWN_TOPIC_OR_PARTITION
+    assert produce(raw, missing, 0, make_batch([b"x"])).error_code == handlers.UNKNOWN_TOPIC_OR_PARTITION
+    assert fetch(raw, missing, 0, 0).error_code == handlers.UNKNOWN_TOPIC_OR_PARTITION
+    assert produce(raw, topic, 7, make_batch([b"x"])).error_code == handlers.UNKNOWN_TOPIC_OR_PARTITION
+    raw.close()
+    assert_intact(shared_cluster, topic)
+
+
+def test_corrupt_and_old_format_batches_are_refused(shared_cluster, topic):
+    raw = Raw(shared_cluster.brokers[0].port)
+    bad = bytearray(make_batch([b"evil"]))
+    bad[-1] ^= 0x55
+    assert produce(raw, topic, 0, bytes(bad)).error_code == handlers.CORRUPT_MESSAGE
+    old = bytearray(make_batch([b"old"]))
+    old[16] = 1
+    assert produce(raw, topic, 0, bytes(old), version=2).error_code == handlers.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    assert produce(raw, topic, 0, b"\x00" * 30).error_code == handlers.CORRUPT_MESSAGE
+    raw.close()
+    assert_intact(shared_cluster, topic)
+
+
+def test_fetch_out_of_range_and_list_offsets(shared_cluster, topic):
+    raw = Raw(shared_cluster.brokers[0].port)
+    part = fetch(raw, topic, 0, 10_000)
+    assert part.error_code == handlers.OFFSET_OUT_OF_RANGE and part.high_watermark >= 20
+    at_end = fetch(raw, topic, 0, part.high_watermark)
+    assert at_end.error_code == 0 and not at_end.records
+    Topic = ListOffsetsRequest.ListOffsetsTopic
+    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[Topic(name=topic, partitions=[
+        Topic.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=t)
+        for t in (-2, -1)])])
+    response = raw.call(request, ListOffsetsResponse, 7)
+    offsets = [p.offset for p in response.topics[0].partitions]
+    assert offsets[0] == 0 and offsets[1] == part.high_watermark
+    raw.close()
+
+
+def test_init_producer_id(shared_cluster):
+    raw = Raw(shared_cluster.brokers[0].port)
+    first = raw.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000),
+                     InitProducerIdResponse, 4)
+    second = raw.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000),
+                      InitProducerIdResponse, 4)
+    assert first.error_code == second.error_code == 0
+    assert first.producer_id >= 0 and first.producer_id != second.producer_id
+    txn = raw.call(InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=1000),
+                   InitProducerIdResponse, 4)
+    assert txn.error_code == handlers.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    raw.close()
+
+
+def test_long_poll_waits_for_data_and_times_out(shared_cluster, topic):
+    raw = Raw(shared_cluster.brokers[0].port)
+    end = fetch(raw, topic, 1, 0).high_watermark
+    started = time.monotonic()
+    empty = fetch(raw, topic, 1, end, max_wait_ms=400)
+    assert not empty.records and 0.35 <= time.monotonic() - started < 5
+
+    def later():
+        time.sleep(0.3)  # the producer, not the test, is delayed
+        other = Raw(shared_cluster.brokers[0].port)
+        produce(other, topic, 1, make_batch([b"wake"]))
+        other.close()
+
+    thread = threading.Thread(target=later)
+    started = time.monotonic()
+    thread.start()
+    part = fetch(raw, topic, 1, end, max_wait_ms=10_000)
+    elapsed = time.monotonic() - started
+    thread.join()
+    assert read_values(part.records) == [(end, b"wake")]
+    assert elapsed < 5
+    raw.close()
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_large_fetch_is_byte_exact(shared_cluster, version):
+    """Large ranges go out with sendfile; the bytes must equal the segment's."""
+    name = f"big-{uuid.uuid4().hex[:8]}"
+    shared_cluster.create_topic(name, 1)
+    raw = Raw(shared_cluster.brokers[0].port)
+    values = [bytes([i % 251]) * 1000 + b"%06d" % i for i in range(600)]
+    for i in range(0, 600, 50):
+        assert produce(raw, name, 0, make_batch(values[i:i + 50])).error_code == 0
+    fds = len(os.listdir(f"/proc/{shared_cluster.brokers[0].proc.pid}/fd"))
+    part = fetch(raw, name, 0, 0, version=version)
+    for _ in range(3):
+        fetch(raw, name, 0, 0, version=version)
+    # sendfile uses its own descriptors and closes them
+    assert len(os.listdir(f"/proc/{shared_cluster.brokers[0].proc.pid}/fd")) == fds
+    segment = shared_cluster.brokers[0].data_dir / f"{name}-0" / f"{0:020d}.log"
+    assert bytes(part.records) == segment.read_bytes()
+    assert [v for _, v in read_values(part.records)] == values
+    # limits: partition_max_bytes cuts at whole batches but never below one
+    small = fetch(raw, name, 0, 120, version=version, partition_max_bytes=10)
+    got = read_values(small.records)
+    assert got[0][0] == 100 and len(got) == 50
+    raw.close()

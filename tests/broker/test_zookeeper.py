@@ -1,0 +1,205 @@
+"""The broker in ZooKeeper: its Kafka-format registration, the partitions it
+takes on as topics appear and grow, state nodes, restart recovery, and the
+topics admin commands."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from tests.broker.batches import make_batch, read_values
+from tests.broker.test_clients import confluent_read
+from tests.broker.test_protocol import Raw, fetch, produce
+from tests.support import wait_until
+from zkcoord.admin import topics as admin
+from zkcoord.zk import layout
+
+
+def test_registration_is_kafka_json_and_goes_away_on_stop(cluster, zk):
+    broker = cluster.start_broker(3, "--rack", "r1")
+    data, stat = zk.get(layout.broker_path(3))
+    assert stat.ephemeralOwner != 0
+    reg = layout.decode_broker(3, data)
+    assert (reg.host, reg.port, reg.rack) == ("127.0.0.1", broker.port, "r1")
+    raw = json.loads(data)
+    assert raw["endpoints"] == [f"PLAINTEXT://127.0.0.1:{broker.port}"]
+    assert raw["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+    assert broker.stop() == 0
+    assert zk.exists(layout.broker_path(3)) is None
+
+
+def test_duplicate_broker_id_is_refused(cluster):
+    cluster.start_broker(1)
+    with pytest.raises(AssertionError, match="registered by another"):
+        cluster.start_broker(1, "--register-timeout-ms", "500")
+    assert cluster.brokers[0].alive()
+
+
+def test_partitions_follow_topic_changes(cluster, zk):
+    b0 = cluster.start_broker(0)
+    b1 = cluster.start_broker(1)
+    assignment = admin.create_topic(zk, "grow", 4)
+    assert assignment == {0: (0,), 1: (1,), 2: (0,), 3: (1,)}
+    cluster.wait_led("grow", 4)
+    for p, (leader,) in assignment.items():
+        state = layout.decode_partition_state(zk.get(layout.partition_state_path("grow", p))[0])
+        assert (state.leader, state.isr) == (leader, (leader,))
+    added = admin.add_partitions(zk, "grow", 6)
+    assert set(added) == {4, 5}
+    cluster.wait_led("grow", 6)
+    # every partition is writable at its leader, and metadata from either
+    # broker sends clients to the right one
+    producer = Producer({"bootstrap.servers": b0.bootstrap, "linger.ms": 1})
+    for p in range(6):
+        producer.produce("grow", value=b"p%d" % p, partition=p)
+    assert producer.flush(20) == 0
+    for p in range(6):
+        got = confluent_read(b1.bootstrap, "grow", p, 0, 1)
+        assert got[0][2] == b"p%d" % p
+    # a broker answers NOT_LEADER for a partition it does not lead
+    raw = Raw(b0.port)
+    assert produce(raw, "grow", 1, make_batch([b"x"])).error_code == 6
+    raw.close()
+
+
+def test_restart_recovers_a_torn_tail(cluster):
+    # a short session so the killed broker's registration expires quickly
+    broker = cluster.start_broker(0, "--zk-session-timeout", "1.5")
+    cluster.create_topic("durable", 1)
+    raw = Raw(broker.port)
+    for i in range(10):
+        assert produce(raw, "durable", 0, make_batch([b"m%d" % i] * 3)).error_code == 0
+    raw.close()
+    broker.stop(signal.SIGKILL)
+    segment = broker.data_dir / "durable-0" / f"{0:020d}.log"
+    good = segment.read_bytes()
+    with open(segment, "ab") as f:
+        f.write(make_batch([b"half written"])[:25])
+    broker = cluster.start_broker(0, "--zk-session-timeout", "1.5")
+    assert segment.read_bytes() == good
+    raw = Raw(broker.port)
+    values = read_values(fetch(raw, "durable", 0, 0).records)
+    assert [v for _, v in values] == [b"m%d" % i for i in range(10) for _ in range(3)]
+    assert produce(raw, "durable", 0, make_batch([b"after"])).base_offset == 30
+    raw.close()
+
+
+def test_retention_by_size_and_fetch_below_log_start(cluster):
+    broker = cluster.start_broker(0, "--segment-bytes", "4096", "--retention-bytes", "8192",
+                                  "--retention-check-ms", "100")
+    cluster.create_topic("short", 1)
+    raw = Raw(broker.port)
+    for i in range(60):
+        assert produce(raw, "short", 0, make_batch([b"%03d" % i + b"." * 300])).error_code == 0
+
+    def start_offset():
+        part = fetch(raw, "short", 0, 0)
+        return part.log_start_offset if part.error_code == 1 else None
+    start = wait_until(start_offset, timeout=10, message="retention to delete old segments")
+    assert 0 < start < 60
+    part = fetch(raw, "short", 0, start)
+    assert [v[:3] for _, v in read_values(part.records)] == [b"%03d" % i for i in range(start, 60)]
+    raw.close()
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "zkcoord.admin.topics", "topics", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_topics_cli(cluster, zk_connect):
+    cluster.start_broker(0)
+    cluster.start_broker(1)
+    ok = run_cli("create", "--zookeeper", zk_connect, "--topic", "orders", "--partitions", "3")
+    assert ok.returncode == 0, ok.stderr
+    assert run_cli("list", "--zookeeper", zk_connect).stdout.split() == ["orders"]
+    cluster.wait_led("orders", 3)
+    described = run_cli("describe", "--zookeeper", zk_connect, "--topic", "orders").stdout
+    assert "PartitionCount: 3" in described and "Partition: 2\tLeader: 0" in described
+    assert run_cli("add-partitions", "--zookeeper", zk_connect, "--topic", "orders",
+                   "--partitions", "5").returncode == 0
+    assert len(layout.decode_topic("orders", cluster.zk.get(layout.topic_path("orders"))[0]).partitions) == 5
+    before = cluster.zk.get(layout.topic_path("orders"))[0]
+    for bad in (["create", "--topic", "orders", "--partitions", "1"],        # exists
+                ["create", "--topic", "bad name", "--partitions", "1"],      # name rules
+                ["create", "--topic", "x" * 250, "--partitions", "1"],
+                ["create", "--topic", "zero", "--partitions", "0"],
+                ["create", "--topic", "rf", "--partitions", "1", "--replication-factor", "2"],
+                ["add-partitions", "--topic", "orders", "--partitions", "2"],  # shrink
+                ["describe", "--topic", "missing"]):
+        result = run_cli(bad[0], "--zookeeper", zk_connect, *bad[1:])
+        assert result.returncode == 2, (bad, result.stderr)
+        assert result.stderr.startswith("zkcoord topics: "), result.stderr
+    assert cluster.zk.get(layout.topic_path("orders"))[0] == before
+    assert run_cli("list", "--zookeeper", zk_connect).stdout.split() == ["orders"]
+
+
+def test_create_without_brokers_fails_clearly(zk):
+    with pytest.raises(admin.NoBrokersError):
+        admin.create_topic(zk, "lonely", 2)
+    assert zk.exists(layout.topic_path("lonely")) is None
+
+
+def test_plan_partitions_round_robin():
+    assert admin.plan_partitions([5, 2], 0, 3) == {0: (2,), 1: (5,), 2: (2,)}
+    assert admin.plan_partitions([5, 2], 3, 2, start_index=3) == {3: (5,), 4: (2,)}
+
+
+def test_lost_registration_is_restored(cluster, zk):
+    broker = cluster.start_broker(4)
+    zk.delete(layout.broker_path(4))  # as after an expired session
+    wait_until(lambda: zk.exists(layout.broker_path(4)), timeout=10,
+               message="the broker to register again")
+    assert layout.decode_broker(4, zk.get(layout.broker_path(4))[0]).port == broker.port
+
+
+def test_sigterm_answers_a_waiting_fetch_and_exits(cluster):
+    broker = cluster.start_broker(0)
+    cluster.create_topic("drain", 1)
+    raw = Raw(broker.port)
+    produce(raw, "drain", 0, make_batch([b"only"]))
+    result = {}
+
+    def long_poll():
+        result["part"] = fetch(raw, "drain", 0, 1, max_wait_ms=20_000)
+
+    thread = threading.Thread(target=long_poll)
+    thread.start()
+    time.sleep(0.5)  # let the fetch reach the broker; correctness does not depend on it
+    started = time.monotonic()
+    assert broker.stop() == 0
+    thread.join(timeout=15)
+    assert time.monotonic() - started < 12
+    assert result["part"].error_code == 0 and not result["part"].records
+    raw.close()
+
+
+def test_connection_cap(cluster):
+    broker = cluster.start_broker(0, "--max-connections", "2")
+    cluster.create_topic("capped", 1)
+    first, second = Raw(broker.port), Raw(broker.port)
+    assert fetch(first, "capped", 0, 0).error_code == 0
+    assert fetch(second, "capped", 0, 0).error_code == 0
+    third = Raw(broker.port)  # the kernel accepts it; the broker does not serve it yet
+    third.sock.settimeout(1.0)
+    request = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    request.API_VERSION = 3
+    request.with_header(correlation_id=1, client_id="raw")
+    third.sock.sendall(request.encode(header=True, framed=True))
+    with pytest.raises(socket.timeout):
+        third.sock.recv(1)
+    first.close()
+    third.sock.settimeout(10)
+    frame = third.recv_frame()
+    assert ApiVersionsResponse.decode(frame, version=3, header=True).error_code == 0
+    second.close()
+    third.close()

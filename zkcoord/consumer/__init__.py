@@ -1,0 +1,1 @@
+"""The thin consumer and its group membership."""

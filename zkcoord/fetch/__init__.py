@@ -1,0 +1,1 @@
+"""The consumers' fetchers: how records get from brokers to a consumer."""

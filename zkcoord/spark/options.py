@@ -1,0 +1,176 @@
+"""The options of ``format("zkcoord")``, parsed once into one checked value.
+
+Names follow Spark's own Kafka source where the idea is the same
+(``subscribe``, ``subscribePattern``, ``startingOffsets``, ``endingOffsets``,
+``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``,
+``kafkaConsumer.pollTimeoutMs``); ``zookeeper`` replaces
+``kafka.bootstrap.servers`` because topics, partitions and brokers are found
+in ZooKeeper, and ``group`` makes a streaming query a member of a consumer
+group. Pure: no ZooKeeper, no Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional, Union
+
+from zkcoord.spark.errors import SourceOptionError
+from zkcoord.spark.offsets import PartitionOffsets, parse_offsets_json
+from zkcoord.zk import layout
+
+EARLIEST = "earliest"
+LATEST = "latest"
+COMMITTED = "committed"
+
+# A position is a policy name or explicit offsets per partition (Spark's
+# JSON: -2 means earliest, -1 latest).
+Position = Union[str, PartitionOffsets]
+
+_KNOWN = {
+    "zookeeper", "subscribe", "subscribepattern", "startingoffsets", "endingoffsets",
+    "maxoffsetspertrigger", "minpartitions", "failondataloss", "kafkaconsumer.polltimeoutms",
+    "group", "servers", "sessiontimeoutms", "handofftimeoutms",
+}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    zookeeper: str
+    topics: tuple[str, ...] = ()
+    pattern: Optional[str] = None
+    starting: Position = LATEST
+    ending: Position = LATEST
+    max_offsets_per_trigger: Optional[int] = None
+    min_partitions: Optional[int] = None
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+    group: Optional[str] = None
+    servers: tuple[str, ...] = ()  # coordinator endpoints; empty: read /zkcoord/servers
+    session_timeout_ms: int = 10_000
+    handoff_timeout_ms: int = 20_000
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Check every option and return them as one value; raise SourceOptionError."""
+    opts = {str(k).lower(): v for k, v in dict(options).items()}
+    unknown = sorted(k for k in opts if k not in _KNOWN)
+    if unknown:
+        raise SourceOptionError(f"unknown option(s) for format('zkcoord'): {', '.join(unknown)}")
+    zookeeper = (opts.get("zookeeper") or "").strip()
+    if not zookeeper:
+        raise SourceOptionError("option 'zookeeper' (the ZooKeeper connect string) is required")
+    topics, pattern = _subscription(opts)
+    group = opts.get("group")
+    if group is not None:
+        try:
+            layout.group_path(group)
+        except layout.InvalidName as exc:
+            raise SourceOptionError(f"option 'group': {exc}") from None
+    starting = _position(opts.get("startingoffsets"), "startingOffsets",
+                         default=LATEST if streaming else EARLIEST, group=group)
+    if streaming:
+        if "endingoffsets" in opts:
+            raise SourceOptionError("option 'endingOffsets' is for batch queries only")
+        ending: Position = LATEST
+    else:
+        for name in ("maxoffsetspertrigger", "sessiontimeoutms", "handofftimeoutms"):
+            if name in opts:
+                raise SourceOptionError(f"option {name!r} is for streaming queries only")
+        ending = _position(opts.get("endingoffsets"), "endingOffsets", default=LATEST, group=group)
+        if ending == EARLIEST or (isinstance(ending, dict) and _has(ending, -2)):
+            raise SourceOptionError("endingOffsets cannot be 'earliest' (or -2)")
+        if isinstance(starting, dict) and _has(starting, -1):
+            raise SourceOptionError("startingOffsets cannot use -1 (latest) in a batch query")
+        if starting == LATEST:
+            raise SourceOptionError("startingOffsets cannot be 'latest' in a batch query")
+    servers = tuple(s.strip() for s in (opts.get("servers") or "").split(",") if s.strip())
+    for entry in servers:
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise SourceOptionError(f"option 'servers': {entry!r} is not host:port")
+    return SourceOptions(
+        zookeeper=zookeeper,
+        topics=topics,
+        pattern=pattern,
+        starting=starting,
+        ending=ending,
+        max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        min_partitions=_positive(opts, "minpartitions", "minPartitions"),
+        fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
+        poll_timeout_ms=_positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
+        or 120_000,
+        group=group,
+        servers=servers,
+        session_timeout_ms=_positive(opts, "sessiontimeoutms", "sessionTimeoutMs") or 10_000,
+        handoff_timeout_ms=_positive(opts, "handofftimeoutms", "handoffTimeoutMs") or 20_000,
+    )
+
+
+def _subscription(opts: Mapping[str, str]) -> tuple[tuple[str, ...], Optional[str]]:
+    subscribe, pattern = opts.get("subscribe"), opts.get("subscribepattern")
+    if (subscribe is None) == (pattern is None):
+        raise SourceOptionError("give exactly one of the options 'subscribe' and 'subscribePattern'")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SourceOptionError(f"option 'subscribePattern': {pattern!r} is not a regex: {exc}") from None
+        return (), pattern
+    topics = tuple(sorted({t.strip() for t in subscribe.split(",") if t.strip()}))
+    if not topics:
+        raise SourceOptionError("option 'subscribe' names no topic")
+    for topic in topics:
+        try:
+            layout.validate_topic_name(topic)
+        except layout.InvalidTopicName as exc:
+            raise SourceOptionError(f"option 'subscribe': {exc}") from None
+    return topics, None
+
+
+def _position(value: Optional[str], name: str, *, default: str, group: Optional[str]) -> Position:
+    if value is None:
+        return default
+    text = value.strip()
+    if text.lower() in (EARLIEST, LATEST):
+        return text.lower()
+    if text.lower() == COMMITTED:
+        if group is None:
+            raise SourceOptionError(f"{name}='committed' needs the option 'group'")
+        return COMMITTED
+    if text.startswith("{"):
+        try:
+            return parse_offsets_json(text, allow_special=True)
+        except ValueError as exc:
+            raise SourceOptionError(f"option {name!r}: {exc}") from None
+    raise SourceOptionError(f"option {name!r} must be 'earliest', 'latest', 'committed' or a JSON "
+                            f"map of offsets per partition, got {value!r}")
+
+
+def _has(offsets: PartitionOffsets, special: int) -> bool:
+    return any(o == special for o in offsets.values())
+
+
+def _positive(opts: Mapping[str, str], key: str, name: str) -> Optional[int]:
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise SourceOptionError(f"option {name!r} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise SourceOptionError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _boolean(raw: str, name: str) -> bool:
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise SourceOptionError(f"option {name!r} must be 'true' or 'false', got {raw!r}")
+    return text == "true"
