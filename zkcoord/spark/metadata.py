@@ -160,30 +160,34 @@ class ClusterView:
 
     # -- brokers -------------------------------------------------------------------------
 
-    def bounds(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(earliest, latest) offset of each partition, asked of its leader."""
+    def bounds(self, partitions: Iterable[TopicPartition], *,
+               skip_unavailable: bool = False) -> dict[TopicPartition, tuple[int, int]]:
+        """(earliest, latest) offset of each partition, asked of its leader.
+        With ``skip_unavailable``, partitions without an answer (just created,
+        no leader yet) are left out instead of failing the call."""
         from confluent_kafka import KafkaException, TopicPartition as KafkaTP
 
         partitions = list(partitions)
-        if not partitions:
-            return {}
-        consumer = self._kafka_client()
         result = {}
         for topic, partition in partitions:
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    KafkaTP(topic, partition), timeout=KAFKA_TIMEOUT_S, cached=False)
-            except KafkaException as exc:
-                raise NoLeaderError(f"{topic}-{partition}: cannot list offsets: {exc}") from None
-            result[(topic, partition)] = (low, high)
+            for attempt in (1, 2):
+                consumer = self._kafka_client(fresh=attempt == 2)
+                try:
+                    result[(topic, partition)] = consumer.get_watermark_offsets(
+                        KafkaTP(topic, partition), timeout=KAFKA_TIMEOUT_S, cached=False)
+                    break
+                except KafkaException as exc:
+                    # The client's metadata may predate the partition: ask again afresh.
+                    if attempt == 2 and not skip_unavailable:
+                        raise NoLeaderError(f"{topic}-{partition}: cannot list offsets: {exc}") from None
         return result
 
-    def _kafka_client(self):
+    def _kafka_client(self, fresh: bool = False):
         bootstrap = ",".join(sorted(self.brokers().values()))
         if not bootstrap:
             raise NoLeaderError("no live brokers under /brokers/ids")
         with self._lock:
-            if self._kafka is None or bootstrap != self._kafka_bootstrap:
+            if fresh or self._kafka is None or bootstrap != self._kafka_bootstrap:
                 from confluent_kafka import Consumer
 
                 if self._kafka is not None:

@@ -180,8 +180,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Every subscribed partition; one not seen before begins at its earliest offset."""
         partitions = self._view.partitions(self._view.topics(self.options))
         fresh = [tp for tp in partitions if tp not in current]
-        lows = {tp: low for tp, (low, _) in self._view.bounds(fresh).items()}
-        return {tp: lows.get(tp) for tp in partitions}
+        lows = {tp: low for tp, (low, _) in self._view.bounds(fresh, skip_unavailable=True).items()}
+        # A new partition no broker answers for yet waits for a later trigger.
+        return {tp: lows.get(tp) for tp in partitions if tp in current or tp in lows}
 
     def _next_end(self, start: StreamOffset, owned: dict[TopicPartition, Optional[int]], limit) -> StreamOffset:
         """``owned`` maps each partition to plan to where it begins: None to

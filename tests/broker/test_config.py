@@ -1,0 +1,47 @@
+"""BrokerConfig validation and the protocol version table (no sockets)."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsResponse
+
+from zkcoord.broker.config import BrokerConfig
+from zkcoord.broker.protocol import ProtocolError, SUPPORTED, api_versions_response, decode_request
+from zkcoord.errors import ConfigError
+
+
+def test_defaults_bind_loopback_and_validate():
+    config = BrokerConfig(broker_id=0, data_dir="d")
+    assert (config.host, config.port, config.advertised) == ("127.0.0.1", 0, "127.0.0.1")
+    assert config.log_config().segment_bytes == config.segment_bytes
+
+
+@pytest.mark.parametrize("bad", [
+    {"broker_id": -1}, {"broker_id": 2**31}, {"data_dir": ""}, {"host": "localhost"},
+    {"port": 70000}, {"max_request_bytes": 10}, {"max_connections": 0},
+    {"segment_bytes": 100}, {"flush_ms": 0}, {"retention_bytes": -2}, {"sendfile_threshold": -1},
+])
+def test_bad_values_raise_config_error(bad):
+    with pytest.raises(ConfigError):
+        BrokerConfig(**{"broker_id": 1, "data_dir": "d", **bad})
+
+
+def test_config_is_frozen():
+    config = BrokerConfig(broker_id=0, data_dir="d")
+    with pytest.raises(Exception):
+        config.port = 5
+
+
+def test_advertised_versions_are_decodable_by_the_library():
+    for api in SUPPORTED.values():
+        assert api.request.max_version >= api.max_version
+    encoded = api_versions_response(3).encode(version=3)
+    decoded = ApiVersionsResponse.decode(encoded, version=3)
+    assert {k.api_key for k in decoded.api_keys} == set(SUPPORTED)
+
+
+@pytest.mark.parametrize("frame", [b"", b"\x00\x12", b"\x00\x63\x00\x00\x00\x00\x00\x01",
+                                   b"\x00\x01\x00\x0d\x00\x00\x00\x01"])
+def test_undecodable_frames_raise_protocol_error(frame):
+    with pytest.raises(ProtocolError):
+        decode_request(frame)
