@@ -14,7 +14,14 @@ from zkcoord.errors import ConfigError, ZkcoordError
 # keeps its heavy imports (gevent, kazoo, the broker) inside its command
 # functions, so building the parser stays cheap and gevent's patching stays the
 # business of the commands that need it.
-COMMAND_MODULES = ("zkcoord.zk.cli", "zkcoord.coordinator.cli", "zkcoord.demo")
+COMMAND_MODULES = (
+    "zkcoord.zk.cli",
+    "zkcoord.admin.topics",
+    "zkcoord.broker.cli",
+    "zkcoord.coordinator.cli",
+    "zkcoord.consumer.cli",
+    "zkcoord.demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

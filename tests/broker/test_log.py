@@ -226,3 +226,35 @@ def test_config_is_validated():
     for bad in ({"segment_bytes": 10}, {"flush_messages": 0}, {"retention_ms": -5}):
         with pytest.raises(ConfigError):
             LogConfig(**bad)
+
+
+def test_flush_policy_by_time(tmp_path, monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    clock = Clock()
+    log = PartitionLog(str(tmp_path), LogConfig(flush_ms=500), clock)
+    log.maybe_flush()
+    assert calls == []  # nothing written yet
+    fill(log, 1)
+    clock.now += 0.4
+    log.maybe_flush()
+    assert calls == []
+    clock.now += 0.2
+    log.maybe_flush()
+    assert len(calls) == 2
+    log.maybe_flush()
+    assert len(calls) == 2  # nothing new since the flush
+
+
+def test_offset_for_timestamp_in_a_batch_it_cannot_decompress(tmp_path):
+    log = open_log(tmp_path)
+    fill(log, 2)
+    batch = bytearray(make_batch([b"a", b"b", b"c"], timestamp=50_000))
+    # claim zstd (codec 4) without compressing: the records cannot be decoded,
+    # the header (and so the CRC, recomputed here) still can
+    batch[22] = (batch[22] & ~formats.COMPRESSION_MASK) | 4
+    from crc32c import crc32c
+    batch[17:21] = crc32c(bytes(batch[formats.CRC_START:])).to_bytes(4, "big")
+    result = log.append(bytes(batch))
+    assert log.offset_for_timestamp(50_001) == (result.base_offset, 50_002)

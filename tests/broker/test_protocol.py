@@ -26,6 +26,7 @@ class Raw:
     def __init__(self, port: int):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.correlation = 0
+        self.sent = 0  # requests fully handed to the kernel
 
     def send_frame(self, payload: bytes) -> None:
         self.sock.sendall(len(payload).to_bytes(4, "big") + payload)
@@ -48,6 +49,7 @@ class Raw:
         request.API_VERSION = version
         request.with_header(correlation_id=self.correlation, client_id="raw")
         self.sock.sendall(request.encode(header=True, framed=True))
+        self.sent += 1
         frame = self.recv_frame()
         response = response_class.decode(frame, version=version, header=True)
         assert response.header.correlation_id == self.correlation

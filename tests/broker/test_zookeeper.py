@@ -162,6 +162,19 @@ def test_lost_registration_is_restored(cluster, zk):
     assert layout.decode_broker(4, zk.get(layout.broker_path(4))[0]).port == broker.port
 
 
+def unread_bytes(local_port: int, remote_port: int) -> int:
+    """Bytes the kernel holds for the socket 127.0.0.1:local_port <- remote_port
+    that its process has not read yet (from /proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            local, remote = fields[1], fields[2]
+            if (local.endswith(f":{local_port:04X}") and remote.endswith(f":{remote_port:04X}")
+                    and fields[3] == "01"):
+                return int(fields[4].split(":")[1], 16)
+    raise LookupError("no such connection")
+
+
 def test_sigterm_answers_a_waiting_fetch_and_exits(cluster):
     broker = cluster.start_broker(0)
     cluster.create_topic("drain", 1)
@@ -174,7 +187,11 @@ def test_sigterm_answers_a_waiting_fetch_and_exits(cluster):
 
     thread = threading.Thread(target=long_poll)
     thread.start()
-    time.sleep(0.5)  # let the fetch reach the broker; correctness does not depend on it
+    client_port = raw.sock.getsockname()[1]
+    # once sent, the broker has read the fetch when its receive queue is empty
+    wait_until(lambda: raw.sent == 2, timeout=5, message="the fetch to be sent")
+    wait_until(lambda: unread_bytes(broker.port, client_port) == 0, timeout=5,
+               message="the broker to read the fetch")
     started = time.monotonic()
     assert broker.stop() == 0
     thread.join(timeout=15)

@@ -1,0 +1,91 @@
+"""`zkcoord consume`: a group member on the command line, writing records as JSON lines.
+
+Useful on its own (like a console consumer) and as the consumer process of the
+end-to-end tests and drills: ``--status`` keeps a small JSON file with the
+member's current assignment, epoch and generation, rewritten on every change.
+SIGTERM or SIGINT leaves the group cleanly; kill -9 is a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("consume", help="consume a topic as a member of a group")
+    p.add_argument("--bootstrap", required=True, help="zkcoord servers, host:port[,host:port...]")
+    p.add_argument("--group", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", help="topic to consume (repeatable)")
+    which.add_argument("--pattern", help="regular expression over topic names")
+    p.add_argument("--consumer-id", default=None, help="a fixed id makes the member static")
+    p.add_argument("--session-timeout-ms", type=int, default=10_000)
+    p.add_argument("--max-poll-records", type=int, default=500)
+    p.add_argument("--offset-reset", choices=("smallest", "largest"), default="smallest")
+    p.add_argument("--strategy", action="append", default=None,
+                   help="assignment strategy in order of preference (repeatable; default range)")
+    p.add_argument("--max-messages", type=int, default=0, help="stop after this many (0: never)")
+    p.add_argument("--output", type=Path, default=None, help="append records here as JSON lines (default stdout)")
+    p.add_argument("--status", type=Path, default=None, help="keep the member's assignment in this JSON file")
+    p.set_defaults(func=run)
+
+
+def _write_status(path: Path, consumer) -> None:
+    membership = consumer.membership
+    status = {
+        "consumer_id": consumer.consumer_id,
+        "pid": os.getpid(),
+        "registered": membership.registered.is_set(),
+        "epoch": membership.epoch,
+        "generation": membership.generation,
+        "assignment": sorted([t, p] for t, p in consumer.assignment()),
+    }
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(status, sort_keys=True))
+    tmp.replace(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from zkcoord.consumer.consumer import Consumer
+    from zkcoord.errors import ConfigError
+
+    if args.max_messages < 0:
+        raise ConfigError("--max-messages must not be negative")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    out = open(args.output, "a", buffering=1) if args.output else sys.stdout
+    consumer = Consumer(
+        args.bootstrap.split(","), group=args.group, topics=args.topic or (), pattern=args.pattern,
+        consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
+        max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
+        assignment_strategies=tuple(args.strategy or ("range",)),
+    )
+    consumed = 0
+    last_status = None
+    try:
+        while not stop.is_set():
+            for record in consumer.poll(100):
+                out.write(json.dumps({
+                    "topic": record.topic, "partition": record.partition, "offset": record.offset,
+                    "value": (record.value or b"").decode("utf-8", "backslashreplace"),
+                }) + "\n")
+                consumed += 1
+            if args.status is not None:
+                current = (consumer.membership.registered.is_set(), consumer.membership.generation,
+                           tuple(sorted(consumer.assignment())))
+                if current != last_status:
+                    _write_status(args.status, consumer)
+                    last_status = current
+            if args.max_messages and consumed >= args.max_messages:
+                break
+    finally:
+        out.flush()
+        consumer.close()
+    return 0
