@@ -258,3 +258,20 @@ def test_offset_for_timestamp_in_a_batch_it_cannot_decompress(tmp_path):
     batch[17:21] = crc32c(bytes(batch[formats.CRC_START:])).to_bytes(4, "big")
     result = log.append(bytes(batch))
     assert log.offset_for_timestamp(50_001) == (result.base_offset, 50_002)
+
+
+def test_reopen_rebuilds_a_missing_or_damaged_index(tmp_path):
+    log = open_log(tmp_path)
+    expected = fill(log, 60)
+    log.close()
+    indexes = sorted(tmp_path.glob("*.index"))
+    indexes[1].unlink()
+    data = indexes[2].read_bytes()
+    indexes[2].write_bytes(data[:-5])  # a torn last entry
+    garbage = bytearray(indexes[0].read_bytes())
+    garbage[4:8] = (10**9).to_bytes(4, "big")  # a position past the end of the log
+    indexes[0].write_bytes(bytes(garbage))
+    log = open_log(tmp_path)
+    assert read_all(log) == expected
+    for offset, value in expected[::17]:
+        assert read_values(log.read(offset, 1).read())[0][0] <= offset

@@ -99,6 +99,13 @@ def topic(shared_cluster):
     return name
 
 
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed meanwhile
+        return ""
+
+
 def expected_seed():
     return [(4 * i + j, b"seed-%d-%d" % (i, j)) for i in range(5) for j in range(4)]
 
@@ -190,10 +197,12 @@ def test_fetch_out_of_range_and_list_offsets(shared_cluster, topic):
     Topic = ListOffsetsRequest.ListOffsetsTopic
     request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[Topic(name=topic, partitions=[
         Topic.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=t)
-        for t in (-2, -1)])])
-    response = raw.call(request, ListOffsetsResponse, 7)
+        for t in (-2, -1, -3, -4)])])
+    response = raw.call(request, ListOffsetsResponse, 8)
     offsets = [p.offset for p in response.topics[0].partitions]
-    assert offsets[0] == 0 and offsets[1] == part.high_watermark
+    assert offsets[0] == 0 and offsets[1] == part.high_watermark and offsets[3] == 0
+    # the seed's batches have timestamps 1000..1003: the first record at 1003
+    assert (offsets[2], response.topics[0].partitions[2].timestamp) == (3, 1003)
     raw.close()
 
 
@@ -244,13 +253,17 @@ def test_large_fetch_is_byte_exact(shared_cluster, version):
     values = [bytes([i % 251]) * 1000 + b"%06d" % i for i in range(600)]
     for i in range(0, 600, 50):
         assert produce(raw, name, 0, make_batch(values[i:i + 50])).error_code == 0
-    fds = len(os.listdir(f"/proc/{shared_cluster.brokers[0].proc.pid}/fd"))
+    segment = shared_cluster.brokers[0].data_dir / f"{name}-0" / f"{0:020d}.log"
+    fd_dir = f"/proc/{shared_cluster.brokers[0].proc.pid}/fd"
+
+    def open_on_segment():
+        return sum(1 for fd in os.listdir(fd_dir) if _readlink(f"{fd_dir}/{fd}") == str(segment))
+    assert open_on_segment() == 1  # the log's own
     part = fetch(raw, name, 0, 0, version=version)
     for _ in range(3):
         fetch(raw, name, 0, 0, version=version)
-    # sendfile uses its own descriptors and closes them
-    assert len(os.listdir(f"/proc/{shared_cluster.brokers[0].proc.pid}/fd")) == fds
-    segment = shared_cluster.brokers[0].data_dir / f"{name}-0" / f"{0:020d}.log"
+    # sendfile uses descriptors of its own and closes them after sending
+    assert open_on_segment() == 1
     assert bytes(part.records) == segment.read_bytes()
     assert [v for _, v in read_values(part.records)] == values
     # limits: partition_max_bytes cuts at whole batches but never below one
@@ -258,3 +271,56 @@ def test_large_fetch_is_byte_exact(shared_cluster, version):
     got = read_values(small.records)
     assert got[0][0] == 100 and len(got) == 50
     raw.close()
+
+
+def test_acks_zero_gets_no_response_and_the_connection_goes_on(shared_cluster, topic):
+    raw = Raw(shared_cluster.brokers[0].port)
+    Topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest(transactional_id=None, acks=0, timeout_ms=5000, topic_data=[
+        Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=1, records=make_batch([b"fire"]))])])
+    request.API_VERSION = 9
+    request.with_header(correlation_id=500, client_id="raw")
+    raw.sock.sendall(request.encode(header=True, framed=True))
+    raw.correlation = 500
+    # the next answer on this connection is the fetch's, and it sees the record
+    part = fetch(raw, topic, 1, 0)
+    assert b"fire" in [v for _, v in read_values(part.records)]
+    raw.close()
+
+
+def test_mutated_requests_never_hurt_the_broker(shared_cluster, topic):
+    """Valid frames with random bytes changed, each on its own connection."""
+    import random
+    rnd = random.Random(4)
+    Topic = ProduceRequest.TopicProduceData
+    produce_request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=1, records=make_batch([b"m"] * 3))])])
+    fetch_request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                                 isolation_level=0, session_id=0, session_epoch=-1, topics=[
+                                     FetchRequest.FetchTopic(topic=topic, partitions=[
+                                         FetchRequest.FetchTopic.FetchPartition(
+                                             partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                             last_fetched_epoch=-1, log_start_offset=-1,
+                                             partition_max_bytes=1 << 20)])],
+                                 forgotten_topics_data=[], rack_id="")
+    frames = []
+    for request, version in ((produce_request, 9), (produce_request, 3), (fetch_request, 12),
+                             (fetch_request, 4), (MetadataRequest(topics=None), 12)):
+        request.API_VERSION = version
+        request.with_header(correlation_id=1, client_id="fuzz")
+        frames.append(bytes(request.encode(header=True, framed=False)))
+    for i in range(150):
+        frame = bytearray(rnd.choice(frames))
+        for _ in range(rnd.randint(1, 4)):
+            frame[rnd.randrange(len(frame))] = rnd.randrange(256)
+        if i % 5 == 0:
+            frame = frame[: rnd.randrange(len(frame))]
+        raw = Raw(shared_cluster.brokers[0].port)
+        raw.sock.settimeout(5)
+        raw.send_frame(bytes(frame))
+        try:
+            raw.recv_frame()  # an answer (maybe an error) or a closed connection
+        except (ConnectionError, OSError):
+            pass
+        raw.close()
+    assert_intact(shared_cluster, topic)

@@ -220,3 +220,25 @@ def test_connection_cap(cluster):
     assert ApiVersionsResponse.decode(frame, version=3, header=True).error_code == 0
     second.close()
     third.close()
+
+
+def test_idle_connections_are_closed(cluster):
+    broker = cluster.start_broker(0, "--idle-timeout-ms", "300")
+    cluster.create_topic("idle", 1)
+    raw = Raw(broker.port)
+    assert fetch(raw, "idle", 0, 0).error_code == 0
+    assert raw.closed_by_peer(timeout=10)
+    raw.close()
+    busy = Raw(broker.port)  # a long poll longer than the idle limit is not idleness
+    assert fetch(busy, "idle", 0, 0, max_wait_ms=600).error_code == 0
+    busy.close()
+
+
+def test_port_in_use_is_a_clear_error(cluster):
+    first = cluster.start_broker(0)
+    proc = subprocess.run([sys.executable, "-m", "zkcoord.broker.cli", "--id", "1", "--zookeeper",
+                           cluster.connect, "--data-dir", str(cluster.base / "data-1"),
+                           "--port", str(first.port)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "cannot listen on 127.0.0.1" in proc.stderr and "Traceback" not in proc.stderr
+    assert cluster.zk.exists(layout.broker_path(1)) is None

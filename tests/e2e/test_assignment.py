@@ -16,9 +16,11 @@ def test_ten_consumers_two_topics_every_partition_owned_once(cluster, zk):
     create_topic(zk, "b", 12)
     consumers = [cluster.add_consumer("g", topics=["a", "b"]) for _ in range(10)]
     partitions = partitions_of(zk, ["a", "b"])
-    wait_whole(zk, "g", consumers, partitions, timeout=SETTLE_S)
-    sizes = sorted(len(c.assignment()) for c in consumers)
-    assert sum(sizes) == 24 and sizes[0] >= 2 and sizes[-1] <= 4  # range: 12 over 10, per topic
+    # Range over 10 members sorted by id, per topic: the first two get 2 of
+    # each topic, the other eight 1 of each.
+    wait_until(lambda: group_is_whole(zk, "g", consumers, partitions)
+               and sorted(len(c.assignment()) for c in consumers) == [2] * 8 + [4] * 2,
+               timeout=SETTLE_S, message="every member holding its range")
 
 
 def test_join_clean_leave_and_crash_each_settle(cluster, zk):

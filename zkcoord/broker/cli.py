@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush-ms", type=int)
     parser.add_argument("--max-request-bytes", type=int, default=100 * 1024 * 1024)
     parser.add_argument("--max-connections", type=int, default=1000)
+    parser.add_argument("--idle-timeout-ms", type=int, default=600_000,
+                        help="close connections idle this long")
     parser.add_argument("--port-file", help="write the bound port here once serving")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start")
@@ -66,7 +68,8 @@ def run(args) -> int:
             retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
             retention_check_ms=args.retention_check_ms, flush_messages=args.flush_messages,
             flush_ms=args.flush_ms, max_request_bytes=args.max_request_bytes,
-            register_timeout_ms=args.register_timeout_ms, max_connections=args.max_connections)
+            register_timeout_ms=args.register_timeout_ms, max_connections=args.max_connections,
+            idle_timeout_ms=args.idle_timeout_ms)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2

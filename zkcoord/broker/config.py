@@ -16,7 +16,8 @@ _INT32_MAX = 2**31 - 1
 class BrokerConfig:
     """Everything a broker needs besides its ZooKeeper client.
 
-    ``register_timeout_ms``: how long to wait at start for the registration
+    ``idle_timeout_ms``: a connection that sends nothing for this long is
+    closed (Kafka's connections.max.idle.ms). ``register_timeout_ms``: how long to wait at start for the registration
     of a crashed predecessor with the same id to expire. ``host`` is the address bound and advertised (127.0.0.1 unless told
     otherwise); ``port`` 0 picks a free port. ``advertised_host`` overrides what
     goes into ZooKeeper when clients must use another name. Flush and retention
@@ -41,6 +42,7 @@ class BrokerConfig:
     sendfile_threshold: int = 64 * 1024
     max_fetch_wait_ms: int = 30_000
     register_timeout_ms: int = 30_000
+    idle_timeout_ms: int = 600_000
 
     def __post_init__(self):
         if not isinstance(self.broker_id, int) or not 0 <= self.broker_id <= _INT32_MAX:
@@ -54,7 +56,7 @@ class BrokerConfig:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be in [0, 65535], got {self.port!r}")
         for name in ("max_request_bytes", "max_connections", "retention_check_ms", "max_fetch_wait_ms",
-                     "register_timeout_ms"):
+                     "register_timeout_ms", "idle_timeout_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")

@@ -40,8 +40,11 @@ COORDINATOR_NOT_AVAILABLE = 15
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_SERVER_ERROR = -1
 
-EARLIEST_TIMESTAMP = -2
+# ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # the record with the largest timestamp
+EARLIEST_LOCAL_TIMESTAMP = -4  # no tiered storage: the log start
 
 _APPEND_ERRORS = (
     (UnsupportedMagicError, UNSUPPORTED_FOR_MESSAGE_FORMAT),
@@ -118,7 +121,8 @@ class Handlers:
         if request.topics is None or (version == 0 and not request.topics):
             names = sorted(self.view.topics)
         else:
-            names = [t.name for t in request.topics]
+            # Lookups by topic id alone (v10+) are not served: ids are not kept.
+            names = [t.name for t in request.topics if t.name is not None]
         topics = [self._topic_metadata(name) for name in names]
         return MetadataResponse(version=version, throttle_time_ms=0, brokers=brokers,
                                 cluster_id=self.view.cluster_id, controller_id=self.broker_id,
@@ -204,12 +208,13 @@ class Handlers:
                 plog = self.logs.get((topic.name, part.partition_index))
                 if plog is None:
                     error = self._missing_error(topic.name, part.partition_index)
-                elif part.timestamp == EARLIEST_TIMESTAMP:
+                elif part.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     offset = plog.log_start_offset
                 elif part.timestamp == LATEST_TIMESTAMP:
                     offset = plog.log_end_offset
-                elif part.timestamp >= 0:
-                    found = plog.offset_for_timestamp(part.timestamp)
+                elif part.timestamp >= 0 or part.timestamp == MAX_TIMESTAMP:
+                    target = plog.max_timestamp if part.timestamp == MAX_TIMESTAMP else part.timestamp
+                    found = plog.offset_for_timestamp(target) if target >= 0 else None
                     if found is not None:
                         offset, timestamp = found
                 else:

@@ -109,13 +109,14 @@ class _ProducerEntry(NamedTuple):
 class Segment:
     """One ``.log`` file and its sparse index, loaded into memory."""
 
-    def __init__(self, directory: str, base_offset: int):
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int):
         self.base_offset = base_offset
+        self._interval = index_interval_bytes
         name = os.path.join(directory, f"{base_offset:020d}")
         self.log_path = name + _LOG_SUFFIX
         self.index_path = name + _INDEX_SUFFIX
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -213,8 +214,6 @@ class Segment:
         self._bytes_since_index += header.size
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self.next_offset = header.next_offset
-
-    _interval = 4096
 
     def append(self, data, headers: list[tuple[int, formats.BatchHeader]]) -> None:
         position = self.size
@@ -320,9 +319,7 @@ class PartitionLog:
         self._rebuild_producers()
 
     def _new_segment(self, base: int) -> Segment:
-        segment = Segment(self.directory, base)
-        segment._interval = self.config.index_interval_bytes
-        return segment
+        return Segment(self.directory, base, self.config.index_interval_bytes)
 
     def _roll(self, base: int) -> Segment:
         segment = self._new_segment(base)
@@ -359,6 +356,11 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         return self.segments[-1].next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest timestamp in the log, -1 if it holds no record."""
+        return max(segment.max_timestamp for segment in self.segments)
 
     @property
     def size_bytes(self) -> int:

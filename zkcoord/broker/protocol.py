@@ -101,7 +101,10 @@ def decode_request(frame: bytes) -> Union[object, UnsupportedApiVersions]:
     except ProtocolError:
         raise
     except Exception as exc:  # the library raises many types on bad bytes
-        raise ProtocolError(f"malformed {api.request.__name__} v{version}: {exc!r}") from None
+        detail = repr(exc)
+        if len(detail) > 160:
+            detail = detail[:160] + "..."
+        raise ProtocolError(f"malformed {api.request.__name__} v{version}: {detail}") from None
 
 
 class FileRange(NamedTuple):

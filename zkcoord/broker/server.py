@@ -81,15 +81,31 @@ class Broker:
         os.makedirs(self.config.data_dir, exist_ok=True)
         self._server = gevent.server.StreamServer((self.config.host, self.config.port), self._serve,
                                                   spawn=self._pool, backlog=256)
-        self._server.init_socket()
+        try:
+            self._server.init_socket()
+        except OSError as exc:
+            self._server = None
+            raise BrokerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
         self.port = self._server.server_port
         endpoint = layout.Endpoint("PLAINTEXT", "PLAINTEXT", self.config.advertised, self.port)
         registration = layout.BrokerRegistration.for_endpoints(
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
             rack=self.config.rack)
         self._zkstate = ZkState(self.zk, registration, self._wake.set)
-        self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
-        self._reconcile()
+        try:
+            self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
+            self._reconcile()
+        except Exception:
+            self._server.close()
+            self._server = None
+            try:
+                self._zkstate.unregister()
+            except Exception:  # ephemeral anyway; the original error matters more
+                pass
+            for plog in self.logs.values():
+                plog.close()
+            self.logs.clear()
+            raise
         self.zk.add_listener(self._on_zk_state)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
@@ -153,7 +169,12 @@ class Broker:
             if plog is None:
                 topic, partition = key
                 directory = os.path.join(self.config.data_dir, f"{topic}-{partition}")
-                plog = PartitionLog(directory, self.config.log_config(), time.time, epoch)
+                try:
+                    plog = PartitionLog(directory, self.config.log_config(), time.time, epoch)
+                except (OSError, ZkcoordError) as exc:
+                    # One unusable directory must not keep the others offline.
+                    log.error("broker %d cannot open %s: %s", self.config.broker_id, directory, exc)
+                    continue
                 self.logs[key] = plog
                 log.info("broker %d now leads %s-%d (epoch %d, offsets %d..%d)",
                          self.config.broker_id, topic, partition, epoch,
@@ -190,6 +211,7 @@ class Broker:
     def _serve(self, sock, address) -> None:
         self._connections.add(sock)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.config.idle_timeout_ms / 1000)
         try:
             while not self._stopping:
                 size_bytes = _recv_exact(sock, 4)
@@ -204,11 +226,17 @@ class Broker:
                     _send_parts(sock, parts)
         except _Closed:
             pass
+        except socket.timeout:
+            log.info("closing %s: idle for %d ms", address, self.config.idle_timeout_ms)
         except ProtocolError as exc:
             log.info("closing %s: %s", address, exc)
         except OSError as exc:
             if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN):
                 log.warning("connection %s failed: %s", address, exc)
+        except Exception:
+            # A request we decoded but could not answer: drop this connection,
+            # keep serving the others.
+            log.exception("closing %s after an unexpected error", address)
         finally:
             self._connections.discard(sock)
             try:
@@ -298,7 +326,7 @@ def _sendfile(sock, part: FileRange) -> None:
         try:
             sent = os.sendfile(fileno, part.fd, offset, left)
         except BlockingIOError:
-            wait_write(fileno)
+            wait_write(fileno, timeout=sock.gettimeout(), timeout_exc=socket.timeout("send timed out"))
             continue
         if sent == 0:
             raise _Closed()  # the file shrank under us (retention) or the peer left

@@ -36,7 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+_status_lock = threading.Lock()
+
+
 def _write_status(path: Path, consumer) -> None:
+    """Rewrite the status file. Called from the membership thread inside Stop
+    and Start handling (so the file changes before the coordinator hears the
+    answer) and from the poll loop for registration changes."""
     membership = consumer.membership
     status = {
         "consumer_id": consumer.consumer_id,
@@ -46,9 +52,10 @@ def _write_status(path: Path, consumer) -> None:
         "generation": membership.generation,
         "assignment": sorted([t, p] for t, p in consumer.assignment()),
     }
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(status, sort_keys=True))
-    tmp.replace(path)
+    with _status_lock:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(status, sort_keys=True))
+        tmp.replace(path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,11 +68,15 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     out = open(args.output, "a", buffering=1) if args.output else sys.stdout
+    status_hook = None
+    if args.status is not None:
+        status_hook = lambda _partitions: _write_status(args.status, consumer)  # noqa: E731
     consumer = Consumer(
         args.bootstrap.split(","), group=args.group, topics=args.topic or (), pattern=args.pattern,
         consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
         max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
         assignment_strategies=tuple(args.strategy or ("range",)),
+        on_assign=status_hook, on_revoke=status_hook,
     )
     consumed = 0
     last_status = None
@@ -78,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
                 }) + "\n")
                 consumed += 1
             if args.status is not None:
-                current = (consumer.membership.registered.is_set(), consumer.membership.generation,
+                current = (consumer.membership.registered.is_set(), consumer.membership.epoch,
+                           consumer.membership.generation,
                            tuple(sorted(consumer.assignment())))
                 if current != last_status:
                     _write_status(args.status, consumer)

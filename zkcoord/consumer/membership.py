@@ -143,11 +143,13 @@ class GroupMembership:
     # -- the network thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        failures = 0
         while not self._closing.is_set():
             try:
                 channel = self._connect_to_coordinator()
                 if channel is None:
                     continue
+                failures = 0
                 self._channel = channel
                 self._serve(channel)
             except ZkcoordError as exc:
@@ -165,7 +167,10 @@ class GroupMembership:
             if self.error is not None:
                 log.error("member %s gives up: %s", self.consumer_id, self.error)
                 return
-            self._closing.wait(0.1)
+            # Back off while the coordinator stays unreachable (it may be dead
+            # until ZooKeeper expires its session and another is elected).
+            failures += 1
+            self._closing.wait(min(0.05 * 2 ** min(failures, 5), 1.0))
 
     def _connect_to_coordinator(self) -> Optional[Channel]:
         """Seed 001 consumerStartup steps 1 to 5; None means try again."""
@@ -267,9 +272,9 @@ class GroupMembership:
         if isinstance(request, wire.StopRequest):
             revoked = frozenset(self.assignment) if request.revoke_all else frozenset(
                 (tp.topic, tp.partition) for tp in request.partitions) & frozenset(self.assignment)
-            final = self.listener.on_stop(revoked) if revoked else {}
             for tp in revoked:
                 self.assignment.pop(tp, None)
+            final = self.listener.on_stop(revoked) if revoked else {}
             return wire.StopResponse(
                 coordinator_epoch=self.epoch, generation=self.generation,
                 offsets=tuple(wire.TopicPartitionOffset(t, p, o) for (t, p), o in sorted(final.items()) if o >= 0),
@@ -299,7 +304,5 @@ class GroupMembership:
 
     def _stop_everything(self) -> None:
         if self.assignment:
-            try:
-                self.listener.on_stop(frozenset(self.assignment))
-            finally:
-                self.assignment = {}
+            revoked, self.assignment = frozenset(self.assignment), {}
+            self.listener.on_stop(revoked)

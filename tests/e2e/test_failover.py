@@ -1,0 +1,127 @@
+"""Coordinator failover (seed 001 section 8) and fencing, with real processes.
+
+Each test checks the invariants from outside: the group ends whole under a
+new coordinator, committed offsets never move backwards, nothing produced is
+lost, and a coordinator cut off from ZooKeeper starts no fetcher and writes
+no owner.
+"""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+
+from tests.e2e.checks import delivered_values, partitions_of, produce, wait_whole, zk_offsets, zk_owners
+from tests.faults import ProxiedEnsemble
+from tests.support import wait_until
+from zkcoord.admin.topics import create_topic
+from zkcoord.zk import layout
+
+FAILOVER_S = 30
+
+
+def coordinator_id(zk: KazooClient) -> int:
+    return int(layout.decode_coordinator(zk.get(layout.COORDINATOR_PATH)[0]))
+
+
+def epoch(zk: KazooClient) -> int:
+    return layout.decode_coordinator_epoch(zk.get(layout.COORDINATOR_EPOCH_PATH)[0])
+
+
+def _run_group(cluster, zk, messages: int):
+    create_topic(zk, "t", 6)
+    partitions = partitions_of(zk, ["t"])
+    consumers = [cluster.add_consumer("g", topics=["t"]) for _ in range(3)]
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    produce(cluster, "t", messages)
+    wait_until(lambda: len(delivered_values(consumers)) >= messages, timeout=30, message="first deliveries")
+    wait_until(lambda: sum(zk_offsets(zk, "g").values()) == messages, timeout=15, message="offsets committed")
+    return consumers, partitions
+
+
+def _check_offsets_never_back(before: dict, after: dict) -> None:
+    for tp, offset in before.items():
+        assert after.get(tp, -1) >= offset, f"offset of {tp} moved back from {offset} to {after.get(tp)}"
+
+
+def test_kill_9_of_the_coordinator_hands_over_with_nothing_lost(cluster, zk):
+    consumers, partitions = _run_group(cluster, zk, 600)
+    old = coordinator_id(zk)
+    old_epoch = epoch(zk)
+    committed = zk_offsets(zk, "g")
+    cluster.servers[old].kill()
+    wait_until(lambda: coordinator_id(zk) != old, timeout=FAILOVER_S, message="a new coordinator")
+    wait_until(lambda: epoch(zk) > old_epoch, timeout=FAILOVER_S, message="a new epoch")
+    # The partitions served by the dead server's broker are gone with it, so
+    # "whole" here is about the coordinator: every member holds its range again.
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    _check_offsets_never_back(committed, zk_offsets(zk, "g"))
+
+
+def test_expired_coordinator_session_hands_over_and_the_old_one_steps_down(cluster, zk):
+    consumers, partitions = _run_group(cluster, zk, 300)
+    old = coordinator_id(zk)
+    old_epoch = epoch(zk)
+    committed = zk_offsets(zk, "g")
+    server = cluster.servers[old]
+    server.pause()  # SIGSTOP: its ZooKeeper session (2 s) expires
+    try:
+        wait_until(lambda: coordinator_id(zk) != old, timeout=FAILOVER_S, message="a new coordinator")
+    finally:
+        server.resume()
+    new = coordinator_id(zk)
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    assert epoch(zk) > old_epoch
+    assert coordinator_id(zk) == new  # the woken server did not take office back
+    wait_until(lambda: "resigned as coordinator" in server.log_tail(20000), timeout=FAILOVER_S,
+               message="the old coordinator to step down")
+    produce(cluster, "t", 300, start=300)
+    wait_until(lambda: len(set(delivered_values(consumers))) >= 600, timeout=30, message="all 600 delivered")
+    assert set(delivered_values(consumers)) == {f"m-{n}" for n in range(600)}
+    _check_offsets_never_back(committed, zk_offsets(zk, "g"))
+
+
+def test_a_coordinator_cut_off_from_zookeeper_starts_nothing_and_writes_nothing(
+    cluster_factory, zk_ensemble, zk_connect, zk
+):
+    chroot = zk_connect[zk_connect.index("/"):]
+    proxies = ProxiedEnsemble([zk_ensemble.client_port(k) for k in zk_ensemble.node_ids], chroot)
+    try:
+        cut_off = cluster_factory(0, zookeeper=proxies.connect_string)
+        cut_off.add_server(1)
+        wait_until(lambda: zk.exists(layout.COORDINATOR_PATH), timeout=20, message="server 1 elected")
+        assert coordinator_id(zk) == 1
+        others = cluster_factory(0)
+        others.add_server(2)
+        others.add_server(3)
+        bootstrap = cut_off.bootstrap + others.bootstrap
+        create_topic(zk, "t", 4)
+        partitions = partitions_of(zk, ["t"])
+        consumers = [others.add_consumer("g", topics=["t"], bootstrap=bootstrap) for _ in range(2)]
+        wait_until(lambda: wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S) is not None
+                   and all(len(c.assignment()) == 2 for c in consumers),
+                   timeout=FAILOVER_S, message="a stable split of the partitions")
+        generation_before = {c.status()["generation"] for c in consumers}
+        assert len(generation_before) == 1
+        old_epoch = epoch(zk)
+        owners_stat = zk.exists("/consumers/g/owners/t")
+
+        proxies.cut()
+        consumers[0].kill()  # a change the cut-off coordinator would rebalance for
+        # Until another server is elected, no member is started by epoch 1.
+        wait_until(lambda: coordinator_id(zk) != 1, timeout=FAILOVER_S, message="another coordinator")
+        new_epoch = wait_until(lambda: epoch(zk) > old_epoch and epoch(zk), timeout=FAILOVER_S,
+                               message="a new epoch")
+        for consumer in consumers[1:]:
+            status = consumer.status()
+            assert status["epoch"] == new_epoch or status["generation"] in generation_before, status
+        # Nothing the old coordinator did reached the owners: only the new epoch writes them.
+        wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+        assert consumers[1].status()["epoch"] == new_epoch
+        assert zk.exists("/consumers/g/owners/t").czxid == owners_stat.czxid
+        proxies.heal()
+        server = cut_off.servers[1]
+        wait_until(lambda: "resigned as coordinator" in server.log_tail(20000), timeout=FAILOVER_S,
+                   message="the cut-off coordinator to step down")
+        assert coordinator_id(zk) != 1 and zk_owners(zk, "g")
+    finally:
+        proxies.close()
