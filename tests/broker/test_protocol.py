@@ -17,6 +17,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from tests.broker.batches import make_batch, read_values
+from tests.support import wait_until
 from zkcoord.broker import handlers
 
 
@@ -262,8 +263,9 @@ def test_large_fetch_is_byte_exact(shared_cluster, version):
     part = fetch(raw, name, 0, 0, version=version)
     for _ in range(3):
         fetch(raw, name, 0, 0, version=version)
-    # sendfile uses descriptors of its own and closes them after sending
-    assert open_on_segment() == 1
+    # sendfile uses descriptors of its own and closes them after sending (the
+    # broker may be descheduled between its last send and the close)
+    wait_until(lambda: open_on_segment() == 1, timeout=5, message="sendfile descriptors to close")
     assert bytes(part.records) == segment.read_bytes()
     assert [v for _, v in read_values(part.records)] == values
     # limits: partition_max_bytes cuts at whole batches but never below one

@@ -11,7 +11,7 @@ from zkcoord import wire
 from zkcoord.errors import ZkcoordError
 from zkcoord.wire import (
     ClusterMetadataRequest, ClusterMetadataResponse, Endpoint, ErrorCode,
-    ErrorResponse, PingRequest, PingResponse, RegisterConsumerRequest,
+    ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, PingRequest, PingResponse, RegisterConsumerRequest,
     RegisterConsumerResponse, RestartFetcherResponse, StartRequest,
     StopRequest, StopResponse, TopicPartition, TopicPartitionOffset as TPO,
     decode, encode,
@@ -85,6 +85,10 @@ SAMPLES = [
      "00000012 03f1 0001 00000007 0000 00000003 00000007"),
     (ErrorResponse(error_code=ErrorCode.MALFORMED_FRAME, message="bad"), 1,
      "0000000f 03f2 0001 00000007 0001 0003 626164"),
+    (LeaveGroupRequest(offsets=(TPO("t", 1, 42),)), 1,
+     "0000001b 03f3 0001 00000007 00000001 0001 74 00000001 000000000000002a"),
+    (LeaveGroupResponse(), 1,
+     "0000000a 03f4 0001 00000007 0000"),
 ]
 
 
@@ -330,6 +334,8 @@ MESSAGES = {
     },
     ErrorResponse: {1: st.builds(ErrorResponse, error_code=codes,
                                  message=text)},
+    LeaveGroupRequest: {1: st.builds(LeaveGroupRequest, offsets=tuples(tpos))},
+    LeaveGroupResponse: {1: st.builds(LeaveGroupResponse, error_code=codes)},
 }
 
 CASES = [(cls, v) for cls in MESSAGES for v in MESSAGES[cls]]

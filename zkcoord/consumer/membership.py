@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 NO_OFFSET = -1  # in a Start: no committed offset, apply auto_offset_reset
 CONNECT_TIMEOUT_S = 2.0
+LEAVE_CHECK_S = 0.2  # how soon the network thread notices close()
+LEAVE_TIMEOUT_S = 5.0  # how long a leave waits for the coordinator's confirmation
 # Registration refusals worth retrying: the coordinator moved or is starting,
 # or our previous connection is still registered until the coordinator sees it close.
 RETRIABLE_REGISTRATION = (wire.ErrorCode.NOT_COORDINATOR, wire.ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -118,6 +120,7 @@ class GroupMembership:
         self.error: Optional[ZkcoordError] = None  # a refusal that retrying cannot fix
         self.registered = threading.Event()
         self._closing = threading.Event()
+        self._leave_requested = threading.Event()
         self._channel: Optional[Channel] = None
         self._thread = threading.Thread(target=self._run, name=f"zkcoord-member-{self.consumer_id}", daemon=True)
         self._next_server = random.randrange(len(self.servers))
@@ -128,8 +131,13 @@ class GroupMembership:
         self._thread.start()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Leave: stop everything, then close the connection (the coordinator
-        removes a member whose connection closes, and rebalances its group)."""
+        """Leave cleanly: stop everything, hand the final offsets to the
+        coordinator in a LeaveGroupRequest, wait for it to commit them, then
+        close. Whoever takes the partitions over starts exactly where this
+        member stopped, so a planned leave delivers nothing twice."""
+        if self.registered.is_set() and self._thread.is_alive():
+            self._leave_requested.set()
+            self._thread.join(timeout)
         self._closing.set()
         channel = self._channel
         if channel is not None:
@@ -144,7 +152,7 @@ class GroupMembership:
 
     def _run(self) -> None:
         failures = 0
-        while not self._closing.is_set():
+        while not self._closing.is_set() and not self._leave_requested.is_set():
             try:
                 channel = self._connect_to_coordinator()
                 if channel is None:
@@ -238,8 +246,14 @@ class GroupMembership:
         """Block-read requests and answer them, holding the lease (seed section 9)."""
         lease_expires = time.monotonic() + self.session_timeout
         while not self._closing.is_set():
-            frame = channel.receive(timeout=max(0.0, lease_expires - time.monotonic()))
+            if self._leave_requested.is_set():
+                self._leave(channel)
+                return
+            # Wake up now and then to notice a close() in the application thread.
+            frame = channel.receive(timeout=max(0.0, min(LEAVE_CHECK_S, lease_expires - time.monotonic())))
             if frame is None:
+                if time.monotonic() < lease_expires:
+                    continue
                 raise ChannelClosed(f"no request from the coordinator within {self.session_timeout:.1f}s")
             request = frame.message
             if isinstance(request, wire.ErrorResponse):
@@ -252,6 +266,26 @@ class GroupMembership:
                 raise refusal
             lease_expires = time.monotonic() + self.session_timeout
             channel.send(self._answer(request), frame.correlation_id)
+
+    def _leave(self, channel: Channel) -> None:
+        revoked, self.assignment = frozenset(self.assignment), {}
+        final = self.listener.on_stop(revoked) if revoked else {}
+        request = wire.LeaveGroupRequest(
+            offsets=tuple(wire.TopicPartitionOffset(t, p, o) for (t, p), o in sorted(final.items()) if o >= 0)
+        )
+        correlation_id = channel.send(request)
+        deadline = time.monotonic() + min(LEAVE_TIMEOUT_S, self.session_timeout)
+        while time.monotonic() < deadline:
+            frame = channel.receive(timeout=max(0.0, deadline - time.monotonic()))
+            if frame is None:
+                break
+            if isinstance(frame.message, wire.LeaveGroupResponse) and frame.correlation_id == correlation_id:
+                if frame.message.error_code != wire.ErrorCode.NONE:
+                    log.warning("member %s: coordinator did not take the final offsets (error %d)",
+                                self.consumer_id, frame.message.error_code)
+                return
+            # Requests that cross the leave are not answered: this member is going.
+        log.warning("member %s left without a confirmation of its final offsets", self.consumer_id)
 
     def _check_authority(self, request) -> Optional[wire.WireError]:
         if request.coordinator_epoch < self.epoch:

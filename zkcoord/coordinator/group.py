@@ -43,8 +43,9 @@ _ALLOWED = {
 
 @dataclass(eq=False)
 class Member:
-    """One registered consumer. ``running`` is what it fetches per our last
-    Start (empty after a Stop); ``connection`` is the runtime's handle."""
+    """One registered consumer. ``assigned`` is its partitions in the current
+    generation; ``running`` what it fetches per our last Start and Stop (empty
+    while a static member is away); ``connection`` is the runtime's handle."""
 
     member_id: str
     group: str
@@ -56,8 +57,11 @@ class Member:
     is_static: bool
     strategies: tuple[str, ...]
     connection: Any = None
+    assigned: frozenset[TopicPartition] = frozenset()
     running: frozenset[TopicPartition] = frozenset()
+    connected: bool = True
     last_heard: float = 0.0
+    registered_at: float = 0.0
 
     @property
     def session_timeout(self) -> float:
@@ -89,9 +93,6 @@ class Group:
 
     def interested_in(self, topic: str) -> bool:
         return any(m.subscription.matches(topic) for m in self.members.values())
-
-    def running(self) -> dict[str, frozenset[TopicPartition]]:
-        return {m.member_id: m.running for m in self.members.values()}
 
     def owner_of(self, tp: TopicPartition) -> Optional[Member]:
         for member in self.members.values():

@@ -36,11 +36,13 @@ def target_assignment(
     subscriptions: Mapping[str, Subscription],
     partitions_per_topic: Mapping[str, int],
     strategy: str = "range",
+    current: Optional[Mapping[str, frozenset[TopicPartition]]] = None,
 ) -> Assignment:
-    """Step 1: each member's partitions under ``strategy``. Topics absent from
-    ``partitions_per_topic`` (not created yet) get no partitions."""
+    """Step 1: each member's partitions under ``strategy`` (sticky keeps what
+    it can of ``current``). Topics absent from ``partitions_per_topic`` (not
+    created yet) get no partitions."""
     interests = {m: sub.select(partitions_per_topic) for m, sub in subscriptions.items()}
-    return ASSIGNORS[strategy].assign(interests, partitions_per_topic)
+    return ASSIGNORS[strategy].assign(interests, partitions_per_topic, current=current)
 
 
 def owners_of(assignment: Mapping[str, frozenset[TopicPartition]]) -> dict[TopicPartition, str]:
@@ -57,7 +59,9 @@ def rebalance_reason(
     The seed's four checks compare the target with the ownership in
     ZooKeeper. A fifth compares it with what each member runs: after a
     failover or a reconnect, ZooKeeper may already record the target while
-    the members, freshly registered, run nothing.
+    the members, freshly registered, run nothing. ``running`` holds the
+    connected members only: a static member away keeps its partitions
+    without running them.
     """
     wanted = owners_of(target)
     if not recorded_owners and wanted:
@@ -71,6 +75,55 @@ def rebalance_reason(
     if any(recorded_owners[tp] != member for tp, member in wanted.items()):
         return "ownership differs from the new assignment"
     for member, tps in target.items():
-        if running.get(member, frozenset()) != tps:
+        if member in running and running[member] != tps:
             return f"member {member} does not run its assignment"
     return None
+
+
+@dataclass(frozen=True)
+class HandoffPlan:
+    """What to stop and what to start to go from ``running`` to ``target``.
+
+    ``revoke``: per member, the partitions to Stop (only members that run
+    them). ``start``: per member, the whole assignment to send in a Start.
+    Every Stop is acknowledged before any Start goes out, so a partition
+    never runs on two members, and the new owner starts at the offset the old
+    one acknowledged.
+    """
+
+    revoke: dict[str, frozenset[TopicPartition]]
+    start: dict[str, frozenset[TopicPartition]]
+    revoke_all: bool
+
+    @property
+    def paused(self) -> frozenset[TopicPartition]:
+        """Partitions that stop fetching for the length of the handoff."""
+        return frozenset(tp for tps in self.revoke.values() for tp in tps)
+
+
+def plan_handoff(
+    target: Mapping[str, frozenset[TopicPartition]],
+    running: Mapping[str, frozenset[TopicPartition]],
+    eager: bool = False,
+) -> HandoffPlan:
+    """Seed 001's stop-all/start-all when ``eager``; otherwise incremental:
+    stop only the partitions that move, start only members whose assignment
+    grows. ``running`` names the connected members.
+
+    >>> plan = plan_handoff({"a": frozenset({("t", 0)}), "b": frozenset({("t", 1)})},
+    ...                     {"a": frozenset({("t", 0), ("t", 1)}), "b": frozenset()})
+    >>> plan.revoke, sorted(plan.start)
+    ({'a': frozenset({('t', 1)})}, ['b'])
+    """
+    empty: frozenset[TopicPartition] = frozenset()
+    if eager:
+        revoke = {m: tps for m, tps in running.items() if tps}
+        start = {m: target.get(m, empty) for m in running}
+        return HandoffPlan(revoke, start, revoke_all=True)
+    revoke = {m: tps - target.get(m, empty) for m, tps in running.items() if tps - target.get(m, empty)}
+    start = {
+        m: target.get(m, empty)
+        for m, tps in running.items()
+        if target.get(m, empty) != tps - revoke.get(m, empty)
+    }
+    return HandoffPlan(revoke, start, revoke_all=False)

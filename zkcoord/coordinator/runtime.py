@@ -30,8 +30,11 @@ import gevent.queue
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.group import Group, GroupPhase, Member
-from zkcoord.coordinator.planner import Subscription, owners_of, rebalance_reason, target_assignment
+from zkcoord.coordinator.planner import (
+    Subscription, owners_of, plan_handoff, rebalance_reason, target_assignment,
+)
 from zkcoord.coordinator.schedule import PingSchedule
 from zkcoord.coordinator.store import CoordinatorStore, Deposed
 from zkcoord.errors import ConfigError, ZkcoordError
@@ -41,6 +44,7 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 OFFSET_RESETS = ("smallest", "largest")
+REBALANCE_PROTOCOLS = ("incremental", "eager")
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,13 @@ class CoordinatorConfig:
     rebalance_timeout_ms: int = 10_000  # wait for every Stop and Start answer
     offset_flush_interval_ms: int = 1000
     lease_margin_ms: int = 200  # slack for a request in flight when a member is expired
+    rebalance_delay_ms: int = 100  # joins and leaves within this delay make one rebalance
+    rebalance_protocol: str = "incremental"  # or "eager": seed 001's stop-all/start-all
 
     def __post_init__(self) -> None:
+        if self.rebalance_protocol not in REBALANCE_PROTOCOLS:
+            raise ConfigError(f"rebalance_protocol must be one of {REBALANCE_PROTOCOLS}, "
+                              f"not {self.rebalance_protocol!r}")
         positive = (
             "min_session_timeout_ms", "max_session_timeout_ms", "rebalance_queues",
             "rebalance_timeout_ms", "offset_flush_interval_ms",
@@ -64,11 +73,22 @@ class CoordinatorConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
-        for name in ("max_rebalance_retries", "rebalance_backoff_ms", "lease_margin_ms"):
+        for name in ("max_rebalance_retries", "rebalance_backoff_ms", "lease_margin_ms", "rebalance_delay_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
         if self.min_session_timeout_ms > self.max_session_timeout_ms:
             raise ConfigError("min_session_timeout_ms exceeds max_session_timeout_ms")
+
+
+@dataclass(frozen=True)
+class RebalanceReport:
+    """The last finished rebalance, for logs, benchmarks and tests."""
+
+    group: str
+    generation: int
+    paused: int
+    partitions: int
+    seconds: float
 
 
 class RebalanceAborted(ZkcoordError):
@@ -138,6 +158,7 @@ class Coordinator:
         self._greenlets: list[gevent.Greenlet] = []
         self._topic_watches: set[str] = set()
         self.rebalances_done = 0
+        self.last_rebalance: Optional[RebalanceReport] = None
 
     # -- startup (seed section 3) -------------------------------------------------------
 
@@ -247,12 +268,16 @@ class Coordinator:
                 f"session timeout {request.session_timeout_ms} ms exceeds the maximum "
                 f"{self.config.max_session_timeout_ms} ms"
             )
-        if "range" not in request.assignment_strategies:
-            raise wire.NoCommonStrategy(
-                f"strategies {list(request.assignment_strategies)} share none with this coordinator's ['range']"
-            )
         group = self.groups.get(request.group_id)
-        if group is not None and request.consumer_id in group.members:
+        others = [m.strategies for m in group.members.values()] if group else []
+        try:
+            choose_strategy(others + [tuple(request.assignment_strategies)])
+        except NoCommonStrategyError as exc:
+            raise wire.NoCommonStrategy(str(exc)) from None
+        existing = group.members.get(request.consumer_id) if group else None
+        if existing is not None and not (existing.is_static and request.is_static):
+            # A static member may take its own place back (its old connection
+            # is closed and fenced); a dynamic id is unique while it lives.
             raise wire.ConsumerIdInUse(
                 f"consumer id {request.consumer_id} is already registered in group {request.group_id}"
             )
@@ -283,8 +308,14 @@ class Coordinator:
             strategies=tuple(request.assignment_strategies),
             connection=MemberLink(channel),
             last_heard=self.clock(),
+            registered_at=self.clock(),
         )
         group = self._group(request.group_id)
+        previous = group.members.get(member.member_id)
+        if previous is not None:  # a static member back: fence its old connection
+            member.assigned = previous.assigned
+            self._forget(previous)
+            log.info("%s static member %s is back", group.describe(), member.member_id)
         group.members[member.member_id] = member
         self.schedule.add(member, member.session_timeout / 3, self.clock())
         channel.send(wire.RegisterConsumerResponse(coordinator_epoch=self.epoch), correlation_id)
@@ -293,7 +324,7 @@ class Coordinator:
         try:
             self._read_answers(member)
         finally:
-            self.remove_member(member, "its connection closed")
+            self._disconnected(member)
 
     def _read_answers(self, member: Member) -> None:
         link: MemberLink = member.connection
@@ -315,25 +346,71 @@ class Coordinator:
                 log.warning("member %s refused a request: %s", member.member_id, frame.message.message)
                 link.fail_all(wire.error_for(frame.message.error_code, frame.message.message))
                 return
+            if isinstance(frame.message, wire.LeaveGroupRequest):
+                self._leave(member, frame)
+                return
             if not link.deliver(frame):
                 log.warning("member %s sent an unsolicited %s", member.member_id, type(frame.message).__name__)
+
+    def _leave(self, member: Member, frame: wire.Frame) -> None:
+        """A clean leave: take the final offsets (the member has stopped
+        everything), make them durable, and only then let it go."""
+        group = self.groups.get(member.group)
+        error = wire.ErrorCode.NONE
+        if group is not None and group.members.get(member.member_id) is member and self.active:
+            self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in frame.message.offsets})
+            member.running = frozenset()
+            try:
+                self._flush_offsets(group.name)
+            except ZkcoordError as exc:
+                log.warning("%s offsets of leaving member %s not flushed: %s",
+                            group.describe(), member.member_id, exc)
+                error = wire.code_for(exc)
+        else:
+            error = wire.ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            member.connection.channel.send(wire.LeaveGroupResponse(error_code=error), frame.correlation_id)
+        except ChannelClosed:
+            pass
+
+    def _disconnected(self, member: Member) -> None:
+        """The member's connection is gone. A dynamic member leaves at once; a
+        static one keeps its partitions, fetched by nobody, until its session
+        timeout, in case it comes back (seed 004's static membership)."""
+        group = self.groups.get(member.group)
+        if not member.is_static or group is None or group.members.get(member.member_id) is not member:
+            self.remove_member(member, "its connection closed")
+            return
+        member.running = frozenset()  # it stops fetching when its connection goes
+        member.connected = False
+        member.connection.fail_all(ChannelClosed("connection closed"))
+        self.schedule.remove(member)
+        log.info("%s static member %s disconnected; its partitions wait %d ms for it",
+                 group.describe(), member.member_id, member.session_timeout_ms)
+        gevent.spawn_later(member.session_timeout, self._static_timeout, member)
+
+    def _static_timeout(self, member: Member) -> None:
+        group = self.groups.get(member.group)
+        if group is not None and group.members.get(member.member_id) is member and not member.connected:
+            self.remove_member(member, "it did not come back within its session timeout")
+
+    def _forget(self, member: Member) -> None:
+        member.connected = False
+        member.connection.fail_all(ChannelClosed("replaced"))
+        member.connection.channel.close()
+        self.schedule.remove(member)
 
     def remove_member(self, member: Member, why: str, rebalance_delay: float = 0.0) -> None:
         """Drop a member and rebalance its group. ``rebalance_delay`` gives a
         request still in flight to the member time to land before its
         partitions move (used when it is expired rather than disconnected)."""
         group = self.groups.get(member.group)
-        member.connection.fail_all(ChannelClosed(why))
-        member.connection.channel.close()
-        self.schedule.remove(member)
+        self._forget(member)
         if group is None or group.members.get(member.member_id) is not member:
             return
         del group.members[member.member_id]
         log.info("%s member %s removed: %s", group.describe(), member.member_id, why)
-        if rebalance_delay > 0:
-            gevent.spawn_later(rebalance_delay, self.request_rebalance, group, f"member {member.member_id} expired")
-        else:
-            self.request_rebalance(group, f"member {member.member_id} left")
+        self.request_rebalance(group, f"member {member.member_id} left", delay=rebalance_delay)
 
     def _group(self, name: str) -> Group:
         group = self.groups.get(name)
@@ -343,13 +420,15 @@ class Coordinator:
 
     # -- rebalancing (seed sections 6 and 7) ---------------------------------------------------
 
-    def request_rebalance(self, group: Group, why: str) -> None:
+    def request_rebalance(self, group: Group, why: str, delay: float = 0.0) -> None:
+        """Queue a rebalance of ``group`` after the debounce delay; requests
+        made while one is queued join it (seed 001's rebalance bit)."""
         if self.deposed or group.rebalance_pending:
             return
         group.rebalance_pending = True
         log.debug("%s rebalance requested: %s", group.describe(), why)
         queue = self._queues[zlib.crc32(group.name.encode()) % len(self._queues)]
-        queue.put(group.name)
+        gevent.spawn_later(max(delay, self.config.rebalance_delay_ms / 1000.0), queue.put, group.name)
 
     def _rebalance_handler(self, queue: gevent.queue.Queue) -> None:
         while not self.deposed:
@@ -368,10 +447,13 @@ class Coordinator:
                     log.error("%s deposed: %s", group.describe(), exc)
                     self.deposed = True
                     return
-                except (RebalanceAborted, ChannelClosed, ZkcoordError) as exc:
+                except Exception as exc:  # a ZooKeeper error, a member gone, or a bug: retry, never die
                     group.failures += 1
-                    group.last_error = str(exc)
-                    log.warning("%s rebalance attempt %d failed: %s", group.describe(), attempt + 1, exc)
+                    group.last_error = f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, ZkcoordError):
+                        log.warning("%s rebalance attempt %d failed: %s", group.describe(), attempt + 1, exc)
+                    else:
+                        log.exception("%s rebalance attempt %d failed", group.describe(), attempt + 1)
                     if group.rebalance_pending:
                         break  # membership changed meanwhile: the queued round takes over
                     gevent.sleep(self.config.rebalance_backoff_ms / 1000.0 * (2**attempt))
@@ -393,45 +475,56 @@ class Coordinator:
             self._flush_offsets(group.name)
             return
         subscriptions = group.subscriptions()
+        group.strategy = choose_strategy([m.strategies for m in group.members.values()])
         topics = {t for t in self.partitions if any(s.matches(t) for s in subscriptions.values())}
         counts = {t: self.store.partition_count(t) for t in sorted(topics)}  # step 1.1: fresh from ZK
-        target = target_assignment(subscriptions, counts, group.strategy)
+        current = {m.member_id: m.assigned for m in group.members.values()}
+        target = target_assignment(subscriptions, counts, group.strategy, current)
         recorded = self.store.owners(group.name)
-        reason = rebalance_reason(target, recorded, group.running())
+        running = {m.member_id: m.running for m in group.members.values() if m.connected}
+        reason = rebalance_reason(target, recorded, running)
         if reason is None:
             if group.phase is not GroupPhase.STABLE:
                 group.transition(GroupPhase.REBALANCING)
                 group.transition(GroupPhase.STABLE)
             return
         self._wait_for_fence(group)
+        plan = plan_handoff(target, running, eager=self.config.rebalance_protocol == "eager")
         group.transition(GroupPhase.REBALANCING)
         generation = group.generation + 1
         started = self.clock()
-        log.info("%s rebalancing to gen %d: %s", group.describe(), generation, reason)
+        log.info("%s rebalancing to gen %d (%s, %s): %s; %d partition(s) paused",
+                 group.describe(), generation, group.strategy, self.config.rebalance_protocol, reason,
+                 len(plan.paused))
 
         # Persist the new generation and who takes part, before anyone is told.
-        lease_ms = max(m.session_timeout_ms for m in group.members.values())
         state = layout.GroupState(
             generation, group.strategy,
             {m: tuple(sorted(tps)) for m, tps in target.items()},
-            lease_ms=lease_ms,
+            lease_ms=max(m.session_timeout_ms for m in group.members.values()),
         )
         self.store.write_group_state(group.name, state, exists=group.generation > 0 or self._has_state(group))
         group.generation = generation
         group.awaiting = frozenset()
+        for member in group.members.values():
+            member.assigned = target.get(member.member_id, frozenset())
 
-        members = list(group.members.values())
-        self._gather(group, members, self._stop_member)  # step 4.1
+        by_id = group.members
+        self._gather(group, [by_id[m] for m in plan.revoke],
+                     lambda g, m: self._stop_member(g, m, plan.revoke[m.member_id], plan.revoke_all))
         self._flush_offsets(group.name)  # offsets from the Stop answers, before anyone restarts
-        offsets = self._committed(group.name, {tp for tps in target.values() for tp in tps})
-        self._gather(group, members, lambda g, m: self._start_member(g, m, target.get(m.member_id, frozenset()), offsets))
+        offsets = self._committed(group.name, {tp for tps in plan.start.values() for tp in tps})
+        self._gather(group, [by_id[m] for m in plan.start],
+                     lambda g, m: self._start_member(g, m, plan.start[m.member_id], offsets))
         self._require_active()
         self.store.write_owners(group.name, owners_of(target), recorded)  # step 5
         group.transition(GroupPhase.STABLE)
         self.rebalances_done += 1
-        log.info("%s stable: %d member(s), %d partition(s), %.0f ms",
-                 group.describe(), len(members), sum(len(t) for t in target.values()),
-                 (self.clock() - started) * 1000)
+        self.last_rebalance = RebalanceReport(group.name, generation, len(plan.paused),
+                                              sum(len(t) for t in target.values()), self.clock() - started)
+        log.info("%s stable: %d member(s), %d partition(s), %d paused, %.0f ms",
+                 group.describe(), len(group.members), self.last_rebalance.partitions,
+                 self.last_rebalance.paused, self.last_rebalance.seconds * 1000)
 
     def _has_state(self, group: Group) -> bool:
         return self.store.zk.exists(layout.group_state_path(group.name)) is not None
@@ -478,13 +571,15 @@ class Coordinator:
         member.last_heard = self.clock()
         return answer
 
-    def _stop_member(self, group: Group, member: Member) -> None:
+    def _stop_member(self, group: Group, member: Member, partitions, revoke_all: bool) -> None:
         answer = self._call(group, member, wire.StopRequest(
-            coordinator_epoch=self.epoch, generation=group.generation, revoke_all=True))
+            coordinator_epoch=self.epoch, generation=group.generation, revoke_all=revoke_all,
+            partitions=tuple(wire.TopicPartition(t, p) for t, p in sorted(partitions))))
         if not isinstance(answer, wire.StopResponse) or answer.error_code != wire.ErrorCode.NONE:
             raise RebalanceAborted(f"member {member.member_id} failed to stop: {answer}")
-        self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in answer.offsets})
-        member.running = frozenset()
+        final = {(o.topic, o.partition): o.offset for o in answer.offsets}
+        self._accept_offsets(group, member, {tp: o for tp, o in final.items() if tp in partitions})
+        member.running = member.running - frozenset(partitions)
 
     def _start_member(self, group: Group, member: Member, partitions, offsets) -> None:
         self._require_active()  # never Start while ZooKeeper is suspended
@@ -587,8 +682,19 @@ class Coordinator:
             return
         link.lock.release()
         member.last_heard = self.clock()
-        if isinstance(answer, wire.PingResponse) and answer.offsets is not None:
+        if not isinstance(answer, wire.PingResponse):
+            self.remove_member(member, f"answered a ping with {type(answer).__name__}")
+            return
+        if answer.offsets is not None:
             self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in answer.offsets})
+        idle_ms = answer.last_poll_ms_ago
+        if idle_ms < 0:  # never polled: count from its registration
+            idle_ms = int((self.clock() - member.registered_at) * 1000)
+        if idle_ms > member.max_poll_interval_ms:
+            # Alive but not consuming (seed 004's max.poll.interval.ms): its
+            # partitions go to someone who is.
+            self.remove_member(member, f"has not polled for {idle_ms} ms "
+                                       f"(max poll interval {member.max_poll_interval_ms} ms)")
 
     # -- introspection ----------------------------------------------------------------------------
 

@@ -21,7 +21,8 @@ from zkcoord.wire.errors import (
 )
 from zkcoord.wire.messages import (
     REGISTRY, RESPONSES, ClusterMetadataRequest, ClusterMetadataResponse,
-    Endpoint, ErrorResponse, Message, MessageType, PingRequest, PingResponse,
+    Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
+    MessageType, PingRequest, PingResponse,
     RegisterConsumerRequest, RegisterConsumerResponse, RestartFetcherResponse,
     StartRequest, StopRequest, StopResponse, TopicPartition,
     TopicPartitionOffset,
@@ -37,7 +38,8 @@ __all__ = [
     "UnknownMessageType", "UnsupportedVersion", "WireError", "code_for",
     "error_for",
     "REGISTRY", "RESPONSES", "ClusterMetadataRequest",
-    "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "Message",
+    "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
+    "LeaveGroupResponse", "Message",
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",
     "RegisterConsumerResponse", "RestartFetcherResponse", "StartRequest",
     "StopRequest", "StopResponse", "TopicPartition", "TopicPartitionOffset",

@@ -43,6 +43,8 @@ class MessageType(IntEnum):
     START_REQUEST = 1008
     RESTART_FETCHER_RESPONSE = 1009
     ERROR_RESPONSE = 1010
+    LEAVE_GROUP_REQUEST = 1011
+    LEAVE_GROUP_RESPONSE = 1012
 
 
 # --- array entries -------------------------------------------------------
@@ -322,6 +324,31 @@ class ErrorResponse(Message):
     }
 
 
+@dataclass(frozen=True)
+class LeaveGroupRequest(Message):
+    """Consumer to coordinator, the one request a consumer starts: it has
+    stopped every partition and is closing; ``offsets`` are the next offsets
+    to consume of the partitions it ran. A dynamic member leaves the group at
+    once; a static member's partitions wait for it until its session timeout."""
+
+    TYPE = MessageType.LEAVE_GROUP_REQUEST
+    offsets: tuple = ()
+    LAYOUTS = {
+        1: Struct("offsets" / Array32(TPO)),
+    }
+
+
+@dataclass(frozen=True)
+class LeaveGroupResponse(Message):
+    """Coordinator to consumer: the offsets of the LeaveGroupRequest are committed."""
+
+    TYPE = MessageType.LEAVE_GROUP_RESPONSE
+    error_code: int = ErrorCode.NONE
+    LAYOUTS = {
+        1: Struct("error_code" / ErrorCodeField),
+    }
+
+
 # The response that answers each request, in the request's version.
 RESPONSES = {
     ClusterMetadataRequest: ClusterMetadataResponse,
@@ -329,4 +356,5 @@ RESPONSES = {
     PingRequest: PingResponse,
     StopRequest: StopResponse,
     StartRequest: RestartFetcherResponse,
+    LeaveGroupRequest: LeaveGroupResponse,
 }

@@ -1,0 +1,173 @@
+"""A streaming query's driver as a member of a consumer group: the
+consistent region of seed 002 on Spark.
+
+:class:`GroupPlanner` is the :class:`MembershipListener` of the query's
+:class:`GroupMembership`. The coordinator grants partitions (Start) and takes
+them away (Stop); the query plans micro-batches only over what is granted.
+
+What counts as committed: Spark asks for the next batch's end
+(``latestOffset(start, ...)``) only once the previous batch is in the
+query's commit log, so the ``start`` of that call is the end of the last
+committed batch. (Spark's ``commit(end)`` comes a batch late, when the next
+batch is planned, so it cannot serve.) These offsets are reported to the
+coordinator on every ping, so group tools see the query's progress and lag.
+
+The handoff: on Stop, the partitions leave the plan at once; if a batch in
+flight reads them, the Stop waits (at most ``handoffTimeoutMs``) until that
+batch is committed, then answers with the offsets of the last committed
+batch, where the next owner starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Iterator, Optional
+
+from zkcoord.consumer.membership import NO_OFFSET, GroupMembership
+from zkcoord.spark.errors import SparkSourceError
+from zkcoord.spark.metadata import ClusterView
+from zkcoord.spark.offsets import PartitionOffsets, StreamOffset, TopicPartition
+from zkcoord.spark.options import EARLIEST, SourceOptions
+
+log = logging.getLogger(__name__)
+
+
+class GroupPlanner:
+    def __init__(self, options: SourceOptions, view: ClusterView):
+        self.options = options
+        self.view = view
+        self._cond = threading.Condition()
+        self._granted: set[TopicPartition] = set()
+        self._fresh: dict[TopicPartition, int] = {}  # granted, not yet planned: coordinator's offset
+        self._committed: PartitionOffsets = {}
+        self._in_flight: Optional[StreamOffset] = None
+        self._reported: Optional[PartitionOffsets] = None
+        self._last_plan = time.monotonic()
+        self._membership: Optional[GroupMembership] = None
+
+    def start(self) -> None:
+        servers = list(self.options.servers) or self.view.servers()
+        if not servers:
+            raise SparkSourceError("no zkcoord server is registered under /zkcoord/servers; "
+                                   "give the option 'servers'")
+        self._membership = GroupMembership(
+            servers, self.options.group, self,
+            topics=self.options.topics, pattern=self.options.pattern,
+            session_timeout_ms=self.options.session_timeout_ms,
+            auto_offset_reset="smallest" if self.options.starting == EARLIEST else "largest",
+        )
+        self._membership.start()
+        log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)
+
+    def close(self) -> None:
+        if self._membership is None:
+            return
+        # Let one ping carry the last committed offsets before leaving.
+        deadline = time.monotonic() + self.options.session_timeout_ms / 1000.0
+        with self._cond:
+            while (self._membership.registered.is_set() and self._committed
+                   and self._reported != self._owned_committed() and time.monotonic() < deadline):
+                self._cond.wait(0.1)
+        self._membership.close()
+        self._membership = None
+
+    # -- what the query's planning sees ------------------------------------------------------
+
+    def granted(self) -> set[TopicPartition]:
+        with self._cond:
+            return set(self._granted)
+
+    def wait_for_assignment(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: bool(self._granted), timeout)
+
+    @contextlib.contextmanager
+    def planning(self) -> Iterator["_Plan"]:
+        """Hold the plan steady while the next batch's end is chosen."""
+        with self._cond:
+            yield _Plan(self)
+            self._last_plan = time.monotonic()
+
+    def committed(self, offsets: PartitionOffsets) -> None:
+        """Spark's (late) commit: never moves anything backwards."""
+        with self._cond:
+            for tp, offset in offsets.items():
+                if offset > self._committed.get(tp, -1):
+                    self._committed[tp] = offset
+            self._cond.notify_all()
+
+    # -- MembershipListener (the membership's network thread) ---------------------------------
+
+    def on_start(self, partitions: dict[TopicPartition, int]) -> None:
+        with self._cond:
+            for tp, offset in partitions.items():
+                if tp not in self._granted:
+                    self._fresh[tp] = offset
+            self._granted = set(partitions)
+            log.info("[group %s] query granted %s", self.options.group, sorted(partitions))
+            self._cond.notify_all()
+
+    def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
+        deadline = time.monotonic() + self.options.handoff_timeout_ms / 1000.0
+        with self._cond:
+            self._granted -= partitions
+            fresh = {tp: self._fresh.pop(tp) for tp in partitions if tp in self._fresh}
+
+            def settled() -> bool:
+                return self._in_flight is None or not (partitions & set(self._in_flight.next))
+
+            if not self._cond.wait_for(settled, max(0.0, deadline - time.monotonic())):
+                log.warning("[group %s] batch in flight not committed within %d ms; handing over "
+                            "%s at the last committed offsets", self.options.group,
+                            self.options.handoff_timeout_ms, sorted(partitions))
+            final = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
+            # Granted but never planned: hand back what the coordinator gave.
+            final.update({tp: o for tp, o in fresh.items() if o != NO_OFFSET and tp not in final})
+            for tp in partitions:
+                self._committed.pop(tp, None)
+            log.info("[group %s] query hands over %s", self.options.group, sorted(final.items()))
+            return final
+
+    def offsets(self) -> Optional[PartitionOffsets]:
+        with self._cond:
+            owned = self._owned_committed()
+            self._reported = owned
+            self._cond.notify_all()
+            return owned or None
+
+    def last_poll_ms_ago(self) -> int:
+        return int((time.monotonic() - self._last_plan) * 1000)
+
+    def _owned_committed(self) -> PartitionOffsets:
+        return {tp: o for tp, o in self._committed.items() if tp in self._granted}
+
+
+class _Plan:
+    """The planner's state as one ``latestOffset`` call sees it (lock held)."""
+
+    def __init__(self, planner: GroupPlanner):
+        self.planner = planner
+
+    def owned(self, start: StreamOffset) -> dict[TopicPartition, Optional[int]]:
+        """Granted partitions -> where they begin (None: where ``start`` left
+        them, or per startingOffsets if it has none). Marks ``start`` as
+        committed: Spark plans the next batch only after committing this one."""
+        p = self.planner
+        p._in_flight = None
+        for tp, offset in start.next.items():
+            if tp in p._granted and offset > p._committed.get(tp, -1):
+                p._committed[tp] = offset
+        p._cond.notify_all()
+        owned: dict[TopicPartition, Optional[int]] = {}
+        for tp in sorted(p._granted):
+            offset = p._fresh.get(tp, NO_OFFSET)
+            owned[tp] = None if offset == NO_OFFSET else offset
+        return owned
+
+    def planned(self, end: StreamOffset, *, changed: bool) -> None:
+        p = self.planner
+        p._fresh = {tp: o for tp, o in p._fresh.items() if tp not in end.next}
+        p._in_flight = end if changed else None
