@@ -143,3 +143,30 @@ def test_misuse(shared_cluster):
         f.fetch(10, 0.1)
     with pytest.raises(FetchError):
         KafkaFetcher("127.0.0.1:1", client_id="x", config={"no.such.setting": 1})
+
+
+def test_revoke_from_another_thread(shared_cluster, topic, fetcher):
+    import threading
+    import time
+    produce(shared_cluster.brokers[0].bootstrap, topic, {0: 20_000, 1: 20_000})
+    fetcher.assign({(topic, 0): 0, (topic, 1): 0})
+    calls = []  # (started, records) for every fetch call
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            started = time.monotonic()
+            calls.append((started, fetcher.fetch(500, 0.05)))
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    wait_until(lambda: any(r.partition == 1 for _, batch in calls for r in batch), timeout=10,
+               message="records of partition 1")
+    fetcher.revoke([(topic, 1)])
+    revoked_at = time.monotonic()
+    wait_until(lambda: any(started > revoked_at for started, _ in calls), timeout=10,
+               message="a fetch after the revoke")
+    stop.set()
+    thread.join(timeout=10)
+    after = [r for started, batch in calls if started > revoked_at for r in batch]
+    assert all(r.partition == 0 for r in after)

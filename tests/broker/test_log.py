@@ -190,16 +190,24 @@ def test_retention_by_size_keeps_the_newest_data(tmp_path):
     assert open_log(tmp_path).log_start_offset == kept[0][0]
 
 
-def test_retention_by_time_never_deletes_the_active_segment(tmp_path):
+def test_retention_by_time_expires_everything_but_keeps_offsets(tmp_path):
     log = open_log(tmp_path, retention_ms=1000)
     fill(log, 40)  # timestamps 10_000 .. 10_390
     assert log.apply_retention(now_ms=10_500) == 0
     before = len(log.segments)
+    end = log.log_end_offset
     assert before > 1
-    assert log.apply_retention(now_ms=10_000_000) == before - 1
-    assert len(log.segments) == 1
-    assert log.log_start_offset == log.segments[-1].base_offset
-    assert log.log_end_offset > log.log_start_offset
+    assert log.apply_retention(now_ms=11_250) > 0  # the oldest segments only
+    assert 0 < log.log_start_offset < end
+    # all of it expired: the active segment is rolled so that it can go too
+    log.apply_retention(now_ms=10_000_000)
+    assert len(log.segments) == 1 and log.segments[0].size == 0
+    assert log.log_start_offset == log.log_end_offset == end
+    assert log.read(end, 100) is None
+    assert log.append(make_batch([b"new"])).base_offset == end
+    log.close()
+    reopened = open_log(tmp_path, retention_ms=1000)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (end, end + 1)
 
 
 def test_offset_for_timestamp(tmp_path):

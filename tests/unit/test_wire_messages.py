@@ -246,7 +246,8 @@ def test_retriable_flags():
     assert retriable == {ErrorCode.CONSUMER_ID_IN_USE,
                          ErrorCode.NOT_COORDINATOR,
                          ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                         ErrorCode.REBALANCE_IN_PROGRESS}
+                         ErrorCode.REBALANCE_IN_PROGRESS,
+                         ErrorCode.MAX_POLL_INTERVAL_EXCEEDED}
 
 
 def test_none_is_not_an_error_and_foreign_exceptions_are_unknown():

@@ -494,16 +494,23 @@ class PartitionLog:
 
     # -- retention -------------------------------------------------------
 
+    def _expired(self, segment: Segment, now_ms: int) -> bool:
+        return (self.config.retention_ms >= 0 and segment.max_timestamp >= 0
+                and now_ms - segment.max_timestamp > self.config.retention_ms)
+
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest sealed segments that are past the retention
-        limits; returns how many were deleted."""
+        limits; returns how many were deleted. When even the active segment
+        has expired, a new empty one is started so that it can go too (an
+        idle partition's data still expires; its offsets carry on)."""
+        active = self.segments[-1]
+        if active.size > 0 and self._expired(active, now_ms):
+            self._roll(active.next_offset)
         deleted = 0
         total = self.size_bytes
         while len(self.segments) > 1:
             oldest = self.segments[0]
-            too_old = (self.config.retention_ms >= 0
-                       and oldest.max_timestamp >= 0
-                       and now_ms - oldest.max_timestamp > self.config.retention_ms)
+            too_old = self._expired(oldest, now_ms)
             too_big = (self.config.retention_bytes >= 0
                        and total - oldest.size >= self.config.retention_bytes)
             if not (too_old or too_big):

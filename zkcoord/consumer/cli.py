@@ -26,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--pattern", help="regular expression over topic names")
     p.add_argument("--consumer-id", default=None, help="a fixed id makes the member static")
     p.add_argument("--session-timeout-ms", type=int, default=10_000)
+    p.add_argument("--max-poll-interval-ms", type=int, default=300_000)
     p.add_argument("--max-poll-records", type=int, default=500)
     p.add_argument("--offset-reset", choices=("smallest", "largest"), default="smallest")
     p.add_argument("--strategy", action="append", default=None,
@@ -37,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 _status_lock = threading.Lock()
+_revoked = {"count": 0}  # partitions taken away from this process so far
 
 
 def _write_status(path: Path, consumer) -> None:
@@ -51,6 +53,7 @@ def _write_status(path: Path, consumer) -> None:
         "epoch": membership.epoch,
         "generation": membership.generation,
         "assignment": sorted([t, p] for t, p in consumer.assignment()),
+        "revoked": _revoked["count"],
     }
     with _status_lock:
         tmp = path.with_suffix(path.suffix + ".tmp")
@@ -68,15 +71,21 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     out = open(args.output, "a", buffering=1) if args.output else sys.stdout
-    status_hook = None
+    assign_hook = revoke_hook = None
     if args.status is not None:
-        status_hook = lambda _partitions: _write_status(args.status, consumer)  # noqa: E731
+        def assign_hook(_partitions):
+            _write_status(args.status, consumer)
+
+        def revoke_hook(partitions):
+            _revoked["count"] += len(partitions)
+            _write_status(args.status, consumer)
     consumer = Consumer(
         args.bootstrap.split(","), group=args.group, topics=args.topic or (), pattern=args.pattern,
         consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
         max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
         assignment_strategies=tuple(args.strategy or ("range",)),
-        on_assign=status_hook, on_revoke=status_hook,
+        max_poll_interval_ms=args.max_poll_interval_ms,
+        on_assign=assign_hook, on_revoke=revoke_hook,
     )
     consumed = 0
     last_status = None

@@ -121,6 +121,7 @@ class GroupMembership:
         self.registered = threading.Event()
         self._closing = threading.Event()
         self._leave_requested = threading.Event()
+        self._evicted_at: Optional[float] = None
         self._channel: Optional[Channel] = None
         self._thread = threading.Thread(target=self._run, name=f"zkcoord-member-{self.consumer_id}", daemon=True)
         self._next_server = random.randrange(len(self.servers))
@@ -160,6 +161,10 @@ class GroupMembership:
                 failures = 0
                 self._channel = channel
                 self._serve(channel)
+            except wire.MaxPollIntervalExceeded as exc:
+                log.warning("member %s removed from its group: %s; it rejoins when the application polls",
+                            self.consumer_id, exc)
+                self._evicted_at = time.monotonic()
             except ZkcoordError as exc:
                 if not self._closing.is_set():
                     log.info("member %s: %s; starting again from the bootstrap list", self.consumer_id, exc)
@@ -179,6 +184,17 @@ class GroupMembership:
             # until ZooKeeper expires its session and another is elected).
             failures += 1
             self._closing.wait(min(0.05 * 2 ** min(failures, 5), 1.0))
+            self._wait_for_poll_after_eviction()
+
+    def _wait_for_poll_after_eviction(self) -> None:
+        """After removal for not polling, stay out until the application polls again."""
+        while self._evicted_at is not None and not self._closing.is_set() and not self._leave_requested.is_set():
+            since_eviction_ms = (time.monotonic() - self._evicted_at) * 1000
+            polled_ago = self.listener.last_poll_ms_ago()
+            if 0 <= polled_ago < since_eviction_ms:
+                self._evicted_at = None
+                return
+            self._closing.wait(LEAVE_CHECK_S)
 
     def _connect_to_coordinator(self) -> Optional[Channel]:
         """Seed 001 consumerStartup steps 1 to 5; None means try again."""

@@ -150,6 +150,7 @@ class Coordinator:
         self.partitions: dict[str, int] = {}  # topic -> partition count
         self.schedule = PingSchedule()
         self.pending_offsets: dict[str, dict[TopicPartition, int]] = {}
+        self._flush_locks: dict[str, gevent.lock.Semaphore] = {}
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self.active = True  # False while ZooKeeper is suspended
         self.deposed = False
@@ -622,19 +623,27 @@ class Coordinator:
             pending[tp] = offset
 
     def _flush_offsets(self, only_group: Optional[str] = None) -> None:
-        """Write pending offsets, one fenced multi-operation per group (seed improvement 1)."""
+        """Write pending offsets, one fenced multi-operation per group (seed improvement 1).
+
+        One flush per group at a time: the periodic flusher and a rebalance may
+        both flush, and offsets that arrive during a write stay pending.
+        """
         for name in [only_group] if only_group else list(self.pending_offsets):
-            pending = self.pending_offsets.get(name)
-            if not pending:
-                continue
-            committed = self.committed.setdefault(name, {})
-            changed = {tp: o for tp, o in pending.items() if committed.get(tp) != o}
-            if changed:
-                existing = {tp for tp in changed if tp in committed}
-                existing |= set(self.store.offsets(name, [tp for tp in changed if tp not in committed]))
-                self.store.write_offsets(name, changed, existing)
-                committed.update(changed)
-            self.pending_offsets[name] = {}
+            lock = self._flush_locks.setdefault(name, gevent.lock.Semaphore())
+            with lock:
+                pending = self.pending_offsets.get(name)
+                if not pending:
+                    continue
+                committed = self.committed.setdefault(name, {})
+                changed = {tp: o for tp, o in pending.items() if committed.get(tp) != o}
+                if changed:
+                    existing = {tp for tp in changed if tp in committed}
+                    existing |= set(self.store.offsets(name, [tp for tp in changed if tp not in committed]))
+                    self.store.write_offsets(name, changed, existing)
+                    committed.update(changed)
+                for tp, offset in list(pending.items()):
+                    if committed.get(tp) == offset:
+                        del pending[tp]
 
     def _flush_loop(self) -> None:
         while not self.deposed:
@@ -692,9 +701,15 @@ class Coordinator:
             idle_ms = int((self.clock() - member.registered_at) * 1000)
         if idle_ms > member.max_poll_interval_ms:
             # Alive but not consuming (seed 004's max.poll.interval.ms): its
-            # partitions go to someone who is.
-            self.remove_member(member, f"has not polled for {idle_ms} ms "
-                                       f"(max poll interval {member.max_poll_interval_ms} ms)")
+            # partitions go to someone who is. It is told why, so that it
+            # rejoins only once its application polls again.
+            why = f"has not polled for {idle_ms} ms (max poll interval {member.max_poll_interval_ms} ms)"
+            try:
+                link.channel.send(wire.ErrorResponse(error_code=wire.ErrorCode.MAX_POLL_INTERVAL_EXCEEDED,
+                                                     message=f"member {member.member_id} {why}"))
+            except ChannelClosed:
+                pass
+            self.remove_member(member, why)
 
     # -- introspection ----------------------------------------------------------------------------
 

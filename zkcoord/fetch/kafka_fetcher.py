@@ -8,12 +8,15 @@ consumer that drains its queue quickly wait a full second before the next
 fetch, which throttles a fast consumer badly.
 
 Nothing from a revoked partition is returned after ``revoke`` returns, and
-within a partition offsets handed out only ever increase.
+within a partition offsets handed out only ever increase. The methods may be
+called from several threads: one lock serialises them, so a ``revoke`` waits
+for a ``fetch`` in progress (at most its timeout).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Iterable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
@@ -114,6 +117,7 @@ class KafkaFetcher:
         # Next offset we may hand out per assigned partition; -1 until the
         # first record when the start was EARLIEST or LATEST.
         self._next: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
 
     def _client(self) -> Consumer:
         if self._consumer is None:
@@ -123,6 +127,10 @@ class KafkaFetcher:
     def assign(self, positions: dict[tuple[str, int], int]) -> None:
         """Start fetching these partitions at these offsets. A partition that
         is already assigned is moved to the new offset."""
+        with self._lock:
+            self._assign(positions)
+
+    def _assign(self, positions: dict[tuple[str, int], int]) -> None:
         consumer = self._client()
         if not positions:
             return
@@ -140,6 +148,10 @@ class KafkaFetcher:
     def revoke(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Stop fetching these partitions; records of theirs still queued
         inside the client are never returned."""
+        with self._lock:
+            self._revoke(partitions)
+
+    def _revoke(self, partitions: Iterable[tuple[str, int]]) -> None:
         consumer = self._client()
         keys = [key for key in partitions if key in self._next]
         if not keys:
@@ -152,12 +164,17 @@ class KafkaFetcher:
             raise FetchError(f"cannot revoke {sorted(keys)}: {exc}") from None
 
     def assignment(self) -> set[tuple[str, int]]:
-        self._client()
-        return set(self._next)
+        with self._lock:
+            self._client()
+            return set(self._next)
 
     def fetch(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to ``max_records`` records, waiting at most ``timeout_s`` for the
         first. Raises a FetchError subclass on a fatal error."""
+        with self._lock:
+            return self._fetch(max_records, timeout_s)
+
+    def _fetch(self, max_records: int, timeout_s: float) -> list[Record]:
         consumer = self._client()
         if max_records < 1:
             raise FetchError(f"max_records must be positive, got {max_records}")
@@ -232,7 +249,8 @@ class KafkaFetcher:
         log.debug("%s: %s", where, error.str())
 
     def close(self) -> None:
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            self._next.clear()
-            consumer.close()
+        with self._lock:
+            if self._consumer is not None:
+                consumer, self._consumer = self._consumer, None
+                self._next.clear()
+                consumer.close()

@@ -123,13 +123,14 @@ class GroupPlanner:
                 log.warning("[group %s] batch in flight not committed within %d ms; handing over "
                             "%s at the last committed offsets", self.options.group,
                             self.options.handoff_timeout_ms, sorted(partitions))
-            final = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
             # Granted but never planned: hand back what the coordinator gave.
-            final.update({tp: o for tp, o in fresh.items() if o != NO_OFFSET and tp not in final})
+            final = {tp: o for tp, o in fresh.items() if o != NO_OFFSET}
+            final.update({tp: self._committed[tp] for tp in partitions
+                          if tp in self._committed and tp not in fresh})
             for tp in partitions:
                 self._committed.pop(tp, None)
             log.info("[group %s] query hands over %s", self.options.group, sorted(final.items()))
-            return final
+            return {}
 
     def offsets(self) -> Optional[PartitionOffsets]:
         with self._cond:
@@ -158,7 +159,7 @@ class _Plan:
         p = self.planner
         p._in_flight = None
         for tp, offset in start.next.items():
-            if tp in p._granted and offset > p._committed.get(tp, -1):
+            if offset > p._committed.get(tp, -1):
                 p._committed[tp] = offset
         p._cond.notify_all()
         owned: dict[TopicPartition, Optional[int]] = {}

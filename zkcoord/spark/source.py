@@ -168,7 +168,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self._members()
         if group is not None:
             with group.planning() as plan:
-                end = self._next_end(begin_at, plan.owned(begin_at.next), limit)
+                end = self._next_end(begin_at, plan.owned(begin_at), limit)
                 plan.planned(end, changed=end != begin_at)
         else:
             end = self._next_end(begin_at, self._discover(begin_at.next), limit)
@@ -192,7 +192,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begins = {}
         for tp, begin in owned.items():
             low, high = bounds[tp]
-            begins[tp] = start.next.get(tp, low) if begin is None else min(max(begin, low), high)
+            if begin is not None:
+                begins[tp] = min(max(begin, low), high)
+            elif tp in start.next:
+                begins[tp] = start.next[tp]
+            else:  # granted with no committed offset: startingOffsets decides
+                position = self.options.starting
+                if isinstance(position, dict):
+                    position = {k: v for k, v in position.items() if k == tp}
+                begins[tp] = resolve(position, [tp], {tp: bounds[tp]}, default=LATEST,
+                                     fail_on_data_loss=False, what="startingOffsets")[tp]
         latest = {tp: max(begins[tp], bounds[tp][1]) for tp in owned}
         if self._target is not None:
             latest = {tp: max(begins[tp], min(latest[tp], self._target.get(tp, begins[tp]))) for tp in latest}

@@ -15,6 +15,7 @@ from zkcoord.wire.codec import (
 from zkcoord.wire.errors import (
     ConsumerIdInUse, CoordinatorNotAvailable, ErrorCode, FrameTooLarge,
     IllegalState, InvalidMessage, InvalidRegistration, MalformedFrame,
+    MaxPollIntervalExceeded,
     NoCommonStrategy, NotCoordinator, RebalanceInProgress,
     SessionTimeoutTooLow, StaleEpoch, StaleGeneration, UnknownError,
     UnknownMessageType, UnsupportedVersion, WireError, code_for, error_for,
@@ -33,6 +34,7 @@ __all__ = [
     "decode", "encode",
     "ConsumerIdInUse", "CoordinatorNotAvailable", "ErrorCode", "FrameTooLarge",
     "IllegalState", "InvalidMessage", "InvalidRegistration", "MalformedFrame",
+    "MaxPollIntervalExceeded",
     "NoCommonStrategy", "NotCoordinator", "RebalanceInProgress",
     "SessionTimeoutTooLow", "StaleEpoch", "StaleGeneration", "UnknownError",
     "UnknownMessageType", "UnsupportedVersion", "WireError", "code_for",

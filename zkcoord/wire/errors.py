@@ -33,6 +33,7 @@ class ErrorCode(IntEnum):
     ILLEGAL_STATE = 12
     NO_COMMON_STRATEGY = 13
     REBALANCE_IN_PROGRESS = 14
+    MAX_POLL_INTERVAL_EXCEEDED = 15
 
 
 class WireError(ZkcoordError):
@@ -152,6 +153,14 @@ class RebalanceInProgress(WireError):
     retriable = True
 
 
+class MaxPollIntervalExceeded(WireError):
+    """The member answered pings but its application did not poll within its
+    max poll interval; it was removed and rejoins when the application polls."""
+
+    code = ErrorCode.MAX_POLL_INTERVAL_EXCEEDED
+    retriable = True
+
+
 _CLASSES = {
     cls.code: cls
     for cls in (
@@ -159,7 +168,7 @@ _CLASSES = {
         UnsupportedVersion, ConsumerIdInUse, SessionTimeoutTooLow,
         InvalidRegistration, StaleEpoch, StaleGeneration, NotCoordinator,
         CoordinatorNotAvailable, IllegalState, NoCommonStrategy,
-        RebalanceInProgress,
+        RebalanceInProgress, MaxPollIntervalExceeded,
     )
 }
 

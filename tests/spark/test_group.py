@@ -1,0 +1,94 @@
+"""Streaming queries as members of a consumer group: the partitions split
+between queries of one group, a joining query takes partitions over exactly
+where the previous owner's last committed batch ended, and queries in
+different groups each read everything."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from tests.spark.sinks import read_sink, stream_to_parquet
+from tests.support import wait_until
+from zkcoord.zk import layout
+
+PARTITIONS = 4
+PER_PARTITION = 400
+
+
+def owners(zk, group: str, topic: str) -> dict[int, str]:
+    path = layout.owners_path(group, topic)
+    if not zk.exists(path):
+        return {}
+    return {int(p): zk.get(f"{path}/{p}")[0].decode() for p in zk.get_children(path)}
+
+
+def group_query(spark, cluster, topic, base, name, group):
+    return stream_to_parquet(spark, cluster, topic, base, name=name, group=group,
+                             startingOffsets="earliest", maxOffsetsPerTrigger="150",
+                             handoffTimeoutMs="8000")
+
+
+def test_queries_in_a_group_split_partitions_and_hand_them_over_exactly(spark, cluster, tmp_path):
+    cluster.start(1)
+    topic = f"g-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, PARTITIONS)
+    group = "pipeline"
+    produced = threading.Event()
+    stop = threading.Event()
+    third_joined = threading.Event()
+
+    def produce():
+        for i in range(0, PER_PARTITION, 20):
+            if i == PER_PARTITION // 2:
+                # the second half is produced while the third query takes partitions over
+                third_joined.wait(60)
+            if stop.is_set():
+                return
+            cluster.produce(topic, [(p, b"k", f"v{p}-{j}".encode())
+                                    for p in range(PARTITIONS) for j in range(i, i + 20)])
+            stop.wait(0.15)
+        produced.set()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    queries = {name: group_query(spark, cluster, topic, tmp_path, name, group) for name in ("a", "b")}
+    try:
+        wait_until(lambda: len(set(owners(cluster.zk, group, topic).values())) == 2
+                   and len(owners(cluster.zk, group, topic)) == PARTITIONS,
+                   timeout=60, message="two queries to own the partitions")
+        wait_until(lambda: read_sink(spark, tmp_path, "a") and read_sink(spark, tmp_path, "b"),
+                   timeout=60, interval=0.5, message="both queries to write records")
+        split = {name: {p for _, p, _, _, _ in read_sink(spark, tmp_path, name)} for name in ("a", "b")}
+        assert not split["a"] & split["b"], split
+        queries["c"] = group_query(spark, cluster, topic, tmp_path, "c", group)
+        wait_until(lambda: len(set(owners(cluster.zk, group, topic).values())) == 3,
+                   timeout=60, message="the third query to be granted partitions")
+        third_joined.set()
+        wait_until(produced.is_set, timeout=90, message="production to finish")
+        total = PARTITIONS * PER_PARTITION
+        wait_until(lambda: sum(len(read_sink(spark, tmp_path, n)) for n in queries) >= total,
+                   timeout=90, interval=0.5, message="every record in the sinks")
+    finally:
+        stop.set()
+        for query in queries.values():
+            query.stop()
+    rows = {name: read_sink(spark, tmp_path, name) for name in queries}
+    keys = [(p, o) for name in rows for _, p, o, _, _ in rows[name]]
+    assert len(keys) == len(set(keys)), "a record was delivered twice across the sinks"
+    assert sorted(keys) == [(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)]
+    assert rows["c"], "the joining query got no records"
+
+
+def test_queries_in_different_groups_each_read_everything(spark, cluster, tmp_path):
+    cluster.start(1)
+    topic = f"g-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 2)
+    cluster.produce(topic, [(p, b"k", f"v{p}-{j}".encode()) for p in range(2) for j in range(100)])
+    queries = [stream_to_parquet(spark, cluster, topic, tmp_path, name=g, group=g, startingOffsets="earliest",
+                                 trigger={"availableNow": True}) for g in ("one", "two")]
+    for query in queries:
+        assert query.awaitTermination(120)
+    for g in ("one", "two"):
+        got = sorted((p, o) for _, p, o, _, _ in read_sink(spark, tmp_path, g))
+        assert got == [(p, o) for p in range(2) for o in range(100)]
