@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import time
+
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 
-def make_batch(values, timestamp=1_000, key=None, producer_id=-1, producer_epoch=-1,
+def make_batch(values, timestamp=None, key=None, producer_id=-1, producer_epoch=-1,
                base_sequence=-1, compression=0) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=compression, is_transactional=False,
         producer_id=producer_id, producer_epoch=producer_epoch,
         base_sequence=base_sequence, batch_size=1 << 30)
+    if timestamp is None:
+        # now: a broker's time-based retention would delete anything ancient
+        timestamp = int(time.time() * 1000)
     for i, value in enumerate(values):
         builder.append(i, timestamp=timestamp + i, key=key, value=value, headers=[])
     return bytes(builder.build())

@@ -95,9 +95,13 @@ def topic(shared_cluster):
     shared_cluster.create_topic(name, 2)
     raw = Raw(shared_cluster.brokers[0].port)
     for i in range(5):
-        assert produce(raw, name, 0, make_batch([b"seed-%d-%d" % (i, j) for j in range(4)])).error_code == 0
+        batch = make_batch([b"seed-%d-%d" % (i, j) for j in range(4)], timestamp=SEED_TIMESTAMP)
+        assert produce(raw, name, 0, batch).error_code == 0
     raw.close()
     return name
+
+
+SEED_TIMESTAMP = int(time.time() * 1000)  # every seed batch: records at +0 .. +3 ms
 
 
 def _readlink(path: str) -> str:
@@ -202,8 +206,8 @@ def test_fetch_out_of_range_and_list_offsets(shared_cluster, topic):
     response = raw.call(request, ListOffsetsResponse, 8)
     offsets = [p.offset for p in response.topics[0].partitions]
     assert offsets[0] == 0 and offsets[1] == part.high_watermark and offsets[3] == 0
-    # the seed's batches have timestamps 1000..1003: the first record at 1003
-    assert (offsets[2], response.topics[0].partitions[2].timestamp) == (3, 1003)
+    # every seed batch has records at SEED_TIMESTAMP + 0 .. 3: the first at +3
+    assert (offsets[2], response.topics[0].partitions[2].timestamp) == (3, SEED_TIMESTAMP + 3)
     raw.close()
 
 

@@ -25,7 +25,7 @@ def owners(zk, group: str, topic: str) -> dict[int, str]:
 
 def group_query(spark, cluster, topic, base, name, group):
     return stream_to_parquet(spark, cluster, topic, base, name=name, group=group,
-                             startingOffsets="earliest", maxOffsetsPerTrigger="150",
+                             startingOffsets="earliest", maxOffsetsPerTrigger="60",
                              handoffTimeoutMs="8000")
 
 
@@ -39,15 +39,15 @@ def test_queries_in_a_group_split_partitions_and_hand_them_over_exactly(spark, c
     third_joined = threading.Event()
 
     def produce():
-        for i in range(0, PER_PARTITION, 20):
+        for i in range(0, PER_PARTITION, 10):
             if i == PER_PARTITION // 2:
-                # the second half is produced while the third query takes partitions over
+                # the second half goes on while the third query joins and takes partitions over
                 third_joined.wait(60)
             if stop.is_set():
                 return
             cluster.produce(topic, [(p, b"k", f"v{p}-{j}".encode())
-                                    for p in range(PARTITIONS) for j in range(i, i + 20)])
-            stop.wait(0.15)
+                                    for p in range(PARTITIONS) for j in range(i, i + 10)])
+            stop.wait(0.25)
         produced.set()
 
     producer = threading.Thread(target=produce, daemon=True)
@@ -62,9 +62,9 @@ def test_queries_in_a_group_split_partitions_and_hand_them_over_exactly(spark, c
         split = {name: {p for _, p, _, _, _ in read_sink(spark, tmp_path, name)} for name in ("a", "b")}
         assert not split["a"] & split["b"], split
         queries["c"] = group_query(spark, cluster, topic, tmp_path, "c", group)
+        third_joined.set()
         wait_until(lambda: len(set(owners(cluster.zk, group, topic).values())) == 3,
                    timeout=60, message="the third query to be granted partitions")
-        third_joined.set()
         wait_until(produced.is_set, timeout=90, message="production to finish")
         total = PARTITIONS * PER_PARTITION
         wait_until(lambda: sum(len(read_sink(spark, tmp_path, n)) for n in queries) >= total,

@@ -48,6 +48,13 @@ SAMPLES = [
      "00000042 03ea 0001 00000007 0002 6731 0002 6331"
      " 00000002 0001 61 0001 62 0000 00 0007 6c617267657374 00007530"
      " 000493e0 01 00000002 0005 72616e6765 0006 737469636b79"),
+    (RegisterConsumerRequest(group_id="g1", consumer_id="c1", topics=("a",),
+                             auto_offset_reset="smallest", session_timeout_ms=10000,
+                             offsets=(TPO("a", 3, 42),)), 2,
+     "0000004b 03ea 0002 00000007 0002 6731 0002 6331"
+     " 00000001 0001 61 0000 01 0008 736d616c6c657374 00002710"
+     " 000493e0 00 00000001 0005 72616e6765"
+     " 00000001 0001 61 00000003 000000000000002a"),
     (RegisterConsumerResponse(error_code=ErrorCode.CONSUMER_ID_IN_USE), 0,
      "0000000a 03eb 0000 00000007 0005"),
     (RegisterConsumerResponse(error_code=ErrorCode.SESSION_TIMEOUT_TOO_LOW,
@@ -297,6 +304,12 @@ MESSAGES = {
                      session_timeout_ms=int32, max_poll_interval_ms=int32,
                      is_static=st.booleans(),
                      assignment_strategies=tuples(text)),
+        2: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
+                     topics=tuples(text), pattern=text,
+                     auto_commit=st.booleans(), auto_offset_reset=text,
+                     session_timeout_ms=int32, max_poll_interval_ms=int32,
+                     is_static=st.booleans(),
+                     assignment_strategies=tuples(text), offsets=tuples(tpos)),
     },
     RegisterConsumerResponse: {
         0: st.builds(RegisterConsumerResponse, error_code=codes),

@@ -18,6 +18,7 @@ driver); this module owns the protocol rules:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import socket
@@ -122,6 +123,8 @@ class GroupMembership:
         self._closing = threading.Event()
         self._leave_requested = threading.Event()
         self._evicted_at: Optional[float] = None
+        # Final offsets of what ran when the coordinator was lost, for the next registration.
+        self._handover: dict[TopicPartition, int] = {}
         self._channel: Optional[Channel] = None
         self._thread = threading.Thread(target=self._run, name=f"zkcoord-member-{self.consumer_id}", daemon=True)
         self._next_server = random.randrange(len(self.servers))
@@ -206,8 +209,10 @@ class GroupMembership:
             self._closing.wait(0.2)  # no coordinator elected yet
             return None
         channel = Channel.connect(target.host, target.port, CONNECT_TIMEOUT_S)
+        registration = dataclasses.replace(self.registration, offsets=tuple(
+            wire.TopicPartitionOffset(t, p, o) for (t, p), o in sorted(self._handover.items()) if o >= 0))
         try:
-            answer = channel.request(self.registration, timeout=self.session_timeout)
+            answer = channel.request(registration, timeout=self.session_timeout)
         except (ChannelClosed, wire.WireError):
             channel.close()
             raise
@@ -223,6 +228,7 @@ class GroupMembership:
                 self._closing.wait(0.2)
             raise error
         self._observe_epoch(answer.coordinator_epoch)
+        self._handover = {}
         self.registered.set()
         log.info("member %s registered in group %s with coordinator %d (epoch %d)",
                  self.consumer_id, self.group, target.id, answer.coordinator_epoch)
@@ -355,4 +361,4 @@ class GroupMembership:
     def _stop_everything(self) -> None:
         if self.assignment:
             revoked, self.assignment = frozenset(self.assignment), {}
-            self.listener.on_stop(revoked)
+            self._handover = self.listener.on_stop(revoked)

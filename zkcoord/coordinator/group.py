@@ -82,6 +82,7 @@ class Group:
     # come back, and until when their partitions stay fenced off.
     awaiting: frozenset[str] = frozenset()
     fenced_until: float = 0.0
+    previous: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
 
     def transition(self, phase: GroupPhase) -> None:
         if phase not in _ALLOWED[self.phase]:

@@ -185,6 +185,7 @@ class Coordinator:
             group.generation = state.generation
             group.strategy = state.strategy
             group.awaiting = frozenset(m for m, tps in state.assignment.items() if tps)
+            group.previous = {m: frozenset(tps) for m, tps in state.assignment.items()}
             group.fenced_until = now + (state.lease_ms + self.config.lease_margin_ms) / 1000.0
             log.info("%s resumed; awaiting %d member(s) for up to %d ms",
                      group.describe(), len(group.awaiting), state.lease_ms)
@@ -318,6 +319,8 @@ class Coordinator:
             self._forget(previous)
             log.info("%s static member %s is back", group.describe(), member.member_id)
         group.members[member.member_id] = member
+        if request.offsets and member.member_id in group.awaiting:
+            self._accept_handover(group, member.member_id, request.offsets)
         self.schedule.add(member, member.session_timeout / 3, self.clock())
         channel.send(wire.RegisterConsumerResponse(coordinator_epoch=self.epoch), correlation_id)
         log.info("%s member %s registered from %s", group.describe(), member.member_id, channel.peer)
@@ -533,12 +536,14 @@ class Coordinator:
     def _wait_for_fence(self, group: Group) -> None:
         """After a failover, hold the group's partitions until every member of
         the last generation has come back or its lease has surely run out."""
-        missing = group.awaiting - set(group.members)
-        wait = group.fenced_until - self.clock()
-        if missing and wait > 0:
-            log.info("%s waiting %.1fs for the lease of %s", group.describe(), wait, sorted(missing))
-            gevent.sleep(wait)
-            self._require_active()
+        waited = False
+        while group.awaiting - set(group.members) and self.clock() < group.fenced_until:
+            if not waited:
+                log.info("%s waiting up to %.1fs for %s", group.describe(),
+                         group.fenced_until - self.clock(), sorted(group.awaiting - set(group.members)))
+                waited = True
+            gevent.sleep(0.05)
+        self._require_active()
 
     def _gather(self, group: Group, members: list[Member], action) -> None:
         """Run ``action(group, member)`` for every member at once; raise the first failure."""
@@ -621,6 +626,21 @@ class Coordinator:
                             group.describe(), member.member_id, offset, tp[0], tp[1], floor)
                 continue
             pending[tp] = offset
+
+    def _accept_handover(self, group: Group, member_id: str, offsets) -> None:
+        """After a failover, a returning member's final offsets for the
+        partitions the last persisted generation gave it. It stopped them when
+        it lost its coordinator, and nobody has started them since (the group
+        is still fenced), so they are exact: its successor redelivers nothing."""
+        mine = group.previous.get(member_id, frozenset())
+        committed = self._committed(group.name, mine)
+        pending = self.pending_offsets.setdefault(group.name, {})
+        for entry in offsets:
+            tp = (entry.topic, entry.partition)
+            if tp in mine and entry.offset >= max(committed.get(tp, -1), pending.get(tp, -1)):
+                pending[tp] = entry.offset
+        log.info("%s member %s handed over offsets of %d partition(s)",
+                 group.describe(), member_id, len(mine & {(o.topic, o.partition) for o in offsets}))
 
     def _flush_offsets(self, only_group: Optional[str] = None) -> None:
         """Write pending offsets, one fenced multi-operation per group (seed improvement 1).

@@ -130,7 +130,7 @@ class GroupPlanner:
             for tp in partitions:
                 self._committed.pop(tp, None)
             log.info("[group %s] query hands over %s", self.options.group, sorted(final.items()))
-            return {}
+            return final
 
     def offsets(self) -> Optional[PartitionOffsets]:
         with self._cond:

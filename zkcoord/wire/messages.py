@@ -162,6 +162,7 @@ class RegisterConsumerRequest(Message):
     max_poll_interval_ms: int = 300000
     is_static: bool = False
     assignment_strategies: tuple = ("range",)
+    offsets: tuple = ()
     LAYOUTS = {
         0: Struct("group_id" / String,
                   "consumer_id" / String,
@@ -184,6 +185,17 @@ class RegisterConsumerRequest(Message):
                   "max_poll_interval_ms" / Int32,
                   "is_static" / Bool,
                   "assignment_strategies" / Array32(String)),
+        2: Struct("group_id" / String,
+                  "consumer_id" / String,
+                  "topics" / Array32(String),
+                  "pattern" / String,
+                  "auto_commit" / Bool,
+                  "auto_offset_reset" / String,
+                  "session_timeout_ms" / Int32,
+                  "max_poll_interval_ms" / Int32,
+                  "is_static" / Bool,
+                  "assignment_strategies" / Array32(String),
+                  "offsets" / Array32(TPO)),
     }
 
 

@@ -1,0 +1,448 @@
+"""Coordinator benchmarks: rebalance latency, failover time and capacity.
+
+Starts its own 3-node ZooKeeper ensemble in a temporary directory and three
+`zkcoord server` processes (each with its embedded broker) on 127.0.0.1.
+The consumers are real GroupMembership clients over real sockets, many to
+this one process: gevent patches it first, so each membership's network
+thread is a greenlet.
+
+1. Rebalance latency: groups of 10, 100 and 500 members on a topic of 1000
+   partitions; one more member joins (the trigger) and we time until the last
+   member's listener has run the Start of the new generation and the members
+   together hold every partition exactly once.
+2. Failover: kill -9 of the coordinator's process under a group of 100, until
+   every member runs a complete assignment under the new coordinator epoch.
+3. Capacity: ramp the members one coordinator holds (groups of 100) while
+   every one stays registered and pinged, and read the coordinator process's
+   CPU per 1,000 members from /proc over a steady window.
+
+Everything is bounded in count and time, and everything started is stopped
+on exit, on error too.
+
+    python bench/bench_coordinator.py [--quick]
+"""
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gevent  # noqa: E402
+from kazoo.client import KazooClient  # noqa: E402
+from kazoo.handlers.gevent import SequentialGeventHandler  # noqa: E402
+
+from _common import cpu_seconds  # noqa: E402
+from zkcoord.admin.topics import create_topic  # noqa: E402
+from zkcoord.consumer.membership import GroupMembership  # noqa: E402
+from zkcoord.localcluster import LocalCluster, wait_for  # noqa: E402
+from zkcoord.zk import layout  # noqa: E402
+from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
+
+ZK_SESSION_TIMEOUT_MS = 4000  # the servers' ZooKeeper session
+ZK_TICK_MS = 250
+REBALANCE_SESSION_TIMEOUT_MS = 10_000  # the members' session (ping every third of it)
+FAILOVER_SESSION_TIMEOUT_MS = 6000
+CAPACITY_SESSION_TIMEOUT_MS = 10_000
+SETTLE_S = 0.5  # quiet time that says a group has stopped moving
+STABLE_LINE = re.compile(r"\[group (\S+) gen (\d+)\] stable: (\d+) member\(s\), (\d+) partition\(s\), "
+                         r"(\d+) paused, (\d+) ms")
+FENCE_LINE = re.compile(r"\[group (\S+) gen \d+\] waiting ([\d.]+)s for the lease")
+REMOVED_LINE = re.compile(r"member \S+ removed: ")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    groups: tuple[int, ...]
+    repeats: int
+    partitions: int
+    failover_members: int
+    capacity_steps: tuple[int, ...]
+    steady_s: float
+    step_timeout_s: float
+
+
+FULL = Sizes(groups=(10, 100, 500), repeats=3, partitions=1000, failover_members=100,
+             capacity_steps=(500, 1000, 2000, 5000), steady_s=15.0, step_timeout_s=180.0)
+QUICK = Sizes(groups=(10, 50), repeats=2, partitions=200, failover_members=20,
+              capacity_steps=(200, 500), steady_s=8.0, step_timeout_s=60.0)
+
+
+class Recorder:
+    """A membership listener that records when things happened to one member."""
+
+    def __init__(self):
+        self.membership: Optional[GroupMembership] = None
+        self.held: frozenset = frozenset()
+        self.last_start = 0.0
+        self.start_epoch = -1
+        self.start_generation = -1
+        self.last_event = 0.0
+        self.first_stop_after = 0.0  # first on_stop after mark()
+        self.mark_at = 0.0
+        self.events = 0
+        self.pings = 0
+        self.last_ping = 0.0
+        self.max_gap = 0.0
+
+    def on_start(self, partitions):
+        now = time.perf_counter()
+        self.held = frozenset(partitions)
+        self.last_start = self.last_event = now
+        self.start_epoch, self.start_generation = self.membership.epoch, self.membership.generation
+        self.events += 1
+
+    def on_stop(self, partitions):
+        now = time.perf_counter()
+        self.held = self.held - frozenset(partitions)
+        self.last_event = now
+        if self.mark_at and not self.first_stop_after and now >= self.mark_at:
+            self.first_stop_after = now
+        self.events += 1
+        return {}
+
+    def offsets(self):  # called on every Ping: count them, report nothing to commit
+        now = time.perf_counter()
+        if self.last_ping:
+            self.max_gap = max(self.max_gap, now - self.last_ping)
+        self.last_ping = now
+        self.pings += 1
+        return None
+
+    def last_poll_ms_ago(self):
+        return 0  # always "just polled": max.poll.interval never evicts a bench member
+
+    def mark(self) -> None:
+        """Start a measurement window."""
+        self.mark_at = time.perf_counter()
+        self.first_stop_after = 0.0
+        self.events = self.pings = 0
+        self.max_gap = 0.0
+
+
+class Member:
+    def __init__(self, bootstrap, group: str, topic: str, session_timeout_ms: int):
+        self.recorder = Recorder()
+        self.membership = GroupMembership(bootstrap, group, self.recorder, topics=[topic],
+                                          session_timeout_ms=session_timeout_ms)
+        self.recorder.membership = self.membership
+        self.started_at = time.perf_counter()
+        self.registered_at = 0.0
+        self.membership.start()
+        gevent.spawn(self._watch_registration)
+
+    def _watch_registration(self):
+        self.membership.registered.wait()
+        self.registered_at = time.perf_counter()
+
+
+def complete(members: list[Member], partitions: int, epoch: Optional[int] = None) -> bool:
+    """Every member registered and running something (under ``epoch`` if
+    given), and together they hold each partition exactly once."""
+    total = 0
+    union = set()
+    for m in members:
+        held = m.recorder.held
+        if not m.membership.registered.is_set() or not held:
+            return False
+        if epoch is not None and m.recorder.start_epoch != epoch:
+            return False
+        total += len(held)
+        union |= held
+    return total == partitions and len(union) == partitions
+
+
+def settle(members: list[Member], timeout: float = 30.0) -> None:
+    """Wait until no member's listener has run for SETTLE_S."""
+    wait_for(lambda: time.perf_counter() - max(m.recorder.last_event for m in members) > SETTLE_S,
+             timeout, "the group to settle", interval=0.05)
+
+
+def close_all(members: list[Member]) -> None:
+    """Leave cleanly, all at once (each leave is a small exchange with the coordinator)."""
+    jobs = [gevent.spawn(m.membership.close, 5.0) for m in members]
+    gevent.joinall(jobs, timeout=60)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.0f} ms"
+
+
+class Bench:
+    def __init__(self, work: Path, sizes: Sizes):
+        self.work = work
+        self.sizes = sizes
+        self.ensemble: Optional[LocalEnsemble] = None
+        self.cluster: Optional[LocalCluster] = None
+        self.zk: Optional[KazooClient] = None
+        self.results: list[str] = []
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.ensemble = LocalEnsemble.create(self.work / "zk", nodes=3, tick_ms=ZK_TICK_MS)
+        self.ensemble.start(timeout=90)
+        self.zk = KazooClient(hosts=self.ensemble.connect_string, handler=SequentialGeventHandler())
+        self.zk.start(30)
+        self.cluster = LocalCluster(self.ensemble.connect_string, self.work / "cluster",
+                                    ("--zk-session-timeout-ms", str(ZK_SESSION_TIMEOUT_MS)))
+        self.cluster.start_servers(3, timeout=60)
+        wait_for(lambda: len(self.zk.get_children(layout.BROKER_IDS)) == 3, 60, "three brokers")
+        wait_for(lambda: self.zk.exists(layout.COORDINATOR_PATH), 60, "an elected coordinator")
+
+    def stop(self) -> None:
+        if self.zk is not None:
+            try:
+                self.zk.stop()
+            except Exception:  # closing down: the ensemble may already be gone
+                pass
+        if self.cluster is not None:
+            self.cluster.close()
+        if self.ensemble is not None:
+            self.ensemble.stop()
+
+    def topic(self, name: str, partitions: int) -> str:
+        create_topic(self.zk, name, partitions)
+        return name
+
+    def coordinator(self) -> tuple[int, int]:
+        """(server id, epoch) of the coordinator now."""
+        server_id = int(layout.decode_coordinator(self.zk.get(layout.COORDINATOR_PATH)[0]))
+        epoch = layout.decode_coordinator_epoch(self.zk.get(layout.COORDINATOR_EPOCH_PATH)[0])
+        return server_id, epoch
+
+    def coordinator_log(self, server_id: int) -> str:
+        return self.cluster.servers[server_id].log_path.read_text(errors="replace")
+
+    def members(self, group: str, topic: str, count: int, session_timeout_ms: int) -> list[Member]:
+        return [Member(self.cluster.bootstrap, group, topic, session_timeout_ms) for _ in range(count)]
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+        self.results.append(line)
+
+    # -- 1. rebalance latency --------------------------------------------------------------------
+
+    def rebalance_latency(self) -> None:
+        sizes = self.sizes
+        topic = self.topic("rebalance", sizes.partitions)
+        self.say(f"\n== 1. rebalance latency: one member joins a group of N; topic of {sizes.partitions} "
+                 f"partitions, range assignor, default (incremental) handoff; member session "
+                 f"{REBALANCE_SESSION_TIMEOUT_MS} ms; {sizes.repeats} joins per size, each one more member")
+        self.say(f"{'N':>5} {'to registered':>14} {'to last Start':>14} {'(median/max)':>14} "
+                 f"{'coord. rebalance':>17} {'members started':>16}")
+        for size in sizes.groups:
+            group = f"rebalance-{size}"
+            members = self.members(group, topic, size, REBALANCE_SESSION_TIMEOUT_MS)
+            wait_for(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
+                     f"group of {size} to form", interval=0.05)
+            latencies, registrations, coordinator_ms, started_counts = [], [], [], []
+            for _ in range(sizes.repeats):
+                settle(members)
+                server_id, _ = self.coordinator()
+                trigger = time.perf_counter()
+                newcomer = Member(self.cluster.bootstrap, group, topic, REBALANCE_SESSION_TIMEOUT_MS)
+                members.append(newcomer)
+                wait_for(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
+                         f"group of {size} to take a new member", interval=0.01)
+                generation = newcomer.recorder.start_generation
+                started = [m for m in members if m.recorder.last_start >= trigger]
+                latencies.append(max(m.recorder.last_start for m in started) - trigger)
+                registrations.append(newcomer.registered_at - trigger)
+                started_counts.append(len(started))
+                settle(members)
+                if any(m.recorder.start_generation > generation for m in members):
+                    self.say(f"  note: a second rebalance followed generation {generation}")
+                lines = [x for x in STABLE_LINE.findall(self.coordinator_log(server_id))
+                         if x[0] == group and int(x[1]) == generation]
+                coordinator_ms.append(int(lines[-1][5]) if lines else float("nan"))
+            self.say(f"{size:>5} {statistics.median(registrations) * 1000:11.0f} ms "
+                     f"{statistics.median(latencies) * 1000:11.0f} ms "
+                     f"{max(latencies) * 1000:11.0f} ms max "
+                     f"{statistics.median(coordinator_ms):10.0f} ms med "
+                     f"{statistics.median(started_counts):10.0f} of {size + 1}+")
+            close_all(members)
+
+    # -- 2. failover -----------------------------------------------------------------------------
+
+    def failover(self) -> None:
+        sizes = self.sizes
+        count = sizes.failover_members
+        topic = self.topic("failover", sizes.partitions)
+        self.say(f"\n== 2. failover: kill -9 of the coordinator under a group of {count} "
+                 f"(topic of {sizes.partitions} partitions); server ZooKeeper session "
+                 f"{ZK_SESSION_TIMEOUT_MS} ms (tick {ZK_TICK_MS} ms), member session "
+                 f"{FAILOVER_SESSION_TIMEOUT_MS} ms")
+        members = self.members("failover", topic, count, FAILOVER_SESSION_TIMEOUT_MS)
+        wait_for(lambda: complete(members, sizes.partitions), sizes.step_timeout_s, "the failover group to form")
+        settle(members)
+        old_id, old_epoch = self.coordinator()
+        for m in members:
+            m.recorder.mark()
+        kill_at = time.perf_counter()
+        self.cluster.servers[old_id].kill()
+        elected_at = None
+        new_id, new_epoch = old_id, old_epoch
+        deadline = time.monotonic() + sizes.step_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                new_id, new_epoch = self.coordinator()
+            except Exception:  # no coordinator at this instant
+                pass
+            if elected_at is None and new_epoch > old_epoch:
+                elected_at = time.perf_counter()
+            if elected_at is not None and complete(members, sizes.partitions, epoch=new_epoch):
+                break
+            time.sleep(0.01)
+        else:
+            raise SystemExit(f"failover did not complete within {sizes.step_timeout_s:.0f} s")
+        all_stopped = max(m.recorder.first_stop_after for m in members)
+        registered = max(m.registered_at for m in members)
+        first_start = min(m.recorder.last_start for m in members)
+        last_start = max(m.recorder.last_start for m in members)
+        log_text = self.coordinator_log(new_id)
+        fences = [float(x[1]) for x in FENCE_LINE.findall(log_text) if x[0] == "failover"]
+        rebalances = [x for x in STABLE_LINE.findall(log_text) if x[0] == "failover"]
+        self.say(f"  coordinator server {old_id} (epoch {old_epoch}) killed; server {new_id} took "
+                 f"epoch {new_epoch}")
+        self.say(f"  {'every member saw the drop and stopped':<52}{ms(all_stopped - kill_at)}")
+        self.say(f"  {'new coordinator elected (epoch visible in ZK)':<52}{ms(elected_at - kill_at)}")
+        self.say(f"  {'every member registered with it':<52}{ms(registered - kill_at)}")
+        self.say(f"  {'first member started under the new epoch':<52}{ms(first_start - kill_at)}")
+        self.say(f"  {'last member started: group whole again':<52}{ms(last_start - kill_at)}")
+        self.say(f"  new coordinator's fence waits: {', '.join(f'{f:.1f}s' for f in fences) or 'none'}; "
+                 f"rebalances to stable: {len(rebalances)} "
+                 f"({', '.join(r[5] + ' ms' for r in rebalances)})")
+        close_all(members)
+
+    # -- 3. capacity ------------------------------------------------------------------------------
+
+    def capacity(self) -> None:
+        sizes = self.sizes
+        topic = self.topic("capacity", 100)
+        group_size = 100
+        server_id, _ = self.coordinator()
+        pid = self.cluster.servers[server_id].pid
+        self.say(f"\n== 3. capacity of one coordinator (server {server_id}, pid {pid}): groups of "
+                 f"{group_size} on a topic of 100 partitions, member session {CAPACITY_SESSION_TIMEOUT_MS} ms "
+                 f"(a ping every {CAPACITY_SESSION_TIMEOUT_MS / 3000:.1f} s); steady window {sizes.steady_s:.0f} s")
+        idle = self._window(pid, [], sizes.steady_s / 2)
+        self.say(f"  idle coordinator process (broker embedded, 0 members): "
+                 f"{idle['cpu'] * 100:.1f}% of a core")
+        self.say(f"  {'members':>8} {'join time':>10} {'coord CPU':>10} {'net of idle':>12} "
+                 f"{'per 1000':>9} {'bench CPU':>10} {'pings/s':>8} {'max gap':>8} {'churn':>6} {'removed':>8}")
+        members: list[Member] = []
+        groups: list[list[Member]] = []
+        for target in sizes.capacity_steps:
+            began = time.perf_counter()
+            while len(members) < target:
+                batch = self.members(f"capacity-{len(groups)}", topic, group_size, CAPACITY_SESSION_TIMEOUT_MS)
+                groups.append(batch)
+                members.extend(batch)
+                # Pace the joins so one step's storm does not look like a capacity limit.
+                gevent.sleep(0.2)
+            try:
+                wait_for(lambda: all(complete(g, 100) for g in groups), sizes.step_timeout_s,
+                         f"{target} members to be registered and running", interval=0.1)
+            except Exception as exc:
+                self.say(f"  {target:>8} did not form within {sizes.step_timeout_s:.0f} s ({exc}); ramp stops")
+                break
+            joined = time.perf_counter() - began
+            settle(members, timeout=sizes.step_timeout_s)
+            removed_before = len(REMOVED_LINE.findall(self.coordinator_log(server_id)))
+            stats = self._window(pid, members, sizes.steady_s)
+            removed = len(REMOVED_LINE.findall(self.coordinator_log(server_id))) - removed_before
+            net = stats["cpu"] - idle["cpu"]
+            self.say(f"  {target:>8} {joined:9.1f}s {stats['cpu'] * 100:9.1f}% {net * 100:11.1f}% "
+                     f"{net / (target / 1000) * 100:8.1f}% {stats['bench'] * 100:9.1f}% "
+                     f"{stats['pings'] / sizes.steady_s:8.0f} {stats['max_gap']:7.2f}s "
+                     f"{stats['churn']:>6} {removed:>8}")
+            if removed or stats["churn"] or stats["unpinged"]:
+                self.say(f"  members expired or went unpinged at {target} ({stats['unpinged']} without a ping); "
+                         f"ramp stops")
+                break
+            if joined > sizes.step_timeout_s:
+                self.say(f"  joining took longer than {sizes.step_timeout_s:.0f} s; ramp stops")
+                break
+        close_all(members)
+
+    def _window(self, pid: int, members: list[Member], seconds: float) -> dict:
+        """CPU of the coordinator and of this process, pings and churn over ``seconds``."""
+        for m in members:
+            m.recorder.mark()
+        cpu0, bench0, t0 = cpu_seconds(pid), cpu_seconds(os.getpid()), time.perf_counter()
+        gevent.sleep(seconds)
+        wall = time.perf_counter() - t0
+        return {
+            "cpu": (cpu_seconds(pid) - cpu0) / wall,
+            "bench": (cpu_seconds(os.getpid()) - bench0) / wall,
+            "pings": sum(m.recorder.pings for m in members),
+            "max_gap": max((m.recorder.max_gap for m in members), default=0.0),
+            "churn": sum(m.recorder.events for m in members),
+            "unpinged": sum(1 for m in members if m.recorder.pings == 0),
+        }
+
+
+def raise_fd_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, a couple of minutes")
+    parser.add_argument("--only", choices=("rebalance", "failover", "capacity"), action="append",
+                        help="run only these steps (repeatable)")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+    steps = args.only or ["rebalance", "failover", "capacity"]
+    fds = raise_fd_limit()
+    if "capacity" in steps and fds < 2 * max(sizes.capacity_steps) + 1000:
+        print(f"note: only {fds} file descriptors; the capacity ramp may hit that limit first")
+    # SIGTERM ends the bench like Ctrl-C, so the finally below cleans up.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+
+    work = Path(tempfile.mkdtemp(prefix="bench-coordinator-"))
+    bench = Bench(work, sizes)
+    began = time.perf_counter()
+    try:
+        print(f"zkcoord coordinator benchmark ({'quick' if args.quick else 'full'}); {os.cpu_count()} cpus; "
+              f"members in this process as gevent greenlets; fd limit {fds}", flush=True)
+        bench.start()
+        if "rebalance" in steps:
+            bench.rebalance_latency()
+        if "failover" in steps:
+            bench.failover()
+        if "capacity" in steps:
+            bench.capacity()
+        print(f"\ntotal {time.perf_counter() - began:.0f} s", flush=True)
+        return 0
+    except BaseException:
+        if bench.cluster is not None:
+            for name, tail in bench.cluster.log_tails().items():
+                print(f"--- {name} log (tail) ---\n{tail[-2000:]}", file=sys.stderr)
+        raise
+    finally:
+        bench.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
