@@ -125,3 +125,31 @@ def test_a_coordinator_cut_off_from_zookeeper_starts_nothing_and_writes_nothing(
         assert coordinator_id(zk) != 1 and zk_owners(zk, "g")
     finally:
         proxies.close()
+
+
+def test_members_surviving_a_coordinator_crash_redeliver_nothing(cluster, zk):
+    """The killed coordinator hosts none of the topic's partitions, so the
+    data stays reachable: then the members' handover of their final offsets
+    to the new coordinator makes the failover exactly once."""
+    from tests.e2e.test_rebalancing import Production, exactly_once
+
+    old = coordinator_id(zk)
+    brokers = sorted(s for s in cluster.servers if s != old)
+    assignment = layout.TopicAssignment({p: (brokers[p % 2],) for p in range(6)})
+    zk.create(layout.topic_path("t"), layout.encode_topic(assignment), makepath=True)
+    partitions = partitions_of(zk, ["t"])
+    consumers = [cluster.add_consumer("g", topics=["t"]) for _ in range(3)]
+    wait_until(lambda: wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S) is not None
+               and all(c.assignment() for c in consumers), timeout=FAILOVER_S, message="settled")
+    production = Production(cluster, "t")
+    wait_until(lambda: len(delivered_values(consumers)) > 300, timeout=FAILOVER_S, message="deliveries")
+    cluster.servers[old].kill()
+    wait_until(lambda: coordinator_id(zk) != old, timeout=FAILOVER_S, message="a new coordinator")
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    mark = len(delivered_values(consumers))
+    wait_until(lambda: len(delivered_values(consumers)) > mark + 300, timeout=FAILOVER_S,
+               message="deliveries under the new coordinator")
+    produced = production.stop()
+    wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=FAILOVER_S,
+               message=f"{produced} deliveries")
+    exactly_once(consumers, produced)

@@ -177,6 +177,7 @@ class Cluster:
     def stop(self) -> None:
         if self._producer is not None:
             self._producer.flush(5)
+            self._producer = None
         for server in self.servers:
             server.stop()
 

@@ -111,7 +111,8 @@ class GroupPlanner:
             self._cond.notify_all()
 
     def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
-        deadline = time.monotonic() + self.options.handoff_timeout_ms / 1000.0
+        began = time.monotonic()
+        deadline = began + self.options.handoff_timeout_ms / 1000.0
         with self._cond:
             self._granted -= partitions
             fresh = {tp: self._fresh.pop(tp) for tp in partitions if tp in self._fresh}
@@ -129,7 +130,8 @@ class GroupPlanner:
                           if tp in self._committed and tp not in fresh})
             for tp in partitions:
                 self._committed.pop(tp, None)
-            log.info("[group %s] query hands over %s", self.options.group, sorted(final.items()))
+            log.warning("[group %s] query hands over %s after %.0f ms", self.options.group,
+                        sorted(final.items()), (time.monotonic() - began) * 1000)
             return final
 
     def offsets(self) -> Optional[PartitionOffsets]:
