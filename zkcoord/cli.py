@@ -17,6 +17,7 @@ from zkcoord.errors import ConfigError, ZkcoordError
 COMMAND_MODULES = (
     "zkcoord.zk.cli",
     "zkcoord.admin.topics",
+    "zkcoord.admin.groups",
     "zkcoord.broker.cli",
     "zkcoord.coordinator.cli",
     "zkcoord.consumer.cli",

@@ -67,3 +67,30 @@ def test_every_produced_message_is_delivered_once_through_the_group(cluster, zk)
     wait_until(lambda: len(delivered_values(consumers)) >= 2000, timeout=30, message="2000 deliveries")
     values = delivered_values(consumers)
     assert sorted(values) == sorted(f"m-{n}" for n in range(2000))
+
+
+def test_groups_describe_shows_members_offsets_and_lag(cluster, zk, zk_connect):
+    import subprocess
+    import sys
+
+    create_topic(zk, "lagged", 2)
+    consumers = [cluster.add_consumer("g", topics=["lagged"])]
+    wait_whole(zk, "g", consumers, partitions_of(zk, ["lagged"]), timeout=SETTLE_S)
+    produce(cluster, "lagged", 100)
+    wait_until(lambda: len(delivered_values(consumers)) >= 100, timeout=30, message="100 deliveries")
+
+    def describe(*extra):
+        return subprocess.run([sys.executable, "-m", "zkcoord.cli", "groups", "describe", "--zookeeper",
+                               zk_connect, *extra], capture_output=True, text=True, timeout=60)
+
+    def caught_up() -> bool:
+        out = describe("--group", "g").stdout
+        rows = [line.split() for line in out.splitlines() if line.strip().startswith("lagged")]
+        return len(rows) == 2 and all(row[4] == "0" and int(row[2]) > 0 for row in rows)
+
+    wait_until(caught_up, timeout=30, message="lag 0 on both partitions")
+    assert consumers[0].status()["consumer_id"] in describe("--group", "g").stdout
+    unknown = describe("--group", "nope")
+    assert unknown.returncode == 2 and "no group" in unknown.stderr
+    bad = describe("--group", "a/b")
+    assert bad.returncode == 2

@@ -34,8 +34,10 @@ class GroupPhase(enum.Enum):
 
 
 _ALLOWED = {
-    GroupPhase.EMPTY: {GroupPhase.REBALANCING, GroupPhase.EMPTY},
-    GroupPhase.STABLE: {GroupPhase.REBALANCING, GroupPhase.EMPTY},
+    # A rebalance may give up before it changes anything, hence FAILED from
+    # EMPTY and STABLE too.
+    GroupPhase.EMPTY: {GroupPhase.REBALANCING, GroupPhase.EMPTY, GroupPhase.FAILED},
+    GroupPhase.STABLE: {GroupPhase.REBALANCING, GroupPhase.EMPTY, GroupPhase.FAILED},
     GroupPhase.REBALANCING: {GroupPhase.STABLE, GroupPhase.FAILED, GroupPhase.EMPTY, GroupPhase.REBALANCING},
     GroupPhase.FAILED: {GroupPhase.REBALANCING, GroupPhase.EMPTY},
 }

@@ -444,6 +444,8 @@ class Coordinator:
                     return
                 try:
                     self._rebalance(group)
+                    if group.failures:
+                        self.store.write_group_failure(group.name, None)
                     group.failures = 0
                     group.last_error = None
                     break
@@ -465,6 +467,11 @@ class Coordinator:
                 group.transition(GroupPhase.FAILED)
                 log.error("%s rebalance FAILED after %d attempts: %s",
                           group.describe(), self.config.max_rebalance_retries + 1, group.last_error)
+                try:  # visible to `zkcoord groups describe` until a retry succeeds
+                    self.store.write_group_failure(group.name, layout.GroupFailure(
+                        group.generation, self.config.max_rebalance_retries + 1, group.last_error or "unknown"))
+                except Exception as exc:  # the failure is logged either way
+                    log.warning("%s could not record the failure: %s", group.describe(), exc)
 
     def _require_active(self) -> None:
         if self.deposed:

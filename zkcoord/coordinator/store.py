@@ -193,3 +193,13 @@ class CoordinatorStore:
 
     def write_group_state(self, group: str, state: layout.GroupState, exists: bool) -> None:
         self.commit([self.upsert(layout.group_state_path(group), layout.encode_group_state(state), exists)])
+
+    def write_group_failure(self, group: str, failure: Optional[layout.GroupFailure]) -> None:
+        """Record why the group's rebalance gave up, or clear the record (None)."""
+        path = layout.group_failure_path(group)
+        exists = self.zk.exists(path) is not None
+        if failure is None:
+            if exists:
+                self.commit([("delete", path, None)])
+            return
+        self.commit([self.upsert(path, layout.encode_group_failure(failure), exists)])

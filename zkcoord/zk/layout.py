@@ -148,6 +148,12 @@ def server_path(server_id: str) -> str:
     return f"{SERVERS}/{_validate_segment(server_id, 'server id', InvalidName)}"
 
 
+def group_failure_path(group: str) -> str:
+    """Present while the group's last rebalance gave up after its retries."""
+    group_path(group)
+    return f"{GROUPS}/{group}/failure"
+
+
 def group_state_path(group: str) -> str:
     # Kept under /zkcoord rather than /consumers/<group> so that tools walking
     # the 0.8 consumer layout never meet a child they do not know.
@@ -876,3 +882,23 @@ def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
         return GroupState(fields.integer("generation", 0), fields.string("strategy"), assignment, lease_ms=lease_ms)
     except LayoutError as exc:
         raise LayoutError(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class GroupFailure:
+    """Why a group's rebalance gave up: visible to operators until a retry succeeds."""
+
+    generation: int
+    attempts: int
+    error: str
+    version: int = 1
+
+
+def encode_group_failure(failure: GroupFailure) -> bytes:
+    return encode_json({"version": failure.version, "generation": failure.generation,
+                        "attempts": failure.attempts, "error": failure.error})
+
+
+def decode_group_failure(data: bytes, where: str = "group failure") -> GroupFailure:
+    fields = decode_versioned(data, where, 1, ("generation", "attempts", "error"))
+    return GroupFailure(fields.integer("generation", 0), fields.integer("attempts", 0), fields.string("error"))
