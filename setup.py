@@ -15,6 +15,7 @@ setup(
         "construct==2.10.70",
         "kafka-python==3.0.12",
         "confluent-kafka==2.16.1",
+        "crc32c>=2.4",
     ],
     extras_require={
         "test": [

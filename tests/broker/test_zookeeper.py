@@ -251,3 +251,10 @@ def test_port_in_use_is_a_clear_error(cluster):
     assert proc.returncode == 1
     assert "cannot listen on 127.0.0.1" in proc.stderr and "Traceback" not in proc.stderr
     assert cluster.zk.exists(layout.broker_path(1)) is None
+
+
+def test_topics_cli_checks_arguments_before_connecting():
+    started = time.monotonic()
+    result = run_cli("create", "--zookeeper", "127.0.0.1:1", "--topic", "bad/name", "--partitions", "1")
+    assert result.returncode == 2 and "topic name" in result.stderr
+    assert time.monotonic() - started < 10  # no ZooKeeper connection was attempted

@@ -192,7 +192,6 @@ STARVATION = (
     "ever and the others starve (seed 003's starvation case)")
 
 
-@pytest.mark.xfail(strict=True, reason=STARVATION)
 @settings(max_examples=300, deadline=None)
 @given(busy_runs())
 def test_no_partition_starves_while_others_keep_receiving_data(run):
@@ -215,7 +214,6 @@ def test_no_partition_starves_while_others_keep_receiving_data(run):
         assert not overdue, f"records {overdue[:5]} starved at poll {poll} (max_poll_records {max_records})"
 
 
-@pytest.mark.xfail(strict=True, reason=STARVATION)
 def test_a_partition_refilled_every_poll_does_not_starve_the_others():
     made = Producer()
     buf = RecordBuffer()

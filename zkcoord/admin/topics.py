@@ -177,6 +177,14 @@ def run(args) -> int:
     if getattr(args, "replication_factor", 1) != 1:
         print("zkcoord topics: only --replication-factor 1 is supported", file=sys.stderr)
         return 2
+    try:  # bad arguments fail before any connection is made
+        if getattr(args, "topic", None) is not None:
+            layout.validate_topic_name(args.topic)
+        if getattr(args, "partitions", None) is not None:
+            check_count(args.partitions, "--partitions")
+    except (layout.LayoutError, TopicArgumentError) as exc:
+        print(f"zkcoord topics: {exc}", file=sys.stderr)
+        return 2
     client = KazooClient(hosts=args.zookeeper)
     try:
         client.start(timeout=15)

@@ -24,6 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-rebalance-retries", type=int, default=4)
     p.add_argument("--rebalance-backoff-ms", type=int, default=500)
     p.add_argument("--offset-flush-interval-ms", type=int, default=1000)
+    p.add_argument("--rebalance-delay-ms", type=int, default=100,
+                   help="joins and leaves within this delay make one rebalance")
+    p.add_argument("--rebalance-protocol", choices=("incremental", "eager"), default="incremental",
+                   help="incremental: stop only what moves (default); eager: seed 001's stop-all/start-all")
     p.set_defaults(func=run)
 
 
@@ -47,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         max_rebalance_retries=args.max_rebalance_retries,
         rebalance_backoff_ms=args.rebalance_backoff_ms,
         offset_flush_interval_ms=args.offset_flush_interval_ms,
+        rebalance_delay_ms=args.rebalance_delay_ms,
+        rebalance_protocol=args.rebalance_protocol,
     )
     broker = None
     if not args.no_broker:
