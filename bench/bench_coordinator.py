@@ -27,6 +27,7 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
@@ -49,7 +50,7 @@ from kazoo.handlers.gevent import SequentialGeventHandler  # noqa: E402
 
 from _common import cpu_seconds  # noqa: E402
 from zkcoord.admin.topics import create_topic  # noqa: E402
-from zkcoord.consumer.membership import GroupMembership  # noqa: E402
+from zkcoord.consumer.membership import CONNECT_TIMEOUT_S, GroupMembership  # noqa: E402
 from zkcoord.localcluster import LocalCluster, wait_for  # noqa: E402
 from zkcoord.zk import layout  # noqa: E402
 from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
@@ -356,6 +357,7 @@ class Bench:
         groups: list[list[Member]] = []
         for target in sizes.capacity_steps:
             began = time.perf_counter()
+            warnings_before = MEMBER_WARNINGS.count
             while len(members) < target:
                 batch = self.members(f"capacity-{len(groups)}", topic, group_size, CAPACITY_SESSION_TIMEOUT_MS)
                 groups.append(batch)
@@ -369,6 +371,7 @@ class Bench:
                 self.say(f"  {target:>8} did not form within {sizes.step_timeout_s:.0f} s ({exc}); ramp stops")
                 break
             joined = time.perf_counter() - began
+            failed_rounds = MEMBER_WARNINGS.count - warnings_before
             settle(members, timeout=sizes.step_timeout_s)
             removed_before = len(REMOVED_LINE.findall(self.coordinator_log(server_id)))
             stats = self._window(pid, members, sizes.steady_s)
@@ -378,6 +381,9 @@ class Bench:
                      f"{net / (target / 1000) * 100:8.1f}% {stats['bench'] * 100:9.1f}% "
                      f"{stats['pings'] / sizes.steady_s:8.0f} {stats['max_gap']:7.2f}s "
                      f"{stats['churn']:>6} {removed:>8}")
+            if failed_rounds:
+                self.say(f"  {'':>8} (while joining: {failed_rounds} member warnings, e.g. a metadata round "
+                         f"where no server answered within {CONNECT_TIMEOUT_S:.0f} s)")
             if removed or stats["churn"] or stats["unpinged"]:
                 self.say(f"  members expired or went unpinged at {target} ({stats['unpinged']} without a ping); "
                          f"ramp stops")
@@ -404,6 +410,28 @@ class Bench:
         }
 
 
+class CountingHandler(logging.Handler):
+    """Counts the members' warnings (a failed metadata round, a dropped
+    connection) instead of printing thousands of them."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record):
+        self.count += 1
+
+
+MEMBER_WARNINGS = CountingHandler()
+
+
+def quiet_logs() -> None:
+    member_log = logging.getLogger("zkcoord.consumer.membership")
+    member_log.addHandler(MEMBER_WARNINGS)
+    member_log.propagate = False
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+
+
 def raise_fd_limit() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
@@ -424,6 +452,7 @@ def main() -> int:
     sizes = QUICK if args.quick else FULL
     steps = args.only or ["rebalance", "failover", "capacity"]
     fds = raise_fd_limit()
+    quiet_logs()
     if "capacity" in steps and fds < 2 * max(sizes.capacity_steps) + 1000:
         print(f"note: only {fds} file descriptors; the capacity ramp may hit that limit first")
     # SIGTERM ends the bench like Ctrl-C, so the finally below cleans up.

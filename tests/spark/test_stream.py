@@ -24,6 +24,7 @@ def test_available_now_with_admission_control(spark, shared_cluster, tmp_path):
                               startingOffsets="earliest", maxOffsetsPerTrigger="250")
     assert query.awaitTermination(120)
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    for p in query.recentProgress: print("PROGRESS", p["batchId"], p["numInputRows"], p["durationMs"])
     assert [p["numInputRows"] for p in batches] == [250, 250, 100]
     rows = read_sink(spark, tmp_path)
     assert sorted((p, k, v) for _, p, _, k, v in rows) == sorted(sent)
