@@ -186,10 +186,27 @@ class LocalCluster:
         return server
 
     def start_servers(self, count: int, timeout: float = 30.0) -> None:
+        """Start servers 1..count and wait until each listens and its broker is registered."""
         for server_id in range(1, count + 1):
             self.add_server(server_id)
         for server in self.servers.values():
             wait_for(lambda s=server: self._listening(s), timeout, f"{server.name} to listen")
+        self.wait_for_brokers(timeout)
+
+    def wait_for_brokers(self, timeout: float = 30.0) -> None:
+        from kazoo.client import KazooClient
+
+        from zkcoord.zk import layout
+
+        zk = KazooClient(hosts=self.zookeeper)
+        zk.start(timeout=timeout)
+        try:
+            wanted = {str(s.server_id) for s in self.servers.values() if s.alive}
+            wait_for(lambda: wanted <= set(zk.get_children(layout.BROKER_IDS)), timeout,
+                     f"brokers {sorted(wanted)} registered")
+        finally:
+            zk.stop()
+            zk.close()
 
     @staticmethod
     def _listening(server: ServerProcess) -> bool:

@@ -20,30 +20,28 @@ def partitions_of(zk: KazooClient, topics) -> set[tuple[str, int]]:
     return result
 
 
-def zk_owners(zk: KazooClient, group: str) -> dict[tuple[str, int], str]:
-    owners = {}
+def _per_partition(zk: KazooClient, parent, leaf, decode) -> dict[tuple[str, int], object]:
+    """Decode every ``leaf(topic, partition)`` node under ``parent(topic)``."""
+    result = {}
     try:
-        topics = zk.get_children(layout.owners_path(group))
+        topics = zk.get_children(parent(None))
     except NoNodeError:
-        return owners
+        return result
     for topic in topics:
-        for partition in zk.get_children(layout.owners_path(group, topic)):
-            data, _ = zk.get(layout.owner_path(group, topic, int(partition)))
-            owners[(topic, int(partition))] = layout.decode_owner(data)
-    return owners
+        for partition in zk.get_children(parent(topic)):
+            data, _ = zk.get(leaf(topic, int(partition)))
+            result[(topic, int(partition))] = decode(data)
+    return result
+
+
+def zk_owners(zk: KazooClient, group: str) -> dict[tuple[str, int], str]:
+    return _per_partition(zk, lambda t: layout.owners_path(group, t),
+                          lambda t, p: layout.owner_path(group, t, p), layout.decode_owner)
 
 
 def zk_offsets(zk: KazooClient, group: str) -> dict[tuple[str, int], int]:
-    offsets = {}
-    try:
-        topics = zk.get_children(layout.offsets_path(group))
-    except NoNodeError:
-        return offsets
-    for topic in topics:
-        for partition in zk.get_children(layout.offsets_path(group, topic)):
-            data, _ = zk.get(layout.offset_path(group, topic, int(partition)))
-            offsets[(topic, int(partition))] = layout.decode_offset(data)
-    return offsets
+    return _per_partition(zk, lambda t: layout.offsets_path(group, t),
+                          lambda t, p: layout.offset_path(group, t, p), layout.decode_offset)
 
 
 def group_is_whole(zk: KazooClient, group: str, consumers: list[ConsumerProcess], partitions: set) -> bool:

@@ -76,19 +76,24 @@ def test_groups_describe_shows_members_offsets_and_lag(cluster, zk, zk_connect):
     create_topic(zk, "lagged", 2)
     consumers = [cluster.add_consumer("g", topics=["lagged"])]
     wait_whole(zk, "g", consumers, partitions_of(zk, ["lagged"]), timeout=SETTLE_S)
-    produce(cluster, "lagged", 100)
+    produce(cluster, "lagged", 100, partitions=2)
     wait_until(lambda: len(delivered_values(consumers)) >= 100, timeout=30, message="100 deliveries")
 
     def describe(*extra):
         return subprocess.run([sys.executable, "-m", "zkcoord.cli", "groups", "describe", "--zookeeper",
                                zk_connect, *extra], capture_output=True, text=True, timeout=60)
 
+    last = {}
+
     def caught_up() -> bool:
-        out = describe("--group", "g").stdout
+        last["out"] = out = describe("--group", "g").stdout
         rows = [line.split() for line in out.splitlines() if line.strip().startswith("lagged")]
         return len(rows) == 2 and all(row[4] == "0" and int(row[2]) > 0 for row in rows)
 
-    wait_until(caught_up, timeout=30, message="lag 0 on both partitions")
+    try:
+        wait_until(caught_up, timeout=30, message="lag 0 on both partitions")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last description:\n{last.get('out')}") from None
     assert consumers[0].status()["consumer_id"] in describe("--group", "g").stdout
     unknown = describe("--group", "nope")
     assert unknown.returncode == 2 and "no group" in unknown.stderr

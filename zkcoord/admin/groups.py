@@ -15,6 +15,7 @@ from typing import Optional
 
 from kazoo.exceptions import NoNodeError
 
+from zkcoord.admin import zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 
@@ -119,35 +120,26 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=args.zookeeper)
     try:
-        client.start(timeout=15)
-    except Exception as exc:
-        print(f"zkcoord groups: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
-        return 1
-    try:
-        if args.groups_action == "list":
-            for name in list_groups(client):
-                print(name)
-            return 0
-        try:
+        if args.groups_action == "describe":
             layout.group_path(args.group)
-        except layout.LayoutError as exc:
-            print(f"zkcoord groups: {exc}", file=sys.stderr)
-            return 2
-        if args.group not in list_groups(client):
-            print(f"zkcoord groups: no group {args.group!r}", file=sys.stderr)
-            return 2
-        partitions = [(t, int(p)) for t in _children(client, layout.offsets_path(args.group))
-                      for p in _children(client, layout.offsets_path(args.group, t))]
-        ends = {} if args.no_lag else log_end_offsets(client, partitions)
-        print("\n".join(describe_group(client, args.group, ends)))
-        return 0
+    except layout.LayoutError as exc:
+        print(f"zkcoord groups: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with zookeeper_session(args.zookeeper) as client:
+            if args.groups_action == "list":
+                for name in list_groups(client):
+                    print(name)
+                return 0
+            if args.group not in list_groups(client):
+                print(f"zkcoord groups: no group {args.group!r}", file=sys.stderr)
+                return 2
+            partitions = [(t, int(p)) for t in _children(client, layout.offsets_path(args.group))
+                          for p in _children(client, layout.offsets_path(args.group, t))]
+            ends = {} if args.no_lag else log_end_offsets(client, partitions)
+            print("\n".join(describe_group(client, args.group, ends)))
+            return 0
     except ZkcoordError as exc:
         print(f"zkcoord groups: {exc}", file=sys.stderr)
         return 1
-    finally:
-        client.stop()
-        client.close()

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Mapping, Sequence
 
+from zkcoord.admin import zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 
@@ -172,8 +173,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from kazoo.client import KazooClient
-
     if getattr(args, "replication_factor", 1) != 1:
         print("zkcoord topics: only --replication-factor 1 is supported", file=sys.stderr)
         return 2
@@ -185,35 +184,31 @@ def run(args) -> int:
     except (layout.LayoutError, TopicArgumentError) as exc:
         print(f"zkcoord topics: {exc}", file=sys.stderr)
         return 2
-    client = KazooClient(hosts=args.zookeeper)
     try:
-        client.start(timeout=15)
-    except Exception as exc:
-        print(f"zkcoord topics: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
-        return 1
-    try:
-        action = args.topics_action
-        if action == "create":
-            assignment = create_topic(client, args.topic, args.partitions)
-            print(f"Created topic {args.topic} ({format_assignment(assignment)})")
-        elif action == "list":
-            for topic in list_topics(client):
-                print(topic)
-        elif action == "describe":
-            print("\n".join(describe_topic(client, args.topic)))
-        elif action == "add-partitions":
-            added = add_partitions(client, args.topic, args.partitions)
-            print(f"Added partitions to {args.topic} ({format_assignment(added)})")
-        return 0
+        with zookeeper_session(args.zookeeper) as client:
+            return _act(client, args)
     except (TopicArgumentError, TopicExistsError, UnknownTopicError) as exc:
         print(f"zkcoord topics: {exc}", file=sys.stderr)
         return 2
     except ZkcoordError as exc:
         print(f"zkcoord topics: {exc}", file=sys.stderr)
         return 1
-    finally:
-        client.stop()
-        client.close()
+
+
+def _act(client, args) -> int:
+    action = args.topics_action
+    if action == "create":
+        assignment = create_topic(client, args.topic, args.partitions)
+        print(f"Created topic {args.topic} ({format_assignment(assignment)})")
+    elif action == "list":
+        for topic in list_topics(client):
+            print(topic)
+    elif action == "describe":
+        print("\n".join(describe_topic(client, args.topic)))
+    elif action == "add-partitions":
+        added = add_partitions(client, args.topic, args.partitions)
+        print(f"Added partitions to {args.topic} ({format_assignment(added)})")
+    return 0
 
 
 def main(argv=None) -> int:

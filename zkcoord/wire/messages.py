@@ -144,6 +144,21 @@ class ClusterMetadataResponse(Message):
     }
 
 
+# Version 2 is version 1 plus the handover offsets.
+_REGISTER_V1 = (
+    "group_id" / String,
+    "consumer_id" / String,
+    "topics" / Array32(String),
+    "pattern" / String,
+    "auto_commit" / Bool,
+    "auto_offset_reset" / String,
+    "session_timeout_ms" / Int32,
+    "max_poll_interval_ms" / Int32,
+    "is_static" / Bool,
+    "assignment_strategies" / Array32(String),
+)
+
+
 @dataclass(frozen=True)
 class RegisterConsumerRequest(Message):
     """Consumer to coordinator, once per connection. The subscription is
@@ -175,27 +190,8 @@ class RegisterConsumerRequest(Message):
                   "auto_commit" / Bool,
                   "auto_offset_reset" / String,
                   "session_timeout_ms" / Int32),
-        1: Struct("group_id" / String,
-                  "consumer_id" / String,
-                  "topics" / Array32(String),
-                  "pattern" / String,
-                  "auto_commit" / Bool,
-                  "auto_offset_reset" / String,
-                  "session_timeout_ms" / Int32,
-                  "max_poll_interval_ms" / Int32,
-                  "is_static" / Bool,
-                  "assignment_strategies" / Array32(String)),
-        2: Struct("group_id" / String,
-                  "consumer_id" / String,
-                  "topics" / Array32(String),
-                  "pattern" / String,
-                  "auto_commit" / Bool,
-                  "auto_offset_reset" / String,
-                  "session_timeout_ms" / Int32,
-                  "max_poll_interval_ms" / Int32,
-                  "is_static" / Bool,
-                  "assignment_strategies" / Array32(String),
-                  "offsets" / Array32(TPO)),
+        1: Struct(*_REGISTER_V1),
+        2: Struct(*_REGISTER_V1, "offsets" / Array32(TPO)),
     }
 
 
