@@ -86,6 +86,10 @@ def stays(predicate, seconds: float, message: str) -> None:
 
 
 def settled_member(cluster, zk, topic: str = "t"):
+    # A server's ports accept connections a moment before its broker is in
+    # ZooKeeper; the topic's replicas go to the brokers registered.
+    wait_until(lambda: len(zk.get_children(layout.BROKER_IDS)) == len(cluster.servers),
+               timeout=SETTLE_S, message="every broker registered")
     create_topic(zk, topic, 2)
     member = cluster.add_consumer("g", topics=[topic])
     wait_whole(zk, "g", [member], partitions_of(zk, [topic]), timeout=SETTLE_S)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import doctest
 import itertools
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,33 +184,48 @@ def busy_runs(draw):
     return max_records, arrivals
 
 
-STARVATION = (
-    "RecordBuffer.add appends new records to the queue of the partition the cursor rests on, "
-    "so records that arrive later for that partition are served before older records of the "
-    "others; refilled with max_poll_records or more between polls, it keeps the cursor for "
-    "ever and the others starve (seed 003's starvation case)")
-
-
 @settings(max_examples=300, deadline=None)
 @given(busy_runs())
 def test_no_partition_starves_while_others_keep_receiving_data(run):
-    """Records that arrive later, for any partition, never hold back records
-    already buffered: a record added while ``ahead`` records are buffered is
-    returned by the poll ``ahead // max_poll_records`` after its arrival."""
+    """Round robin, seen from outside. A turn is a partition's service from
+    when it is first served until another partition is served or it has
+    handed out what it held when the turn began; a turn may
+    span polls (the partition left off resumes) but never hands out more than
+    the records the partition held when the turn began, so data that keeps
+    arriving cannot extend it: what it serves beyond that counts as a new
+    turn. While a partition holds records, no other partition begins two
+    turns before it is served."""
     max_records, arrivals = run
     made = Producer()
     buf = RecordBuffer()
-    deadline: dict[tuple[int, int], int] = {}  # (partition, offset) -> the poll that must return it
-    for poll, counts in enumerate(arrivals):
+    held: dict[int, int] = {}
+    turn: list = [None, 0]  # the partition in its turn, records it may still hand out
+    waiting: dict[int, set] = {}  # partition holding records -> partitions that began a turn since
+    for counts in arrivals:
         for partition, count in enumerate(counts):
-            records = made.records(partition, count)
-            for ahead, record in enumerate(records, start=len(buf)):
-                deadline[(partition, record.offset)] = poll + ahead // max_records
-            buf.add(records)
-        for record in buf.take(max_records):
-            del deadline[(record.partition, record.offset)]
-        overdue = sorted(key for key, due in deadline.items() if due <= poll)
-        assert not overdue, f"records {overdue[:5]} starved at poll {poll} (max_poll_records {max_records})"
+            if count:
+                buf.add(made.records(partition, count))
+                if not held.get(partition):
+                    waiting[partition] = set()
+                held[partition] = held.get(partition, 0) + count
+        for partition, group in itertools.groupby(r.partition for r in buf.take(max_records)):
+            taken = len(list(group))
+            if partition == turn[0] and turn[1]:  # the turn goes on, for what it had left
+                going_on = min(taken, turn[1])
+                turn[1] -= going_on
+                held[partition] -= going_on
+                taken -= going_on
+            if taken:  # a new turn
+                for other, began in waiting.items():
+                    if other != partition:
+                        assert partition not in began, (
+                            f"partition {partition} began a second turn while {other} waited")
+                        began.add(partition)
+                waiting[partition] = set()
+                turn[:] = [partition, held[partition] - taken]
+                held[partition] -= taken
+            if not held[partition]:
+                waiting.pop(partition, None)
 
 
 def test_a_partition_refilled_every_poll_does_not_starve_the_others():

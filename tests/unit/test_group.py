@@ -27,6 +27,7 @@ ALLOWED = {
     (R, R),  # a retry
     (F, R),  # any change tries again
     (F, E),  # every member left
+    (F, F),  # a retry after a failure gave up again before changing anything
 }
 
 

@@ -7,8 +7,9 @@ partition starves" hold even when partitions are refilled between polls:
 the partition left off mid-way resumes only for the records it had left
 then, and the others are visited in the order they last became ready (a
 partition goes to the back of that order whenever it is served). A partition
-with records is therefore served within as many polls as there are
-partitions. Pure data structure, no I/O.
+therefore waits only for records buffered before its turn came up, never for
+records that arrive later, however often its neighbours are refilled.
+Pure data structure, no I/O.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ _ALLOWED = {
     GroupPhase.EMPTY: {GroupPhase.REBALANCING, GroupPhase.EMPTY, GroupPhase.FAILED},
     GroupPhase.STABLE: {GroupPhase.REBALANCING, GroupPhase.EMPTY, GroupPhase.FAILED},
     GroupPhase.REBALANCING: {GroupPhase.STABLE, GroupPhase.FAILED, GroupPhase.EMPTY, GroupPhase.REBALANCING},
-    GroupPhase.FAILED: {GroupPhase.REBALANCING, GroupPhase.EMPTY},
+    GroupPhase.FAILED: {GroupPhase.REBALANCING, GroupPhase.EMPTY, GroupPhase.FAILED},
 }
 
 
