@@ -52,7 +52,7 @@ def test_refused_moves(move):
 
 
 def test_the_refused_moves_are_the_ones_that_reach_stable_without_a_rebalance():
-    assert set(REFUSED) == {(E, S), (S, S), (F, S), (F, F)}
+    assert set(REFUSED) == {(E, S), (S, S), (F, S)}
 
 
 def test_a_new_group_is_empty_at_generation_zero():
