@@ -85,6 +85,8 @@ class Group:
     awaiting: frozenset[str] = frozenset()
     fenced_until: float = 0.0
     previous: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
+    # /consumers/<group>/owners as last read or written by this coordinator (None: not read yet).
+    recorded_owners: Optional[dict[TopicPartition, str]] = None
 
     def transition(self, phase: GroupPhase) -> None:
         if phase not in _ALLOWED[self.phase]:

@@ -151,6 +151,7 @@ class Coordinator:
         self.schedule = PingSchedule()
         self.pending_offsets: dict[str, dict[TopicPartition, int]] = {}
         self._flush_locks: dict[str, gevent.lock.Semaphore] = {}
+        self._no_offset: dict[str, set[TopicPartition]] = {}  # known to have no committed offset
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self.active = True  # False while ZooKeeper is suspended
         self.deposed = False
@@ -491,7 +492,9 @@ class Coordinator:
         counts = {t: self.store.partition_count(t) for t in sorted(topics)}  # step 1.1: fresh from ZK
         current = {m.member_id: m.assigned for m in group.members.values()}
         target = target_assignment(subscriptions, counts, group.strategy, current)
-        recorded = self.store.owners(group.name)
+        if group.recorded_owners is None:  # first rebalance of this group in this epoch
+            group.recorded_owners = self.store.owners(group.name)
+        recorded = group.recorded_owners
         running = {m.member_id: m.running for m in group.members.values() if m.connected}
         reason = rebalance_reason(target, recorded, running)
         if reason is None:
@@ -512,7 +515,7 @@ class Coordinator:
         state = layout.GroupState(
             generation, group.strategy,
             {m: tuple(sorted(tps)) for m, tps in target.items()},
-            lease_ms=max(m.session_timeout_ms for m in group.members.values()),
+            lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
         )
         self.store.write_group_state(group.name, state, exists=group.generation > 0 or self._has_state(group))
         group.generation = generation
@@ -528,7 +531,9 @@ class Coordinator:
         self._gather(group, [by_id[m] for m in plan.start],
                      lambda g, m: self._start_member(g, m, plan.start[m.member_id], offsets))
         self._require_active()
-        self.store.write_owners(group.name, owners_of(target), recorded)  # step 5
+        owners = owners_of(target)
+        self.store.write_owners(group.name, owners, recorded)  # step 5
+        group.recorded_owners = owners  # only this coordinator writes them, fenced
         group.transition(GroupPhase.STABLE)
         self.rebalances_done += 1
         self.last_rebalance = RebalanceReport(group.name, generation, len(plan.paused),
@@ -610,10 +615,15 @@ class Coordinator:
     # -- offsets ------------------------------------------------------------------------------
 
     def _committed(self, group: str, partitions) -> dict[TopicPartition, int]:
+        """Committed offsets of ``partitions``, read from ZooKeeper once and then
+        kept (this coordinator is the only writer, so the cache stays true)."""
         known = self.committed.setdefault(group, {})
-        missing = [tp for tp in partitions if tp not in known]
+        absent = self._no_offset.setdefault(group, set())
+        missing = [tp for tp in partitions if tp not in known and tp not in absent]
         if missing:
-            known.update(self.store.offsets(group, missing))
+            found = self.store.offsets(group, missing)
+            known.update(found)
+            absent.update(tp for tp in missing if tp not in found)
         return {tp: known[tp] for tp in partitions if tp in known}
 
     def _accept_offsets(self, group: Group, member: Member, offsets: dict[TopicPartition, int]) -> None:
@@ -664,10 +674,11 @@ class Coordinator:
                 committed = self.committed.setdefault(name, {})
                 changed = {tp: o for tp, o in pending.items() if committed.get(tp) != o}
                 if changed:
+                    self._committed(name, changed)  # learn which nodes exist
                     existing = {tp for tp in changed if tp in committed}
-                    existing |= set(self.store.offsets(name, [tp for tp in changed if tp not in committed]))
                     self.store.write_offsets(name, changed, existing)
                     committed.update(changed)
+                    self._no_offset.get(name, set()).difference_update(changed)
                 for tp, offset in list(pending.items()):
                     if committed.get(tp) == offset:
                         del pending[tp]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # How long a connection may sit without sending its first request.
 IDLE_TIMEOUT_S = 60.0
+METADATA_TTL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class Server:
         self._session_lost = False
         self._state_changed = gevent.event.Event()
         self._elector: Optional[gevent.Greenlet] = None
+        self._metadata: Optional[wire.ClusterMetadataResponse] = None
+        self._metadata_at = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -259,6 +263,19 @@ class Server:
             channel.close()
 
     def cluster_metadata(self) -> wire.ClusterMetadataResponse:
+        """The answer to ClusterMetadataRequest, read from ZooKeeper at most
+        every METADATA_TTL_S: when thousands of consumers look for the
+        coordinator at once (after a failover), they share one set of reads.
+        A stale answer costs a consumer one NOT_COORDINATOR and a retry."""
+        now = time.monotonic()
+        if self._metadata is not None and now - self._metadata_at < METADATA_TTL_S:
+            return self._metadata
+        answer = self._read_cluster_metadata()
+        if answer.error_code == wire.ErrorCode.NONE:
+            self._metadata, self._metadata_at = answer, now
+        return answer
+
+    def _read_cluster_metadata(self) -> wire.ClusterMetadataResponse:
         try:
             coordinator_id, epoch = self._coordinator_identity()
             servers = self._endpoints(layout.SERVERS, self._server_endpoint)

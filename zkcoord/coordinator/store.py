@@ -91,27 +91,28 @@ class CoordinatorStore:
             return 0
 
     def owners(self, group: str) -> dict[TopicPartition, str]:
-        result: dict[TopicPartition, str] = {}
-        for topic in self._children(layout.owners_path(group)):
-            for partition in self._children(layout.owners_path(group, topic)):
-                try:
-                    data, _ = self.zk.get(layout.owner_path(group, topic, int(partition)))
-                    result[(topic, int(partition))] = layout.decode_owner(data)
-                except (NoNodeError, ValueError, layout.LayoutError):
-                    continue
-        return result
+        paths = {(topic, int(p)): layout.owner_path(group, topic, int(p))
+                 for topic in self._children(layout.owners_path(group))
+                 for p in self._children(layout.owners_path(group, topic)) if p.isdigit()}
+        return self._read_all(paths, layout.decode_owner, f"[group {group}] owner")
 
     def offsets(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Committed offsets of ``partitions`` that have one."""
+        paths = {(t, p): layout.offset_path(group, t, p) for t, p in partitions}
+        return self._read_all(paths, layout.decode_offset, f"[group {group}] offset")
+
+    def _read_all(self, paths: Mapping, decode, what: str) -> dict:
+        """Read many nodes at once (all requests in flight together); absent ones are left out."""
+        pending = {key: self.zk.get_async(path) for key, path in paths.items()}
         result = {}
-        for topic, partition in partitions:
+        for key, request in pending.items():
             try:
-                data, _ = self.zk.get(layout.offset_path(group, topic, partition))
-                result[(topic, partition)] = layout.decode_offset(data)
+                data, _ = request.get()
+                result[key] = decode(data)
             except NoNodeError:
                 continue
             except layout.LayoutError as exc:
-                log.error("[group %s] unreadable offset for %s-%d: %s", group, topic, partition, exc)
+                log.error("%s of %s unreadable: %s", what, key, exc)
         return result
 
     def group_state(self, group: str) -> Optional[layout.GroupState]:

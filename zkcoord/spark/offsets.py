@@ -129,7 +129,7 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
     [(0, 4), (4, 7), (7, 10)]
     """
     ranges = [r for r in ranges if r.size > 0]
-    if not min_partitions or len(ranges) >= min_partitions:
+    if not ranges or not min_partitions or len(ranges) >= min_partitions:
         return ranges
     pieces = [1] * len(ranges)
     while sum(pieces) < min_partitions:

@@ -58,8 +58,8 @@ def read_task(task: ReadTask) -> Iterator:
     consumer = Consumer({
         "bootstrap.servers": task.broker, "group.id": "zkcoord-spark-reader",
         "enable.auto.commit": False, "enable.partition.eof": True,
-        "auto.offset.reset": "error", "log_level": 3,
-        "fetch.max.bytes": 16 * 1024 * 1024, "max.partition.fetch.bytes": 8 * 1024 * 1024,
+        "auto.offset.reset": "error", "log_level": 3, "fetch.wait.max.ms": 20,
+        "max.partition.fetch.bytes": 8 * 1024 * 1024,
     })
     columns = _empty_columns()
     try:
@@ -67,7 +67,9 @@ def read_task(task: ReadTask) -> Iterator:
         position = r.start
         deadline = time.monotonic() + task.poll_timeout_ms / 1000.0
         while position < r.end:
-            messages = consumer.consume(CONSUME_CHUNK, timeout=0.5)
+            # Never ask for more than the range holds: consume() waits for
+            # the whole count until its timeout.
+            messages = consumer.consume(min(CONSUME_CHUNK, r.end - position), timeout=0.5)
             progressed = False
             for message in messages:
                 error = message.error()
@@ -112,7 +114,10 @@ def read_task(task: ReadTask) -> Iterator:
         if columns[0]:
             yield _batch(pa, schema, columns, r)
     finally:
+        import sys
+        t = time.monotonic()
         consumer.close()
+        print("CLOSE", time.monotonic() - t, file=sys.stderr)
 
 
 def _on_data_loss(consumer, task: ReadTask, position: int) -> int:
