@@ -67,6 +67,9 @@ class OffsetOutOfRangeError(FetchError):
     ``auto.offset.reset`` is ``error``."""
 
 
+METADATA_TIMEOUT_S = 5.0
+
+
 def _librdkafka_offset(offset: int) -> int:
     if offset == EARLIEST:
         return OFFSET_BEGINNING
@@ -137,6 +140,11 @@ class KafkaFetcher:
         parts = [TopicPartition(t, p, _librdkafka_offset(o)) for (t, p), o in positions.items()]
         already = [tp for tp in parts if (tp.topic, tp.partition) in self._next]
         try:
+            # Learn the partitions' leaders first: librdkafka resolves a
+            # logical start offset (earliest/latest) only once it knows the
+            # leader, and otherwise retries on a 500 ms timer.
+            for topic in sorted({t for (t, _), o in positions.items() if o < 0}):
+                consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
             if already:
                 consumer.incremental_unassign(already)
             consumer.incremental_assign(parts)
