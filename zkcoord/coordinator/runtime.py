@@ -226,7 +226,7 @@ class Coordinator:
         if not self.deposed and self.active:
             try:
                 self._flush_offsets()
-            except ZkcoordError as exc:
+            except Exception as exc:  # fenced out, or ZooKeeper gone: the members still hold them
                 log.warning("final offset flush failed: %s", exc)
         self.deposed = True
         for group in self.groups.values():
@@ -523,12 +523,12 @@ class Coordinator:
         for member in group.members.values():
             member.assigned = target.get(member.member_id, frozenset())
 
-        by_id = group.members
-        self._gather(group, [by_id[m] for m in plan.revoke],
+        # A member that left meanwhile stopped with its connection; it needs no Stop.
+        self._gather(group, self._present(group, plan.revoke),
                      lambda g, m: self._stop_member(g, m, plan.revoke[m.member_id], plan.revoke_all))
         self._flush_offsets(group.name)  # offsets from the Stop answers, before anyone restarts
         offsets = self._committed(group.name, {tp for tps in plan.start.values() for tp in tps})
-        self._gather(group, [by_id[m] for m in plan.start],
+        self._gather(group, self._present(group, plan.start),
                      lambda g, m: self._start_member(g, m, plan.start[m.member_id], offsets))
         self._require_active()
         owners = owners_of(target)
@@ -541,6 +541,10 @@ class Coordinator:
         log.info("%s stable: %d member(s), %d partition(s), %d paused, %.0f ms",
                  group.describe(), len(group.members), self.last_rebalance.partitions,
                  self.last_rebalance.paused, self.last_rebalance.seconds * 1000)
+
+    @staticmethod
+    def _present(group: Group, member_ids) -> list[Member]:
+        return [group.members[m] for m in member_ids if m in group.members]
 
     def _has_state(self, group: Group) -> bool:
         return self.store.zk.exists(layout.group_state_path(group.name)) is not None
