@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from tests.faults import ProxiedEnsemble
 from zkcoord.zk.ensemble import LocalEnsemble
 
 # tickTime 250 ms lets tests ask for sessions down to 500 ms, so expiry
@@ -62,6 +63,16 @@ def zk_connect(zk_ensemble: LocalEnsemble) -> Iterator[str]:
     finally:
         admin.stop()
         admin.close()
+
+
+@pytest.fixture
+def zk_proxies(zk_ensemble: LocalEnsemble, zk_connect: str) -> Iterator[ProxiedEnsemble]:
+    """The shared ensemble behind one fault-injecting proxy per node, rooted
+    at this test's chroot (``.connect_string``; ``drop()``, ``cut()``, ``heal()``)."""
+    chroot = zk_connect[zk_connect.index("/"):]
+    proxies = ProxiedEnsemble([zk_ensemble.client_port(k) for k in zk_ensemble.node_ids], chroot)
+    yield proxies
+    proxies.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from tests.e2e.checks import delivered_values, partitions_of, produce, wait_whole, zk_offsets, zk_owners
-from tests.faults import ProxiedEnsemble
 from tests.support import wait_until
 from zkcoord.admin.topics import create_topic
 from zkcoord.zk import layout
@@ -80,51 +79,45 @@ def test_expired_coordinator_session_hands_over_and_the_old_one_steps_down(clust
     _check_offsets_never_back(committed, zk_offsets(zk, "g"))
 
 
-def test_a_coordinator_cut_off_from_zookeeper_starts_nothing_and_writes_nothing(
-    cluster_factory, zk_ensemble, zk_connect, zk
-):
-    chroot = zk_connect[zk_connect.index("/"):]
-    proxies = ProxiedEnsemble([zk_ensemble.client_port(k) for k in zk_ensemble.node_ids], chroot)
-    try:
-        cut_off = cluster_factory(0, zookeeper=proxies.connect_string)
-        cut_off.add_server(1)
-        wait_until(lambda: zk.exists(layout.COORDINATOR_PATH), timeout=20, message="server 1 elected")
-        assert coordinator_id(zk) == 1
-        others = cluster_factory(0)
-        others.add_server(2)
-        others.add_server(3)
-        bootstrap = cut_off.bootstrap + others.bootstrap
-        create_topic(zk, "t", 4)
-        partitions = partitions_of(zk, ["t"])
-        consumers = [others.add_consumer("g", topics=["t"], bootstrap=bootstrap) for _ in range(2)]
-        wait_until(lambda: wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S) is not None
-                   and all(len(c.assignment()) == 2 for c in consumers),
-                   timeout=FAILOVER_S, message="a stable split of the partitions")
-        generation_before = {c.status()["generation"] for c in consumers}
-        assert len(generation_before) == 1
-        old_epoch = epoch(zk)
-        owners_stat = zk.exists("/consumers/g/owners/t")
+def test_a_coordinator_cut_off_from_zookeeper_starts_nothing_and_writes_nothing(cluster_factory, zk_proxies, zk):
+    proxies = zk_proxies
+    cut_off = cluster_factory(0, zookeeper=proxies.connect_string)
+    cut_off.add_server(1)
+    wait_until(lambda: zk.exists(layout.COORDINATOR_PATH), timeout=20, message="server 1 elected")
+    assert coordinator_id(zk) == 1
+    others = cluster_factory(0)
+    others.add_server(2)
+    others.add_server(3)
+    bootstrap = cut_off.bootstrap + others.bootstrap
+    create_topic(zk, "t", 4)
+    partitions = partitions_of(zk, ["t"])
+    consumers = [others.add_consumer("g", topics=["t"], bootstrap=bootstrap) for _ in range(2)]
+    wait_until(lambda: wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S) is not None
+               and all(len(c.assignment()) == 2 for c in consumers),
+               timeout=FAILOVER_S, message="a stable split of the partitions")
+    generation_before = {c.status()["generation"] for c in consumers}
+    assert len(generation_before) == 1
+    old_epoch = epoch(zk)
+    owners_stat = zk.exists("/consumers/g/owners/t")
 
-        proxies.cut()
-        consumers[0].kill()  # a change the cut-off coordinator would rebalance for
-        # Until another server is elected, no member is started by epoch 1.
-        wait_until(lambda: coordinator_id(zk) != 1, timeout=FAILOVER_S, message="another coordinator")
-        new_epoch = wait_until(lambda: epoch(zk) > old_epoch and epoch(zk), timeout=FAILOVER_S,
-                               message="a new epoch")
-        for consumer in consumers[1:]:
-            status = consumer.status()
-            assert status["epoch"] == new_epoch or status["generation"] in generation_before, status
-        # Nothing the old coordinator did reached the owners: only the new epoch writes them.
-        wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
-        assert consumers[1].status()["epoch"] == new_epoch
-        assert zk.exists("/consumers/g/owners/t").czxid == owners_stat.czxid
-        proxies.heal()
-        server = cut_off.servers[1]
-        wait_until(lambda: "resigned as coordinator" in server.log_tail(20000), timeout=FAILOVER_S,
-                   message="the cut-off coordinator to step down")
-        assert coordinator_id(zk) != 1 and zk_owners(zk, "g")
-    finally:
-        proxies.close()
+    proxies.cut()
+    consumers[0].kill()  # a change the cut-off coordinator would rebalance for
+    # Until another server is elected, no member is started by epoch 1.
+    wait_until(lambda: coordinator_id(zk) != 1, timeout=FAILOVER_S, message="another coordinator")
+    new_epoch = wait_until(lambda: epoch(zk) > old_epoch and epoch(zk), timeout=FAILOVER_S,
+                           message="a new epoch")
+    for consumer in consumers[1:]:
+        status = consumer.status()
+        assert status["epoch"] == new_epoch or status["generation"] in generation_before, status
+    # Nothing the old coordinator did reached the owners: only the new epoch writes them.
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    assert consumers[1].status()["epoch"] == new_epoch
+    assert zk.exists("/consumers/g/owners/t").czxid == owners_stat.czxid
+    proxies.heal()
+    server = cut_off.servers[1]
+    wait_until(lambda: "resigned as coordinator" in server.log_tail(20000), timeout=FAILOVER_S,
+               message="the cut-off coordinator to step down")
+    assert coordinator_id(zk) != 1 and zk_owners(zk, "g")
 
 
 def test_members_surviving_a_coordinator_crash_redeliver_nothing(cluster, zk):

@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import SessionExpiredError
 
-from tests.faults import ProxiedEnsemble, expire_session
+from tests.faults import expire_session
 from tests.support import wait_until
 from zkcoord.errors import ConfigError, EnsembleError
 from zkcoord.zk.ensemble import LocalEnsemble
@@ -130,13 +130,17 @@ def _touch_fails(client: KazooClient) -> bool:
         return True
 
 
-def test_dropped_connection_reconnects_with_the_same_session(zk_ensemble, zk_connect):
-    chroot = zk_connect[zk_connect.index("/"):]
-    proxies = ProxiedEnsemble([zk_ensemble.client_port(k) for k in zk_ensemble.node_ids], chroot)
-    client = KazooClient(hosts=proxies.connect_string, timeout=10.0)
-    states = []
+def _recording_client(hosts: str, timeout: float) -> tuple[KazooClient, list]:
+    client = KazooClient(hosts=hosts, timeout=timeout)
+    states: list = []
     client.add_listener(states.append)
     client.start(timeout=15)
+    return client, states
+
+
+def test_dropped_connection_reconnects_with_the_same_session(zk_proxies):
+    proxies = zk_proxies
+    client, states = _recording_client(proxies.connect_string, timeout=10.0)
     try:
         client.create("/mine", b"", ephemeral=True)
         session = client.client_id[0]
@@ -148,16 +152,11 @@ def test_dropped_connection_reconnects_with_the_same_session(zk_ensemble, zk_con
         assert KazooState.LOST not in states
     finally:
         client.stop()
-        proxies.close()
 
 
-def test_partition_longer_than_the_session_timeout_expires_the_session(zk_ensemble, zk_connect):
-    chroot = zk_connect[zk_connect.index("/"):]
-    proxies = ProxiedEnsemble([zk_ensemble.client_port(k) for k in zk_ensemble.node_ids], chroot)
-    client = KazooClient(hosts=proxies.connect_string, timeout=2.0)
-    states = []
-    client.add_listener(states.append)
-    client.start(timeout=15)
+def test_partition_longer_than_the_session_timeout_expires_the_session(zk_proxies, zk_connect):
+    proxies = zk_proxies
+    client, states = _recording_client(proxies.connect_string, timeout=2.0)
     observer = _client(zk_connect)
     try:
         client.create("/mine", b"", ephemeral=True)
@@ -169,7 +168,6 @@ def test_partition_longer_than_the_session_timeout_expires_the_session(zk_ensemb
     finally:
         observer.stop()
         client.stop()
-        proxies.close()
 
 
 def test_bad_sizes_and_ports_are_config_errors(tmp_path):
