@@ -1,12 +1,235 @@
-"""Helpers the benchmarks share: a process's CPU time, read from /proc."""
+"""Helpers the benchmarks share: a process's CPU time from /proc, and the
+harness for coordinator benchmarks (a local ZooKeeper ensemble with
+`zkcoord server` processes, and many GroupMembership clients in the bench
+process that record what their listeners were told and when).
+
+The membership helpers use gevent: a bench that imports them calls
+``gevent.monkey.patch_all()`` before importing this module, so every
+membership's network thread is a greenlet.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import resource
+import sys
+import time
 from pathlib import Path
+from typing import Optional, Sequence
+
+import gevent
+from kazoo.client import KazooClient
+from kazoo.handlers.gevent import SequentialGeventHandler
+
+from zkcoord.admin.topics import create_topic
+from zkcoord.consumer.membership import GroupMembership
+from zkcoord.localcluster import LocalCluster, wait_for
+from zkcoord.zk import layout
+from zkcoord.zk.ensemble import LocalEnsemble
+
+ZK_SESSION_TIMEOUT_MS = 4000  # the servers' ZooKeeper session
+ZK_TICK_MS = 250
+SETTLE_S = 0.5  # quiet time that says a group has stopped moving
+STABLE_LINE = re.compile(r"\[group (\S+) gen (\d+)\] stable: (\d+) member\(s\), (\d+) partition\(s\), "
+                         r"(\d+) paused, (\d+) ms")
 
 
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds that process ``pid`` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Recorder:
+    """A membership listener that records when things happened to one member."""
+
+    def __init__(self):
+        self.membership: Optional[GroupMembership] = None
+        self.held: frozenset = frozenset()
+        self.last_start = 0.0
+        self.start_epoch = -1
+        self.start_generation = -1
+        self.last_event = 0.0
+        self.first_stop_after = 0.0  # first on_stop after mark()
+        self.mark_at = 0.0
+        self.events = 0
+        self.pings = 0
+        self.last_ping = 0.0
+        self.max_gap = 0.0
+
+    def on_start(self, partitions):
+        now = time.perf_counter()
+        self.held = frozenset(partitions)
+        self.last_start = self.last_event = now
+        self.start_epoch, self.start_generation = self.membership.epoch, self.membership.generation
+        self.events += 1
+
+    def on_stop(self, partitions):
+        now = time.perf_counter()
+        self.held = self.held - frozenset(partitions)
+        self.last_event = now
+        if self.mark_at and not self.first_stop_after and now >= self.mark_at:
+            self.first_stop_after = now
+        self.events += 1
+        return {}
+
+    def offsets(self):  # called on every Ping: count them, report nothing to commit
+        now = time.perf_counter()
+        if self.last_ping:
+            self.max_gap = max(self.max_gap, now - self.last_ping)
+        self.last_ping = now
+        self.pings += 1
+        return None
+
+    def last_poll_ms_ago(self):
+        return 0  # always "just polled": max.poll.interval never evicts a bench member
+
+    def mark(self) -> None:
+        """Start a measurement window."""
+        self.mark_at = time.perf_counter()
+        self.first_stop_after = 0.0
+        self.events = self.pings = 0
+        self.max_gap = 0.0
+
+
+class Member:
+    def __init__(self, bootstrap, group: str, topic: str, session_timeout_ms: int,
+                 recorder: Optional[Recorder] = None, strategies: Sequence[str] = ("range",)):
+        self.recorder = recorder if recorder is not None else Recorder()
+        self.membership = GroupMembership(bootstrap, group, self.recorder, topics=[topic],
+                                          session_timeout_ms=session_timeout_ms,
+                                          assignment_strategies=strategies)
+        self.recorder.membership = self.membership
+        self.started_at = time.perf_counter()
+        self.registered_at = 0.0
+        self.membership.start()
+        gevent.spawn(self._watch_registration)
+
+    def _watch_registration(self):
+        self.membership.registered.wait()
+        self.registered_at = time.perf_counter()
+
+
+def complete(members: list[Member], partitions: int, epoch: Optional[int] = None) -> bool:
+    """Every member registered and running something (under ``epoch`` if
+    given), and together they hold each partition exactly once."""
+    total = 0
+    union = set()
+    for m in members:
+        held = m.recorder.held
+        if not m.membership.registered.is_set() or not held:
+            return False
+        if epoch is not None and m.recorder.start_epoch != epoch:
+            return False
+        total += len(held)
+        union |= held
+    return total == partitions and len(union) == partitions
+
+
+def settle(members: list[Member], timeout: float = 30.0) -> None:
+    """Wait until no member's listener has run for SETTLE_S."""
+    wait_for(lambda: time.perf_counter() - max(m.recorder.last_event for m in members) > SETTLE_S,
+             timeout, "the group to settle", interval=0.05)
+
+
+def close_all(members: list[Member]) -> None:
+    """Leave cleanly, all at once (each leave is a small exchange with the coordinator)."""
+    jobs = [gevent.spawn(m.membership.close, 5.0) for m in members]
+    gevent.joinall(jobs, timeout=60)
+
+
+class Harness:
+    """A 3-node ZooKeeper ensemble and ``servers`` `zkcoord server` processes
+    (each with its embedded broker) on 127.0.0.1, under ``work``; the
+    servers take ``server_args`` on top of a short ZooKeeper session."""
+
+    def __init__(self, work: Path, server_args: Sequence[str] = ()):
+        self.work = work
+        self.server_args = ("--zk-session-timeout-ms", str(ZK_SESSION_TIMEOUT_MS), *server_args)
+        self.ensemble: Optional[LocalEnsemble] = None
+        self.cluster: Optional[LocalCluster] = None
+        self.zk: Optional[KazooClient] = None
+        self.results: list[str] = []
+
+    def start(self, servers: int = 3) -> None:
+        self.ensemble = LocalEnsemble.create(self.work / "zk", nodes=3, tick_ms=ZK_TICK_MS)
+        self.ensemble.start(timeout=90)
+        self.zk = KazooClient(hosts=self.ensemble.connect_string, handler=SequentialGeventHandler())
+        self.zk.start(30)
+        self.cluster = LocalCluster(self.ensemble.connect_string, self.work / "cluster", self.server_args)
+        self.cluster.start_servers(servers, timeout=60)
+        wait_for(lambda: len(self.zk.get_children(layout.BROKER_IDS)) == servers, 60, f"{servers} brokers")
+        wait_for(lambda: self.zk.exists(layout.COORDINATOR_PATH), 60, "an elected coordinator")
+
+    def stop(self) -> None:
+        if self.zk is not None:
+            try:
+                self.zk.stop()
+            except Exception:  # closing down: the ensemble may already be gone
+                pass
+        if self.cluster is not None:
+            self.cluster.close()
+        if self.ensemble is not None:
+            self.ensemble.stop()
+
+    def topic(self, name: str, partitions: int) -> str:
+        create_topic(self.zk, name, partitions)
+        return name
+
+    def coordinator(self) -> tuple[int, int]:
+        """(server id, epoch) of the coordinator now."""
+        server_id = int(layout.decode_coordinator(self.zk.get(layout.COORDINATOR_PATH)[0]))
+        epoch = layout.decode_coordinator_epoch(self.zk.get(layout.COORDINATOR_EPOCH_PATH)[0])
+        return server_id, epoch
+
+    def coordinator_log(self, server_id: int) -> str:
+        return self.cluster.servers[server_id].log_path.read_text(errors="replace")
+
+    def members(self, group: str, topic: str, count: int, session_timeout_ms: int) -> list[Member]:
+        return [Member(self.cluster.bootstrap, group, topic, session_timeout_ms) for _ in range(count)]
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+        self.results.append(line)
+
+    def dump_logs(self) -> None:
+        """Print the tail of every server's log (on a failure)."""
+        if self.cluster is not None:
+            for name, tail in self.cluster.log_tails().items():
+                print(f"--- {name} log (tail) ---\n{tail[-2000:]}", file=sys.stderr)
+
+
+class CountingHandler(logging.Handler):
+    """Counts the members' warnings (a failed metadata round, a dropped
+    connection) instead of printing thousands of them."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record):
+        self.count += 1
+
+
+MEMBER_WARNINGS = CountingHandler()
+
+
+def quiet_logs() -> None:
+    member_log = logging.getLogger("zkcoord.consumer.membership")
+    member_log.addHandler(MEMBER_WARNINGS)
+    member_log.propagate = False
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+
+
+def raise_fd_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def exit_on_signal(signum, frame):
+    """SIGTERM ends a bench like Ctrl-C, so its cleanup runs."""
+    raise SystemExit(128 + signum)

@@ -27,10 +27,8 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
-import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
-import resource  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
@@ -39,30 +37,22 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Optional  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gevent  # noqa: E402
-from kazoo.client import KazooClient  # noqa: E402
-from kazoo.handlers.gevent import SequentialGeventHandler  # noqa: E402
 
-from _common import cpu_seconds  # noqa: E402
-from zkcoord.admin.topics import create_topic  # noqa: E402
-from zkcoord.consumer.membership import CONNECT_TIMEOUT_S, GroupMembership  # noqa: E402
-from zkcoord.localcluster import LocalCluster, wait_for  # noqa: E402
-from zkcoord.zk import layout  # noqa: E402
-from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
+from _common import (  # noqa: E402
+    MEMBER_WARNINGS, STABLE_LINE, ZK_SESSION_TIMEOUT_MS, ZK_TICK_MS, Harness, Member, close_all, complete,
+    cpu_seconds, exit_on_signal, quiet_logs, raise_fd_limit, settle,
+)
+from zkcoord.consumer.membership import CONNECT_TIMEOUT_S  # noqa: E402
+from zkcoord.localcluster import wait_for  # noqa: E402
 
-ZK_SESSION_TIMEOUT_MS = 4000  # the servers' ZooKeeper session
-ZK_TICK_MS = 250
 REBALANCE_SESSION_TIMEOUT_MS = 10_000  # the members' session (ping every third of it)
 FAILOVER_SESSION_TIMEOUT_MS = 6000
 CAPACITY_SESSION_TIMEOUT_MS = 10_000
-SETTLE_S = 0.5  # quiet time that says a group has stopped moving
-STABLE_LINE = re.compile(r"\[group (\S+) gen (\d+)\] stable: (\d+) member\(s\), (\d+) partition\(s\), "
-                         r"(\d+) paused, (\d+) ms")
 FENCE_LINE = re.compile(r"\[group (\S+) gen \d+\] waiting ([\d.]+)s for the lease")
 REMOVED_LINE = re.compile(r"member \S+ removed: ")
 
@@ -84,158 +74,14 @@ QUICK = Sizes(groups=(10, 50), repeats=2, partitions=200, failover_members=20,
               capacity_steps=(200, 500), steady_s=8.0, step_timeout_s=60.0)
 
 
-class Recorder:
-    """A membership listener that records when things happened to one member."""
-
-    def __init__(self):
-        self.membership: Optional[GroupMembership] = None
-        self.held: frozenset = frozenset()
-        self.last_start = 0.0
-        self.start_epoch = -1
-        self.start_generation = -1
-        self.last_event = 0.0
-        self.first_stop_after = 0.0  # first on_stop after mark()
-        self.mark_at = 0.0
-        self.events = 0
-        self.pings = 0
-        self.last_ping = 0.0
-        self.max_gap = 0.0
-
-    def on_start(self, partitions):
-        now = time.perf_counter()
-        self.held = frozenset(partitions)
-        self.last_start = self.last_event = now
-        self.start_epoch, self.start_generation = self.membership.epoch, self.membership.generation
-        self.events += 1
-
-    def on_stop(self, partitions):
-        now = time.perf_counter()
-        self.held = self.held - frozenset(partitions)
-        self.last_event = now
-        if self.mark_at and not self.first_stop_after and now >= self.mark_at:
-            self.first_stop_after = now
-        self.events += 1
-        return {}
-
-    def offsets(self):  # called on every Ping: count them, report nothing to commit
-        now = time.perf_counter()
-        if self.last_ping:
-            self.max_gap = max(self.max_gap, now - self.last_ping)
-        self.last_ping = now
-        self.pings += 1
-        return None
-
-    def last_poll_ms_ago(self):
-        return 0  # always "just polled": max.poll.interval never evicts a bench member
-
-    def mark(self) -> None:
-        """Start a measurement window."""
-        self.mark_at = time.perf_counter()
-        self.first_stop_after = 0.0
-        self.events = self.pings = 0
-        self.max_gap = 0.0
-
-
-class Member:
-    def __init__(self, bootstrap, group: str, topic: str, session_timeout_ms: int):
-        self.recorder = Recorder()
-        self.membership = GroupMembership(bootstrap, group, self.recorder, topics=[topic],
-                                          session_timeout_ms=session_timeout_ms)
-        self.recorder.membership = self.membership
-        self.started_at = time.perf_counter()
-        self.registered_at = 0.0
-        self.membership.start()
-        gevent.spawn(self._watch_registration)
-
-    def _watch_registration(self):
-        self.membership.registered.wait()
-        self.registered_at = time.perf_counter()
-
-
-def complete(members: list[Member], partitions: int, epoch: Optional[int] = None) -> bool:
-    """Every member registered and running something (under ``epoch`` if
-    given), and together they hold each partition exactly once."""
-    total = 0
-    union = set()
-    for m in members:
-        held = m.recorder.held
-        if not m.membership.registered.is_set() or not held:
-            return False
-        if epoch is not None and m.recorder.start_epoch != epoch:
-            return False
-        total += len(held)
-        union |= held
-    return total == partitions and len(union) == partitions
-
-
-def settle(members: list[Member], timeout: float = 30.0) -> None:
-    """Wait until no member's listener has run for SETTLE_S."""
-    wait_for(lambda: time.perf_counter() - max(m.recorder.last_event for m in members) > SETTLE_S,
-             timeout, "the group to settle", interval=0.05)
-
-
-def close_all(members: list[Member]) -> None:
-    """Leave cleanly, all at once (each leave is a small exchange with the coordinator)."""
-    jobs = [gevent.spawn(m.membership.close, 5.0) for m in members]
-    gevent.joinall(jobs, timeout=60)
-
-
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.0f} ms"
 
 
-class Bench:
+class Bench(Harness):
     def __init__(self, work: Path, sizes: Sizes):
-        self.work = work
+        super().__init__(work)
         self.sizes = sizes
-        self.ensemble: Optional[LocalEnsemble] = None
-        self.cluster: Optional[LocalCluster] = None
-        self.zk: Optional[KazooClient] = None
-        self.results: list[str] = []
-
-    # -- setup ---------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self.ensemble = LocalEnsemble.create(self.work / "zk", nodes=3, tick_ms=ZK_TICK_MS)
-        self.ensemble.start(timeout=90)
-        self.zk = KazooClient(hosts=self.ensemble.connect_string, handler=SequentialGeventHandler())
-        self.zk.start(30)
-        self.cluster = LocalCluster(self.ensemble.connect_string, self.work / "cluster",
-                                    ("--zk-session-timeout-ms", str(ZK_SESSION_TIMEOUT_MS)))
-        self.cluster.start_servers(3, timeout=60)
-        wait_for(lambda: len(self.zk.get_children(layout.BROKER_IDS)) == 3, 60, "three brokers")
-        wait_for(lambda: self.zk.exists(layout.COORDINATOR_PATH), 60, "an elected coordinator")
-
-    def stop(self) -> None:
-        if self.zk is not None:
-            try:
-                self.zk.stop()
-            except Exception:  # closing down: the ensemble may already be gone
-                pass
-        if self.cluster is not None:
-            self.cluster.close()
-        if self.ensemble is not None:
-            self.ensemble.stop()
-
-    def topic(self, name: str, partitions: int) -> str:
-        create_topic(self.zk, name, partitions)
-        return name
-
-    def coordinator(self) -> tuple[int, int]:
-        """(server id, epoch) of the coordinator now."""
-        server_id = int(layout.decode_coordinator(self.zk.get(layout.COORDINATOR_PATH)[0]))
-        epoch = layout.decode_coordinator_epoch(self.zk.get(layout.COORDINATOR_EPOCH_PATH)[0])
-        return server_id, epoch
-
-    def coordinator_log(self, server_id: int) -> str:
-        return self.cluster.servers[server_id].log_path.read_text(errors="replace")
-
-    def members(self, group: str, topic: str, count: int, session_timeout_ms: int) -> list[Member]:
-        return [Member(self.cluster.bootstrap, group, topic, session_timeout_ms) for _ in range(count)]
-
-    def say(self, line: str) -> None:
-        print(line, flush=True)
-        self.results.append(line)
 
     # -- 1. rebalance latency --------------------------------------------------------------------
 
@@ -410,39 +256,6 @@ class Bench:
         }
 
 
-class CountingHandler(logging.Handler):
-    """Counts the members' warnings (a failed metadata round, a dropped
-    connection) instead of printing thousands of them."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.count = 0
-
-    def emit(self, record):
-        self.count += 1
-
-
-MEMBER_WARNINGS = CountingHandler()
-
-
-def quiet_logs() -> None:
-    member_log = logging.getLogger("zkcoord.consumer.membership")
-    member_log.addHandler(MEMBER_WARNINGS)
-    member_log.propagate = False
-    logging.getLogger("kazoo").setLevel(logging.ERROR)
-
-
-def raise_fd_limit() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def _exit_on_signal(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a couple of minutes")
@@ -456,7 +269,7 @@ def main() -> int:
     if "capacity" in steps and fds < 2 * max(sizes.capacity_steps) + 1000:
         print(f"note: only {fds} file descriptors; the capacity ramp may hit that limit first")
     # SIGTERM ends the bench like Ctrl-C, so the finally below cleans up.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
 
     work = Path(tempfile.mkdtemp(prefix="bench-coordinator-"))
     bench = Bench(work, sizes)
@@ -474,9 +287,7 @@ def main() -> int:
         print(f"\ntotal {time.perf_counter() - began:.0f} s", flush=True)
         return 0
     except BaseException:
-        if bench.cluster is not None:
-            for name, tail in bench.cluster.log_tails().items():
-                print(f"--- {name} log (tail) ---\n{tail[-2000:]}", file=sys.stderr)
+        bench.dump_logs()
         raise
     finally:
         bench.stop()

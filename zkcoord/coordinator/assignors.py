@@ -227,6 +227,9 @@ class _StickyPlan:
                 heapq.heappush(heap, (count + 1, member))
 
     def balance(self) -> None:
+        if self._identical_subscriptions():
+            self._balance_identical()
+            return
         while True:
             counts = {m: len(tps) for m, tps in self.owned.items()}
             if not counts:
@@ -247,6 +250,33 @@ class _StickyPlan:
             if not best:
                 return
             self._carry_out(best[1])
+
+    def _identical_subscriptions(self) -> bool:
+        every = set(self.owned)
+        return all(set(members) == every for members in self.subscribers.values())
+
+    def _balance_identical(self) -> None:
+        """The same end as the chain search when every member may own every
+        partition, where every chain is one move from a fullest member to an
+        emptiest one: so make those moves directly, in time linear in the
+        moves rather than cubic in the members."""
+        while True:
+            counts = {m: len(tps) for m, tps in self.owned.items()}
+            if not counts:
+                return
+            taker = min(counts, key=lambda m: (counts[m], m))
+            top = max(counts.values())
+            if top - counts[taker] < 2:
+                return
+            # The fullest giver whose partition moves away from its previous owner least.
+            options = []
+            for giver in (m for m in counts if counts[m] == top):
+                for topic in self.by_topic[giver]:
+                    cost, tp = self._pick(giver, topic, taker)
+                    options.append((cost, giver, tp))
+            _, giver, tp = min(options)
+            self._take(giver, tp)
+            self._give(taker, tp)
 
     def _chain(self, source: str, counts: Mapping[str, int]) -> list[tuple[str, str, str]]:
         """A chain of (giver, topic, taker) moves from ``source`` to a member

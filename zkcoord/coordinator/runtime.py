@@ -491,7 +491,11 @@ class Coordinator:
         topics = {t for t in self.partitions if any(s.matches(t) for s in subscriptions.values())}
         counts = {t: self.store.partition_count(t) for t in sorted(topics)}  # step 1.1: fresh from ZK
         current = {m.member_id: m.assigned for m in group.members.values()}
-        target = target_assignment(subscriptions, counts, group.strategy, current)
+        started = self.clock()
+        # Pure CPU: run it on the hub's thread pool so that pings and other
+        # groups go on while a large group is assigned.
+        target = gevent.get_hub().threadpool.apply(
+            target_assignment, (subscriptions, counts, group.strategy, current))
         if group.recorded_owners is None:  # first rebalance of this group in this epoch
             group.recorded_owners = self.store.owners(group.name)
         recorded = group.recorded_owners
@@ -506,7 +510,6 @@ class Coordinator:
         plan = plan_handoff(target, running, eager=self.config.rebalance_protocol == "eager")
         group.transition(GroupPhase.REBALANCING)
         generation = group.generation + 1
-        started = self.clock()
         log.info("%s rebalancing to gen %d (%s, %s): %s; %d partition(s) paused",
                  group.describe(), generation, group.strategy, self.config.rebalance_protocol, reason,
                  len(plan.paused))
