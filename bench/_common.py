@@ -11,7 +11,6 @@ membership's network thread is a greenlet.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import resource
 import sys
@@ -22,6 +21,7 @@ from typing import Optional, Sequence
 import gevent
 from kazoo.client import KazooClient
 from kazoo.handlers.gevent import SequentialGeventHandler
+
 
 from zkcoord.admin.topics import create_topic
 from zkcoord.consumer.membership import GroupMembership
@@ -34,12 +34,6 @@ ZK_TICK_MS = 250
 SETTLE_S = 0.5  # quiet time that says a group has stopped moving
 STABLE_LINE = re.compile(r"\[group (\S+) gen (\d+)\] stable: (\d+) member\(s\), (\d+) partition\(s\), "
                          r"(\d+) paused, (\d+) ms")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds that process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Recorder:

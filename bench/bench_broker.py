@@ -24,17 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
+from proc import cpu_seconds  # noqa: E402
 from zkcoord.admin import topics as topic_admin  # noqa: E402
 from zkcoord.fetch.kafka_fetcher import KafkaFetcher  # noqa: E402
 from zkcoord.zk import layout  # noqa: E402
 from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
 
 VALUE_SIZE = 100
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Phase:

@@ -43,9 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gevent  # noqa: E402
 
+from proc import cpu_seconds  # noqa: E402
 from _common import (  # noqa: E402
     MEMBER_WARNINGS, STABLE_LINE, ZK_SESSION_TIMEOUT_MS, ZK_TICK_MS, Harness, Member, close_all, complete,
-    cpu_seconds, exit_on_signal, quiet_logs, raise_fd_limit, settle,
+    exit_on_signal, quiet_logs, raise_fd_limit, settle,
 )
 from zkcoord.consumer.membership import CONNECT_TIMEOUT_S  # noqa: E402
 from zkcoord.localcluster import wait_for  # noqa: E402

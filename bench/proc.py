@@ -1,0 +1,12 @@
+"""Process measurements the benchmarks share (no gevent, no project imports)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds that process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
