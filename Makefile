@@ -3,9 +3,9 @@
 .PHONY: demo test install
 
 demo:
-	scripts/install.sh
+	scripts/install.sh spark
 	python3 -m zkcoord.cli demo
 
 test:
-	scripts/install.sh test
+	scripts/install.sh test,spark
 	python3 -m pytest

@@ -7,7 +7,9 @@ changes the group (a member joins, one leaves cleanly, the coordinator is
 killed with kill -9), and then checks the invariants from outside: every
 partition owned by exactly one member, ZooKeeper's owners matching the
 members, every message delivered, none twice on the planned changes, and
-committed offsets never moving back.
+committed offsets never moving back. Last, the example Spark pipeline
+(examples/pipeline.py) runs a streaming query that joins a group and
+aggregates a keyed topic into parquet, exactly once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,47 @@ class _Report:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+
+PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "pipeline.py"
+PIPELINE_RECORDS = 10_000
+
+
+def _spark_pipeline(report: _Report, zk, connect: str, workdir: Path) -> None:
+    """The example pipeline (examples/pipeline.py): a streaming query that is a
+    member of group 'pipeline', aggregating a keyed topic into parquet."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from zkcoord.admin.topics import create_topic
+
+    report.section("Spark pipeline: a streaming query as a group member")
+    if importlib.util.find_spec("pyspark") is None or not PIPELINE.exists():
+        report.line("skipped: needs pyspark (scripts/install.sh spark) and examples/pipeline.py")
+        return
+    create_topic(zk, "clicks", 4)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(PIPELINE), "--zookeeper", connect, "--topic", "clicks",
+         "--out", str(workdir / "clicks-per-user"), "--group", "pipeline", "--available-now",
+         "--produce", str(PIPELINE_RECORDS), "--max-offsets-per-trigger", "4000"],
+        capture_output=True, text=True, timeout=600,
+    )
+    batches = [line for line in result.stdout.splitlines() if line.startswith("batch ")]
+    totals = {}
+    for line in result.stdout.splitlines():
+        key, sep, rest = line.partition(": ")
+        if sep and rest.endswith(" records") and key.startswith("user-"):
+            totals[key] = int(rest.split()[0])
+    for line in batches:
+        report.line(line)
+    report.line(f"per-user totals from parquet: {dict(sorted(totals.items()))}")
+    report.line(f"pipeline ran in {time.monotonic() - started:.1f}s (Spark start-up included)")
+    report.check(f"the pipeline counted each of the {PIPELINE_RECORDS} records exactly once",
+                 result.returncode == 0 and sum(totals.values()) == PIPELINE_RECORDS)
+    if result.returncode != 0:
+        report.line(result.stderr[-2000:])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
                 status = c.status()
                 report.line(f"{status['consumer_id']}: {len(status['assignment'])} partitions, "
                             f"epoch {status['epoch']} generation {status['generation']}")
+
+        _spark_pipeline(report, zk, ensemble.connect_string, workdir)
     finally:
         stop_producing_event = locals().get("stop_producing")
         if stop_producing_event is not None:

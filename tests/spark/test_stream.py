@@ -24,7 +24,6 @@ def test_available_now_with_admission_control(spark, shared_cluster, tmp_path):
                               startingOffsets="earliest", maxOffsetsPerTrigger="250")
     assert query.awaitTermination(120)
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    for p in query.recentProgress: print("PROGRESS", p["batchId"], p["numInputRows"], p["durationMs"])
     assert [p["numInputRows"] for p in batches] == [250, 250, 100]
     rows = read_sink(spark, tmp_path)
     assert sorted((p, k, v) for _, p, _, k, v in rows) == sorted(sent)
@@ -85,3 +84,43 @@ def test_partitions_added_to_a_topic_are_picked_up(spark, shared_cluster, tmp_pa
         query.stop()
     rows = read_sink(spark, tmp_path)
     assert sorted((p, o) for _, p, o, _, _ in rows) == [(p, o) for p in range(3) for o in range(20)]
+
+
+def test_a_failing_task_is_replayed_exactly(spark, shared_cluster, tmp_path):
+    """A task that fails once mid-batch is retried by Spark; the retry reads
+    the very same range again, so the sink holds every record exactly once."""
+    from pyspark.sql import functions as F
+
+    topic = _topic()
+    shared_cluster.create_topic(topic, 2)
+    sent = records(2, 200)
+    shared_cluster.produce(topic, sent)
+    marker = str(tmp_path / "failed-once")
+
+    def fail_once(offset):
+        import os
+
+        if offset == 150:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return offset
+            raise RuntimeError("injected task failure")
+        return offset
+
+    df = (spark.readStream.format("zkcoord").option("zookeeper", shared_cluster.connect)
+          .option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", "300").load()
+          .withColumn("offset", F.udf(fail_once, "bigint", useArrow=False)("offset")))
+    query = (df.writeStream.format("parquet").option("path", str(tmp_path / "q-out"))
+             .option("checkpointLocation", str(tmp_path / "q-checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    import os
+
+    assert os.path.exists(marker), "the injected failure did not happen"
+    rows = read_sink(spark, tmp_path)
+    keys = sorted((p, o) for _, p, o, _, _ in rows)
+    assert keys == [(p, o) for p in range(2) for o in range(200)]
+    assert sorted((p, k, v) for _, p, _, k, v in rows) == sorted(sent)

@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     gevent.signal_handler(signal.SIGTERM, server.stop)
     gevent.signal_handler(signal.SIGINT, server.stop)
+    gevent.signal_handler(signal.SIGUSR1, server.log_state)  # kill -USR1: what every greenlet is doing
     broker_port = server.broker.port if server.broker is not None else None
     print(f"server {args.id} ready: coordinator protocol on {args.host}:{server.port}"
           + (f", broker on {args.host}:{broker_port}" if broker_port else ""), flush=True)

@@ -123,6 +123,14 @@ class Server:
         self.zk.stop()
         self.zk.close()
 
+    def log_state(self) -> None:
+        """Log every greenlet's stack and the coordinator's groups (on SIGUSR1)."""
+        import gevent.util
+
+        log.warning("state of server %d:\n%s", self.config.server_id, "\n".join(gevent.util.format_run_info()))
+        if self.coordinator is not None:
+            log.warning("groups: %s", self.coordinator.describe_groups())
+
     def serve_forever(self) -> None:
         while self._running:
             self._state_changed.wait(1.0)

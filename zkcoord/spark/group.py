@@ -1,5 +1,6 @@
 """A streaming query's driver as a member of a consumer group: the
-consistent region of seed 002 on Spark.
+consistent region (consumer groups inside a checkpointing stream processor)
+on Spark.
 
 :class:`GroupPlanner` is the :class:`MembershipListener` of the query's
 :class:`GroupMembership`. The coordinator grants partitions (Start) and takes
@@ -43,7 +44,7 @@ class GroupPlanner:
         self._granted: set[TopicPartition] = set()
         self._fresh: dict[TopicPartition, int] = {}  # granted, not yet planned: coordinator's offset
         self._committed: PartitionOffsets = {}
-        self._in_flight: Optional[StreamOffset] = None
+        self._in_flight: Optional[frozenset[TopicPartition]] = None  # read by the batch in flight
         self._reported: Optional[PartitionOffsets] = None
         self._last_plan = time.monotonic()
         self._membership: Optional[GroupMembership] = None
@@ -118,7 +119,7 @@ class GroupPlanner:
             fresh = {tp: self._fresh.pop(tp) for tp in partitions if tp in self._fresh}
 
             def settled() -> bool:
-                return self._in_flight is None or not (partitions & set(self._in_flight.next))
+                return self._in_flight is None or not (partitions & self._in_flight)
 
             if not self._cond.wait_for(settled, max(0.0, deadline - time.monotonic())):
                 log.warning("[group %s] batch in flight not committed within %d ms; handing over "
@@ -170,7 +171,9 @@ class _Plan:
             owned[tp] = None if offset == NO_OFFSET else offset
         return owned
 
-    def planned(self, end: StreamOffset, *, changed: bool) -> None:
+    def planned(self, end: StreamOffset, *, reading: set[TopicPartition]) -> None:
+        """``end`` is the next batch's end; ``reading`` the partitions it reads."""
         p = self.planner
-        p._fresh = {tp: o for tp, o in p._fresh.items() if tp not in end.next}
-        p._in_flight = end if changed else None
+        p._fresh = {tp: o for tp, o in p._fresh.items() if tp not in end.starts and tp not in reading
+                    and end.next.get(tp) != o}
+        p._in_flight = frozenset(reading) or None

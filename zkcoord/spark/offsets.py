@@ -102,6 +102,10 @@ class OffsetRange:
     def size(self) -> int:
         return self.end - self.start
 
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
 
 def batch_ranges(start: StreamOffset, end: StreamOffset) -> list[OffsetRange]:
     """What a micro-batch from ``start`` to ``end`` reads, a pure function of

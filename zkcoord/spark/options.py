@@ -48,7 +48,7 @@ class SourceOptions:
     group: Optional[str] = None
     servers: tuple[str, ...] = ()  # coordinator endpoints; empty: read /zkcoord/servers
     session_timeout_ms: int = 10_000
-    handoff_timeout_ms: int = 20_000
+    handoff_timeout_ms: int = 8_000
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -108,7 +108,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         group=group,
         servers=servers,
         session_timeout_ms=_positive(opts, "sessiontimeoutms", "sessionTimeoutMs") or 10_000,
-        handoff_timeout_ms=_positive(opts, "handofftimeoutms", "handoffTimeoutMs") or 20_000,
+        handoff_timeout_ms=_positive(opts, "handofftimeoutms", "handoffTimeoutMs") or 8_000,
     )
 
 

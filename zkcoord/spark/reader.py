@@ -114,10 +114,7 @@ def read_task(task: ReadTask) -> Iterator:
         if columns[0]:
             yield _batch(pa, schema, columns, r)
     finally:
-        import sys
-        t = time.monotonic()
         consumer.close()
-        print("CLOSE", time.monotonic() - t, file=sys.stderr)
 
 
 def _on_data_loss(consumer, task: ReadTask, position: int) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -169,7 +168,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if group is not None:
             with group.planning() as plan:
                 end = self._next_end(begin_at, plan.owned(begin_at), limit)
-                plan.planned(end, changed=end != begin_at)
+                plan.planned(end, reading={r.topic_partition for r in batch_ranges(begin_at, end)})
         else:
             end = self._next_end(begin_at, self._discover(begin_at.next), limit)
         if end.next == begin_at.next and not end.starts:
@@ -188,15 +187,25 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """``owned`` maps each partition to plan to where it begins: None to
         continue from ``start``, or an offset (new to this query, or handed
         over by the group)."""
-        bounds = self._view.bounds(sorted(owned))
+        bounds = self._view.bounds(sorted(owned), skip_unavailable=True)
+        # A partition no broker answers for now waits for a later plan (one
+        # just granted keeps its handed-over offset until then).
+        owned = {tp: b for tp, b in owned.items() if tp in bounds}
         begins = {}
         for tp, begin in owned.items():
             low, high = bounds[tp]
             if begin is not None:
-                begins[tp] = min(max(begin, low), high)
+                # The group's offset, unless this query's checkpoint is further:
+                # committed offsets never move back, so a lower one only means
+                # the query's last batches were not reported before it stopped.
+                begins[tp] = min(max(begin, start.next.get(tp, begin), low), high)
             elif tp in start.next:
                 begins[tp] = start.next[tp]
-            else:  # granted with no committed offset: startingOffsets decides
+            elif start.next:
+                # A partition with no committed offset granted once the query
+                # runs is new to the group: read it all, as Spark's Kafka source does.
+                begins[tp] = low
+            else:  # the query's first partitions: startingOffsets decides
                 position = self.options.starting
                 if isinstance(position, dict):
                     position = {k: v for k, v in position.items() if k == tp}
@@ -208,6 +217,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             latest = limit_offsets(begins, latest, limit.max_rows)
         starts = {tp: b for tp, b in begins.items() if start.next.get(tp) != b}
+        # Partitions not planned now (not granted, or no broker answers) keep
+        # their place: the offsets remember where this query left each one.
+        for tp, offset in start.next.items():
+            latest.setdefault(tp, offset)
         return StreamOffset(dict(sorted(latest.items())), dict(sorted(starts.items())))
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
