@@ -71,21 +71,20 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     out = open(args.output, "a", buffering=1) if args.output else sys.stdout
-    assign_hook = revoke_hook = None
-    if args.status is not None:
-        def assign_hook(_partitions):
-            _write_status(args.status, consumer)
+    def assign_hook(_partitions):
+        _write_status(args.status, consumer)
 
-        def revoke_hook(partitions):
-            _revoked["count"] += len(partitions)
-            _write_status(args.status, consumer)
+    def revoke_hook(partitions):
+        _revoked["count"] += len(partitions)
+        _write_status(args.status, consumer)
     consumer = Consumer(
         args.bootstrap.split(","), group=args.group, topics=args.topic or (), pattern=args.pattern,
         consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
         max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
         assignment_strategies=tuple(args.strategy or ("range",)),
         max_poll_interval_ms=args.max_poll_interval_ms,
-        on_assign=assign_hook, on_revoke=revoke_hook,
+        on_assign=assign_hook if args.status else None,
+        on_revoke=revoke_hook if args.status else None,
     )
     consumed = 0
     last_status = None

@@ -492,10 +492,7 @@ class Coordinator:
         counts = {t: self.store.partition_count(t) for t in sorted(topics)}  # step 1.1: fresh from ZK
         current = {m.member_id: m.assigned for m in group.members.values()}
         started = self.clock()
-        # Pure CPU: run it on the hub's thread pool so that pings and other
-        # groups go on while a large group is assigned.
-        target = gevent.get_hub().threadpool.apply(
-            target_assignment, (subscriptions, counts, group.strategy, current))
+        target = target_assignment(subscriptions, counts, group.strategy, current)
         if group.recorded_owners is None:  # first rebalance of this group in this epoch
             group.recorded_owners = self.store.owners(group.name)
         recorded = group.recorded_owners
