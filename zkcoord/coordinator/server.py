@@ -178,34 +178,37 @@ class Server:
     def _elect_forever(self) -> None:
         """Elect at once; otherwise watch /consumers/coordinator and try again when it goes."""
         while self._running:
-            if self.coordinator is not None and not self.coordinator.deposed:
-                gone = gevent.event.Event()
-                if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is None:
-                    gone.set()
-                gone.wait(1.0)
-                if self.coordinator.deposed:
-                    self._resign()
-                continue
             try:
-                self.zk.create(
-                    layout.COORDINATOR_PATH, layout.encode_coordinator(str(self.config.server_id)),
-                    ephemeral=True, makepath=True,
-                )
-            except NodeExistsError:
-                gone = gevent.event.Event()
-                if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is not None:
-                    gone.wait(5.0)  # bounded: re-check even if a watch was lost
-                continue
-            except Exception as exc:  # connection trouble: kazoo raises its own errors
+                self._elect_once()
+            except Exception as exc:  # connection trouble: kazoo raises its own errors; never give up
                 log.warning("election attempt failed: %s", exc)
                 gevent.sleep(0.5)
-                continue
-            try:
-                self._become_coordinator()
-            except (Deposed, ZkcoordError) as exc:
-                log.error("could not take office: %s", exc)
+
+    def _elect_once(self) -> None:
+        if self.coordinator is not None and not self.coordinator.deposed:
+            gone = gevent.event.Event()
+            if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is None:
+                gone.set()
+            gone.wait(1.0)
+            if self.coordinator is not None and self.coordinator.deposed:
                 self._resign()
-                gevent.sleep(0.5)
+            return
+        try:
+            self.zk.create(
+                layout.COORDINATOR_PATH, layout.encode_coordinator(str(self.config.server_id)),
+                ephemeral=True, makepath=True,
+            )
+        except NodeExistsError:
+            gone = gevent.event.Event()
+            if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is not None:
+                gone.wait(5.0)  # bounded: re-check even if a watch was lost
+            return
+        try:
+            self._become_coordinator()
+        except (Deposed, ZkcoordError) as exc:
+            log.error("could not take office: %s", exc)
+            self._resign()
+            gevent.sleep(0.5)
 
     def _become_coordinator(self) -> None:
         store = CoordinatorStore(self.zk, self.config.server_id)
