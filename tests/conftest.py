@@ -9,13 +9,13 @@ used an ensemble fails, the tail of every node's log is attached to its report.
 
 from __future__ import annotations
 
-import uuid
 from typing import Iterator
 
 import pytest
 from kazoo.client import KazooClient
 
 from tests.faults import ProxiedEnsemble
+from tests.support import fresh_chroot
 from zkcoord.zk.ensemble import LocalEnsemble
 
 # tickTime 250 ms lets tests ask for sessions down to 500 ms, so expiry
@@ -51,18 +51,15 @@ def own_ensemble(request, tmp_path_factory) -> Iterator[LocalEnsemble]:
 
 
 @pytest.fixture
-def zk_connect(zk_ensemble: LocalEnsemble) -> Iterator[str]:
+def _chroot(zk_ensemble: LocalEnsemble) -> Iterator[tuple[str, KazooClient]]:
+    with fresh_chroot(zk_ensemble) as chroot:
+        yield chroot
+
+
+@pytest.fixture
+def zk_connect(_chroot) -> str:
     """A connect string rooted at a fresh chroot of the shared ensemble."""
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    admin = KazooClient(hosts=zk_ensemble.connect_string)
-    admin.start(timeout=15)
-    try:
-        admin.ensure_path(chroot)
-        yield zk_ensemble.connect_string + chroot
-        admin.delete(chroot, recursive=True)
-    finally:
-        admin.stop()
-        admin.close()
+    return _chroot[0]
 
 
 @pytest.fixture
@@ -76,13 +73,9 @@ def zk_proxies(zk_ensemble: LocalEnsemble, zk_connect: str) -> Iterator[ProxiedE
 
 
 @pytest.fixture
-def zk(zk_connect: str) -> Iterator[KazooClient]:
+def zk(_chroot) -> KazooClient:
     """A started kazoo client on this test's chroot."""
-    client = KazooClient(hosts=zk_connect)
-    client.start(timeout=15)
-    yield client
-    client.stop()
-    client.close()
+    return _chroot[1]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
-from typing import Callable, TypeVar
+import uuid
+from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -36,3 +38,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def fresh_chroot(ensemble, prefix: str = "t") -> Iterator[tuple]:
+    """A new, empty chroot in ``ensemble``: yields its connect string and a
+    started kazoo client on it; the chroot is deleted afterwards."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"
+    admin = KazooClient(hosts=ensemble.connect_string)
+    admin.start(timeout=15)
+    try:
+        admin.ensure_path(chroot)
+        client = KazooClient(hosts=ensemble.connect_string + chroot)
+        client.start(timeout=15)
+        try:
+            yield ensemble.connect_string + chroot, client
+        finally:
+            client.stop()
+            client.close()
+        admin.delete(chroot, recursive=True)
+    finally:
+        admin.stop()
+        admin.close()

@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from tests.support import wait_until
+from tests.support import fresh_chroot, wait_until
 from zkcoord.admin import topics as topic_admin
 
 
@@ -121,22 +121,11 @@ def cluster(request, zk_connect, zk, tmp_path) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def shared_cluster(request, zk_ensemble, tmp_path_factory) -> Iterator[Cluster]:
     """One broker for a whole module of read/write tests that do not disturb it."""
-    chroot = f"/m-{uuid.uuid4().hex[:12]}"
-    connect = zk_ensemble.connect_string + chroot
-    admin = KazooClient(hosts=zk_ensemble.connect_string)
-    admin.start(timeout=15)
-    admin.ensure_path(chroot)
-    client = KazooClient(hosts=connect)
-    client.start(timeout=15)
-    c = Cluster(connect, client, tmp_path_factory.mktemp("broker"))
-    c.start_broker(0)
-    yield c
-    c.stop()
-    client.stop()
-    client.close()
-    admin.delete(chroot, recursive=True)
-    admin.stop()
-    admin.close()
+    with fresh_chroot(zk_ensemble, "m") as (connect, client):
+        c = Cluster(connect, client, tmp_path_factory.mktemp("broker"))
+        c.start_broker(0)
+        yield c
+        c.stop()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from tests.support import free_port, wait_until
+from tests.support import fresh_chroot, free_port, wait_until
 from zkcoord.admin import topics as topic_admin
 from zkcoord.zk import layout
 
@@ -197,21 +197,11 @@ def cluster(request, zk_connect, zk, tmp_path) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def shared_cluster(request, zk_ensemble, tmp_path_factory) -> Iterator[Cluster]:
     """One server for a module of tests that each use their own topics."""
-    chroot = f"/s-{uuid.uuid4().hex[:12]}"
-    admin = KazooClient(hosts=zk_ensemble.connect_string)
-    admin.start(timeout=15)
-    admin.ensure_path(chroot)
-    client = KazooClient(hosts=zk_ensemble.connect_string + chroot)
-    client.start(timeout=15)
-    c = Cluster(zk_ensemble.connect_string + chroot, client, tmp_path_factory.mktemp("spark-cluster"))
-    c.start(1)
-    yield c
-    c.stop()
-    client.stop()
-    client.close()
-    admin.delete(chroot, recursive=True)
-    admin.stop()
-    admin.close()
+    with fresh_chroot(zk_ensemble, "s") as (connect, client):
+        c = Cluster(connect, client, tmp_path_factory.mktemp("spark-cluster"))
+        c.start(1)
+        yield c
+        c.stop()
 
 
 @pytest.hookimpl(wrapper=True)
