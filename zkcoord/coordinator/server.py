@@ -42,6 +42,10 @@ IDLE_TIMEOUT_S = 60.0
 METADATA_TTL_S = 0.5
 
 
+class ServerError(ZkcoordError):
+    """The server could not start: ZooKeeper unreachable, its port taken."""
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     server_id: int
@@ -94,8 +98,18 @@ class Server:
     def start(self) -> None:
         self._running = True
         self.zk.add_listener(self._on_zk_state)
-        self.zk.start(timeout=30)
-        listener = socket.create_server((self.config.host, self.config.port), backlog=1024)
+        try:
+            self.zk.start(timeout=30)
+        except (Exception, gevent.Timeout) as exc:  # kazoo's errors; its gevent timeout is a BaseException
+            self.zk.close()
+            detail = str(exc) or "no session within 30 s"
+            raise ServerError(f"cannot reach ZooKeeper at {self.config.zookeeper}: {detail}") from None
+        try:
+            listener = socket.create_server((self.config.host, self.config.port), backlog=1024)
+        except OSError as exc:
+            self.zk.stop()
+            self.zk.close()
+            raise ServerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
         self._stream = gevent.server.StreamServer(
             listener, self._handle, spawn=gevent.pool.Pool(self.config.max_connections)
         )
