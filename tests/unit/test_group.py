@@ -74,13 +74,11 @@ def _member(member_id: str, subscription: Subscription, running=frozenset()) -> 
                   is_static=False, strategies=("range",), running=frozenset(running))
 
 
-def test_subscriptions_interest_and_owners():
+def test_subscriptions_and_interest():
     a = _member("a", Subscription(frozenset({"t"})), running={("t", 0)})
     b = _member("b", Subscription(pattern=r"w-.*"), running={("w-1", 0)})
     group = Group("g", members={"a": a, "b": b})
     assert group.subscriptions() == {"a": a.subscription, "b": b.subscription}
     assert group.interested_in("t") and group.interested_in("w-9")
     assert not group.interested_in("u")
-    assert group.owner_of(("t", 0)) is a and group.owner_of(("w-1", 0)) is b
-    assert group.owner_of(("t", 1)) is None
     assert a.session_timeout == 3.0

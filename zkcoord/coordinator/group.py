@@ -99,11 +99,5 @@ class Group:
     def interested_in(self, topic: str) -> bool:
         return any(m.subscription.matches(topic) for m in self.members.values())
 
-    def owner_of(self, tp: TopicPartition) -> Optional[Member]:
-        for member in self.members.values():
-            if tp in member.running:
-                return member
-        return None
-
     def describe(self) -> str:
         return f"[group {self.name} gen {self.generation}]"

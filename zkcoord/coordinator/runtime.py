@@ -155,11 +155,9 @@ class Coordinator:
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self.active = True  # False while ZooKeeper is suspended
         self.deposed = False
-        self.started_at = clock()
         self._queues = [gevent.queue.Queue() for _ in range(config.rebalance_queues)]
         self._greenlets: list[gevent.Greenlet] = []
         self._topic_watches: set[str] = set()
-        self.rebalances_done = 0
         self.last_rebalance: Optional[RebalanceReport] = None
 
     # -- startup (seed section 3) -------------------------------------------------------
@@ -535,7 +533,6 @@ class Coordinator:
         self.store.write_owners(group.name, owners, recorded)  # step 5
         group.recorded_owners = owners  # only this coordinator writes them, fenced
         group.transition(GroupPhase.STABLE)
-        self.rebalances_done += 1
         self.last_rebalance = RebalanceReport(group.name, generation, len(plan.paused),
                                               sum(len(t) for t in target.values()), self.clock() - started)
         log.info("%s stable: %d member(s), %d partition(s), %d paused, %.0f ms",
