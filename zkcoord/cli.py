@@ -41,6 +41,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # kazoo narrates every connection at INFO; keep its warnings
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
