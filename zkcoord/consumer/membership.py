@@ -209,8 +209,7 @@ class GroupMembership:
             self._closing.wait(0.2)  # no coordinator elected yet
             return None
         channel = Channel.connect(target.host, target.port, CONNECT_TIMEOUT_S)
-        registration = dataclasses.replace(self.registration, offsets=tuple(
-            wire.TopicPartitionOffset(t, p, o) for (t, p), o in sorted(self._handover.items()) if o >= 0))
+        registration = dataclasses.replace(self.registration, offsets=wire.offset_entries(self._handover))
         try:
             answer = channel.request(registration, timeout=self.session_timeout)
         except (ChannelClosed, wire.WireError):
@@ -292,9 +291,7 @@ class GroupMembership:
     def _leave(self, channel: Channel) -> None:
         revoked, self.assignment = frozenset(self.assignment), {}
         final = self.listener.on_stop(revoked) if revoked else {}
-        request = wire.LeaveGroupRequest(
-            offsets=tuple(wire.TopicPartitionOffset(t, p, o) for (t, p), o in sorted(final.items()) if o >= 0)
-        )
+        request = wire.LeaveGroupRequest(offsets=wire.offset_entries(final))
         correlation_id = channel.send(request)
         deadline = time.monotonic() + min(LEAVE_TIMEOUT_S, self.session_timeout)
         while time.monotonic() < deadline:
@@ -333,7 +330,7 @@ class GroupMembership:
             final = self.listener.on_stop(revoked) if revoked else {}
             return wire.StopResponse(
                 coordinator_epoch=self.epoch, generation=self.generation,
-                offsets=tuple(wire.TopicPartitionOffset(t, p, o) for (t, p), o in sorted(final.items()) if o >= 0),
+                offsets=wire.offset_entries(final),
             )
         # StartRequest: the whole assignment after the change. Partitions we
         # run must stay in it: only a Stop takes a partition away.
@@ -352,11 +349,7 @@ class GroupMembership:
         offsets = self.listener.offsets()
         if offsets is None:
             return None
-        return tuple(
-            wire.TopicPartitionOffset(t, p, o)
-            for (t, p), o in sorted(offsets.items())
-            if (t, p) in self.assignment and o >= 0
-        )
+        return wire.offset_entries({tp: o for tp, o in offsets.items() if tp in self.assignment})
 
     def _stop_everything(self) -> None:
         if self.assignment:

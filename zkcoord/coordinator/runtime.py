@@ -36,7 +36,7 @@ from zkcoord.coordinator.planner import (
     Subscription, owners_of, plan_handoff, rebalance_reason, target_assignment,
 )
 from zkcoord.coordinator.schedule import PingSchedule
-from zkcoord.coordinator.store import CoordinatorStore, Deposed
+from zkcoord.coordinator.store import CoordinatorStore, Deposed, count_partitions
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout
 
@@ -165,7 +165,7 @@ class Coordinator:
     def start(self) -> None:
         self._load_persisted_groups()
         self._watch_topics()
-        for index, queue in enumerate(self._queues):
+        for queue in self._queues:
             self._greenlets.append(gevent.spawn(self._rebalance_handler, queue))
         self._greenlets.append(gevent.spawn(self._ping_loop))
         self._greenlets.append(gevent.spawn(self._flush_loop))
@@ -208,7 +208,7 @@ class Coordinator:
         def on_change(data, stat):  # TopicPartitionChangeListener
             if self.deposed:
                 return False
-            count = self.store.partition_count(topic) if data is not None else 0
+            count = count_partitions(topic, data)  # the watch hands us the node's data
             if self.partitions.get(topic) != count:
                 self.partitions[topic] = count
                 log.info("topic %s has %d partition(s)", topic, count)
@@ -237,8 +237,7 @@ class Coordinator:
     def validate(self, request: wire.RegisterConsumerRequest) -> None:
         """Registration checks; raises the wire error to send back."""
         try:
-            layout.validate_group_id(request.group_id)
-            layout.group_path(request.group_id)
+            layout.group_path(request.group_id)  # validates the id, and refuses "coordinator"
         except layout.LayoutError as exc:
             raise wire.InvalidRegistration(str(exc)) from None
         if not request.consumer_id or "/" in request.consumer_id:
@@ -319,7 +318,7 @@ class Coordinator:
             log.info("%s static member %s is back", group.describe(), member.member_id)
         group.members[member.member_id] = member
         if request.offsets and member.member_id in group.awaiting:
-            self._accept_handover(group, member.member_id, request.offsets)
+            self._accept_handover(group, member, request.offsets)
         self.schedule.add(member, member.session_timeout / 3, self.clock())
         channel.send(wire.RegisterConsumerResponse(coordinator_epoch=self.epoch), correlation_id)
         log.info("%s member %s registered from %s", group.describe(), member.member_id, channel.peer)
@@ -361,7 +360,7 @@ class Coordinator:
         group = self.groups.get(member.group)
         error = wire.ErrorCode.NONE
         if group is not None and group.members.get(member.member_id) is member and self.active:
-            self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in frame.message.offsets})
+            self._accept_offsets(group, member, wire.offsets_of(frame.message.offsets))
             member.running = frozenset()
             try:
                 self._flush_offsets(group.name)
@@ -596,7 +595,7 @@ class Coordinator:
             partitions=tuple(wire.TopicPartition(t, p) for t, p in sorted(partitions))))
         if not isinstance(answer, wire.StopResponse) or answer.error_code != wire.ErrorCode.NONE:
             raise RebalanceAborted(f"member {member.member_id} failed to stop: {answer}")
-        final = {(o.topic, o.partition): o.offset for o in answer.offsets}
+        final = wire.offsets_of(answer.offsets)
         self._accept_offsets(group, member, {tp: o for tp, o in final.items() if tp in partitions})
         member.running = member.running - frozenset(partitions)
 
@@ -627,14 +626,18 @@ class Coordinator:
             absent.update(tp for tp in missing if tp not in found)
         return {tp: known[tp] for tp in partitions if tp in known}
 
-    def _accept_offsets(self, group: Group, member: Member, offsets: dict[TopicPartition, int]) -> None:
-        """Take offsets a member reports, only for partitions it runs, never backwards."""
+    def _accept_offsets(self, group: Group, member: Member, offsets: dict[TopicPartition, int],
+                        owned: Optional[frozenset[TopicPartition]] = None) -> int:
+        """Take offsets a member reports, only for partitions it owns (by
+        default, those it runs), never backwards; returns how many were taken."""
+        owned = member.running if owned is None else owned
         if not offsets:
-            return
+            return 0
         committed = self._committed(group.name, offsets)
         pending = self.pending_offsets.setdefault(group.name, {})
+        taken = 0
         for tp, offset in offsets.items():
-            if tp not in member.running:
+            if tp not in owned:
                 log.warning("%s member %s reported an offset for %s-%d, which it does not own; ignored",
                             group.describe(), member.member_id, *tp)
                 continue
@@ -644,21 +647,17 @@ class Coordinator:
                             group.describe(), member.member_id, offset, tp[0], tp[1], floor)
                 continue
             pending[tp] = offset
+            taken += 1
+        return taken
 
-    def _accept_handover(self, group: Group, member_id: str, offsets) -> None:
+    def _accept_handover(self, group: Group, member: Member, offsets) -> None:
         """After a failover, a returning member's final offsets for the
         partitions the last persisted generation gave it. It stopped them when
         it lost its coordinator, and nobody has started them since (the group
         is still fenced), so they are exact: its successor redelivers nothing."""
-        mine = group.previous.get(member_id, frozenset())
-        committed = self._committed(group.name, mine)
-        pending = self.pending_offsets.setdefault(group.name, {})
-        for entry in offsets:
-            tp = (entry.topic, entry.partition)
-            if tp in mine and entry.offset >= max(committed.get(tp, -1), pending.get(tp, -1)):
-                pending[tp] = entry.offset
-        log.info("%s member %s handed over offsets of %d partition(s)",
-                 group.describe(), member_id, len(mine & {(o.topic, o.partition) for o in offsets}))
+        taken = self._accept_offsets(group, member, wire.offsets_of(offsets),
+                                     owned=group.previous.get(member.member_id, frozenset()))
+        log.info("%s member %s handed over offsets of %d partition(s)", group.describe(), member.member_id, taken)
 
     def _flush_offsets(self, only_group: Optional[str] = None) -> None:
         """Write pending offsets, one fenced multi-operation per group (seed improvement 1).
@@ -734,7 +733,7 @@ class Coordinator:
             self.remove_member(member, f"answered a ping with {type(answer).__name__}")
             return
         if answer.offsets is not None:
-            self._accept_offsets(group, member, {(o.topic, o.partition): o.offset for o in answer.offsets})
+            self._accept_offsets(group, member, wire.offsets_of(answer.offsets))
         idle_ms = answer.last_poll_ms_ago
         if idle_ms < 0:  # never polled: count from its registration
             idle_ms = int((self.clock() - member.registered_at) * 1000)

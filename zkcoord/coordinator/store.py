@@ -85,11 +85,7 @@ class CoordinatorStore:
             data, _ = self.zk.get(layout.topic_path(topic))
         except NoNodeError:
             return 0
-        try:
-            return len(layout.decode_topic(topic, data).partitions)
-        except layout.LayoutError as exc:
-            log.error("ignoring topic %s: %s", topic, exc)
-            return 0
+        return count_partitions(topic, data)
 
     def owners(self, group: str) -> dict[TopicPartition, str]:
         paths = {(topic, int(p)): layout.owner_path(group, topic, int(p))
@@ -209,3 +205,14 @@ class CoordinatorStore:
                 self.commit([("delete", path, None)])
             return
         self.commit([self.upsert(path, layout.encode_group_failure(failure), exists)])
+
+
+def count_partitions(topic: str, data: Optional[bytes]) -> int:
+    """Partitions in a /brokers/topics/<topic> node's data; 0 if absent or unreadable."""
+    if data is None:
+        return 0
+    try:
+        return len(layout.decode_topic(topic, data).partitions)
+    except layout.LayoutError as exc:
+        log.error("ignoring topic %s: %s", topic, exc)
+        return 0

@@ -26,7 +26,7 @@ from zkcoord.wire.messages import (
     MessageType, PingRequest, PingResponse,
     RegisterConsumerRequest, RegisterConsumerResponse, RestartFetcherResponse,
     StartRequest, StopRequest, StopResponse, TopicPartition,
-    TopicPartitionOffset,
+    TopicPartitionOffset, offset_entries, offsets_of,
 )
 
 __all__ = [
@@ -45,4 +45,5 @@ __all__ = [
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",
     "RegisterConsumerResponse", "RestartFetcherResponse", "StartRequest",
     "StopRequest", "StopResponse", "TopicPartition", "TopicPartitionOffset",
+    "offset_entries", "offsets_of",
 ]

@@ -74,6 +74,17 @@ class TopicPartitionOffset:
     offset: int
 
 
+def offset_entries(offsets) -> tuple:
+    """A {(topic, partition): offset} map as TopicPartitionOffset entries,
+    sorted, leaving out unknown (negative) offsets."""
+    return tuple(TopicPartitionOffset(t, p, o) for (t, p), o in sorted(offsets.items()) if o >= 0)
+
+
+def offsets_of(entries) -> dict:
+    """TopicPartitionOffset entries as a {(topic, partition): offset} map."""
+    return {(e.topic, e.partition): e.offset for e in entries}
+
+
 ENDPOINT = Entry(Endpoint, "id" / Int32, "host" / String, "port" / Int32)
 TP = Entry(TopicPartition, "topic" / String, "partition" / Int32)
 TPO = Entry(TopicPartitionOffset,
