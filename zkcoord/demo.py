@@ -96,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
     from kazoo.client import KazooClient
 
+    from zkcoord.admin.groups import read_offsets
     from zkcoord.admin.topics import create_topic
     from zkcoord.errors import ConfigError
-    from zkcoord.localcluster import LocalCluster, wait_for
+    from zkcoord.localcluster import LocalCluster, group_is_whole, wait_for
     from zkcoord.zk import layout
     from zkcoord.zk.ensemble import LocalEnsemble
 
@@ -136,25 +137,8 @@ def run(args: argparse.Namespace) -> int:
         consumers = [cluster.add_consumer("demo", topics=["events"], extra=strategy) for _ in range(3)]
         partitions = {("events", p) for p in range(12)}
 
-        def owners() -> dict:
-            result = {}
-            for p in zk.get_children(layout.owners_path("demo", "events")):
-                result[("events", int(p))] = layout.decode_owner(zk.get(layout.owner_path("demo", "events", int(p)))[0])
-            return result
-
         def whole() -> bool:
-            held = {}
-            for c in consumers:
-                if not c.alive:
-                    continue
-                status = c.status()
-                if not status or not status["registered"] or not status["assignment"]:
-                    return False
-                for t, p in status["assignment"]:
-                    if (t, p) in held:
-                        return False
-                    held[(t, p)] = status["consumer_id"]
-            return set(held) == partitions and owners() == held
+            return group_is_whole(zk, "demo", consumers, partitions, every_member_holds=True)
 
         def settle(what: str) -> float:
             started = time.monotonic()
@@ -183,13 +167,6 @@ def run(args: argparse.Namespace) -> int:
         producer_thread = threading.Thread(target=produce, daemon=True)
         producer_thread.start()
 
-        def offsets() -> dict:
-            result = {}
-            for p in zk.get_children(layout.offsets_path("demo", "events")) if zk.exists(
-                    layout.offsets_path("demo", "events")) else []:
-                result[int(p)] = layout.decode_offset(zk.get(layout.offset_path("demo", "events", int(p)))[0])
-            return result
-
         report.section("Planned changes while producing")
         wait_for(lambda: sum(len(c.records()) for c in consumers) > 1000, 60, "first deliveries")
         consumers.append(cluster.add_consumer("demo", topics=["events"], extra=strategy))
@@ -201,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         report.check("no message delivered twice across the planned changes", planned_duplicates == 0)
 
         report.section("Failover: kill -9 of the coordinator")
-        before = offsets()
+        before = read_offsets(zk, "demo")
         coordinator = int(layout.decode_coordinator(zk.get(layout.COORDINATOR_PATH)[0]))
         killed_at = time.monotonic()
         cluster.servers[coordinator].kill()
@@ -214,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         settle("the group after failover")
         report.line(f"group whole again {time.monotonic() - killed_at:.1f}s after the kill")
         report.check("committed offsets never moved back",
-                     all(offsets().get(p, -1) >= o for p, o in before.items()))
+                     all(read_offsets(zk, "demo").get(tp, -1) >= o for tp, o in before.items()))
         # The dead server's broker took its partitions' logs with it: restart
         # it so every message can be delivered (its log is on disk).
         cluster.servers[coordinator].start()

@@ -264,3 +264,28 @@ class LocalCluster:
 
     def log_tails(self) -> dict[str, str]:
         return {p.name: p.log_tail() for p in self.processes()}
+
+
+class OwnershipViolation(ClusterError):
+    """Two live members hold the same partition at once (invariant 1 broken)."""
+
+
+def group_is_whole(zk, group: str, consumers: Sequence[ConsumerProcess], partitions: set,
+                   every_member_holds: bool = False) -> bool:
+    """Exclusive and complete, seen from outside: the live members' status files
+    partition ``partitions`` exactly, every live member is registered (and holds
+    something, if asked), and ZooKeeper's owners say the same. Raises
+    OwnershipViolation if two live members hold one partition."""
+    from zkcoord.admin.groups import read_owners
+
+    held: dict[tuple[str, int], str] = {}
+    for consumer in (c for c in consumers if c.alive):
+        status = consumer.status()
+        if not status or not status["registered"] or (every_member_holds and not status["assignment"]):
+            return False
+        for topic, partition in status["assignment"]:
+            if (topic, partition) in held:
+                raise OwnershipViolation(f"{topic}-{partition} held by {held[(topic, partition)]} "
+                                         f"and {status['consumer_id']}")
+            held[(topic, partition)] = status["consumer_id"]
+    return set(held) == partitions and read_owners(zk, group) == held

@@ -23,7 +23,8 @@ from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.zk import layout
-from tests.e2e.checks import partitions_of, wait_whole, zk_owners
+from tests.e2e.checks import partitions_of, wait_whole
+from zkcoord.admin.groups import read_owners
 from tests.support import wait_until
 
 SETTLE_S = 20
@@ -98,7 +99,7 @@ def settled_member(cluster, zk, topic: str = "t"):
 
 def assert_member_unaffected(cluster, zk, member, before: dict, owners: dict) -> None:
     assert before["registered"] and before["generation"] >= 1
-    stays(lambda: member.status() == before and zk_owners(zk, "g") == owners
+    stays(lambda: member.status() == before and read_owners(zk, "g") == owners
           and all(s.alive for s in cluster.servers.values()),
           QUIET_S, "the registered member or its group changed")
 
@@ -129,7 +130,7 @@ BAD_FRAMES = {
 
 def test_malformed_frames_get_a_typed_error_and_a_closed_connection(cluster, zk):
     member = settled_member(cluster, zk)
-    before, owners = member.status(), zk_owners(zk, "g")
+    before, owners = member.status(), read_owners(zk, "g")
     coordinator = cluster.servers[coordinator_id(zk)]
     other = next(s for s in cluster.servers.values() if s is not coordinator)
     for server in (coordinator, other):
@@ -193,7 +194,7 @@ INVALID = {
 
 def test_refused_registrations_change_nothing(cluster, zk):
     member = settled_member(cluster, zk)
-    before, owners = member.status(), zk_owners(zk, "g")
+    before, owners = member.status(), read_owners(zk, "g")
     coordinator = cluster.servers[coordinator_id(zk)]
 
     # The live member's id, from another connection: refused, the member stays.

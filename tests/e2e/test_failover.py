@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from kazoo.client import KazooClient
 
-from tests.e2e.checks import delivered_values, partitions_of, produce, wait_whole, zk_offsets, zk_owners
+from tests.e2e.checks import delivered_values, partitions_of, produce, wait_whole
+from zkcoord.admin.groups import read_offsets, read_owners
 from tests.support import wait_until
 from zkcoord.admin.topics import create_topic
 from zkcoord.zk import layout
@@ -33,7 +34,7 @@ def _run_group(cluster, zk, messages: int):
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     produce(cluster, "t", messages)
     wait_until(lambda: len(delivered_values(consumers)) >= messages, timeout=30, message="first deliveries")
-    wait_until(lambda: sum(zk_offsets(zk, "g").values()) == messages, timeout=15, message="offsets committed")
+    wait_until(lambda: sum(read_offsets(zk, "g").values()) == messages, timeout=15, message="offsets committed")
     return consumers, partitions
 
 
@@ -46,21 +47,21 @@ def test_kill_9_of_the_coordinator_hands_over_with_nothing_lost(cluster, zk):
     consumers, partitions = _run_group(cluster, zk, 600)
     old = coordinator_id(zk)
     old_epoch = epoch(zk)
-    committed = zk_offsets(zk, "g")
+    committed = read_offsets(zk, "g")
     cluster.servers[old].kill()
     wait_until(lambda: coordinator_id(zk) != old, timeout=FAILOVER_S, message="a new coordinator")
     wait_until(lambda: epoch(zk) > old_epoch, timeout=FAILOVER_S, message="a new epoch")
     # The partitions served by the dead server's broker are gone with it, so
     # "whole" here is about the coordinator: every member holds its range again.
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
-    _check_offsets_never_back(committed, zk_offsets(zk, "g"))
+    _check_offsets_never_back(committed, read_offsets(zk, "g"))
 
 
 def test_expired_coordinator_session_hands_over_and_the_old_one_steps_down(cluster, zk):
     consumers, partitions = _run_group(cluster, zk, 300)
     old = coordinator_id(zk)
     old_epoch = epoch(zk)
-    committed = zk_offsets(zk, "g")
+    committed = read_offsets(zk, "g")
     server = cluster.servers[old]
     server.pause()  # SIGSTOP: its ZooKeeper session (2 s) expires
     try:
@@ -76,7 +77,7 @@ def test_expired_coordinator_session_hands_over_and_the_old_one_steps_down(clust
     produce(cluster, "t", 300, start=300)
     wait_until(lambda: len(set(delivered_values(consumers))) >= 600, timeout=30, message="all 600 delivered")
     assert set(delivered_values(consumers)) == {f"m-{n}" for n in range(600)}
-    _check_offsets_never_back(committed, zk_offsets(zk, "g"))
+    _check_offsets_never_back(committed, read_offsets(zk, "g"))
 
 
 def test_a_coordinator_cut_off_from_zookeeper_starts_nothing_and_writes_nothing(cluster_factory, zk_proxies, zk):
@@ -117,7 +118,7 @@ def test_a_coordinator_cut_off_from_zookeeper_starts_nothing_and_writes_nothing(
     server = cut_off.servers[1]
     wait_until(lambda: "resigned as coordinator" in server.log_tail(20000), timeout=FAILOVER_S,
                message="the cut-off coordinator to step down")
-    assert coordinator_id(zk) != 1 and zk_owners(zk, "g")
+    assert coordinator_id(zk) != 1 and read_owners(zk, "g")
 
 
 def test_members_surviving_a_coordinator_crash_redeliver_nothing(cluster, zk):

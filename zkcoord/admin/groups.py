@@ -45,6 +45,30 @@ def _read(client, path: str, decode):
         return None
 
 
+def _per_partition(client, parent, leaf, decode) -> dict[tuple[str, int], object]:
+    """Decode every ``leaf(topic, partition)`` node under ``parent(topic)``."""
+    result = {}
+    for topic in _children(client, parent(None)):
+        for partition in _children(client, parent(topic)):
+            if partition.isdigit():
+                value = _read(client, leaf(topic, int(partition)), decode)
+                if value is not None:
+                    result[(topic, int(partition))] = value
+    return result
+
+
+def read_owners(client, group: str) -> dict[tuple[str, int], str]:
+    """/consumers/<group>/owners as {(topic, partition): consumer id}."""
+    return _per_partition(client, lambda t: layout.owners_path(group, t),
+                          lambda t, p: layout.owner_path(group, t, p), layout.decode_owner)
+
+
+def read_offsets(client, group: str) -> dict[tuple[str, int], int]:
+    """/consumers/<group>/offsets as {(topic, partition): next offset to consume}."""
+    return _per_partition(client, lambda t: layout.offsets_path(group, t),
+                          lambda t, p: layout.offset_path(group, t, p), layout.decode_offset)
+
+
 def describe_group(client, group: str, end_offsets: Optional[dict] = None) -> list[str]:
     """Lines describing ``group``; ``end_offsets`` maps (topic, partition) to the log end offset."""
     lines = [f"group {group}"]
@@ -59,18 +83,13 @@ def describe_group(client, group: str, end_offsets: Optional[dict] = None) -> li
         lines.append(f"  REBALANCE FAILED at generation {failure.generation} after {failure.attempts} "
                      f"attempts: {failure.error}")
     lines.append(f"  {'topic':<20} {'partition':>9} {'committed':>12} {'end':>12} {'lag':>10}  owner")
-    topics = sorted(set(_children(client, layout.offsets_path(group)))
-                    | set(_children(client, layout.owners_path(group))))
-    for topic in topics:
-        partitions = sorted({int(p) for p in _children(client, layout.offsets_path(group, topic))}
-                            | {int(p) for p in _children(client, layout.owners_path(group, topic))})
-        for partition in partitions:
-            committed = _read(client, layout.offset_path(group, topic, partition), layout.decode_offset)
-            owner = _read(client, layout.owner_path(group, topic, partition), layout.decode_owner)
-            end = (end_offsets or {}).get((topic, partition))
-            lag = end - committed if end is not None and committed is not None else None
-            lines.append(f"  {topic:<20} {partition:>9} {_show(committed):>12} {_show(end):>12} "
-                         f"{_show(lag):>10}  {owner or '-'}")
+    owners, offsets = read_owners(client, group), read_offsets(client, group)
+    for topic, partition in sorted(set(owners) | set(offsets)):
+        committed = offsets.get((topic, partition))
+        end = (end_offsets or {}).get((topic, partition))
+        lag = end - committed if end is not None and committed is not None else None
+        lines.append(f"  {topic:<20} {partition:>9} {_show(committed):>12} {_show(end):>12} "
+                     f"{_show(lag):>10}  {owners.get((topic, partition)) or '-'}")
     return lines
 
 
@@ -135,8 +154,7 @@ def run(args: argparse.Namespace) -> int:
             if args.group not in list_groups(client):
                 print(f"zkcoord groups: no group {args.group!r}", file=sys.stderr)
                 return 2
-            partitions = [(t, int(p)) for t in _children(client, layout.offsets_path(args.group))
-                          for p in _children(client, layout.offsets_path(args.group, t))]
+            partitions = list(read_offsets(client, args.group))
             ends = {} if args.no_lag else log_end_offsets(client, partitions)
             print("\n".join(describe_group(client, args.group, ends)))
             return 0
