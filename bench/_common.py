@@ -1,7 +1,7 @@
-"""Helpers the benchmarks share: a process's CPU time from /proc, and the
-harness for coordinator benchmarks (a local ZooKeeper ensemble with
-`zkcoord server` processes, and many GroupMembership clients in the bench
-process that record what their listeners were told and when).
+"""Helpers the coordinator benchmarks share: a harness (a local ZooKeeper
+ensemble with `zkcoord server` processes, started through zkcoord.testing),
+and many GroupMembership clients in the bench process that record what their
+listeners were told and when.
 
 The membership helpers use gevent: a bench that imports them calls
 ``gevent.monkey.patch_all()`` before importing this module, so every
@@ -22,10 +22,8 @@ import gevent
 from kazoo.client import KazooClient
 from kazoo.handlers.gevent import SequentialGeventHandler
 
-
-from zkcoord.admin.topics import create_topic
 from zkcoord.consumer.membership import GroupMembership
-from zkcoord.localcluster import LocalCluster, wait_for
+from zkcoord.testing import LocalCluster, start_ensemble, wait_until
 from zkcoord.zk import layout
 from zkcoord.zk.ensemble import LocalEnsemble
 
@@ -124,8 +122,8 @@ def complete(members: list[Member], partitions: int, epoch: Optional[int] = None
 
 def settle(members: list[Member], timeout: float = 30.0) -> None:
     """Wait until no member's listener has run for SETTLE_S."""
-    wait_for(lambda: time.perf_counter() - max(m.recorder.last_event for m in members) > SETTLE_S,
-             timeout, "the group to settle", interval=0.05)
+    wait_until(lambda: time.perf_counter() - max(m.recorder.last_event for m in members) > SETTLE_S,
+               timeout, message="the group to settle", interval=0.05)
 
 
 def close_all(members: list[Member]) -> None:
@@ -148,14 +146,12 @@ class Harness:
         self.results: list[str] = []
 
     def start(self, servers: int = 3) -> None:
-        self.ensemble = LocalEnsemble.create(self.work / "zk", nodes=3, tick_ms=ZK_TICK_MS)
-        self.ensemble.start(timeout=90)
+        self.ensemble = start_ensemble(self.work / "zk", nodes=3, tick_ms=ZK_TICK_MS, timeout=90)
         self.zk = KazooClient(hosts=self.ensemble.connect_string, handler=SequentialGeventHandler())
         self.zk.start(30)
         self.cluster = LocalCluster(self.ensemble.connect_string, self.work / "cluster", self.server_args)
-        self.cluster.start_servers(servers, timeout=60)
-        wait_for(lambda: len(self.zk.get_children(layout.BROKER_IDS)) == servers, 60, f"{servers} brokers")
-        wait_for(lambda: self.zk.exists(layout.COORDINATOR_PATH), 60, "an elected coordinator")
+        self.cluster.start_servers(servers, timeout=60)  # waits until every broker is registered too
+        self.cluster.wait_for_coordinator(60)
 
     def stop(self) -> None:
         if self.zk is not None:
@@ -169,7 +165,8 @@ class Harness:
             self.ensemble.stop()
 
     def topic(self, name: str, partitions: int) -> str:
-        create_topic(self.zk, name, partitions)
+        # Members need the partitions in ZooKeeper, not their leaders: no wait.
+        self.cluster.create_topic(name, partitions, leaders_ready=False)
         return name
 
     def coordinator(self) -> tuple[int, int]:
@@ -224,6 +221,3 @@ def raise_fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def exit_on_signal(signum, frame):
-    """SIGTERM ends a bench like Ctrl-C, so its cleanup runs."""
-    raise SystemExit(128 + signum)

@@ -31,6 +31,7 @@ import io
 import os
 import pstats
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -42,14 +43,10 @@ from typing import Callable, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kazoo.client import KazooClient  # noqa: E402
-
 from bench_broker import VALUE_SIZE, produce_confluent  # noqa: E402
-from zkcoord.admin.topics import create_topic  # noqa: E402
 from zkcoord.consumer.consumer import Consumer  # noqa: E402
 from zkcoord.fetch.kafka_fetcher import KafkaFetcher  # noqa: E402
-from zkcoord.localcluster import LocalCluster, wait_for  # noqa: E402
-from zkcoord.zk import layout  # noqa: E402
+from zkcoord.testing import LocalCluster, exit_on_signal, start_ensemble  # noqa: E402
 from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
 
 TOPIC = "bench"
@@ -201,20 +198,16 @@ def main() -> int:
     if not all(1 <= b <= 100_000 for b in batches):
         parser.error("each of --batches must be in [1, 100000]")
 
+    signal.signal(signal.SIGTERM, exit_on_signal)
     work = Path(tempfile.mkdtemp(prefix="bench-consumer-"))
-    ensemble = LocalEnsemble.create(work / "zk", nodes=1, tick_ms=500)
+    ensemble: Optional[LocalEnsemble] = None
     cluster: Optional[LocalCluster] = None
-    zk: Optional[KazooClient] = None
     try:
-        ensemble.start(timeout=60)
-        zk = KazooClient(hosts=ensemble.connect_string)
-        zk.start(15)
+        # The 500 ms tick the published figures ran with; no fault drill here needs a faster one.
+        ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
         cluster = LocalCluster(ensemble.connect_string, work / "cluster")
-        cluster.start_servers(1, timeout=60)
-        wait_for(lambda: zk.get_children(layout.BROKER_IDS), 30, "the broker to register")
-        create_topic(zk, TOPIC, args.partitions)
-        wait_for(lambda: all(zk.exists(layout.partition_state_path(TOPIC, p)) for p in range(args.partitions)),
-                 30, "partition leaders")
+        cluster.start_servers(1, timeout=60)  # waits until its broker is registered too
+        cluster.create_topic(TOPIC, args.partitions)
         counts = spread(args.messages, args.partitions)
         print(f"{args.messages:,} messages of {VALUE_SIZE} bytes over {args.partitions} partitions; "
               f"{os.cpu_count()} cpus; load average {os.getloadavg()[0]:.2f} at start")
@@ -222,7 +215,7 @@ def main() -> int:
         t0 = time.perf_counter()
         deadline = time.monotonic() + args.phase_timeout
         for p, n in counts.items():
-            sent = produce_confluent(cluster.brokers, TOPIC, p, n, deadline)
+            sent = produce_confluent(cluster.broker_list, TOPIC, p, n, deadline)
             if sent != n:
                 raise SystemExit(f"produced only {sent:,} of {n:,} to partition {p} in time")
         wall = time.perf_counter() - t0
@@ -231,7 +224,7 @@ def main() -> int:
         runs: list[Run] = []
         for round_ in range(args.rounds):
             for batch in batches:
-                runs.append(raw_run(cluster.brokers, counts, batch, time.monotonic() + args.phase_timeout))
+                runs.append(raw_run(cluster.broker_list, counts, batch, time.monotonic() + args.phase_timeout))
                 profile = cProfile.Profile() if args.profile and round_ == 0 else None
                 runs.append(consumer_run(cluster.bootstrap, counts, batch, f"bench-{round_}-{batch}",
                                          time.monotonic() + args.phase_timeout, profile))
@@ -241,11 +234,10 @@ def main() -> int:
         print(f"load average {os.getloadavg()[0]:.2f} at end")
         return 0 if all(r.complete for r in runs) else 1
     finally:
-        if zk is not None:
-            zk.stop()
         if cluster is not None:
             cluster.close()
-        ensemble.stop()
+        if ensemble is not None:
+            ensemble.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

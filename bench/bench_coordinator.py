@@ -43,13 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gevent  # noqa: E402
 
-from proc import cpu_seconds  # noqa: E402
 from _common import (  # noqa: E402
     MEMBER_WARNINGS, STABLE_LINE, ZK_SESSION_TIMEOUT_MS, ZK_TICK_MS, Harness, Member, close_all, complete,
-    exit_on_signal, quiet_logs, raise_fd_limit, settle,
+    quiet_logs, raise_fd_limit, settle,
 )
 from zkcoord.consumer.membership import CONNECT_TIMEOUT_S  # noqa: E402
-from zkcoord.localcluster import wait_for  # noqa: E402
+from zkcoord.testing import cpu_seconds, exit_on_signal, wait_until  # noqa: E402
 
 REBALANCE_SESSION_TIMEOUT_MS = 10_000  # the members' session (ping every third of it)
 FAILOVER_SESSION_TIMEOUT_MS = 6000
@@ -97,8 +96,8 @@ class Bench(Harness):
         for size in sizes.groups:
             group = f"rebalance-{size}"
             members = self.members(group, topic, size, REBALANCE_SESSION_TIMEOUT_MS)
-            wait_for(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
-                     f"group of {size} to form", interval=0.05)
+            wait_until(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
+                       message=f"group of {size} to form", interval=0.05)
             latencies, registrations, coordinator_ms, started_counts = [], [], [], []
             for _ in range(sizes.repeats):
                 settle(members)
@@ -106,8 +105,8 @@ class Bench(Harness):
                 trigger = time.perf_counter()
                 newcomer = Member(self.cluster.bootstrap, group, topic, REBALANCE_SESSION_TIMEOUT_MS)
                 members.append(newcomer)
-                wait_for(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
-                         f"group of {size} to take a new member", interval=0.01)
+                wait_until(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
+                           message=f"group of {size} to take a new member", interval=0.01)
                 generation = newcomer.recorder.start_generation
                 started = [m for m in members if m.recorder.last_start >= trigger]
                 latencies.append(max(m.recorder.last_start for m in started) - trigger)
@@ -137,7 +136,8 @@ class Bench(Harness):
                  f"{ZK_SESSION_TIMEOUT_MS} ms (tick {ZK_TICK_MS} ms), member session "
                  f"{FAILOVER_SESSION_TIMEOUT_MS} ms")
         members = self.members("failover", topic, count, FAILOVER_SESSION_TIMEOUT_MS)
-        wait_for(lambda: complete(members, sizes.partitions), sizes.step_timeout_s, "the failover group to form")
+        wait_until(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
+                   message="the failover group to form")
         settle(members)
         old_id, old_epoch = self.coordinator()
         for m in members:
@@ -212,8 +212,8 @@ class Bench(Harness):
                 # Pace the joins so one step's storm does not look like a capacity limit.
                 gevent.sleep(0.2)
             try:
-                wait_for(lambda: all(complete(g, 100) for g in groups), sizes.step_timeout_s,
-                         f"{target} members to be registered and running", interval=0.1)
+                wait_until(lambda: all(complete(g, 100) for g in groups), sizes.step_timeout_s,
+                           message=f"{target} members to be registered and running", interval=0.1)
             except Exception as exc:
                 self.say(f"  {target:>8} did not form within {sizes.step_timeout_s:.0f} s ({exc}); ramp stops")
                 break

@@ -43,10 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
-    MEMBER_WARNINGS, STABLE_LINE, Harness, Member, Recorder, close_all, complete, exit_on_signal, quiet_logs,
+    MEMBER_WARNINGS, STABLE_LINE, Harness, Member, Recorder, close_all, complete, quiet_logs,
     raise_fd_limit, settle,
 )
-from zkcoord.localcluster import wait_for  # noqa: E402
+from zkcoord.testing import exit_on_signal, wait_until  # noqa: E402
 
 SESSION_TIMEOUT_MS = 10_000  # the members' session
 PROTOCOLS = ("eager", "incremental")
@@ -158,8 +158,8 @@ class Bench(Harness):
         events: list[Event] = []
         members = [Member(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
                           recorder=Timeline(events), strategies=strategies) for _ in range(args.members)]
-        wait_for(lambda: complete(members, args.partitions), args.timeout,
-                 f"a group of {args.members} to form", interval=0.05)
+        wait_until(lambda: complete(members, args.partitions), args.timeout,
+                   message=f"a group of {args.members} to form", interval=0.05)
         row = Row(self.protocol, variant, "?", [], [], [])
         try:
             for repeat in range(args.repeats):
@@ -170,8 +170,8 @@ class Bench(Harness):
                 newcomer = Member(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
                                   recorder=Timeline(events), strategies=strategies)
                 grown = members + [newcomer]
-                wait_for(lambda: complete(grown, args.partitions), args.timeout,
-                         f"the group to take member {args.members + 1}", interval=0.01)
+                wait_until(lambda: complete(grown, args.partitions), args.timeout,
+                           message=f"the group to take member {args.members + 1}", interval=0.01)
                 settle(grown, timeout=args.timeout)
                 result = analyse(events, trigger)
                 generation = newcomer.recorder.start_generation
@@ -196,8 +196,8 @@ class Bench(Harness):
                 # Back to N members before the next join: the leave is a
                 # rebalance of its own, not measured.
                 close_all([newcomer])
-                wait_for(lambda: complete(members, args.partitions), args.timeout,
-                         f"the group to settle back to {args.members}", interval=0.05)
+                wait_until(lambda: complete(members, args.partitions), args.timeout,
+                           message=f"the group to settle back to {args.members}", interval=0.05)
         finally:
             close_all(members)
         return row

@@ -1,10 +1,12 @@
-"""Fixtures shared by every tier: a real ZooKeeper ensemble, a chroot per test.
+"""Fixtures shared by every tier: a real ZooKeeper ensemble, a chroot per test,
+and the logs of every process a failing test ran.
 
 One 3-node ensemble is started for the whole test session. Each test that
 asks for ``zk_connect`` or ``zk`` gets a fresh chroot in it, so tests never see
 each other's nodes. Tests that kill or partition ZooKeeper nodes ask for
-``own_ensemble`` instead, which they may break as they like. When a test that
-used an ensemble fails, the tail of every node's log is attached to its report.
+``own_ensemble`` instead, which they may break as they like. When a test
+fails, the harness's plugin attaches the tail of the log of every ZooKeeper
+node and of every process the test ran to its report.
 """
 
 from __future__ import annotations
@@ -14,45 +16,29 @@ from typing import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from tests.faults import ProxiedEnsemble
-from tests.support import fresh_chroot
+from zkcoord.testing import ProxiedEnsemble, fresh_chroot, start_ensemble
 from zkcoord.zk.ensemble import LocalEnsemble
 
-# tickTime 250 ms lets tests ask for sessions down to 500 ms, so expiry
-# drills finish quickly; production templates use ZooKeeper's 2000 ms.
-TEST_TICK_MS = 250
-
-_ensembles_key = pytest.StashKey[list]()
-
-
-def _start_ensemble(config: pytest.Config, directory, nodes: int = 3) -> LocalEnsemble:
-    ensemble = LocalEnsemble.create(directory, nodes=nodes, tick_ms=TEST_TICK_MS)
-    config.stash.setdefault(_ensembles_key, []).append(ensemble)
-    try:
-        ensemble.start(timeout=60)
-    except Exception:
-        ensemble.stop()
-        raise
-    return ensemble
+pytest_plugins = ["zkcoord.testing.pytest_plugin"]  # logs of every process a failing test ran
 
 
 @pytest.fixture(scope="session")
-def zk_ensemble(request, tmp_path_factory) -> Iterator[LocalEnsemble]:
-    ensemble = _start_ensemble(request.config, tmp_path_factory.mktemp("zk-shared"))
+def zk_ensemble(tmp_path_factory) -> Iterator[LocalEnsemble]:
+    ensemble = start_ensemble(tmp_path_factory.mktemp("zk-shared"))
     yield ensemble
     ensemble.stop()
 
 
 @pytest.fixture
-def own_ensemble(request, tmp_path_factory) -> Iterator[LocalEnsemble]:
-    ensemble = _start_ensemble(request.config, tmp_path_factory.mktemp("zk-own"))
+def own_ensemble(tmp_path_factory) -> Iterator[LocalEnsemble]:
+    ensemble = start_ensemble(tmp_path_factory.mktemp("zk-own"))
     yield ensemble
     ensemble.stop()
 
 
 @pytest.fixture
 def _chroot(zk_ensemble: LocalEnsemble) -> Iterator[tuple[str, KazooClient]]:
-    with fresh_chroot(zk_ensemble) as chroot:
+    with fresh_chroot(zk_ensemble.connect_string) as chroot:
         yield chroot
 
 
@@ -76,14 +62,3 @@ def zk_proxies(zk_ensemble: LocalEnsemble, zk_connect: str) -> Iterator[ProxiedE
 def zk(_chroot) -> KazooClient:
     """A started kazoo client on this test's chroot."""
     return _chroot[1]
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed and {"zk_ensemble", "own_ensemble"} & set(item.fixturenames):
-        for ensemble in item.config.stash.get(_ensembles_key, []):
-            for node in ensemble.node_ids:
-                tail = ensemble.log_tail(node, max_bytes=4000)
-                report.sections.append((f"zookeeper {ensemble.directory.name} node {node} log (tail)", tail))
-    return report

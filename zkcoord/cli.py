@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "zkcoord.coordinator.cli",
     "zkcoord.consumer.cli",
     "zkcoord.demo",
+    "zkcoord.drill.cli",
 )
 
 

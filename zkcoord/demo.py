@@ -8,7 +8,7 @@ killed with kill -9), and then checks the invariants from outside: every
 partition owned by exactly one member, ZooKeeper's owners matching the
 members, every message delivered, none twice on the planned changes, and
 committed offsets never moving back. Last, the example Spark pipeline
-(examples/pipeline.py) runs a streaming query that joins a group and
+(zkcoord/examples/pipeline.py) runs a streaming query that joins a group and
 aggregates a keyed topic into parquet, exactly once.
 """
 
@@ -51,12 +51,12 @@ class _Report:
         return time.monotonic() - self.started
 
 
-PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "pipeline.py"
+PIPELINE = "zkcoord.examples.pipeline"
 PIPELINE_RECORDS = 10_000
 
 
 def _spark_pipeline(report: _Report, zk, connect: str, workdir: Path) -> None:
-    """The example pipeline (examples/pipeline.py): a streaming query that is a
+    """The example pipeline (zkcoord/examples/pipeline.py): a streaming query that is a
     member of group 'pipeline', aggregating a keyed topic into parquet."""
     import importlib.util
     import subprocess
@@ -65,13 +65,13 @@ def _spark_pipeline(report: _Report, zk, connect: str, workdir: Path) -> None:
     from zkcoord.admin.topics import create_topic
 
     report.section("Spark pipeline: a streaming query as a group member")
-    if importlib.util.find_spec("pyspark") is None or not PIPELINE.exists():
-        report.line("skipped: needs pyspark (scripts/install.sh spark) and examples/pipeline.py")
+    if importlib.util.find_spec("pyspark") is None:
+        report.line("skipped: needs pyspark (scripts/install.sh spark)")
         return
     create_topic(zk, "clicks", 4)
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(PIPELINE), "--zookeeper", connect, "--topic", "clicks",
+        [sys.executable, "-m", PIPELINE, "--zookeeper", connect, "--topic", "clicks",
          "--out", str(workdir / "clicks-per-user"), "--group", "pipeline", "--available-now",
          "--produce", str(PIPELINE_RECORDS), "--max-offsets-per-trigger", "4000"],
         capture_output=True, text=True, timeout=600,
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from zkcoord.admin.groups import read_offsets
     from zkcoord.admin.topics import create_topic
     from zkcoord.errors import ConfigError
-    from zkcoord.localcluster import LocalCluster, group_is_whole, wait_for
+    from zkcoord.testing import LocalCluster, group_is_whole, wait_until
     from zkcoord.zk import layout
     from zkcoord.zk.ensemble import LocalEnsemble
 
@@ -123,12 +123,12 @@ def run(args: argparse.Namespace) -> int:
         cluster = LocalCluster(ensemble.connect_string, workdir / "cluster",
                                ("--zk-session-timeout-ms", "4000", "--offset-flush-interval-ms", "500"))
         cluster.start_servers(3)
-        wait_for(lambda: zk.exists(layout.COORDINATOR_PATH), 30, "a coordinator")
+        wait_until(lambda: zk.exists(layout.COORDINATOR_PATH), 30, message="a coordinator")
         coordinator = int(layout.decode_coordinator(zk.get(layout.COORDINATOR_PATH)[0]))
         for s in cluster.servers.values():
             role = "coordinator" if s.server_id == coordinator else "standby"
             report.line(f"server {s.server_id}  protocol 127.0.0.1:{s.port}  broker 127.0.0.1:{s.broker_port}  {role}")
-        wait_for(lambda: len(zk.get_children(layout.BROKER_IDS)) == 3, 30, "three brokers")
+        wait_until(lambda: len(zk.get_children(layout.BROKER_IDS)) == 3, 30, message="three brokers")
         create_topic(zk, "events", 12)
         report.line("topic 'events': 12 partitions over 3 brokers")
 
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
         def settle(what: str) -> float:
             started = time.monotonic()
-            wait_for(whole, 60, what)
+            wait_until(whole, 60, message=what)
             return time.monotonic() - started
 
         report.line(f"3 members settled in {settle('the group to settle'):.1f}s")
@@ -154,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         def produce() -> None:
             # A steady stream over about ten seconds, so that every change
             # below happens while data flows.
-            producer = Producer({"bootstrap.servers": cluster.brokers, "linger.ms": 5})
+            producer = Producer({"bootstrap.servers": cluster.broker_list, "linger.ms": 5,
+                                 "log_level": 0})  # the kill below is on purpose: no connection chatter
             pause = 10.0 / max(1, args.messages // 200)
             while produced["count"] < args.messages and not stop_producing.is_set():
                 for _ in range(min(200, args.messages - produced["count"])):
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         producer_thread.start()
 
         report.section("Planned changes while producing")
-        wait_for(lambda: sum(len(c.records()) for c in consumers) > 1000, 60, "first deliveries")
+        wait_until(lambda: sum(len(c.records()) for c in consumers) > 1000, 60, message="first deliveries")
         consumers.append(cluster.add_consumer("demo", topics=["events"], extra=strategy))
         report.line(f"a 4th member joined; settled in {settle('the join'):.1f}s")
         consumers[0].terminate()
@@ -183,9 +184,9 @@ def run(args: argparse.Namespace) -> int:
         killed_at = time.monotonic()
         cluster.servers[coordinator].kill()
         report.line(f"server {coordinator} (the coordinator and one broker) killed")
-        wait_for(lambda: zk.exists(layout.COORDINATOR_PATH)
+        wait_until(lambda: zk.exists(layout.COORDINATOR_PATH)
                  and int(layout.decode_coordinator(zk.get(layout.COORDINATOR_PATH)[0])) != coordinator,
-                 60, "a new coordinator")
+                 60, message="a new coordinator")
         successor = int(layout.decode_coordinator(zk.get(layout.COORDINATOR_PATH)[0]))
         report.line(f"server {successor} elected after {time.monotonic() - killed_at:.1f}s")
         settle("the group after failover")
@@ -200,8 +201,8 @@ def run(args: argparse.Namespace) -> int:
         report.section("Delivery")
         producer_thread.join(120)
         total = produced["count"]
-        wait_for(lambda: len({r["value"] for c in consumers for r in c.records()}) >= total, 120,
-                 f"all {total} messages delivered")
+        wait_until(lambda: len({r["value"] for c in consumers for r in c.records()}) >= total, 120,
+                 message=f"all {total} messages delivered")
         values = Counter(r["value"] for c in consumers for r in c.records())
         missing = [n for n in range(total) if f"m-{n}" not in values]
         duplicates = sum(n - 1 for n in values.values() if n > 1)

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KpTopicPartition
 
-from tests.support import wait_until
+from zkcoord.testing import wait_until
 from zkcoord.broker import formats
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from tests.support import wait_until
+from zkcoord.testing import wait_until
 from zkcoord.fetch.kafka_fetcher import (
     EARLIEST, LATEST, FetchError, FetcherClosedError, KafkaFetcher, OffsetOutOfRangeError,
     UnknownPartitionError,

@@ -17,7 +17,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from tests.broker.batches import make_batch, read_values
-from tests.support import wait_until
+from zkcoord.testing import wait_until
 from zkcoord.broker import handlers
 
 
@@ -118,7 +118,7 @@ def expected_seed():
 def assert_intact(cluster, topic):
     """The broker still serves and partition 0 still holds exactly the seed."""
     broker = cluster.brokers[0]
-    assert broker.alive()
+    assert broker.alive
     raw = Raw(broker.port)
     part = fetch(raw, topic, 0, 0)
     raw.close()

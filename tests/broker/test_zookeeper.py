@@ -5,7 +5,6 @@ topics admin commands."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from tests.broker.batches import make_batch, read_values
 from tests.broker.test_clients import confluent_read
 from tests.broker.test_protocol import Raw, fetch, produce
-from tests.support import wait_until
+from zkcoord.testing import ClusterError, wait_until
 from zkcoord.admin import topics as admin
 from zkcoord.zk import layout
 
@@ -33,15 +32,15 @@ def test_registration_is_kafka_json_and_goes_away_on_stop(cluster, zk):
     raw = json.loads(data)
     assert raw["endpoints"] == [f"PLAINTEXT://127.0.0.1:{broker.port}"]
     assert raw["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
-    assert broker.stop() == 0
+    assert broker.terminate() == 0
     assert zk.exists(layout.broker_path(3)) is None
 
 
 def test_duplicate_broker_id_is_refused(cluster):
     cluster.start_broker(1)
-    with pytest.raises(AssertionError, match="registered by another"):
+    with pytest.raises(ClusterError, match="registered by another"):
         cluster.start_broker(1, "--register-timeout-ms", "500")
-    assert cluster.brokers[0].alive()
+    assert cluster.brokers[0].alive
 
 
 def test_partitions_follow_topic_changes(cluster, zk):
@@ -79,7 +78,7 @@ def test_restart_recovers_a_torn_tail(cluster):
     for i in range(10):
         assert produce(raw, "durable", 0, make_batch([b"m%d" % i] * 3)).error_code == 0
     raw.close()
-    broker.stop(signal.SIGKILL)
+    broker.kill()
     segment = broker.data_dir / "durable-0" / f"{0:020d}.log"
     good = segment.read_bytes()
     with open(segment, "ab") as f:
@@ -202,7 +201,7 @@ def test_sigterm_answers_a_waiting_fetch_and_exits(cluster):
     wait_until(lambda: unread_bytes(broker.port, client_port) == 0, timeout=5,
                message="the broker to read the fetch")
     started = time.monotonic()
-    assert broker.stop() == 0
+    assert broker.terminate() == 0
     thread.join(timeout=15)
     assert time.monotonic() - started < 12
     assert result["part"].error_code == 0 and not result["part"].records
@@ -246,7 +245,7 @@ def test_idle_connections_are_closed(cluster):
 def test_port_in_use_is_a_clear_error(cluster):
     first = cluster.start_broker(0)
     proc = subprocess.run([sys.executable, "-m", "zkcoord.broker.cli", "--id", "1", "--zookeeper",
-                           cluster.connect, "--data-dir", str(cluster.base / "data-1"),
+                           cluster.zookeeper, "--data-dir", str(cluster.directory / "data-1"),
                            "--port", str(first.port)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "cannot listen on 127.0.0.1" in proc.stderr and "Traceback" not in proc.stderr

@@ -4,31 +4,14 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Producer
-from kazoo.client import KazooClient
-
 from zkcoord.admin.groups import read_owners
-from zkcoord.localcluster import ConsumerProcess, LocalCluster, group_is_whole  # noqa: F401
-from zkcoord.zk import layout
-
-
-def partitions_of(zk: KazooClient, topics) -> set[tuple[str, int]]:
-    result = set()
-    for topic in topics:
-        data, _ = zk.get(layout.topic_path(topic))
-        result |= {(topic, p) for p in layout.decode_topic(topic, data).partitions}
-    return result
+from zkcoord.testing import ConsumerProcess, LocalCluster, group_is_whole  # noqa: F401
 
 
 def produce(cluster: LocalCluster, topic: str, count: int, start: int = 0, partitions: int | None = None) -> None:
-    producer = Producer({"bootstrap.servers": cluster.brokers, "linger.ms": 5})
-    for n in range(start, start + count):
-        kwargs = {"partition": n % partitions} if partitions else {}
-        producer.produce(topic, value=f"m-{n}".encode(), **kwargs)
-        if n % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(30)
-    assert left == 0, f"{left} messages not acknowledged"
+    """Values m-<start> .. m-<start+count-1>, round robin over ``partitions`` if given; all acknowledged."""
+    cluster.produce(topic, ((n % partitions if partitions else None, None, f"m-{n}".encode())
+                            for n in range(start, start + count)))
 
 
 def delivered_values(consumers: list[ConsumerProcess]) -> list[str]:

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from zkcoord.localcluster import LocalCluster
+from zkcoord.testing import LocalCluster
 
 # Short timeouts keep failover drills quick; the ensemble's tick (250 ms) allows them.
 SERVER_ARGS = (
@@ -18,13 +18,9 @@ SERVER_ARGS = (
 )
 
 
-_clusters_key = pytest.StashKey[list]()
-
-
 @pytest.fixture
-def cluster_factory(request, zk_connect, tmp_path) -> Iterator:
+def cluster_factory(zk_connect, tmp_path) -> Iterator:
     clusters: list[LocalCluster] = []
-    request.node.stash[_clusters_key] = clusters
 
     def make(servers: int = 3, zookeeper: str | None = None, server_args=SERVER_ARGS) -> LocalCluster:
         cluster = LocalCluster(zookeeper or zk_connect, tmp_path / f"cluster-{len(clusters)}", server_args)
@@ -41,13 +37,3 @@ def cluster_factory(request, zk_connect, tmp_path) -> Iterator:
 @pytest.fixture
 def cluster(cluster_factory) -> LocalCluster:
     return cluster_factory(3)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed:
-        for cluster in item.stash.get(_clusters_key, []):
-            for name, tail in cluster.log_tails().items():
-                report.sections.append((f"{name} log (tail)", tail))
-    return report

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from zkcoord.admin.topics import add_partitions, create_topic
-from tests.e2e.checks import delivered_values, group_is_whole, partitions_of, produce, wait_whole
-from tests.support import wait_until
+from tests.e2e.checks import delivered_values, group_is_whole, produce, wait_whole
+from zkcoord.testing import partitions_of, wait_until
 
 # A rebalance settles within this bound after the change is detected; the
 # session timeout (4 s in these tests) adds to it for a crash.

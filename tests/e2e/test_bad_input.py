@@ -23,9 +23,10 @@ from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.zk import layout
-from tests.e2e.checks import partitions_of, wait_whole
+from tests.e2e.checks import wait_whole
+from zkcoord.testing import partitions_of
 from zkcoord.admin.groups import read_owners
-from tests.support import wait_until
+from zkcoord.testing import wait_until
 
 SETTLE_S = 20
 IO_TIMEOUT_S = 5.0

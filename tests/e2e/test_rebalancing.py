@@ -7,8 +7,8 @@ import threading
 import time
 from collections import Counter
 
-from tests.e2e.checks import delivered_values, group_is_whole, partitions_of, produce, wait_whole
-from tests.support import wait_until
+from tests.e2e.checks import delivered_values, group_is_whole, produce, wait_whole
+from zkcoord.testing import partitions_of, wait_until
 from zkcoord.admin.topics import create_topic
 from zkcoord.consumer.consumer import Consumer
 from zkcoord.zk import layout

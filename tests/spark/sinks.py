@@ -7,7 +7,7 @@ from pathlib import Path
 
 def stream_to_parquet(spark, cluster, topic: str, base: Path, *, name: str = "q",
                       trigger: dict | None = None, **options):
-    reader = (spark.readStream.format("zkcoord").option("zookeeper", cluster.connect)
+    reader = (spark.readStream.format("zkcoord").option("zookeeper", cluster.zookeeper)
               .option("subscribe", topic))
     for key, value in options.items():
         reader = reader.option(key, value)

@@ -17,7 +17,7 @@ def records(partitions: int, per_partition: int) -> list[tuple[int, bytes, bytes
 
 
 def load(spark, cluster, topic, **options):
-    reader = spark.read.format("zkcoord").option("zookeeper", cluster.connect).option("subscribe", topic)
+    reader = spark.read.format("zkcoord").option("zookeeper", cluster.zookeeper).option("subscribe", topic)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -48,7 +48,7 @@ def test_offsets_json_pattern_and_min_partitions(spark, shared_cluster):
     shared_cluster.create_topic(f"{prefix}-b", 1)
     shared_cluster.produce(f"{prefix}-a", records(2, 100))
     shared_cluster.produce(f"{prefix}-b", records(1, 100))
-    reader = (spark.read.format("zkcoord").option("zookeeper", shared_cluster.connect)
+    reader = (spark.read.format("zkcoord").option("zookeeper", shared_cluster.zookeeper)
               .option("subscribePattern", f"{prefix}-.*")
               .option("startingOffsets", f'{{"{prefix}-a": {{"0": 10, "1": -2}}}}')
               .option("endingOffsets", f'{{"{prefix}-a": {{"0": 60}}, "{prefix}-b": {{"0": 5}}}}')
@@ -90,7 +90,7 @@ def test_empty_topic_reads_nothing(spark, shared_cluster):
     ({"subscribe": "x", "kafka.bootstrap.servers": "h:1"}, "SourceOptionError"),
 ])
 def test_bad_options_are_refused_with_a_typed_error(spark, shared_cluster, options, error):
-    reader = spark.read.format("zkcoord").option("zookeeper", shared_cluster.connect)
+    reader = spark.read.format("zkcoord").option("zookeeper", shared_cluster.zookeeper)
     for key, value in options.items():
         reader = reader.option(key, value)
     with pytest.raises(Exception, match=error):

@@ -9,7 +9,7 @@ import threading
 import uuid
 
 from tests.spark.sinks import read_sink, stream_to_parquet
-from tests.support import wait_until
+from zkcoord.testing import wait_until
 from zkcoord.zk import layout
 
 PARTITIONS = 4

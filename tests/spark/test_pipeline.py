@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.py"
-
-
-def load_pipeline():
-    spec = importlib.util.spec_from_file_location("zkcoord_example_pipeline", PIPELINE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from zkcoord.examples import pipeline
 
 def test_example_pipeline_counts_every_record_once(spark, shared_cluster, tmp_path, capsys):
-    pipeline = load_pipeline()
     shared_cluster.create_topic("events", 2)
     out = str(tmp_path / "agg")
-    argv = ["--zookeeper", shared_cluster.connect, "--topic", "events", "--out", out,
+    argv = ["--zookeeper", shared_cluster.zookeeper, "--topic", "events", "--out", out,
             "--available-now", "--max-offsets-per-trigger", "400"]
     assert pipeline.main(argv + ["--produce", "1000"]) == 0
     printed = capsys.readouterr().out

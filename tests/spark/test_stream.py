@@ -8,7 +8,7 @@ import uuid
 
 from tests.spark.sinks import read_sink, stream_to_parquet
 from tests.spark.test_batch import records
-from tests.support import wait_until
+from zkcoord.testing import wait_until
 
 
 def _topic() -> str:
@@ -108,7 +108,7 @@ def test_a_failing_task_is_replayed_exactly(spark, shared_cluster, tmp_path):
             raise RuntimeError("injected task failure")
         return offset
 
-    df = (spark.readStream.format("zkcoord").option("zookeeper", shared_cluster.connect)
+    df = (spark.readStream.format("zkcoord").option("zookeeper", shared_cluster.zookeeper)
           .option("subscribe", topic).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", "300").load()
           .withColumn("offset", F.udf(fail_once, "bigint", useArrow=False)("offset")))

@@ -10,8 +10,8 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import SessionExpiredError
 
-from tests.faults import expire_session
-from tests.support import wait_until
+from zkcoord.testing import expire_session
+from zkcoord.testing import wait_until
 from zkcoord.errors import ConfigError, EnsembleError
 from zkcoord.zk.ensemble import LocalEnsemble
 

@@ -58,6 +58,7 @@ def run(args) -> int:
 
     from zkcoord.broker.config import BrokerConfig
     from zkcoord.broker.server import Broker
+    from zkcoord.readiness import write_port_file
     from zkcoord.errors import ZkcoordError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -88,10 +89,7 @@ def run(args) -> int:
         client.stop()
         return 1
     if args.port_file:
-        with open(args.port_file + ".tmp", "w") as f:
-            f.write(str(broker.port))
-        import os
-        os.replace(args.port_file + ".tmp", args.port_file)
+        write_port_file(args.port_file, port=broker.port)
     done = gevent.event.Event()
     gevent.signal_handler(signal.SIGTERM, done.set)
     gevent.signal_handler(signal.SIGINT, done.set)

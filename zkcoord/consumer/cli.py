@@ -1,8 +1,18 @@
 """`zkcoord consume`: a group member on the command line, writing records as JSON lines.
 
 Useful on its own (like a console consumer) and as the consumer process of the
-end-to-end tests and drills: ``--status`` keeps a small JSON file with the
-member's current assignment, epoch and generation, rewritten on every change.
+end-to-end tests and drills:
+
+- each output line carries the record, the member that delivered it, and
+  ``ts`` and ``te``, the wall-clock times at which the poll() that returned it
+  began and ended: the application had the record at some instant between;
+- ``--status`` keeps a small JSON file with the member's current assignment,
+  epoch and generation, rewritten on every change;
+- ``--events`` appends a line for every Start and Stop the member obeyed, with
+  the time, the partitions, the epoch and the generation;
+- ``--slow-ms`` with SIGUSR1 makes the member slow on purpose: after a
+  SIGUSR1, its next Start or Stop takes that long to handle (a slow callback).
+
 SIGTERM or SIGINT leaves the group cleanly; kill -9 is a crash.
 """
 
@@ -14,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 
@@ -34,11 +45,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-messages", type=int, default=0, help="stop after this many (0: never)")
     p.add_argument("--output", type=Path, default=None, help="append records here as JSON lines (default stdout)")
     p.add_argument("--status", type=Path, default=None, help="keep the member's assignment in this JSON file")
+    p.add_argument("--events", type=Path, default=None,
+                   help="append every Start and Stop obeyed here as JSON lines")
+    p.add_argument("--slow-ms", type=int, default=0,
+                   help="after SIGUSR1, take this long over the next Start or Stop (fault drills)")
     p.set_defaults(func=run)
 
 
 _status_lock = threading.Lock()
 _revoked = {"count": 0}  # partitions taken away from this process so far
+_slow_next = threading.Event()  # set by SIGUSR1: the next Start or Stop is slow
+
+
+def _append_event(path: Path, consumer, event: str, partitions) -> None:
+    """One line per Start or Stop obeyed, written before the coordinator hears the answer."""
+    membership = consumer.membership
+    line = json.dumps({"ts": time.time(), "member": consumer.consumer_id, "event": event,
+                       "partitions": sorted([t, p] for t, p in partitions),
+                       "epoch": membership.epoch, "generation": membership.generation})
+    with _status_lock, open(path, "a") as events:
+        events.write(line + "\n")
 
 
 def _write_status(path: Path, consumer) -> None:
@@ -67,33 +93,48 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_messages < 0:
         raise ConfigError("--max-messages must not be negative")
+    if args.slow_ms < 0:
+        raise ConfigError("--slow-ms must not be negative")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: _slow_next.set())
     out = open(args.output, "a", buffering=1) if args.output else sys.stdout
-    def assign_hook(_partitions):
-        _write_status(args.status, consumer)
 
-    def revoke_hook(partitions):
-        _revoked["count"] += len(partitions)
-        _write_status(args.status, consumer)
+    def observe(event: str, partitions) -> None:
+        if args.slow_ms and _slow_next.is_set():
+            _slow_next.clear()
+            time.sleep(args.slow_ms / 1000.0)  # the fault being drilled: a slow callback
+        if event == "stop":
+            _revoked["count"] += len(partitions)
+        if args.events is not None:
+            _append_event(args.events, consumer, event, partitions)
+        if args.status is not None:
+            _write_status(args.status, consumer)
+
+    hooked = args.status is not None or args.events is not None or args.slow_ms > 0
     consumer = Consumer(
         args.bootstrap.split(","), group=args.group, topics=args.topic or (), pattern=args.pattern,
         consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
         max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
         assignment_strategies=tuple(args.strategy or ("range",)),
         max_poll_interval_ms=args.max_poll_interval_ms,
-        on_assign=assign_hook if args.status else None,
-        on_revoke=revoke_hook if args.status else None,
+        on_assign=(lambda partitions: observe("start", partitions)) if hooked else None,
+        on_revoke=(lambda partitions: observe("stop", partitions)) if hooked else None,
     )
     consumed = 0
     last_status = None
     try:
+        member = consumer.consumer_id
         while not stop.is_set():
-            for record in consumer.poll(100):
+            began = time.time()
+            records = consumer.poll(100)
+            returned = time.time()
+            for record in records:
                 out.write(json.dumps({
                     "topic": record.topic, "partition": record.partition, "offset": record.offset,
                     "value": (record.value or b"").decode("utf-8", "backslashreplace"),
+                    "member": member, "ts": round(began, 6), "te": round(returned, 6),
                 }) + "\n")
                 consumed += 1
             if args.status is not None:

@@ -154,6 +154,11 @@ class Consumer:
                     raise ZkcoordError("the cluster metadata named no broker to fetch from")
                 self._fetcher = self._fetcher_factory(brokers, self.consumer_id)
             added = {tp: o for tp, o in partitions.items() if tp not in self._fetcher.assignment()}
+        # As in Kafka, the application hears of new partitions before any of
+        # their records can reach it.
+        if added and self._on_assign is not None:
+            self._on_assign(set(added))
+        with self._lock:
             positions = {}
             for tp, offset in added.items():
                 positions[tp] = offset if offset != NO_OFFSET else self._reset_offset()
@@ -161,8 +166,6 @@ class Consumer:
                     self._positions[tp] = offset
             if positions:
                 self._fetcher.assign(positions)
-        if added and self._on_assign is not None:
-            self._on_assign(set(added))
 
     def _reset_offset(self) -> int:
         from zkcoord.fetch.kafka_fetcher import EARLIEST, LATEST

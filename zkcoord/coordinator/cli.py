@@ -14,6 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=0, help="coordinator-protocol port (default: a free one)")
     p.add_argument("--broker-port", type=int, default=0, help="embedded broker's Kafka port (default: a free one)")
     p.add_argument("--data-dir", type=Path, default=None, help="embedded broker's log directory")
+    p.add_argument("--port-file", type=Path, default=None,
+                   help="once serving, write the bound ports here as JSON (port, broker_port)")
     p.add_argument("--no-broker", action="store_true", help="run without the embedded broker")
     p.add_argument("--zk-session-timeout-ms", type=int, default=6000)
     p.add_argument("--min-session-timeout-ms", type=int, default=1000,
@@ -72,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     gevent.signal_handler(signal.SIGINT, server.stop)
     gevent.signal_handler(signal.SIGUSR1, server.log_state)  # kill -USR1: what every greenlet is doing
     broker_port = server.broker.port if server.broker is not None else None
+    if args.port_file is not None:
+        from zkcoord.readiness import write_port_file
+
+        write_port_file(args.port_file, port=server.port, **({"broker_port": broker_port} if broker_port else {}))
     print(f"server {args.id} ready: coordinator protocol on {args.host}:{server.port}"
           + (f", broker on {args.host}:{broker_port}" if broker_port else ""), flush=True)
     server.serve_forever()

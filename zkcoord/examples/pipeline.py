@@ -7,7 +7,7 @@ Exactly once: each micro-batch's result is written to its own directory
 replaces its own earlier output instead of adding to it; the source replays
 exactly the same records (the offsets of each batch are in the checkpoint).
 
-    python examples/pipeline.py --zookeeper 127.0.0.1:2181 --topic events --out /tmp/events-agg \\
+    python -m zkcoord.examples.pipeline --zookeeper 127.0.0.1:2181 --topic events --out /tmp/events-agg \\
         [--group pipeline] [--available-now] [--produce 10000]
 
 With ``--group`` the query is a member of that consumer group: run it twice

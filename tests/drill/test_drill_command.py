@@ -1,0 +1,119 @@
+"""`zkcoord drill` as a user runs it: a short campaign of random faults on its
+own local cluster must pass, bad arguments are refused before anything
+starts, and Ctrl-C stops every process the drill started while keeping the
+history gathered so far."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zkcoord.drill.schedule import KINDS
+from zkcoord.testing import wait_until
+
+SUMMARY = re.compile(r"faults \d+; lost \d+; duplicates \d+ \(planned \d+\); double ownership \d+ "
+                     r"\(max \d+ ms\); offset regressions \d+; max time to whole \d+\.\d s")
+
+# The kinds the short drill draws from. Two kinds are left out until the
+# safety core lands, because today they find double ownership (the report of
+# that run is in bench/RESULTS.md): consumer-pause-long (poll() does not check
+# the lease) and slow-member (a rebalance that times out hands the slow
+# member's partitions on while it may still fetch).
+KNOWN_BROKEN = {"consumer-pause-long", "slow-member"}
+CI_KINDS = ",".join(k for k in KINDS if k not in KNOWN_BROKEN)
+
+
+def drill(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zkcoord.cli", "drill", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def processes_under(directory: Path) -> list[str]:
+    """Command lines of running processes that name ``directory`` (what the drill started there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(directory) in cmdline:
+                found.append(cmdline)
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_a_short_drill_of_random_faults_passes(tmp_path):
+    directory = tmp_path / "drill"
+    result = drill("--faults", "12", "--seed", "20261123", "--kinds", CI_KINDS, "--dir", str(directory),
+                   timeout=540)
+    lines = result.stdout.strip().splitlines()
+    assert lines and SUMMARY.fullmatch(lines[-1]), result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    report = json.loads((directory / "report.json").read_text())
+    assert report["ok"] and report["summary"] == lines[-1]
+    assert len(report["faults"]) == 12 and report["produced"] > 1000
+    assert (directory / "timeline.html").stat().st_size > 1000
+    assert "PASS" in (directory / "report.txt").read_text()
+    assert processes_under(directory) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kinds", "consumer-kill,bogus"], "unknown fault kind"),
+    (["--faults", "0"], "--faults must be positive"),
+    (["--faults", "-2"], "--faults must be positive"),
+    (["--consumers", "0"], "--consumers must be at least 1"),
+    (["--zookeeper", "127.0.0.1:1"], "both --zookeeper and --bootstrap"),
+    (["--zookeeper", "127.0.0.1:1", "--bootstrap", "nonsense"], "not host:port"),
+])
+def test_bad_arguments_are_refused_before_anything_starts(tmp_path, args, message):
+    result = drill(*args, "--dir", str(tmp_path / "d"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_an_unreachable_cluster_is_a_clear_error(tmp_path):
+    result = drill("--zookeeper", "127.0.0.1:1", "--bootstrap", "127.0.0.1:1", "--kinds", "consumer-kill",
+                   "--dir", str(tmp_path / "d"), timeout=120)
+    assert result.returncode == 1 and "cannot reach ZooKeeper at 127.0.0.1:1" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_server_faults_are_skipped_against_a_cluster_the_drill_did_not_start(tmp_path):
+    result = drill("--zookeeper", "127.0.0.1:1", "--bootstrap", "127.0.0.1:1", "--kinds", "coordinator-kill",
+                   "--dir", str(tmp_path / "d"))
+    assert result.returncode == 1
+    assert "coordinator-kill: needs the drill's own cluster" in result.stderr, result.stderr
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_every_process_and_keeps_the_history(tmp_path):
+    directory = tmp_path / "drill"
+    out = open(tmp_path / "out.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "zkcoord.cli", "drill", "--faults", "50", "--seed", "5",
+                             "--kinds", "member-join,member-leave", "--dir", str(directory)],
+                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "[fault 2/50]" in (tmp_path / "out.txt").read_text(), timeout=180,
+                   message="the drill to reach its second fault")
+        assert processes_under(directory), "the drill's processes should be running"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        out.close()
+    text = (tmp_path / "out.txt").read_text()
+    assert "interrupted" in text and SUMMARY.fullmatch(text.strip().splitlines()[-1]), text[-3000:]
+    assert processes_under(directory) == []
+    assert "INTERRUPTED" in (directory / "report.txt").read_text()
+    assert (directory / "produced.jsonl").stat().st_size > 0
+    assert json.loads((directory / "report.json").read_text())["interrupted"] is True

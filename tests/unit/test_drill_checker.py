@@ -1,0 +1,208 @@
+"""The drill's checker over hand-made histories: every invariant it judges,
+found when broken and not found when kept, including the interleavings at the
+edge (a poll that straddles another member's Start)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from zkcoord.drill.checker import check
+from zkcoord.drill.history import Delivery, FaultRecord, History, OwnershipEvent, Produced, Sample
+
+P0 = ("t", 0)
+P1 = ("t", 1)
+
+
+def produced(tp, offsets):
+    return [Produced(tp[0], tp[1], o, seq=o, ts=0.0) for o in offsets]
+
+
+def delivered(member, tp, offsets, began, returned=None):
+    return [Delivery(member, tp[0], tp[1], o, began, began + 0.01 if returned is None else returned)
+            for o in offsets]
+
+
+def start(member, ts, *tps):
+    return OwnershipEvent(member, ts, True, tuple(tps))
+
+
+def stop(member, ts, *tps):
+    return OwnershipEvent(member, ts, False, tuple(tps))
+
+
+def fault(index, kind, injected, whole_at, planned=False, bound=10.0, restored=None, rejoined_at=None):
+    return FaultRecord(index=index, kind=kind, target="x", planned=planned, injected=injected,
+                       restored=injected if restored is None else restored, recovery_from=injected,
+                       whole_at=whole_at, bound_s=bound, rejoined_at=whole_at if rejoined_at is None else rejoined_at)
+
+
+def history(produced=(), deliveries=(), events=(), samples=(), faults=()):
+    return History(list(produced), list(deliveries), sorted(events, key=lambda e: e.ts), list(samples), list(faults))
+
+
+def test_a_clean_handoff_breaks_nothing():
+    verdict = check(history(
+        produced=produced(P0, range(10)),
+        deliveries=delivered("a", P0, range(5), began=1.0) + delivered("b", P0, range(5, 10), began=6.0),
+        events=[start("a", 0.5, P0), stop("a", 5.0, P0), start("b", 5.5, P0)],
+        samples=[Sample(2.0, {P0: "a"}, {P0: 5}), Sample(7.0, {P0: "b"}, {P0: 10})],
+        faults=[fault(1, "member-join", 4.9, 5.6, planned=True)],
+    ))
+    assert verdict.ok, verdict.violations
+    assert (verdict.produced, verdict.delivered) == (10, 10)
+    assert verdict.summary_line() == ("faults 1; lost 0; duplicates 0 (planned 0); double ownership 0 (max 0 ms); "
+                                      "offset regressions 0; max time to whole 0.7 s")
+
+
+def test_an_acknowledged_record_never_delivered_is_lost():
+    verdict = check(history(produced=produced(P0, range(6)), deliveries=delivered("a", P0, [0, 1, 2, 3, 5], 1.0),
+                            events=[start("a", 0.5, P0)]))
+    assert verdict.lost == [(P0, 4)]
+    assert not verdict.ok
+
+
+def test_redelivery_on_a_planned_change_is_a_planned_duplicate():
+    verdict = check(history(
+        produced=produced(P0, range(7)),
+        deliveries=delivered("a", P0, range(5), began=1.0) + delivered("b", P0, range(3, 7), began=6.0),
+        events=[start("a", 0.5, P0), stop("a", 5.0, P0), start("b", 5.5, P0)],
+        faults=[fault(1, "member-leave", 4.9, 5.6, planned=True)],
+    ))
+    assert [(d.offset, d.member, d.fault, d.planned) for d in verdict.duplicates] == [
+        (3, "b", 1, True), (4, "b", 1, True)]
+    assert verdict.violations["planned duplicates"] == 2
+    assert "duplicates 2 (planned 2)" in verdict.summary_line()
+
+
+def test_redelivery_with_no_fault_around_counts_as_planned():
+    verdict = check(history(
+        produced=produced(P0, range(3)),
+        deliveries=delivered("a", P0, range(3), began=1.0) + delivered("b", P0, [2], began=30.0),
+        events=[start("a", 0.5, P0), stop("a", 20.0, P0), start("b", 29.0, P0)],
+        faults=[fault(1, "consumer-kill", 4.0, 6.0)],
+    ))
+    assert [d.planned for d in verdict.duplicates] == [True]
+
+
+def test_redelivery_after_a_crash_is_allowed_within_the_uncommitted_window():
+    verdict = check(history(
+        produced=produced(P0, range(7)),
+        deliveries=delivered("a", P0, range(5), began=1.0) + delivered("b", P0, range(3, 7), began=9.0),
+        events=[start("a", 0.5, P0), start("b", 8.0, P0)],
+        samples=[Sample(2.0, {P0: "a"}, {P0: 3})],
+        faults=[fault(1, "consumer-kill", 4.0, 8.5)],
+    ))
+    assert [(d.offset, d.planned, d.below_committed) for d in verdict.duplicates] == [(3, False, None),
+                                                                                       (4, False, None)]
+    assert verdict.ok, verdict.violations
+
+
+def test_redelivery_below_a_committed_offset_is_a_violation_even_after_a_crash():
+    verdict = check(history(
+        produced=produced(P0, range(6)),
+        deliveries=delivered("a", P0, range(5), began=1.0) + delivered("b", P0, range(2, 6), began=9.0),
+        events=[start("a", 0.5, P0), start("b", 8.0, P0)],
+        samples=[Sample(2.0, {P0: "a"}, {P0: 3}), Sample(8.5, {P0: "b"}, {P0: 3})],
+        faults=[fault(1, "consumer-kill", 4.0, 8.5)],
+    ))
+    assert [d.offset for d in verdict.duplicates_below_committed] == [2]
+    assert not verdict.ok
+
+
+def test_a_member_delivering_after_another_was_started_is_double_ownership():
+    # b is started on p0 at t=10 while a never obeyed a Stop (it was paused):
+    # a's polls that began after 10 s are double ownership, one episode.
+    verdict = check(history(
+        produced=produced(P0, range(8)),
+        deliveries=(delivered("a", P0, [0, 1], began=1.0) + delivered("a", P0, [2, 3], began=11.0)
+                    + delivered("a", P0, [4], began=12.5) + delivered("b", P0, [2, 3, 4, 5, 6, 7], began=10.5)),
+        events=[start("a", 0.5, P0), start("b", 10.0, P0)],
+        faults=[fault(1, "consumer-pause-long", 5.0, 13.0)],
+    ))
+    [episode] = verdict.double_ownership
+    assert (episode.tp, episode.member, episode.superseded_by, episode.deliveries, episode.fault) == (
+        P0, "a", "b", 3, 1)
+    assert episode.length_ms == pytest.approx(2500)
+    assert "double ownership 1 (max 2500 ms)" in verdict.summary_line()
+    assert not verdict.ok
+
+
+def test_a_poll_that_began_before_the_other_start_is_not_counted():
+    # The poll ran from 9.9 to 10.1 s and b was started at 10.0 s: the records
+    # may have reached a before b was started, so this is not proof.
+    verdict = check(history(
+        produced=produced(P0, range(4)),
+        deliveries=delivered("a", P0, [0, 1], began=9.9, returned=10.1) + delivered("b", P0, [2, 3], began=10.2),
+        events=[start("a", 0.5, P0), stop("a", 9.95, P0), start("b", 10.0, P0)],
+    ))
+    assert verdict.double_ownership == []
+
+
+def test_a_member_started_again_owns_the_partition_again():
+    verdict = check(history(
+        produced=produced(P0, range(6)),
+        deliveries=(delivered("a", P0, [0, 1], began=1.0) + delivered("b", P0, [2, 3], began=6.0)
+                    + delivered("a", P0, [4, 5], began=21.0)),
+        events=[start("a", 0.5, P0), stop("a", 5.0, P0), start("b", 5.5, P0), stop("b", 19.0, P0),
+                start("a", 20.0, P0)],
+    ))
+    assert verdict.double_ownership == [] and verdict.ok
+
+
+def test_ownership_is_judged_per_partition():
+    verdict = check(history(
+        produced=produced(P0, range(2)) + produced(P1, range(2)),
+        deliveries=delivered("a", P0, [0, 1], began=12.0) + delivered("b", P1, [0, 1], began=12.0),
+        events=[start("a", 0.5, P0), start("b", 10.0, P1)],
+    ))
+    assert verdict.double_ownership == []
+
+
+def test_a_committed_offset_moving_back_is_a_regression():
+    verdict = check(history(samples=[Sample(1.0, {}, {P0: 5}), Sample(2.0, {}, {P0: 7}), Sample(3.0, {}, {P0: 6}),
+                                     Sample(4.0, {}, {P0: 7})]))
+    assert [(r.tp, r.before, r.after, r.at) for r in verdict.offset_regressions] == [(P0, 7, 6, 3.0)]
+
+
+def test_a_commit_beyond_what_was_delivered_is_reported_once():
+    verdict = check(history(
+        produced=produced(P0, range(10)),
+        deliveries=delivered("a", P0, range(5), began=1.0) + delivered("a", P0, range(5, 10), began=5.0),
+        events=[start("a", 0.5, P0)],
+        samples=[Sample(2.0, {}, {P0: 5}), Sample(3.0, {}, {P0: 10}), Sample(4.0, {}, {P0: 10}),
+                 Sample(6.0, {}, {P0: 10})],
+    ))
+    assert [(c.committed, c.delivered_next, c.at) for c in verdict.commits_ahead] == [(10, 5, 3.0)]
+
+
+def test_a_group_not_whole_within_its_bound_is_a_liveness_violation():
+    verdict = check(history(faults=[fault(1, "coordinator-kill", 0.0, 5.0, bound=8.0),
+                                    fault(2, "coordinator-kill", 10.0, 21.0, bound=8.0),
+                                    fault(3, "zk-quorum-loss", 30.0, None, bound=8.0),
+                                    fault(4, "consumer-pause-long", 40.0, 42.0, bound=8.0, rejoined_at=-1.0)]))
+    verdict.faults[3].rejoined_at = None  # whole while the member was paused, never again once it resumed
+    assert [f.index for f in verdict.slow_recoveries] == [2, 3, 4]
+    assert verdict.max_time_to_whole == pytest.approx(11.0)
+
+
+def test_the_summary_line_keeps_its_format():
+    line = check(history()).summary_line()
+    assert re.fullmatch(r"faults \d+; lost \d+; duplicates \d+ \(planned \d+\); double ownership \d+ "
+                        r"\(max \d+ ms\); offset regressions \d+; max time to whole \d+\.\d s", line), line
+
+
+def test_a_stale_members_repeats_fall_under_the_fault_that_made_it_stale():
+    # a was paused; b took p0 over at 10 s; a, resumed, delivers 2..3 again at
+    # 11 s. a's own Start (0.5 s) lies before any fault, so the repeats are
+    # attributed by when they were delivered: under fault 1, not planned.
+    verdict = check(history(
+        produced=produced(P0, range(4)),
+        deliveries=(delivered("a", P0, [0, 1], began=1.0) + delivered("b", P0, [2, 3], began=10.5)
+                    + delivered("a", P0, [2, 3], began=11.0)),
+        events=[start("a", 0.5, P0), start("b", 10.0, P0)],
+        faults=[fault(1, "consumer-pause-long", 5.0, 10.6, restored=10.4)],
+    ))
+    assert [(d.member, d.fault, d.planned) for d in verdict.duplicates] == [("a", 1, False), ("a", 1, False)]
+    assert len(verdict.double_ownership) == 1

@@ -1,0 +1,51 @@
+"""The drill's schedule: fixed by the seed, drawn only from the kinds asked
+for, with faults held past or below the timeouts their names promise."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkcoord.drill.schedule import KINDS, Timing, parse_kinds, plan
+from zkcoord.errors import ConfigError
+
+TIMING = Timing(consumer_session_s=3.0, zk_session_s=4.0, rebalance_timeout_s=5.0)
+
+
+def test_the_same_seed_gives_the_same_schedule():
+    assert plan(7, 50, list(KINDS), TIMING) == plan(7, 50, list(KINDS), TIMING)
+    assert plan(7, 50, list(KINDS), TIMING) != plan(8, 50, list(KINDS), TIMING)
+
+
+def test_faults_are_drawn_from_the_chosen_kinds_only():
+    schedule = plan(1, 200, ["consumer-kill", "member-join"], TIMING)
+    assert {f.kind for f in schedule} == {"consumer-kill", "member-join"}
+    assert [f.index for f in schedule] == list(range(1, 201))
+    assert all(f.planned == (f.kind == "member-join") for f in schedule)
+
+
+def test_long_and_short_holds_straddle_the_timeouts():
+    for f in plan(3, 300, list(KINDS), TIMING):
+        if f.kind == "consumer-pause-long":
+            assert f.hold_s > TIMING.consumer_session_s + 0.9
+        elif f.kind == "consumer-pause-short":
+            assert f.hold_s < TIMING.consumer_session_s / 2
+        elif f.kind in ("coordinator-pause-long", "coordinator-zk-expiry"):
+            assert f.hold_s > TIMING.zk_session_s + 0.9
+        elif f.kind in ("coordinator-pause-short", "coordinator-zk-blip"):
+            assert f.hold_s < TIMING.zk_session_s / 2
+        assert 0.5 <= f.settle_s <= 1.5
+
+
+@pytest.mark.parametrize("count", [0, -3])
+def test_a_fault_count_that_is_not_positive_is_refused(count):
+    with pytest.raises(ConfigError, match="must be positive"):
+        plan(1, count, ["consumer-kill"], TIMING)
+
+
+def test_kinds_are_parsed_and_unknown_ones_named():
+    assert parse_kinds("all") == list(KINDS)
+    assert parse_kinds("consumer-kill, member-join,consumer-kill") == ["consumer-kill", "member-join"]
+    with pytest.raises(ConfigError, match="unknown fault kind.*bogus"):
+        parse_kinds("consumer-kill,bogus")
+    with pytest.raises(ConfigError, match="no fault kind"):
+        parse_kinds(" , ")

@@ -1,0 +1,360 @@
+"""Carrying faults out on a drill's cluster: each kind of
+:mod:`~zkcoord.drill.schedule` as inject, hold, restore, and a wait until the
+group is whole again, timed against the bound docs/DESIGN.md states.
+
+Faults on the ZooKeeper connection of a server go through a TCP proxy the
+drill puts between that server and the ensemble (cut: nothing forwarded
+either way, the session expires when it outlasts the session timeout; heal:
+forwarding again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import time
+from typing import Callable, Optional, Sequence
+
+from zkcoord.drill.history import FaultRecord
+from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
+from zkcoord.testing import (ConsumerProcess, LocalCluster, OwnershipViolation, ProxiedEnsemble, WaitTimeout,
+                             group_is_whole, partitions_of, wait_until)
+from zkcoord.zk.ensemble import LocalEnsemble
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_S = 0.1          # the servers' --rebalance-delay-ms
+RECONNECT_S = 1.0         # a member's longest reconnect backoff
+REBALANCE_SLACK_S = 3.0   # a few round trips and ZooKeeper writes, on a loaded 2-core machine
+MAX_PARTITIONS = 24       # add-partitions stops growing the topic here
+
+
+@dataclasses.dataclass
+class DrillCluster:
+    """What the faults act on. Without ``ensemble`` (a cluster the drill did
+    not start) only the consumers are the drill's to break."""
+
+    cluster: LocalCluster
+    group: str
+    topic: str
+    timing: Timing
+    consumers_wanted: int
+    consumer_args: Sequence[str]
+    ensemble: Optional[LocalEnsemble] = None
+    proxies: dict[int, ProxiedEnsemble] = dataclasses.field(default_factory=dict)
+    bootstrap: Optional[Sequence[str]] = None  # the servers of a cluster the drill did not start
+    log_line: Callable[[str], None] = print
+
+    @property
+    def own(self) -> bool:
+        return self.ensemble is not None
+
+    # -- the group ----------------------------------------------------------------------------------
+
+    def live_consumers(self) -> list[ConsumerProcess]:
+        return [c for c in self.cluster.consumers if c.alive and not c.paused]
+
+    def add_consumer(self, start: bool = True) -> ConsumerProcess:
+        return self.cluster.add_consumer(
+            self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
+            extra=self.consumer_args, bootstrap=self.bootstrap, start=start)
+
+    def partitions(self) -> set:
+        return partitions_of(self.cluster.zk, [self.topic])
+
+    def coordinator_epoch(self) -> int:
+        from zkcoord.zk import layout
+
+        return layout.decode_coordinator_epoch(self.cluster.zk.get(layout.COORDINATOR_EPOCH_PATH)[0])
+
+    def is_whole(self, epoch_above: int = -1) -> bool:
+        """Every partition owned by exactly one running member, ZooKeeper
+        agreeing, and every running member registered with the coordinator of
+        the current epoch (which must be above ``epoch_above``: a coordinator
+        that died leaves its members looking whole until they notice)."""
+        epoch = self.coordinator_epoch()
+        if epoch <= epoch_above:
+            return False
+        if any((c.status() or {}).get("epoch") != epoch for c in self.live_consumers()):
+            return False
+        try:
+            return group_is_whole(self.cluster.zk, self.group, self.cluster.consumers, self.partitions())
+        except OwnershipViolation:
+            return False  # seen from status files mid-change; the checker judges ownership from the history
+
+    def wait_whole(self, timeout: float, epoch_above: int = -1) -> Optional[float]:
+        """time.time() when the group was whole, or None if not within ``timeout``."""
+        try:
+            wait_until(lambda: self.is_whole(epoch_above), timeout, interval=0.1,
+                       message="the group to be whole")
+        except WaitTimeout:
+            return None
+        return time.time()
+
+    # -- servers ------------------------------------------------------------------------------------
+
+    def coordinator(self):
+        return self.cluster.servers[self.cluster.coordinator_id()]
+
+    def standbys(self) -> list:
+        coordinator = self.cluster.coordinator_id()
+        return [s for s in self.cluster.servers.values() if s.alive and s.server_id != coordinator]
+
+    # -- bounds (docs/DESIGN.md, invariant 5) ---------------------------------------------------------
+
+    def member_bound(self) -> float:
+        """A member gone: its session timeout, debounce and one rebalance."""
+        return self.timing.consumer_session_s + DEBOUNCE_S + REBALANCE_SLACK_S
+
+    def coordinator_bound(self) -> float:
+        """The coordinator gone: its ZooKeeper session, election, members'
+        reconnect, the fence (at most the longest member session), debounce and rebalance."""
+        return (self.timing.zk_session_s + RECONNECT_S + self.timing.consumer_session_s + DEBOUNCE_S
+                + REBALANCE_SLACK_S)
+
+
+def _pick(candidates: list, fault: PlannedFault):
+    if not candidates:
+        return None
+    return candidates[fault.pick % len(candidates)]
+
+
+def _record(fault: PlannedFault, target: str, injected: float, restored: float, recovery_from: float,
+            whole_at: Optional[float], rejoined_at: Optional[float], bound: float, note: str = "") -> FaultRecord:
+    return FaultRecord(index=fault.index, kind=fault.kind, target=target, planned=fault.planned,
+                       injected=injected, restored=restored, recovery_from=recovery_from, whole_at=whole_at,
+                       rejoined_at=rejoined_at, bound_s=round(bound, 3), note=note)
+
+
+def _wait_bound(bound: float) -> float:
+    """How long to wait for a whole group before calling it stuck: well past the bound."""
+    return 2 * bound + 10
+
+
+def _hold(seconds: float, watch: Optional[Callable[[], bool]] = None) -> Optional[float]:
+    """Let the fault last ``seconds`` (the fault is the passage of time), and
+    return when ``watch`` first held during it (None: never, or no watch)."""
+    deadline = time.monotonic() + seconds
+    seen = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return seen
+        if seen is None and watch is not None:
+            try:
+                if watch():
+                    seen = time.time()
+            except Exception:  # noqa: BLE001 - ZooKeeper may be what the fault took away
+                pass
+        time.sleep(min(0.1, left))
+
+
+# -- the kinds ---------------------------------------------------------------------------------------
+
+
+def _kill_server(ctx: DrillCluster, fault: PlannedFault, server, bound: float, what: str,
+                 epoch_above: int = -1) -> FaultRecord:
+    injected = time.time()
+    server.kill()
+    whole_at = _hold(fault.hold_s, lambda: ctx.is_whole(epoch_above))
+    if whole_at is None:
+        whole_at = ctx.wait_whole(_wait_bound(bound), epoch_above)
+    server.start(timeout=60)
+    restored = time.time()
+    ctx.cluster.wait_for_brokers(60)
+    rejoined_at = ctx.wait_whole(_wait_bound(bound))
+    return _record(fault, f"{what} server {server.server_id}", injected, restored, injected, whole_at, rejoined_at,
+                   bound)
+
+
+def coordinator_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    return _kill_server(ctx, fault, ctx.coordinator(), ctx.coordinator_bound(), "coordinator",
+                        epoch_above=ctx.coordinator_epoch())
+
+
+def standby_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    server = _pick(ctx.standbys(), fault)
+    if server is None:
+        return _skipped(fault, "no standby server alive")
+    return _kill_server(ctx, fault, server, ctx.member_bound(), "standby")
+
+
+def _held(ctx: DrillCluster, fault: PlannedFault, target: str, bound: float, begin: Callable[[], None],
+          end: Callable[[], None], routed_around: bool, epoch_above: int = -1) -> FaultRecord:
+    """A fault that lasts ``fault.hold_s``: ``begin``, hold, ``end`` (always),
+    then a wait for a whole group. When the system must route around it (it
+    outlasts a session timeout), the time to whole counts from ``begin`` and
+    the group must be whole (above ``epoch_above``) during the hold or soon after."""
+    injected = time.time()
+    begin()
+    try:
+        whole_during = _hold(fault.hold_s, (lambda: ctx.is_whole(epoch_above)) if routed_around else None)
+    finally:
+        end()
+    restored = time.time()
+    rejoined_at = ctx.wait_whole(_wait_bound(bound), epoch_above)
+    if routed_around:
+        return _record(fault, target, injected, restored, injected, whole_during or rejoined_at, rejoined_at, bound)
+    return _record(fault, target, injected, restored, restored, rejoined_at, rejoined_at, bound)
+
+
+def consumer_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    consumer = _pick(ctx.live_consumers(), fault)
+    if consumer is None:
+        return _skipped(fault, "no consumer running")
+    routed_around = fault.hold_s > ctx.timing.consumer_session_s
+    return _held(ctx, fault, consumer.name, ctx.member_bound(), consumer.pause, consumer.resume, routed_around)
+
+
+def _past_zk_session(ctx: DrillCluster, fault: PlannedFault) -> tuple[bool, int]:
+    """Paused or cut off past its ZooKeeper session, the coordinator must be
+    replaced: whether it must, and the epoch the group must get beyond."""
+    if fault.hold_s > ctx.timing.zk_session_s:
+        return True, ctx.coordinator_epoch()
+    return False, -1
+
+
+def coordinator_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    server = ctx.coordinator()
+    return _held(ctx, fault, f"coordinator server {server.server_id}", ctx.coordinator_bound(), server.pause,
+                 server.resume, *_past_zk_session(ctx, fault))
+
+
+def coordinator_zk_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    server = ctx.coordinator()
+    proxies = ctx.proxies[server.server_id]
+    return _held(ctx, fault, f"coordinator server {server.server_id}", ctx.coordinator_bound(), proxies.cut,
+                 proxies.heal, *_past_zk_session(ctx, fault))
+
+
+def _kill_zk_nodes(ctx: DrillCluster, fault: PlannedFault, count: int) -> FaultRecord:
+    ensemble = ctx.ensemble
+    running = ensemble.running_nodes()
+    first = fault.pick % len(running)
+    victims = [running[(first + i) % len(running)] for i in range(min(count, len(running)))]
+
+    def kill() -> None:
+        for node in victims:
+            ensemble.kill_node(node)
+
+    def restart() -> None:
+        for node in victims:
+            ensemble.start_node(node)
+        ensemble.wait_for_quorum(60)
+
+    return _held(ctx, fault, "ZooKeeper node(s) " + ",".join(map(str, victims)), ctx.coordinator_bound(), kill,
+                 restart, routed_around=False)
+
+
+def zk_node_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    return _kill_zk_nodes(ctx, fault, 1)
+
+
+def zk_quorum_loss(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    return _kill_zk_nodes(ctx, fault, 2)
+
+
+def consumer_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    consumer = _pick(ctx.live_consumers(), fault)
+    if consumer is None:
+        return _skipped(fault, "no consumer running")
+    injected = time.time()
+    consumer.kill()
+    bound = ctx.member_bound()
+    whole_at = ctx.wait_whole(_wait_bound(bound))
+    consumer.start()  # a new process: a new member
+    restored = time.time()
+    rejoined_at = ctx.wait_whole(_wait_bound(bound))
+    return _record(fault, consumer.name, injected, restored, injected, whole_at, rejoined_at, bound)
+
+
+def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    """Arm the member holding the most partitions to be slow on its next Start
+    or Stop, then make the group rebalance with a join; the joiner leaves again."""
+    live = ctx.live_consumers()
+    if not live:
+        return _skipped(fault, "no consumer running")
+    slow = max(live, key=lambda c: (len(c.assignment()), -live.index(c)))
+    injected = time.time()
+    slow.signal(signal.SIGUSR1)
+    joiner = ctx.add_consumer()
+    bound = ctx.member_bound() + ctx.timing.rebalance_timeout_s
+    whole_at = ctx.wait_whole(_wait_bound(bound))
+    joiner.terminate()
+    restored = time.time()
+    rejoined_at = ctx.wait_whole(_wait_bound(bound))
+    return _record(fault, f"{slow.name} (joined by {joiner.name})", injected, restored, injected, whole_at,
+                   rejoined_at, bound)
+
+
+def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callable[[], None]) -> FaultRecord:
+    """A planned change: made at once, then the wait for a whole group."""
+    injected = time.time()
+    change()
+    bound = ctx.member_bound()
+    whole_at = ctx.wait_whole(_wait_bound(bound))
+    return _record(fault, target, injected, injected, injected, whole_at, whole_at, bound)
+
+
+def member_join(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    joiner = ctx.add_consumer(start=False)
+    return _planned(ctx, fault, joiner.name, joiner.start)
+
+
+def member_leave(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    live = ctx.live_consumers()
+    if len(live) <= 1:
+        return _skipped(fault, "only one consumer running")
+    leaver = _pick(live, fault)
+    return _planned(ctx, fault, leaver.name, leaver.terminate)
+
+
+def add_partitions(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    current = len(ctx.partitions())
+    if current + 2 > MAX_PARTITIONS:
+        return _skipped(fault, f"the topic has {current} partitions already")
+    return _planned(ctx, fault, f"{ctx.topic}: {current} -> {current + 2} partitions",
+                    lambda: ctx.cluster.add_partitions(ctx.topic, current + 2))
+
+
+def _skipped(fault: PlannedFault, why: str) -> FaultRecord:
+    now = time.time()
+    return _record(fault, "-", now, now, now, now, now, 0.0, note=f"skipped: {why}")
+
+
+ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {
+    "coordinator-kill": coordinator_kill,
+    "standby-kill": standby_kill,
+    "consumer-kill": consumer_kill,
+    "consumer-pause-long": consumer_pause,
+    "consumer-pause-short": consumer_pause,
+    "coordinator-pause-long": coordinator_pause,
+    "coordinator-pause-short": coordinator_pause,
+    "coordinator-zk-expiry": coordinator_zk_cut,
+    "coordinator-zk-blip": coordinator_zk_cut,
+    "zk-node-kill": zk_node_kill,
+    "zk-quorum-loss": zk_quorum_loss,
+    "slow-member": slow_member,
+    "member-join": member_join,
+    "member-leave": member_leave,
+    "add-partitions": add_partitions,
+}
+assert set(ACTIONS) == set(KINDS), "every kind has an action"
+
+
+def keep_population(ctx: DrillCluster) -> bool:
+    """Between faults, keep the running consumers within one of what the drill
+    asked for (joins and leaves drift it): start or cleanly stop members.
+    Returns whether it changed anything."""
+    live = ctx.live_consumers()
+    changed = False
+    while len(live) < ctx.consumers_wanted - 1:
+        live.append(ctx.add_consumer())
+        changed = True
+    for extra in live[ctx.consumers_wanted + 1:]:
+        extra.terminate()
+        changed = True
+    return changed
+
+

@@ -1,0 +1,115 @@
+"""The drill's fault kinds and its schedule: which faults, in what order, held
+how long. Pure: the same seed, count, kinds and timing give the same schedule.
+
+A kind says what it breaks, whether it needs a cluster the drill started
+itself (faults on servers and ZooKeeper), and whether it is a *planned*
+change (a join, a clean leave, partitions added), after which not one record
+may be delivered twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Sequence
+
+from zkcoord.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    name: str
+    help: str
+    own_cluster: bool = True   # needs servers or ZooKeeper the drill started
+    planned: bool = False
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("coordinator-kill", "kill -9 the coordinator; restart it once the group is whole"),
+    Kind("standby-kill", "kill -9 a standby server (and its broker); restart it after a while"),
+    Kind("consumer-kill", "kill -9 a consumer; restart it once the group is whole", own_cluster=False),
+    Kind("consumer-pause-long", "SIGSTOP a consumer past its session timeout, then SIGCONT", own_cluster=False),
+    Kind("consumer-pause-short", "SIGSTOP a consumer for a third of its session timeout", own_cluster=False),
+    Kind("coordinator-pause-long", "SIGSTOP the coordinator past its ZooKeeper session timeout"),
+    Kind("coordinator-pause-short", "SIGSTOP the coordinator for a third of its ZooKeeper session timeout"),
+    Kind("coordinator-zk-expiry", "cut the coordinator off from ZooKeeper until its session expires, then heal"),
+    Kind("coordinator-zk-blip", "cut the coordinator off from ZooKeeper for a third of its session, then heal"),
+    Kind("zk-node-kill", "kill -9 one ZooKeeper node; restart it after a while"),
+    Kind("zk-quorum-loss", "kill -9 two of three ZooKeeper nodes; restart them after a while"),
+    Kind("slow-member", "make a member's next Start or Stop outlast the rebalance timeout, then make it rebalance",
+         own_cluster=False),
+    Kind("member-join", "start one more consumer", own_cluster=False, planned=True),
+    Kind("member-leave", "stop a consumer cleanly (SIGTERM)", own_cluster=False, planned=True),
+    Kind("add-partitions", "add two partitions to the topic", own_cluster=False, planned=True),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """The timeouts the drill's cluster runs with, from which fault lengths follow."""
+
+    consumer_session_s: float
+    zk_session_s: float
+    rebalance_timeout_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedFault:
+    """One fault of the schedule. ``pick`` chooses the target among the
+    candidates alive when the fault comes (``pick % len(candidates)``), so the
+    choice is fixed by the seed yet always valid; ``hold_s`` is how long the
+    fault lasts before the drill restores; ``settle_s`` the quiet time after."""
+
+    index: int
+    kind: str
+    pick: int
+    hold_s: float
+    settle_s: float
+
+    @property
+    def planned(self) -> bool:
+        return KINDS[self.kind].planned
+
+
+def parse_kinds(text: str) -> list[str]:
+    """``a,b,c`` (or ``all``) to known kind names; a ConfigError names any unknown one."""
+    if text.strip() == "all":
+        return list(KINDS)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in KINDS]
+    if unknown:
+        raise ConfigError(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+    if not names:
+        raise ConfigError("no fault kind given")
+    return list(dict.fromkeys(names))
+
+
+def hold_time(kind: str, timing: Timing, rng: random.Random) -> float:
+    """How long a fault of ``kind`` lasts: past a timeout by a margin, or well
+    below it, as the kind says; otherwise a few seconds."""
+    if kind == "consumer-pause-long":
+        return timing.consumer_session_s + rng.uniform(1.0, 2.5)
+    if kind == "consumer-pause-short":
+        return timing.consumer_session_s / 3
+    if kind in ("coordinator-pause-long", "coordinator-zk-expiry"):
+        return timing.zk_session_s + rng.uniform(1.0, 2.5)
+    if kind in ("coordinator-pause-short", "coordinator-zk-blip"):
+        return timing.zk_session_s / 3
+    if kind in ("standby-kill", "zk-node-kill", "zk-quorum-loss"):
+        return rng.uniform(2.0, 5.0)
+    return 0.0
+
+
+def plan(seed: int, count: int, kinds: Sequence[str], timing: Timing) -> list[PlannedFault]:
+    if count <= 0:
+        raise ConfigError(f"the number of faults must be positive, not {count}")
+    if not kinds:
+        raise ConfigError("no fault kind to draw from")
+    rng = random.Random(seed)
+    schedule = []
+    for index in range(1, count + 1):
+        kind = rng.choice(list(kinds))
+        schedule.append(PlannedFault(index=index, kind=kind, pick=rng.randrange(1 << 30),
+                                     hold_s=round(hold_time(kind, timing, rng), 3),
+                                     settle_s=round(rng.uniform(0.5, 1.5), 3)))
+    return schedule

@@ -1,0 +1,121 @@
+"""What runs beside the faults: a producer writing sequence-numbered records
+at a steady rate, and a sampler recording the owners and committed offsets in
+ZooKeeper. Each is a thread that writes its part of the history and stops
+when told (or when its time bound passes)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from zkcoord.drill.history import PRODUCED, SAMPLES, append_lines, sample_to_json
+
+log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL_S = 0.2
+
+
+class Producer(threading.Thread):
+    """Writes ``rate`` records a second to ``topic`` (values are sequence
+    numbers) until stopped, and records each one the broker acknowledged."""
+
+    def __init__(self, brokers: str, topic: str, rate: int, directory: Path, max_seconds: float):
+        super().__init__(name="drill-producer", daemon=True)
+        self.brokers, self.topic, self.rate = brokers, topic, rate
+        self.path = Path(directory) / PRODUCED
+        self.max_seconds = max_seconds
+        self.sent = 0
+        self.acked = 0
+        self.failed = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: list[dict] = []
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.failed += 1
+            return
+        with self._lock:
+            self._pending.append({"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+                                  "seq": int(msg.value()), "ts": time.time()})
+        self.acked += 1
+
+    def _flush_history(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if pending:
+            append_lines(self.path, pending)
+
+    def run(self) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        producer = KafkaProducer({
+            "bootstrap.servers": self.brokers, "acks": "all", "linger.ms": 5, "log_level": 0,
+            "enable.idempotence": False,
+            "message.timeout.ms": 300_000,           # outlast any fault: a record waits for its leader
+            "topic.metadata.refresh.interval.ms": 1000,  # learn added partitions quickly
+        })
+        started = time.monotonic()
+        step = 0.05
+        per_step = max(1, round(self.rate * step))
+        try:
+            while not self._stopping.is_set() and time.monotonic() - started < self.max_seconds:
+                for _ in range(per_step):
+                    try:
+                        producer.produce(self.topic, value=str(self.sent).encode(), on_delivery=self._delivered)
+                        self.sent += 1
+                    except BufferError:
+                        break
+                producer.poll(0)
+                self._flush_history()
+                self._stopping.wait(step)
+        finally:
+            left = producer.flush(60)
+            if left:
+                log.warning("producer: %d records never acknowledged", left)
+            self._flush_history()
+
+
+class Sampler(threading.Thread):
+    """Reads the group's owners and committed offsets every SAMPLE_INTERVAL_S."""
+
+    def __init__(self, zookeeper: str, group: str, directory: Path, max_seconds: float):
+        super().__init__(name="drill-sampler", daemon=True)
+        self.zookeeper, self.group = zookeeper, group
+        self.path = Path(directory) / SAMPLES
+        self.max_seconds = max_seconds
+        self.samples = 0
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.retry import KazooRetry
+
+        from zkcoord.admin.groups import read_offsets, read_owners
+
+        # Retry connecting for ever: the drill takes ZooKeeper's quorum away on purpose.
+        client = KazooClient(hosts=self.zookeeper, connection_retry=KazooRetry(max_tries=-1, max_delay=1))
+        client.start(timeout=30)
+        started = time.monotonic()
+        try:
+            while not self._stopping.is_set() and time.monotonic() - started < self.max_seconds:
+                try:
+                    owners, offsets = read_owners(client, self.group), read_offsets(client, self.group)
+                except Exception as exc:  # noqa: BLE001 - ZooKeeper away (a drilled fault): skip this sample
+                    log.debug("sampler: %s", exc)
+                else:
+                    # Stamped after the reads: everything read was committed by then.
+                    append_lines(self.path, [sample_to_json(time.time(), owners, offsets)])
+                    self.samples += 1
+                self._stopping.wait(SAMPLE_INTERVAL_S)
+        finally:
+            client.stop()
+            client.close()

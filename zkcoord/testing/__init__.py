@@ -1,0 +1,27 @@
+"""The one harness for real processes, in the manner of ``kazoo.testing``:
+the demo, the drill, the tests and the benchmarks start and break processes
+only through this package.
+
+- :mod:`~zkcoord.testing.process`: a managed process (readiness by port file,
+  kill -9, SIGSTOP/SIGCONT, SIGTERM, log tail, CPU seconds);
+- :mod:`~zkcoord.testing.cluster`: servers, brokers and consumers as processes;
+- :mod:`~zkcoord.testing.zookeeper`: ensembles, fresh chroots, short-lived clients;
+- :mod:`~zkcoord.testing.faults`: TCP proxies that drop or cut connections, session expiry;
+- :mod:`~zkcoord.testing.checks`: the invariants seen from outside;
+- :mod:`~zkcoord.testing.waiting`: ``wait_until``, the one way to wait.
+"""
+
+from zkcoord.testing.checks import OwnershipViolation, group_is_whole, partitions_of
+from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluster, ServerProcess,
+                                     read_json_lines)
+from zkcoord.testing.faults import ProxiedEnsemble, TcpProxy, expire_session
+from zkcoord.testing.process import ClusterError, ManagedProcess, cpu_seconds, exit_on_signal, zkcoord_command
+from zkcoord.testing.waiting import WaitTimeout, wait_until
+from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, start_ensemble, zookeeper_client
+
+__all__ = [
+    "BrokerProcess", "ClusterError", "ConsumerProcess", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
+    "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "TcpProxy", "WaitTimeout", "cpu_seconds",
+    "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines", "start_ensemble",
+    "wait_until", "zkcoord_command", "zookeeper_client",
+]

@@ -1,0 +1,48 @@
+"""The invariants, checked from outside a running group: what the demo, the
+tests and the drill's liveness waits agree a whole group is."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from zkcoord.testing.cluster import ConsumerProcess
+from zkcoord.testing.process import ClusterError
+
+TopicPartition = tuple[str, int]
+
+
+class OwnershipViolation(ClusterError):
+    """Two live members hold the same partition at once (invariant 1 broken)."""
+
+
+def partitions_of(zk, topics: Iterable[str]) -> set[TopicPartition]:
+    """Every partition of ``topics``, as ZooKeeper's topic nodes say now."""
+    from zkcoord.zk import layout
+
+    result = set()
+    for topic in topics:
+        data, _ = zk.get(layout.topic_path(topic))
+        result |= {(topic, p) for p in layout.decode_topic(topic, data).partitions}
+    return result
+
+
+def group_is_whole(zk, group: str, consumers: Sequence[ConsumerProcess], partitions: set,
+                   every_member_holds: bool = False) -> bool:
+    """Exclusive and complete, seen from outside: the running members' status
+    files partition ``partitions`` exactly, every running member is registered
+    (and holds something, if asked), and ZooKeeper's owners say the same.
+    Paused members do not count (their files are frozen). Raises
+    OwnershipViolation if two running members hold one partition."""
+    from zkcoord.admin.groups import read_owners
+
+    held: dict[TopicPartition, str] = {}
+    for consumer in (c for c in consumers if c.alive and not c.paused):
+        status = consumer.status()
+        if not status or not status["registered"] or (every_member_holds and not status["assignment"]):
+            return False
+        for topic, partition in status["assignment"]:
+            if (topic, partition) in held:
+                raise OwnershipViolation(f"{topic}-{partition} held by {held[(topic, partition)]} "
+                                         f"and {status['consumer_id']}")
+            held[(topic, partition)] = status["consumer_id"]
+    return set(held) == partitions and read_owners(zk, group) == held
