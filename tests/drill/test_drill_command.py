@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from zkcoord.drill.schedule import KINDS
-from zkcoord.testing import wait_until
+from zkcoord.testing import LocalCluster, wait_until
 
 SUMMARY = re.compile(r"faults \d+; lost \d+; duplicates \d+ \(planned \d+\); double ownership \d+ "
                      r"\(max \d+ ms\); offset regressions \d+; max time to whole \d+\.\d s")
@@ -117,3 +117,22 @@ def test_ctrl_c_stops_every_process_and_keeps_the_history(tmp_path):
     assert "INTERRUPTED" in (directory / "report.txt").read_text()
     assert (directory / "produced.jsonl").stat().st_size > 0
     assert json.loads((directory / "report.json").read_text())["interrupted"] is True
+
+
+@pytest.mark.timeout(300)
+def test_a_drill_against_an_existing_cluster_breaks_only_its_own_consumers(zk_connect, tmp_path):
+    with LocalCluster(zk_connect, tmp_path / "cluster", ("--zk-session-timeout-ms", "3000")) as cluster:
+        cluster.start_servers(2)
+        cluster.wait_for_coordinator()
+        directory = tmp_path / "drill"
+        result = drill("--zookeeper", zk_connect, "--bootstrap", ",".join(cluster.bootstrap), "--faults", "4",
+                       "--seed", "3", "--consumers", "3", "--kinds", "consumer-kill,member-join,zk-node-kill",
+                       "--dir", str(directory), timeout=240)
+        lines = result.stdout.strip().splitlines()
+        assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+        assert "drill: skipping zk-node-kill: needs the drill's own cluster" in result.stdout
+        report = json.loads((directory / "report.json").read_text())
+        assert report["ok"] and report["summary"] == lines[-1]
+        assert {f["kind"] for f in report["faults"]} <= {"consumer-kill", "member-join"}
+        assert all(s.alive for s in cluster.servers.values())  # the drill left the servers alone
+        assert processes_under(directory) == []
