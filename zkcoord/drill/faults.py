@@ -20,6 +20,7 @@ from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
 from zkcoord.testing import (ConsumerProcess, LocalCluster, OwnershipViolation, ProxiedEnsemble, WaitTimeout,
                              group_is_whole, partitions_of, wait_until)
+from zkcoord.testing.netns import NetworkNamespace
 from zkcoord.zk.ensemble import LocalEnsemble
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class DrillCluster:
     ensemble: Optional[LocalEnsemble] = None
     proxies: dict[int, ProxiedEnsemble] = dataclasses.field(default_factory=dict)
     bootstrap: Optional[Sequence[str]] = None  # the servers of a cluster the drill did not start
+    use_netns: bool = False  # each consumer in a network namespace of its own (partition kinds)
+    namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
     log_line: Callable[[str], None] = print
 
     @property
@@ -53,12 +56,21 @@ class DrillCluster:
     # -- the group ----------------------------------------------------------------------------------
 
     def live_consumers(self) -> list[ConsumerProcess]:
-        return [c for c in self.cluster.consumers if c.alive and not c.paused]
+        return [c for c in self.cluster.consumers if c.reachable]
 
     def add_consumer(self, start: bool = True) -> ConsumerProcess:
+        netns = None
+        if self.use_netns:
+            netns = NetworkNamespace(len(self.namespaces) + 1)
+            self.namespaces.append(netns)
+            netns.create()
         return self.cluster.add_consumer(
             self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-            extra=self.consumer_args, bootstrap=self.bootstrap, start=start)
+            extra=self.consumer_args, bootstrap=self.bootstrap, start=start, netns=netns)
+
+    def remove_namespaces(self) -> None:
+        for netns in self.namespaces:
+            netns.remove()
 
     def partitions(self) -> set:
         return partitions_of(self.cluster.zk, [self.topic])
@@ -228,6 +240,34 @@ def coordinator_zk_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
                  proxies.heal, *_past_zk_session(ctx, fault))
 
 
+def consumer_partition(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    consumer = _pick([c for c in ctx.live_consumers() if c.netns is not None], fault)
+    if consumer is None:
+        return _skipped(fault, "no consumer running in a namespace")
+    routed_around = fault.hold_s > ctx.timing.consumer_session_s
+    return _held(ctx, fault, consumer.name, ctx.member_bound(), consumer.netns.cut, consumer.netns.heal,
+                 routed_around)
+
+
+def coordinator_members_partition(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    """Every member's traffic to and from the coordinator's port dropped: the
+    coordinator still holds ZooKeeper, so nobody can route around it; the
+    group must be whole again soon after the heal."""
+    server = ctx.coordinator()
+    namespaces = [c.netns for c in ctx.cluster.consumers if c.netns is not None]
+
+    def cut() -> None:
+        for netns in namespaces:
+            netns.drop_port(server.port)
+
+    def heal() -> None:
+        for netns in namespaces:
+            netns.heal()
+
+    return _held(ctx, fault, f"coordinator server {server.server_id}", ctx.coordinator_bound(), cut, heal,
+                 routed_around=False)
+
+
 def _kill_zk_nodes(ctx: DrillCluster, fault: PlannedFault, count: int) -> FaultRecord:
     ensemble = ctx.ensemble
     running = ensemble.running_nodes()
@@ -335,6 +375,8 @@ ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {
     "coordinator-zk-blip": coordinator_zk_cut,
     "zk-node-kill": zk_node_kill,
     "zk-quorum-loss": zk_quorum_loss,
+    "consumer-partition": consumer_partition,
+    "coordinator-members-partition": coordinator_members_partition,
     "slow-member": slow_member,
     "member-join": member_join,
     "member-leave": member_leave,

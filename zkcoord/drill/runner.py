@@ -25,7 +25,7 @@ from zkcoord.drill.report import write_reports
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing, plan
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
-from zkcoord.testing import LocalCluster, ProxiedEnsemble, start_ensemble, wait_until
+from zkcoord.testing import LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,10 @@ def runnable_kinds(settings: DrillSettings) -> tuple[list[str], dict[str, str]]:
     """The kinds this drill can inject, and why it skips the others."""
     skipped = {k: "needs the drill's own cluster (servers and ZooKeeper are not the drill's to break)"
                for k in settings.kinds if KINDS[k].own_cluster and not settings.own_cluster}
+    if any(KINDS[k].netns for k in settings.kinds if k not in skipped):
+        why = netns.unavailable_reason()
+        if why is not None:
+            skipped.update({k: why for k in settings.kinds if KINDS[k].netns and k not in skipped})
     return [k for k in settings.kinds if k not in skipped], skipped
 
 
@@ -130,6 +134,7 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str]:
     proxies: dict[int, ProxiedEnsemble] = {}
     cluster: Optional[LocalCluster] = None
     workers: list = []
+    ctx = None
     try:
         if settings.own_cluster:
             progress.say("drill: starting a 3-node ZooKeeper ensemble and 3 servers on 127.0.0.1")
@@ -153,7 +158,11 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str]:
         ctx = fault_actions.DrillCluster(
             cluster=cluster, group=topic, topic=topic, timing=settings.timing,
             consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
-            ensemble=ensemble, proxies=proxies, bootstrap=bootstrap, log_line=progress.say)
+            ensemble=ensemble, proxies=proxies, bootstrap=bootstrap, log_line=progress.say,
+            use_netns=any(KINDS[k].netns for k in kinds))
+        if ctx.use_netns:
+            for stale in netns.remove_stale():
+                progress.say(f"drill: removed network namespace {stale}, left by a drill that died")
         for _ in range(settings.consumers):
             ctx.add_consumer()
         bound = settings.max_minutes * 60 + 300
@@ -196,6 +205,8 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str]:
             for consumer in cluster.consumers:
                 consumer.terminate(timeout=10)
             cluster.close()
+        if ctx is not None:
+            ctx.remove_namespaces()
         for proxy in proxies.values():
             proxy.close()
         if ensemble is not None:

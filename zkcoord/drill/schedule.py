@@ -22,6 +22,7 @@ class Kind:
     help: str
     own_cluster: bool = True   # needs servers or ZooKeeper the drill started
     planned: bool = False
+    netns: bool = False        # needs network namespaces (root, ip, iptables)
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
@@ -36,6 +37,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("coordinator-zk-blip", "cut the coordinator off from ZooKeeper for a third of its session, then heal"),
     Kind("zk-node-kill", "kill -9 one ZooKeeper node; restart it after a while"),
     Kind("zk-quorum-loss", "kill -9 two of three ZooKeeper nodes; restart them after a while"),
+    Kind("consumer-partition", "cut a consumer off the network (its own namespace) past its session timeout, "
+         "then heal", netns=True),
+    Kind("coordinator-members-partition", "cut the coordinator off from every member (not from ZooKeeper) past "
+         "their session timeout, then heal", netns=True),
     Kind("slow-member", "make a member's next Start or Stop outlast the rebalance timeout, then make it rebalance",
          own_cluster=False),
     Kind("member-join", "start one more consumer", own_cluster=False, planned=True),
@@ -87,7 +92,7 @@ def parse_kinds(text: str) -> list[str]:
 def hold_time(kind: str, timing: Timing, rng: random.Random) -> float:
     """How long a fault of ``kind`` lasts: past a timeout by a margin, or well
     below it, as the kind says; otherwise a few seconds."""
-    if kind == "consumer-pause-long":
+    if kind in ("consumer-pause-long", "consumer-partition", "coordinator-members-partition"):
         return timing.consumer_session_s + rng.uniform(1.0, 2.5)
     if kind == "consumer-pause-short":
         return timing.consumer_session_s / 3

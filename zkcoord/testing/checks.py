@@ -28,15 +28,16 @@ def partitions_of(zk, topics: Iterable[str]) -> set[TopicPartition]:
 
 def group_is_whole(zk, group: str, consumers: Sequence[ConsumerProcess], partitions: set,
                    every_member_holds: bool = False) -> bool:
-    """Exclusive and complete, seen from outside: the running members' status
-    files partition ``partitions`` exactly, every running member is registered
-    (and holds something, if asked), and ZooKeeper's owners say the same.
-    Paused members do not count (their files are frozen). Raises
-    OwnershipViolation if two running members hold one partition."""
+    """Exclusive and complete, seen from outside: the reachable members'
+    status files partition ``partitions`` exactly, every reachable member is
+    registered (and holds something, if asked), and ZooKeeper's owners say the
+    same. Paused members and members cut off the network do not count (their
+    files are frozen or about to change). Raises OwnershipViolation if two
+    reachable members hold one partition."""
     from zkcoord.admin.groups import read_owners
 
     held: dict[TopicPartition, str] = {}
-    for consumer in (c for c in consumers if c.alive and not c.paused):
+    for consumer in (c for c in consumers if c.reachable):
         status = consumer.status()
         if not status or not status["registered"] or (every_member_holds and not status["assignment"]):
             return False

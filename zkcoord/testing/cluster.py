@@ -91,9 +91,15 @@ class ConsumerProcess(ManagedProcess):
     RECORDS = "records.jsonl"
     EVENTS = "events.jsonl"
 
-    def __init__(self, name: str, directory: Path, command: Sequence[str], group: str):
+    def __init__(self, name: str, directory: Path, command: Sequence[str], group: str, netns=None):
         super().__init__(name, directory, command)
         self.group = group
+        self.netns = netns  # the NetworkNamespace it runs in, if any
+
+    @property
+    def reachable(self) -> bool:
+        """Running, not paused, and not cut off the network: a member that can take part."""
+        return self.alive and not self.paused and not (self.netns is not None and self.netns.is_cut)
 
     @property
     def status_path(self) -> Path:
@@ -285,11 +291,13 @@ class LocalCluster:
     def add_consumer(
         self, group: str, topics: Sequence[str] = (), pattern: Optional[str] = None,
         consumer_id: Optional[str] = None, session_timeout_ms: int = 4000, extra: Sequence[str] = (),
-        bootstrap: Optional[Sequence[str]] = None, start: bool = True,
+        bootstrap: Optional[Sequence[str]] = None, start: bool = True, netns=None,
     ) -> ConsumerProcess:
+        """A `zkcoord consume` process; with ``netns`` (a
+        :class:`~zkcoord.testing.netns.NetworkNamespace`), inside that namespace."""
         index = len(self.consumers) + 1
         consumer = ConsumerProcess(f"consumer {index}", self.directory / f"{ConsumerProcess.DIRECTORY_PREFIX}{index}",
-                                   [], group)
+                                   [], group, netns)
         args = ["consume", "--bootstrap", ",".join(bootstrap or self.bootstrap), "--group", group,
                 "--session-timeout-ms", str(session_timeout_ms), "--output", str(consumer.output_path),
                 "--status", str(consumer.status_path), "--events", str(consumer.events_path)]
@@ -300,6 +308,8 @@ class LocalCluster:
         if consumer_id:
             args += ["--consumer-id", consumer_id]
         consumer.command = zkcoord_command(*args, *extra)
+        if netns is not None:
+            consumer.command = netns.command(*consumer.command)
         self.consumers.append(consumer)
         if start:
             consumer.start()

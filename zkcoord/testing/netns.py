@@ -1,0 +1,142 @@
+"""Network namespaces for partition drills: a process in a namespace of its
+own whose traffic to 127.0.0.1 reaches the host's loopback through a veth
+pair, so cutting that pair (or dropping some of its traffic) partitions the
+process from the cluster while every server still binds 127.0.0.1 only.
+
+How the traffic flows, for namespace k (link addresses 10.250.k.1 on the
+host's end, 10.250.k.2 inside):
+
+- inside, a connection to 127.0.0.1:P is rewritten to 10.250.k.1:P and its
+  source to 10.250.k.2 (nat OUTPUT and POSTROUTING);
+- on the host, what arrives on the veth is rewritten to 127.0.0.1:P
+  (nat PREROUTING, with route_localnet on that interface), and the answers
+  find their way back through connection tracking.
+
+Only the namespaces and links this module creates carry that traffic, and
+``remove`` takes them away again. It needs root, `ip` and `iptables`;
+``unavailable_reason()`` says why not when it cannot work.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Optional
+
+from zkcoord.testing.process import ClusterError
+
+PREFIX = "zkd"  # every namespace and link name starts so: zkd<pid>n<k>, its links ...a (host) and ...b
+
+
+def _run(*command: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if check and result.returncode != 0:
+        raise ClusterError(f"{' '.join(command)} failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result
+
+
+def unavailable_reason() -> Optional[str]:
+    """None when namespaces can be made here; otherwise why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "iptables"):
+        if shutil.which(tool) is None:
+            return f"network namespaces need `{tool}` (Debian: iproute2, iptables)"
+    probe = f"{PREFIX}{os.getpid()}probe"
+    made = _run("ip", "netns", "add", probe, check=False)
+    if made.returncode != 0:
+        return f"cannot create a network namespace: {made.stderr.strip()}"
+    _run("ip", "netns", "del", probe, check=False)
+    return None
+
+
+class NetworkNamespace:
+    """Namespace number ``index`` (1..250) of this process."""
+
+    def __init__(self, index: int):
+        if not 1 <= index <= 250:
+            raise ClusterError(f"namespace index {index} out of 1..250")
+        self.index = index
+        self.name = f"{PREFIX}{os.getpid()}n{index}"
+        self.host_link = self.name + "a"
+        self.inner_link = self.name + "b"
+        self.host_address = f"10.250.{index}.1"
+        self.inner_address = f"10.250.{index}.2"
+        self._dropped: list[tuple[str, ...]] = []
+        self.created = False
+        self.is_cut = False
+
+    # -- life -----------------------------------------------------------------------------------
+
+    def create(self) -> "NetworkNamespace":
+        inside = ("ip", "netns", "exec", self.name)
+        _run("ip", "netns", "add", self.name)
+        self.created = True
+        _run("ip", "link", "add", self.host_link, "type", "veth", "peer", "name", self.inner_link)
+        _run("ip", "link", "set", self.inner_link, "netns", self.name)
+        _run("ip", "addr", "add", f"{self.host_address}/30", "dev", self.host_link)
+        _run("ip", "link", "set", self.host_link, "up")
+        _run("sysctl", "-qw", f"net.ipv4.conf.{self.host_link}.route_localnet=1")
+        _run("iptables", "-t", "nat", "-A", "PREROUTING", *self._host_dnat())
+        _run(*inside, "ip", "addr", "add", f"{self.inner_address}/30", "dev", self.inner_link)
+        _run(*inside, "ip", "link", "set", self.inner_link, "up")
+        _run(*inside, "ip", "link", "set", "lo", "up")
+        _run(*inside, "ip", "route", "add", "default", "via", self.host_address)
+        _run(*inside, "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1")
+        _run(*inside, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "127.0.0.1", "-p", "tcp",
+             "-j", "DNAT", "--to-destination", self.host_address)
+        _run(*inside, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", self.inner_link,
+             "-j", "SNAT", "--to-source", self.inner_address)
+        return self
+
+    def _host_dnat(self) -> tuple[str, ...]:
+        return ("-i", self.host_link, "-p", "tcp", "-j", "DNAT", "--to-destination", "127.0.0.1")
+
+    def remove(self) -> None:
+        """Take the namespace, its links and the host's rules for it away (idempotent)."""
+        self.heal()
+        _run("iptables", "-t", "nat", "-D", "PREROUTING", *self._host_dnat(), check=False)
+        if self.created:
+            _run("ip", "netns", "del", self.name, check=False)  # takes the veth pair with it
+            self.created = False
+
+    def command(self, *command: str) -> list[str]:
+        """``command`` run inside the namespace (`ip netns exec` execs it: the pid stays the same)."""
+        return ["ip", "netns", "exec", self.name, *command]
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def cut(self) -> None:
+        """A partition: the link down, nothing passes either way until ``heal``."""
+        _run("ip", "link", "set", self.host_link, "down")
+        self.is_cut = True
+
+    def drop_port(self, port: int) -> None:
+        """Silently drop everything between this namespace and the host's ``port``, both ways."""
+        for rule in (("INPUT", "-i", self.host_link, "-p", "tcp", "--dport", str(port), "-j", "DROP"),
+                     ("OUTPUT", "-o", self.host_link, "-p", "tcp", "--sport", str(port), "-j", "DROP")):
+            _run("iptables", "-I", *rule)
+            self._dropped.append(rule)
+
+    def heal(self) -> None:
+        if self.created:
+            _run("ip", "link", "set", self.host_link, "up", check=False)
+        self.is_cut = False
+        while self._dropped:
+            _run("iptables", "-D", *self._dropped.pop(), check=False)
+
+
+def remove_stale() -> list[str]:
+    """Remove namespaces (and host rules) left by processes that died without
+    cleaning up (kill -9 of a drill); returns their names."""
+    listed = _run("ip", "netns", "list", check=False).stdout.split()
+    removed = []
+    for name in (n for n in listed if n.startswith(PREFIX) and "n" in n[len(PREFIX):]):
+        pid = name[len(PREFIX):].split("n", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            _run("ip", "netns", "del", name, check=False)
+            _run("iptables", "-t", "nat", "-D", "PREROUTING", "-i", name + "a", "-p", "tcp", "-j", "DNAT",
+                 "--to-destination", "127.0.0.1", check=False)
+            removed.append(name)
+    return removed
