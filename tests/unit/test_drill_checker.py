@@ -147,8 +147,9 @@ def test_a_member_started_again_owns_the_partition_again():
                     + delivered("a", P0, [4, 5], began=21.0)),
         events=[start("a", 0.5, P0), stop("a", 5.0, P0), start("b", 5.5, P0), stop("b", 19.0, P0),
                 start("a", 20.0, P0)],
+        samples=[Sample(30.0, {P0: "a"}, {P0: 6})],
     ))
-    assert verdict.double_ownership == [] and verdict.ok
+    assert verdict.double_ownership == [] and verdict.deliveries_after_stop == [] and verdict.ok
 
 
 def test_ownership_is_judged_per_partition():
@@ -206,3 +207,52 @@ def test_a_stale_members_repeats_fall_under_the_fault_that_made_it_stale():
     ))
     assert [(d.member, d.fault, d.planned) for d in verdict.duplicates] == [("a", 1, False), ("a", 1, False)]
     assert len(verdict.double_ownership) == 1
+
+
+def test_a_member_delivering_after_its_own_stop_is_reported_apart():
+    verdict = check(history(
+        produced=produced(P0, range(4)),
+        deliveries=delivered("a", P0, [0, 1], began=1.0) + delivered("a", P0, [2, 3], began=6.0),
+        events=[start("a", 0.5, P0), stop("a", 5.0, P0)],
+        samples=[Sample(7.0, {}, {P0: 4})],
+    ))
+    assert verdict.double_ownership == []
+    [episode] = verdict.deliveries_after_stop
+    assert (episode.member, episode.superseded_by, episode.start, episode.deliveries) == ("a", "a", 5.0, 2)
+    assert verdict.violations["deliveries after the member's own Stop"] == 1 and not verdict.ok
+
+
+def test_a_stale_member_is_blamed_on_the_fault_under_way_not_on_the_change_that_started_it():
+    # a was started during a planned join (fault 1), later paused (fault 2):
+    # its repeats of what b delivered belong to fault 2, not to the join.
+    verdict = check(history(
+        produced=produced(P0, range(4)),
+        deliveries=(delivered("a", P0, [0, 1], began=2.0) + delivered("b", P0, [2, 3], began=20.5)
+                    + delivered("a", P0, [2, 3], began=21.0)),
+        events=[start("a", 1.0, P0), start("b", 20.0, P0)],
+        faults=[fault(1, "member-join", 0.5, 1.5, planned=True), fault(2, "consumer-pause-long", 15.0, 20.6)],
+    ))
+    assert [(d.member, d.fault, d.planned) for d in verdict.duplicates] == [("a", 2, False), ("a", 2, False)]
+
+
+def test_after_an_interrupted_run_only_skipped_records_count_as_lost():
+    records = produced(P0, range(10))
+    verdict = check(history(
+        produced=records, deliveries=delivered("a", P0, [0, 1, 3, 4], began=1.0),
+        events=[start("a", 0.5, P0)], samples=[Sample(2.0, {P0: "a"}, {P0: 5})],
+    ), interrupted=True)
+    assert verdict.lost == [(P0, 2)]  # below the committed 5: skipped for good
+    assert verdict.undelivered == 5   # 5..9: the run stopped before the group got there
+    complete = check(history(produced=records, deliveries=delivered("a", P0, [0, 1, 3, 4], began=1.0),
+                             events=[start("a", 0.5, P0)], samples=[Sample(2.0, {P0: "a"}, {P0: 5})]))
+    assert len(complete.lost) == 6 and complete.undelivered == 0
+
+
+def test_one_drop_of_a_committed_offset_is_one_regression_however_long_it_stays():
+    verdict = check(history(samples=[Sample(1.0, {}, {P0: 10})] + [Sample(2.0 + i, {}, {P0: 5}) for i in range(5)]))
+    assert len(verdict.offset_regressions) == 1
+
+
+def test_a_history_with_nothing_in_it_proves_nothing():
+    verdict = check(history())
+    assert verdict.violations["empty history (nothing produced or sampled)"] == 1 and not verdict.ok

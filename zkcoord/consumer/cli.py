@@ -10,8 +10,12 @@ end-to-end tests and drills:
   epoch and generation, rewritten on every change;
 - ``--events`` appends a line for every Start and Stop the member obeyed, with
   the time, the partitions, the epoch and the generation;
-- ``--slow-ms`` with SIGUSR1 makes the member slow on purpose: after a
-  SIGUSR1, its next Start or Stop takes that long to handle (a slow callback).
+- ``--slow-ms`` with SIGUSR1 makes the member slow on purpose: a Start or
+  Stop within SLOW_ARMED_S of a SIGUSR1 takes that long to handle (a slow
+  callback); the arming lapses after that, so an unused one cannot bite later.
+
+Offsets are committed only for records already written out, so the output
+never misses a record the group counts as consumed.
 
 SIGTERM or SIGINT leaves the group cleanly; kill -9 is a crash.
 """
@@ -54,7 +58,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 _status_lock = threading.Lock()
 _revoked = {"count": 0}  # partitions taken away from this process so far
-_slow_next = threading.Event()  # set by SIGUSR1: the next Start or Stop is slow
+SLOW_ARMED_S = 10.0
+_slow_armed_at = {"t": None}  # monotonic time of the last SIGUSR1, until a Start or Stop uses it
+
+
+def _open_for_append(path: Path):
+    """Open a JSON-lines file to add to, after a line a killed predecessor left
+    torn, so the first new line stands on its own."""
+    out = open(path, "a+", buffering=1)
+    if out.tell() > 0:
+        out.seek(out.tell() - 1)
+        if out.read(1) != "\n":
+            out.write("\n")
+    return out
 
 
 def _append_event(path: Path, consumer, event: str, partitions) -> None:
@@ -63,7 +79,7 @@ def _append_event(path: Path, consumer, event: str, partitions) -> None:
     line = json.dumps({"ts": time.time(), "member": consumer.consumer_id, "event": event,
                        "partitions": sorted([t, p] for t, p in partitions),
                        "epoch": membership.epoch, "generation": membership.generation})
-    with _status_lock, open(path, "a") as events:
+    with _status_lock, _open_for_append(path) as events:
         events.write(line + "\n")
 
 
@@ -98,19 +114,19 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGUSR1, lambda *_: _slow_next.set())
-    out = open(args.output, "a", buffering=1) if args.output else sys.stdout
+    signal.signal(signal.SIGUSR1, lambda *_: _slow_armed_at.update(t=time.monotonic()))
+    out = _open_for_append(args.output) if args.output else sys.stdout
 
     def observe(event: str, partitions) -> None:
-        if args.slow_ms and _slow_next.is_set():
-            _slow_next.clear()
-            time.sleep(args.slow_ms / 1000.0)  # the fault being drilled: a slow callback
         if event == "stop":
             _revoked["count"] += len(partitions)
         if args.events is not None:
             _append_event(args.events, consumer, event, partitions)
         if args.status is not None:
             _write_status(args.status, consumer)
+        armed, _slow_armed_at["t"] = _slow_armed_at["t"], None
+        if args.slow_ms and armed is not None and time.monotonic() - armed < SLOW_ARMED_S:
+            time.sleep(args.slow_ms / 1000.0)  # the fault being drilled: a slow callback, after the record of it
 
     hooked = args.status is not None or args.events is not None or args.slow_ms > 0
     consumer = Consumer(
@@ -118,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
         max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
         assignment_strategies=tuple(args.strategy or ("range",)),
-        max_poll_interval_ms=args.max_poll_interval_ms,
+        max_poll_interval_ms=args.max_poll_interval_ms, auto_commit=False,
         on_assign=(lambda partitions: observe("start", partitions)) if hooked else None,
         on_revoke=(lambda partitions: observe("stop", partitions)) if hooked else None,
     )
@@ -137,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
                     "member": member, "ts": round(began, 6), "te": round(returned, 6),
                 }) + "\n")
                 consumed += 1
+            if records:
+                out.flush()
+                consumer.commit()  # only what is written out counts as consumed
             if args.status is not None:
                 current = (consumer.membership.registered.is_set(), consumer.membership.epoch,
                            consumer.membership.generation,

@@ -4,7 +4,8 @@ recorded history, in the manner of Jepsen's Kafka checker. Pure: it reads a
 
 What it counts:
 
-- **lost**: records the broker acknowledged that no member ever delivered;
+- **lost**: records the broker acknowledged that no member ever delivered
+  (after an interrupted run, only those below the last committed offset);
 - **duplicates**: deliveries of an offset already delivered, each attributed
   to the change that caused it (the fault whose window holds the Start of the
   member that delivered it again or, failing that, the repeated delivery
@@ -12,10 +13,14 @@ What it counts:
   crash they must start at or above the offset committed before that Start
   (the uncommitted window), never below;
 - **double ownership**: a member delivering a partition after another member
-  was started on it and before the member itself was started on it again.
+  was started on it and before the member itself was started on it again;
+  and, counted apart, a member delivering a partition after its own Stop.
   Judged conservatively: a delivery counts only if the poll() that returned
-  it *began* after the other member's Start was recorded, and every Start is
-  recorded before its partition's first record can reach the application;
+  it *began* after that Start or Stop was recorded (every Start is recorded
+  before its partition's first record can reach the application, every Stop
+  after its records were dropped). A poll that straddles the instant is not
+  counted, so an overlap can be missed by up to one poll's length, which is
+  short (100 ms) unless the process was paused inside that poll;
 - **offset regressions**: a committed offset lower than one sampled before it;
 - **commits ahead**: a committed offset beyond what had been delivered;
 - **liveness**: each fault's time until the group was whole again, against
@@ -82,9 +87,12 @@ class Verdict:
     faults: list[FaultRecord]
     produced: int
     delivered: int
+    samples: int
     lost: list[tuple[TopicPartition, int]]
+    undelivered: int  # not delivered when an interrupted run stopped (not counted as lost)
     duplicates: list[Duplicate]
     double_ownership: list[DoubleOwnership]
+    deliveries_after_stop: list[DoubleOwnership]
     offset_regressions: list[OffsetRegression]
     commits_ahead: list[CommitAhead]
     interrupted: bool = False
@@ -115,10 +123,12 @@ class Verdict:
     def violations(self) -> dict[str, int]:
         """Every count that must be zero, by name."""
         return {
+            "empty history (nothing produced or sampled)": int(not self.produced or not self.samples),
             "lost": len(self.lost),
             "planned duplicates": len(self.planned_duplicates),
             "duplicates below a committed offset": len(self.duplicates_below_committed),
             "double ownership": len(self.double_ownership),
+            "deliveries after the member's own Stop": len(self.deliveries_after_stop),
             "offset regressions": len(self.offset_regressions),
             "commits ahead of delivery": len(self.commits_ahead),
             "groups not whole within the bound": len(self.slow_recoveries),
@@ -138,14 +148,19 @@ class Verdict:
 
 def check(history: History, interrupted: bool = False) -> Verdict:
     deliveries = sorted(history.deliveries, key=lambda d: (d.began, d.returned))
-    starts = _starts_by_partition(history.events)
+    ownership = _ownership_by_partition(history.events)
+    lost, undelivered = _lost(history, deliveries, interrupted)
+    double_ownership, after_stop = _double_ownership(deliveries, ownership, history.faults)
     return Verdict(
         faults=list(history.faults),
         produced=len(history.produced),
         delivered=len(deliveries),
-        lost=_lost(history, deliveries),
-        duplicates=_duplicates(deliveries, starts, history.samples, history.faults),
-        double_ownership=_double_ownership(deliveries, starts, history.faults),
+        samples=len(history.samples),
+        lost=lost,
+        undelivered=undelivered,
+        duplicates=_duplicates(deliveries, ownership, history.samples, history.faults),
+        double_ownership=double_ownership,
+        deliveries_after_stop=after_stop,
         offset_regressions=_offset_regressions(history.samples),
         commits_ahead=_commits_ahead(history.samples, deliveries),
         interrupted=interrupted,
@@ -155,43 +170,52 @@ def check(history: History, interrupted: bool = False) -> Verdict:
 # -- the pieces ----------------------------------------------------------------------------------
 
 
-class _Starts:
-    """The Starts of one partition in time order, to ask who was started last before an instant."""
+class _Ownership:
+    """The Starts and Stops of one partition in time order."""
 
     def __init__(self) -> None:
-        self.times: list[float] = []
-        self.members: list[str] = []
+        self.start_times: list[float] = []
+        self.start_members: list[str] = []
+        self.stops: dict[str, list[float]] = defaultdict(list)  # member -> its Stop times, in order
 
-    def add(self, ts: float, member: str) -> None:
-        self.times.append(ts)
-        self.members.append(member)
+    def add(self, event: OwnershipEvent) -> None:
+        if event.started:
+            self.start_times.append(event.ts)
+            self.start_members.append(event.member)
+        else:
+            self.stops[event.member].append(event.ts)
 
-    def last_before(self, ts: float, member: Optional[str] = None) -> Optional[tuple[float, str]]:
-        """The latest Start at or before ``ts`` (of ``member`` only, if given)."""
-        i = bisect.bisect_right(self.times, ts) - 1
+    def own_start(self, member: str, ts: float) -> Optional[float]:
+        """When ``member`` was last started on the partition, at or before ``ts``."""
+        i = bisect.bisect_right(self.start_times, ts) - 1
         while i >= 0:
-            if member is None or self.members[i] == member:
-                return self.times[i], self.members[i]
+            if self.start_members[i] == member:
+                return self.start_times[i]
             i -= 1
         return None
 
-    def others_between(self, member: str, after: float, before: float) -> Optional[tuple[float, str]]:
+    def other_start_between(self, member: str, after: float, before: float) -> Optional[tuple[float, str]]:
         """The first Start of another member strictly inside (after, before)."""
-        i = bisect.bisect_right(self.times, after)
-        while i < len(self.times) and self.times[i] < before:
-            if self.members[i] != member:
-                return self.times[i], self.members[i]
+        i = bisect.bisect_right(self.start_times, after)
+        while i < len(self.start_times) and self.start_times[i] < before:
+            if self.start_members[i] != member:
+                return self.start_times[i], self.start_members[i]
             i += 1
         return None
 
+    def own_stop_between(self, member: str, after: float, before: float) -> Optional[float]:
+        """The first Stop of ``member`` strictly inside (after, before)."""
+        stops = self.stops.get(member, [])
+        i = bisect.bisect_right(stops, after)
+        return stops[i] if i < len(stops) and stops[i] < before else None
 
-def _starts_by_partition(events: list[OwnershipEvent]) -> dict[TopicPartition, _Starts]:
-    starts: dict[TopicPartition, _Starts] = defaultdict(_Starts)
+
+def _ownership_by_partition(events: list[OwnershipEvent]) -> dict[TopicPartition, _Ownership]:
+    ownership: dict[TopicPartition, _Ownership] = defaultdict(_Ownership)
     for event in sorted(events, key=lambda e: e.ts):
-        if event.started:
-            for tp in event.partitions:
-                starts[tp].add(event.ts, event.member)
-    return starts
+        for tp in event.partitions:
+            ownership[tp].add(event)
+    return ownership
 
 
 # A fault's effects can outlast the moment the group looked whole from outside
@@ -208,10 +232,25 @@ def _fault_at(faults: list[FaultRecord], ts: float) -> Optional[FaultRecord]:
     return found
 
 
-def _lost(history: History, deliveries: list[Delivery]) -> list[tuple[TopicPartition, int]]:
+def _lost(history: History, deliveries: list[Delivery],
+          interrupted: bool) -> tuple[list[tuple[TopicPartition, int]], int]:
+    """Acknowledged records never delivered, and how many of those were left
+    undelivered by an interrupted run (not counted as lost: the group may
+    simply not have reached them; below the last committed offset they were
+    skipped, and are lost all the same)."""
     delivered = {(d.tp, d.offset) for d in deliveries}
-    return sorted(((p.topic, p.partition), p.offset) for p in history.produced
-                  if ((p.topic, p.partition), p.offset) not in delivered)
+    final = _CommittedIndex(history.samples)
+    lost, undelivered = [], 0
+    for p in history.produced:
+        tp = (p.topic, p.partition)
+        if (tp, p.offset) in delivered:
+            continue
+        committed = final.at(tp, float("inf"))
+        if interrupted and (committed is None or p.offset >= committed):
+            undelivered += 1
+        else:
+            lost.append((tp, p.offset))
+    return sorted(lost), undelivered
 
 
 class _CommittedIndex:
@@ -231,7 +270,23 @@ class _CommittedIndex:
         return self._highest[tp][i] if i >= 0 else None
 
 
-def _duplicates(deliveries: list[Delivery], starts: dict[TopicPartition, _Starts],
+def _staleness(d: Delivery, ownership: dict[TopicPartition, _Ownership]) -> Optional[tuple[float, str]]:
+    """Why ``d`` was not the delivering member's to make, if it was not: the
+    instant and the member whose Start superseded it, or the instant of its
+    own Stop (then the member is itself). Judged from when the poll began."""
+    partition = ownership.get(d.tp)
+    if partition is None:
+        return None
+    own_start = partition.own_start(d.member, d.returned)
+    since = float("-inf") if own_start is None else own_start
+    other = partition.other_start_between(d.member, since, d.began)
+    if other is not None:
+        return other
+    stopped = partition.own_stop_between(d.member, since, d.began)
+    return None if stopped is None else (stopped, d.member)
+
+
+def _duplicates(deliveries: list[Delivery], ownership: dict[TopicPartition, _Ownership],
                 samples: list[Sample], faults: list[FaultRecord]) -> list[Duplicate]:
     seen: set[tuple[TopicPartition, int]] = set()
     committed_index = _CommittedIndex(samples)
@@ -241,12 +296,17 @@ def _duplicates(deliveries: list[Delivery], starts: dict[TopicPartition, _Starts
         if key not in seen:
             seen.add(key)
             continue
-        # Attribute the repeat to the change that started this member on the
-        # partition or, failing that, to a fault under way when it was delivered
-        # (a stale member delivering after its partitions moved).
-        own = starts[d.tp].last_before(d.returned, d.member) if d.tp in starts else None
-        tenure_start = own[0] if own else d.began
-        fault = _fault_at(faults, tenure_start) or _fault_at(faults, d.began)
+        partition = ownership.get(d.tp)
+        own_start = partition.own_start(d.member, d.returned) if partition else None
+        tenure_start = d.began if own_start is None else own_start
+        if _staleness(d, ownership) is not None:
+            # A stale member delivering: the fault under way then made it so.
+            fault = _fault_at(faults, d.began)
+        else:
+            # The member was started again from the committed offset: the
+            # change that started it, or a fault still under way, whichever came later.
+            candidates = [f for f in (_fault_at(faults, tenure_start), _fault_at(faults, d.began)) if f]
+            fault = max(candidates, key=lambda f: f.index) if candidates else None
         committed = committed_index.at(d.tp, tenure_start)
         result.append(Duplicate(
             tp=d.tp, offset=d.offset, member=d.member, at=d.began,
@@ -257,41 +317,41 @@ def _duplicates(deliveries: list[Delivery], starts: dict[TopicPartition, _Starts
     return result
 
 
-def _double_ownership(deliveries: list[Delivery], starts: dict[TopicPartition, _Starts],
-                      faults: list[FaultRecord]) -> list[DoubleOwnership]:
-    # One episode per (partition, stale member, member that superseded it).
+def _double_ownership(deliveries: list[Delivery], ownership: dict[TopicPartition, _Ownership],
+                      faults: list[FaultRecord]) -> tuple[list[DoubleOwnership], list[DoubleOwnership]]:
+    """Deliveries a member was no longer entitled to, as episodes: those after
+    another member's Start (double ownership), and those after the member's
+    own Stop while nobody else had been started yet (``superseded_by`` is the
+    member itself)."""
+    # One episode per (partition, stale member, the instant it went stale).
     episodes: dict[tuple[TopicPartition, str, float], list] = {}
     for d in deliveries:
-        partition_starts = starts.get(d.tp)
-        if partition_starts is None:
+        stale = _staleness(d, ownership)
+        if stale is None:
             continue
-        own = partition_starts.last_before(d.returned, d.member)
-        own_start = own[0] if own else float("-inf")
-        other = partition_starts.others_between(d.member, own_start, d.began)
-        if other is None:
-            continue
-        key = (d.tp, d.member, other[0])
-        episode = episodes.setdefault(key, [other[1], d.began, 0])
+        since, by = stale
+        episode = episodes.setdefault((d.tp, d.member, since), [by, d.began, 0])
         episode[1] = max(episode[1], d.began)
         episode[2] += 1
-    result = []
-    for (tp, member, start), (superseded_by, end, count) in sorted(episodes.items(), key=lambda kv: kv[0][2]):
+    double, after_stop = [], []
+    for (tp, member, start), (by, end, count) in sorted(episodes.items(), key=lambda kv: kv[0][2]):
         fault = _fault_at(faults, start)
-        result.append(DoubleOwnership(tp=tp, member=member, superseded_by=superseded_by, start=start, end=end,
-                                      deliveries=count, fault=fault.index if fault else None))
-    return result
+        episode = DoubleOwnership(tp=tp, member=member, superseded_by=by, start=start, end=end,
+                                  deliveries=count, fault=fault.index if fault else None)
+        (after_stop if by == member else double).append(episode)
+    return double, after_stop
 
 
 def _offset_regressions(samples: list[Sample]) -> list[OffsetRegression]:
-    highest: dict[TopicPartition, int] = {}
+    """Each drop of a partition's committed offset below the value sampled just before it."""
+    last: dict[TopicPartition, int] = {}
     result = []
     for sample in sorted(samples, key=lambda s: s.ts):
         for tp, offset in sample.offsets.items():
-            before = highest.get(tp)
+            before = last.get(tp)
             if before is not None and offset < before:
                 result.append(OffsetRegression(tp, before, offset, sample.ts))
-            else:
-                highest[tp] = offset
+            last[tp] = offset
     return result
 
 

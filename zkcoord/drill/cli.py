@@ -3,7 +3,8 @@
 By default it brings up its own local cluster on 127.0.0.1; with
 ``--zookeeper`` and ``--bootstrap`` it aims at an existing one and breaks
 only the consumers it runs itself. Exit status 0 when every invariant held,
-1 on any violation, 2 on bad arguments, 130 when interrupted. The last line
+1 on any violation or when it had to stop early, 2 on bad arguments, 130
+when interrupted. The last line
 printed is the summary other tools read:
 
     faults N; lost L; duplicates D (planned P); double ownership W (max X ms); offset regressions R; max time to whole T s
@@ -61,6 +62,8 @@ def settings_from(args: argparse.Namespace):
             raise ConfigError(f"{name} must be at least {low}, not {value}")
     if args.max_minutes <= 0:
         raise ConfigError("--max-minutes must be positive")
+    if args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
+        raise ConfigError(f"--dir {args.dir} is not empty: a drill writes its history into a directory of its own")
     if (args.zookeeper is None) != (args.bootstrap is None):
         raise ConfigError("aim at an existing cluster with both --zookeeper and --bootstrap, or neither")
     bootstrap = None
@@ -80,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
     from zkcoord.drill.runner import run_drill
 
     settings = settings_from(args)
-    verdict, text = run_drill(settings)
+    verdict, text, stopped_early = run_drill(settings)
     print()
     print(text, end="")
     print(f"history and reports in {settings.directory} (report.txt, report.json, timeline.html)")
     print(verdict.summary_line(), flush=True)
-    if verdict.interrupted:
+    if stopped_early == "interrupted":
         return 130
-    return 0 if verdict.ok else 1
+    return 0 if verdict.ok and stopped_early is None else 1

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
 from zkcoord.testing import (ConsumerProcess, LocalCluster, OwnershipViolation, ProxiedEnsemble, WaitTimeout,
-                             group_is_whole, partitions_of, wait_until)
+                             group_is_whole, partitions_of, read_json_lines, wait_until)
 from zkcoord.testing.netns import NetworkNamespace
 from zkcoord.zk.ensemble import LocalEnsemble
 
@@ -188,7 +188,7 @@ def coordinator_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 def standby_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     server = _pick(ctx.standbys(), fault)
     if server is None:
-        return _skipped(fault, "no standby server alive")
+        return skipped(fault, "no standby server alive")
     return _kill_server(ctx, fault, server, ctx.member_bound(), "standby")
 
 
@@ -214,7 +214,7 @@ def _held(ctx: DrillCluster, fault: PlannedFault, target: str, bound: float, beg
 def consumer_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     consumer = _pick(ctx.live_consumers(), fault)
     if consumer is None:
-        return _skipped(fault, "no consumer running")
+        return skipped(fault, "no consumer running")
     routed_around = fault.hold_s > ctx.timing.consumer_session_s
     return _held(ctx, fault, consumer.name, ctx.member_bound(), consumer.pause, consumer.resume, routed_around)
 
@@ -229,8 +229,11 @@ def _past_zk_session(ctx: DrillCluster, fault: PlannedFault) -> tuple[bool, int]
 
 def coordinator_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     server = ctx.coordinator()
-    return _held(ctx, fault, f"coordinator server {server.server_id}", ctx.coordinator_bound(), server.pause,
-                 server.resume, *_past_zk_session(ctx, fault))
+    # A paused coordinator still accepts connections: a member may first wait
+    # out a registration there (its session timeout) before it finds the new one.
+    bound = ctx.coordinator_bound() + ctx.timing.consumer_session_s
+    return _held(ctx, fault, f"coordinator server {server.server_id}", bound, server.pause, server.resume,
+                 *_past_zk_session(ctx, fault))
 
 
 def coordinator_zk_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
@@ -243,7 +246,7 @@ def coordinator_zk_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 def consumer_partition(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     consumer = _pick([c for c in ctx.live_consumers() if c.netns is not None], fault)
     if consumer is None:
-        return _skipped(fault, "no consumer running in a namespace")
+        return skipped(fault, "no consumer running in a namespace")
     routed_around = fault.hold_s > ctx.timing.consumer_session_s
     return _held(ctx, fault, consumer.name, ctx.member_bound(), consumer.netns.cut, consumer.netns.heal,
                  routed_around)
@@ -271,6 +274,8 @@ def coordinator_members_partition(ctx: DrillCluster, fault: PlannedFault) -> Fau
 def _kill_zk_nodes(ctx: DrillCluster, fault: PlannedFault, count: int) -> FaultRecord:
     ensemble = ctx.ensemble
     running = ensemble.running_nodes()
+    if not running:
+        return skipped(fault, "no ZooKeeper node running")
     first = fault.pick % len(running)
     victims = [running[(first + i) % len(running)] for i in range(min(count, len(running)))]
 
@@ -298,7 +303,7 @@ def zk_quorum_loss(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 def consumer_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     consumer = _pick(ctx.live_consumers(), fault)
     if consumer is None:
-        return _skipped(fault, "no consumer running")
+        return skipped(fault, "no consumer running")
     injected = time.time()
     consumer.kill()
     bound = ctx.member_bound()
@@ -314,7 +319,7 @@ def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     or Stop, then make the group rebalance with a join; the joiner leaves again."""
     live = ctx.live_consumers()
     if not live:
-        return _skipped(fault, "no consumer running")
+        return skipped(fault, "no consumer running")
     slow = max(live, key=lambda c: (len(c.assignment()), -live.index(c)))
     injected = time.time()
     slow.signal(signal.SIGUSR1)
@@ -324,8 +329,10 @@ def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     joiner.terminate()
     restored = time.time()
     rejoined_at = ctx.wait_whole(_wait_bound(bound))
+    # The arming lapses by itself; say when the rebalance gave the member nothing to be slow about.
+    bit = any(e["ts"] >= injected for e in read_json_lines(slow.events_path))
     return _record(fault, f"{slow.name} (joined by {joiner.name})", injected, restored, injected, whole_at,
-                   rejoined_at, bound)
+                   rejoined_at, bound, note="" if bit else "the slow member was sent no Start or Stop")
 
 
 def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callable[[], None]) -> FaultRecord:
@@ -345,7 +352,7 @@ def member_join(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 def member_leave(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     live = ctx.live_consumers()
     if len(live) <= 1:
-        return _skipped(fault, "only one consumer running")
+        return skipped(fault, "only one consumer running")
     leaver = _pick(live, fault)
     return _planned(ctx, fault, leaver.name, leaver.terminate)
 
@@ -353,14 +360,21 @@ def member_leave(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 def add_partitions(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     current = len(ctx.partitions())
     if current + 2 > MAX_PARTITIONS:
-        return _skipped(fault, f"the topic has {current} partitions already")
+        return skipped(fault, f"the topic has {current} partitions already")
     return _planned(ctx, fault, f"{ctx.topic}: {current} -> {current + 2} partitions",
                     lambda: ctx.cluster.add_partitions(ctx.topic, current + 2))
 
 
-def _skipped(fault: PlannedFault, why: str) -> FaultRecord:
+def skipped(fault: PlannedFault, why: str) -> FaultRecord:
+    """A fault the drill did not inject."""
     now = time.time()
     return _record(fault, "-", now, now, now, now, now, 0.0, note=f"skipped: {why}")
+
+
+def interrupted(fault: PlannedFault, injected: float) -> FaultRecord:
+    """A fault under way when the drill stopped: its window still covers what happened under it."""
+    return _record(fault, "?", injected, time.time(), injected, None, None, 0.0,
+                   note="the drill stopped during this fault")
 
 
 ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Iterable, Optional
 
-from zkcoord.testing.cluster import ConsumerProcess
+from zkcoord.testing.cluster import ConsumerProcess, read_json_lines
 
 TopicPartition = tuple[str, int]
 
@@ -126,14 +126,14 @@ class History:
         deliveries: list[Delivery] = []
         events: list[OwnershipEvent] = []
         for consumer_dir in sorted(directory.glob(f"**/{ConsumerProcess.DIRECTORY_PREFIX}*")):
-            deliveries += [delivery_from_json(d) for d in read_lines(consumer_dir / ConsumerProcess.RECORDS)]
-            events += [event_from_json(e) for e in read_lines(consumer_dir / ConsumerProcess.EVENTS)]
+            deliveries += [delivery_from_json(d) for d in read_json_lines(consumer_dir / ConsumerProcess.RECORDS)]
+            events += [event_from_json(e) for e in read_json_lines(consumer_dir / ConsumerProcess.EVENTS)]
         history = cls(
-            produced=[Produced(**p) for p in read_lines(directory / PRODUCED)],
+            produced=[Produced(**p) for p in read_json_lines(directory / PRODUCED)],
             deliveries=deliveries,
             events=sorted(events, key=lambda e: e.ts),
-            samples=[sample_from_json(s) for s in read_lines(directory / SAMPLES)],
-            faults=[FaultRecord(**f) for f in read_lines(directory / FAULTS)],
+            samples=[sample_from_json(s) for s in read_json_lines(directory / SAMPLES)],
+            faults=[FaultRecord(**f) for f in read_json_lines(directory / FAULTS)],
         )
         times = [p.ts for p in history.produced] + [d.began for d in deliveries] + [e.ts for e in events]
         history.started, history.ended = (min(times), max(times)) if times else (0.0, 0.0)
@@ -141,22 +141,6 @@ class History:
 
 
 # -- the line formats ------------------------------------------------------------------------------
-
-
-def read_lines(path: Path) -> list[dict]:
-    """Complete JSON lines of ``path`` (a torn last line, from a process killed
-    while writing, is left out); nothing if the file does not exist."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    result = []
-    for line in text.splitlines():
-        try:
-            result.append(json.loads(line))
-        except ValueError:
-            continue
-    return result
 
 
 def append_lines(path: Path, items: Iterable[dict]) -> None:

@@ -27,8 +27,11 @@ def render_text(verdict: Verdict, settings: dict, skipped_kinds: dict[str, str])
     for kind, why in skipped_kinds.items():
         lines.append(f"kind {kind} not run: {why}")
     if verdict.interrupted:
-        lines.append("INTERRUPTED: the history below is what was gathered until then")
-    lines += ["", f"records: {verdict.produced} acknowledged by the broker, {verdict.delivered} deliveries", "",
+        why = settings.get("stopped early", "interrupted")
+        lines.append(f"INTERRUPTED ({why}): the history below is what was gathered until then")
+    undelivered = f", {verdict.undelivered} not yet delivered when the run stopped" if verdict.undelivered else ""
+    lines += ["", f"records: {verdict.produced} acknowledged by the broker, {verdict.delivered} deliveries"
+              f"{undelivered}; {verdict.samples} samples of ZooKeeper", "",
               "faults (time to whole: from the injection when the fault must be routed around, "
               "from the restore otherwise; docs/DRILL.md):"]
     for f in verdict.faults:
@@ -51,6 +54,11 @@ def render_text(verdict: Verdict, settings: dict, skipped_kinds: dict[str, str])
                          f"started it ({w.deliveries} records; fault {w.fault})")
         if len(verdict.double_ownership) > SHOWN:
             lines.append(f"  ... and {len(verdict.double_ownership) - SHOWN} more (report.json)")
+    if verdict.deliveries_after_stop:
+        lines += ["", "deliveries after the member's own Stop:"]
+        for w in verdict.deliveries_after_stop[:SHOWN]:
+            lines.append(f"  {_tp(w.tp)}: {w.member} kept delivering {w.length_ms:.0f} ms after its Stop "
+                         f"({w.deliveries} records; fault {w.fault})")
     if verdict.lost:
         lines += ["", "lost (acknowledged, never delivered): " + ", ".join(
             f"{_tp(tp)}@{o}" for tp, o in verdict.lost[:SHOWN]) + (" ..." if len(verdict.lost) > SHOWN else "")]
@@ -75,11 +83,15 @@ def verdict_json(verdict: Verdict, settings: dict, skipped_kinds: dict[str, str]
         "summary": verdict.summary_line(),
         "produced": verdict.produced,
         "delivered": verdict.delivered,
+        "undelivered": verdict.undelivered,
+        "samples": verdict.samples,
         "violations": verdict.violations,
         "faults": [dict(dataclasses.asdict(f), time_to_whole=f.time_to_whole) for f in verdict.faults],
         "lost": [[list(tp), o] for tp, o in verdict.lost],
         "duplicates": [dataclasses.asdict(d) for d in verdict.duplicates],
         "double_ownership": [dict(dataclasses.asdict(w), length_ms=w.length_ms) for w in verdict.double_ownership],
+        "deliveries_after_stop": [dict(dataclasses.asdict(w), length_ms=w.length_ms)
+                                  for w in verdict.deliveries_after_stop],
         "offset_regressions": [dataclasses.asdict(r) for r in verdict.offset_regressions],
         "commits_ahead": [dataclasses.asdict(c) for c in verdict.commits_ahead],
     }

@@ -112,13 +112,19 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str]:
-    """Run the whole drill; returns the verdict and the text report."""
+def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Optional[str]]:
+    """Run the whole drill; returns the verdict, the text report, and why it
+    stopped early (None: it ran to the end; "interrupted"; "aborted: ..."). The
+    schedule is drawn over the kinds asked for (so a seed means the same
+    schedule anywhere); a fault of a kind this target cannot take is recorded
+    as skipped."""
     kinds, skipped = runnable_kinds(settings)
     if not kinds:
         raise ZkcoordError("none of the chosen fault kinds can be injected into this target: "
                            + "; ".join(f"{k}: {why}" for k, why in skipped.items()))
-    schedule = plan(settings.seed, settings.faults, kinds, settings.timing)
+    schedule = plan(settings.seed, settings.faults, list(settings.kinds), settings.timing)
+    if not settings.own_cluster:
+        _reach(settings.zookeeper)  # a clear error before anything starts
     directory = settings.directory
     directory.mkdir(parents=True, exist_ok=True)
     progress = Progress(len(schedule), out)
@@ -128,53 +134,12 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str]:
 
     # The drill breaks ZooKeeper on purpose; its own clients' reconnect chatter is noise.
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+    previous_int = signal.getsignal(signal.SIGINT)
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
-    interrupted = False
-    ensemble = None
-    proxies: dict[int, ProxiedEnsemble] = {}
-    cluster: Optional[LocalCluster] = None
-    workers: list = []
-    ctx = None
+    stopped_early: Optional[str] = None
+    resources = _Resources()
     try:
-        if settings.own_cluster:
-            progress.say("drill: starting a 3-node ZooKeeper ensemble and 3 servers on 127.0.0.1")
-            ensemble = start_ensemble(directory / "zookeeper")
-            zookeeper = ensemble.connect_string
-            cluster = LocalCluster(zookeeper, directory, settings.server_args())
-            for server_id in (1, 2, 3):
-                proxies[server_id] = ProxiedEnsemble([ensemble.client_port(n) for n in ensemble.node_ids])
-                cluster.add_server(server_id, zookeeper=proxies[server_id].connect_string)
-            cluster.wait_for_brokers(60)
-            cluster.wait_for_coordinator(60)
-            bootstrap = None
-        else:
-            zookeeper = settings.zookeeper
-            _reach(zookeeper)
-            cluster = LocalCluster(zookeeper, directory)
-            bootstrap = list(settings.bootstrap)
-        # A topic and a group of its own, so a drill on a shared cluster touches nothing else.
-        topic = f"drill-{settings.seed}-{int(time.time())}"
-        cluster.create_topic(topic, settings.partitions)
-        ctx = fault_actions.DrillCluster(
-            cluster=cluster, group=topic, topic=topic, timing=settings.timing,
-            consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
-            ensemble=ensemble, proxies=proxies, bootstrap=bootstrap, log_line=progress.say,
-            use_netns=any(KINDS[k].netns for k in kinds))
-        if ctx.use_netns:
-            for stale in netns.remove_stale():
-                progress.say(f"drill: removed network namespace {stale}, left by a drill that died")
-        for _ in range(settings.consumers):
-            ctx.add_consumer()
-        bound = settings.max_minutes * 60 + 300
-        workers = [Producer(_broker_list(cluster), topic, settings.rate, directory, bound),
-                   Sampler(zookeeper, topic, directory, bound)]
-        for worker in workers:
-            worker.start()
-        first = ctx.wait_whole(120)
-        if first is None:
-            raise ZkcoordError("the drill's group did not form within 120 s; see the logs in " + str(directory))
-        progress.say(f"drill: group of {settings.consumers} whole over {settings.partitions} partitions; "
-                     f"producing {settings.rate} records/s")
+        ctx, workers = _bring_up(settings, kinds, directory, progress, resources)
         deadline = time.monotonic() + settings.max_minutes * 60
         for fault in schedule:
             if time.monotonic() > deadline:
@@ -182,7 +147,12 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str]:
                              f"{len(schedule) - fault.index + 1} faults not run")
                 break
             progress.fault(fault)
-            record = fault_actions.ACTIONS[fault.kind](ctx, fault)
+            if fault.kind in skipped:
+                record = fault_actions.skipped(fault, skipped[fault.kind])
+            else:
+                resources.in_flight = (fault, time.time())
+                record = fault_actions.ACTIONS[fault.kind](ctx, fault)
+                resources.in_flight = None
             append_lines(directory / FAULTS, [dataclasses.asdict(record)])
             progress.say(f"    {record.target}: " + (
                 record.note or ("NOT whole again" if record.time_to_whole is None
@@ -193,30 +163,107 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str]:
         progress.say("drill: faults done; draining")
         _drain(ctx, workers, progress)
     except KeyboardInterrupt:
-        interrupted = True
+        stopped_early = "interrupted"
         progress.say("drill: interrupted; stopping every process it started")
+    except Exception as exc:  # noqa: BLE001 - whatever broke the drill, judge and report what it gathered
+        stopped_early = f"aborted: {type(exc).__name__}: {exc}"
+        log.exception("drill aborted")
+        progress.say(f"drill: {stopped_early}; stopping every process it started")
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the clean-up finish
-        for worker in workers:
-            worker.stop()
-        for worker in workers:
-            worker.join(90)
-        if cluster is not None:
-            for consumer in cluster.consumers:
-                consumer.terminate(timeout=10)
-            cluster.close()
-        if ctx is not None:
-            ctx.remove_namespaces()
-        for proxy in proxies.values():
-            proxy.close()
-        if ensemble is not None:
-            ensemble.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, previous_term)
+        # Let the clean-up finish: a second Ctrl-C or SIGTERM must not leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            resources.close(directory)
+        finally:
+            signal.signal(signal.SIGINT, previous_int)
+            signal.signal(signal.SIGTERM, previous_term)
     history = History.load(directory)
-    verdict = check(history, interrupted=interrupted)
-    text = write_reports(directory, history, verdict, settings.shown(), skipped)
-    return verdict, text
+    verdict = check(history, interrupted=stopped_early is not None)
+    settings_shown = settings.shown()
+    if stopped_early:
+        settings_shown["stopped early"] = stopped_early
+    text = write_reports(directory, history, verdict, settings_shown, skipped)
+    return verdict, text, stopped_early
+
+
+class _Resources:
+    """Everything a drill starts, stopped in order by ``close`` whatever
+    failed on the way (each step on its own, so one failure skips no other)."""
+
+    def __init__(self) -> None:
+        self.ensemble = None
+        self.proxies: dict[int, ProxiedEnsemble] = {}
+        self.cluster: Optional[LocalCluster] = None
+        self.ctx: Optional[fault_actions.DrillCluster] = None
+        self.workers: list = []
+        self.in_flight: Optional[tuple[PlannedFault, float]] = None  # a fault under way, and since when
+
+    def close(self, directory: Path) -> None:
+        steps = []
+        if self.in_flight is not None:  # its window still explains what happened under it
+            fault, injected = self.in_flight
+            steps.append(lambda: append_lines(directory / FAULTS, [dataclasses.asdict(
+                fault_actions.interrupted(fault, injected))]))
+        steps += [worker.stop for worker in self.workers]
+        steps += [lambda w=worker: w.join(90) for worker in self.workers]
+        if self.cluster is not None:
+            steps += [lambda c=consumer: c.terminate(timeout=10) for consumer in self.cluster.consumers]
+            steps.append(self.cluster.close)
+        if self.ctx is not None:
+            steps.append(self.ctx.remove_namespaces)
+        steps += [proxy.close for proxy in self.proxies.values()]
+        if self.ensemble is not None:
+            steps.append(self.ensemble.stop)
+        for step in steps:
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - keep stopping the rest
+                log.exception("drill clean-up step failed")
+
+
+def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progress: Progress,
+              resources: _Resources) -> tuple[fault_actions.DrillCluster, list]:
+    """The cluster (started or reached), the topic, the consumers, the producer
+    and the sampler, until the group is whole."""
+    if settings.own_cluster:
+        progress.say("drill: starting a 3-node ZooKeeper ensemble and 3 servers on 127.0.0.1")
+        resources.ensemble = ensemble = start_ensemble(directory / "zookeeper")
+        zookeeper = ensemble.connect_string
+        resources.cluster = cluster = LocalCluster(zookeeper, directory, settings.server_args())
+        for server_id in (1, 2, 3):
+            resources.proxies[server_id] = ProxiedEnsemble([ensemble.client_port(n) for n in ensemble.node_ids])
+            cluster.add_server(server_id, zookeeper=resources.proxies[server_id].connect_string)
+        cluster.wait_for_brokers(60)
+        cluster.wait_for_coordinator(60)
+        bootstrap = None
+    else:
+        zookeeper = settings.zookeeper
+        resources.cluster = cluster = LocalCluster(zookeeper, directory)
+        bootstrap = list(settings.bootstrap)
+    # A topic and a group of its own, so a drill on a shared cluster touches nothing else.
+    topic = f"drill-{settings.seed}-{int(time.time())}"
+    cluster.create_topic(topic, settings.partitions)
+    resources.ctx = ctx = fault_actions.DrillCluster(
+        cluster=cluster, group=topic, topic=topic, timing=settings.timing,
+        consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
+        ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap, log_line=progress.say,
+        use_netns=any(KINDS[k].netns for k in kinds))
+    if ctx.use_netns:
+        for stale in netns.remove_stale():
+            progress.say(f"drill: removed network namespace {stale}, left by a drill that died")
+    for _ in range(settings.consumers):
+        ctx.add_consumer()
+    bound = settings.max_minutes * 60 + 300
+    resources.workers = workers = [Producer(_broker_list(cluster), topic, settings.rate, directory, bound),
+                                   Sampler(zookeeper, topic, directory, bound)]
+    for worker in workers:
+        worker.start()
+    if ctx.wait_whole(120) is None:
+        raise ZkcoordError("the drill's group did not form within 120 s; see the logs in " + str(directory))
+    progress.say(f"drill: group of {settings.consumers} whole over {settings.partitions} partitions; "
+                 f"producing {settings.rate} records/s")
+    return ctx, workers
 
 
 def _reach(zookeeper: str, timeout: float = 10.0) -> None:
@@ -248,7 +295,8 @@ def _drain(ctx: fault_actions.DrillCluster, workers: Sequence, progress: Progres
     """Stop producing, bring the group back to full strength, and wait until
     every acknowledged record is committed (so every one was delivered)."""
     from zkcoord.admin.groups import read_offsets
-    from zkcoord.drill.history import PRODUCED, read_lines
+    from zkcoord.drill.history import PRODUCED
+    from zkcoord.testing import read_json_lines
 
     producer = workers[0]
     producer.stop()
@@ -257,7 +305,7 @@ def _drain(ctx: fault_actions.DrillCluster, workers: Sequence, progress: Progres
         ctx.add_consumer()
     ctx.wait_whole(60)
     highest: dict = {}
-    for line in read_lines(ctx.cluster.directory / PRODUCED):
+    for line in read_json_lines(ctx.cluster.directory / PRODUCED):
         tp = (line["topic"], line["partition"])
         highest[tp] = max(highest.get(tp, -1), line["offset"])
 

@@ -164,7 +164,7 @@ def _scale(history: History, verdict: Verdict) -> _Scale:
                  + [e.ts for e in history.events])
         start, end = (min(times), max(times)) if times else (0.0, 0.0)
     # Faults and double ownership may outlast the last record; the plot must hold them.
-    end = max([end] + [f.window_end for f in verdict.faults] + [w.end for w in verdict.double_ownership])
+    end = max([end] + [f.window_end for f in verdict.faults] + [w.end for w in _stale_episodes(verdict)])
     if end <= start:
         end = start + 1.0
     width = min(max(PLOT_MIN_WIDTH, PX_PER_FAULT * len(verdict.faults)), PLOT_MAX_WIDTH)
@@ -179,7 +179,7 @@ def _partitions(history: History, verdict: Verdict) -> list[TopicPartition]:
     for sample in history.samples:  # partitions added late may have no records yet
         seen.update(sample.offsets)
     # Every violation gets a row, even on a partition nothing else mentions.
-    for violations in (verdict.double_ownership, verdict.duplicates, verdict.offset_regressions,
+    for violations in (_stale_episodes(verdict), verdict.duplicates, verdict.offset_regressions,
                        verdict.commits_ahead):
         seen.update(v.tp for v in violations)
     seen.update(tp for tp, _ in verdict.lost)
@@ -193,7 +193,7 @@ def _members_in_order(history: History, verdict: Verdict) -> list[str]:
         order.setdefault(event.member, None)
     for member in dict.fromkeys(d.member for d in history.deliveries):
         order.setdefault(member, None)
-    for w in verdict.double_ownership:
+    for w in _stale_episodes(verdict):
         order.setdefault(w.member, None)
         order.setdefault(w.superseded_by, None)
     return list(order)
@@ -543,18 +543,26 @@ def _fault_labels(verdict: Verdict, scale: _Scale) -> str:
     return "".join(parts)
 
 
+def _stale_episodes(verdict: Verdict) -> list:
+    """Every episode of a member delivering what was no longer its own: after
+    another member's Start, or after its own Stop."""
+    return [*verdict.double_ownership, *verdict.deliveries_after_stop]
+
+
 def _double_ownership(verdict: Verdict, scale: _Scale, row_of: dict[TopicPartition, int]) -> str:
     parts = []
-    for w in verdict.double_ownership:
+    for w in _stale_episodes(verdict):
         if w.tp not in row_of:
             continue
         x1 = scale.x(w.start)
         width = max(scale.x(w.end) - x1, MIN_VIOLATION_PX)
         fault = "no fault" if w.fault is None else f"fault #{w.fault}"
+        what, why = (("delivery after a Stop", "its own Stop") if w.superseded_by == w.member
+                     else ("double ownership", f"{_e(w.superseded_by)} was started on it"))
         parts.append(
             f'<rect x="{_n(x1)}" y="{row_of[w.tp] * ROW_HEIGHT + 1}" width="{_n(width)}" height="{ROW_HEIGHT - 2}" '
-            f'class="vbar"><title>double ownership of {_e(tp_key(w.tp))}: {_e(w.member)} delivered '
-            f"{_count(w.deliveries, 'record')} after {_e(w.superseded_by)} was started on it, "
+            f'class="vbar"><title>{what} of {_e(tp_key(w.tp))}: {_e(w.member)} delivered '
+            f"{_count(w.deliveries, 'record')} after {why}, "
             f"over {w.length_ms:.0f} ms from {scale.since(w.start)} ({fault})</title></rect>")
     return "".join(parts)
 

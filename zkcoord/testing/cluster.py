@@ -96,6 +96,12 @@ class ConsumerProcess(ManagedProcess):
         self.group = group
         self.netns = netns  # the NetworkNamespace it runs in, if any
 
+    def start(self, timeout: float = 30.0) -> "ConsumerProcess":
+        # A new process is a new member: what the last one said of itself is stale.
+        self.status_path.unlink(missing_ok=True)
+        super().start(timeout)
+        return self
+
     @property
     def reachable(self) -> bool:
         """Running, not paused, and not cut off the network: a member that can take part."""
@@ -129,7 +135,9 @@ class ConsumerProcess(ManagedProcess):
 
 
 def read_json_lines(path: Path) -> list[dict]:
-    """The complete lines of a JSON-lines file another process may be appending to."""
+    """The complete lines of a JSON-lines file that a process may be appending
+    to, or may have been killed while writing (a torn line is left out); none
+    if the file does not exist."""
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -139,7 +147,7 @@ def read_json_lines(path: Path) -> list[dict]:
         try:
             result.append(json.loads(line))
         except ValueError:
-            break  # a line being written as we read
+            continue
     return result
 
 

@@ -140,7 +140,11 @@ def expire_session(client: KazooClient, connect_string: str, timeout: float = 10
     session id and password, then closes it, so ZooKeeper ends the session and
     the first client learns of it as an expiry."""
     session_id, password = client.client_id
-    thief = KazooClient(hosts=connect_string, client_id=(session_id, password), timeout=timeout)
+    # No chroot: kazoo's start() would read the chroot's root, and the first
+    # client, reconnecting to its session meanwhile, can drop the thief's
+    # connection under that read. Attaching is all the thief has to do.
+    hosts = connect_string.split("/", 1)[0]
+    thief = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=timeout)
     thief.start(timeout=timeout)
     thief.stop()
     thief.close()

@@ -26,6 +26,10 @@ class ClusterError(ZkcoordError):
     """A process of a local cluster did not start or stop as expected."""
 
 
+class ProcessExited(ClusterError):
+    """A process exited while something waited for it to serve."""
+
+
 def zkcoord_command(*args: str) -> list[str]:
     """The `zkcoord` command line, run by this interpreter (no PATH lookup)."""
     return [sys.executable, "-m", "zkcoord.cli", *args]
@@ -85,12 +89,13 @@ class ManagedProcess:
         if self not in ManagedProcess.started:
             ManagedProcess.started.append(self)
         if self.port_file is not None:
-            self.ports = wait_until(self._read_ports, timeout, message=f"{self.name} to serve")
+            self.ports = wait_until(self._read_ports, timeout, message=f"{self.name} to serve",
+                                    fail_on=(ProcessExited,))
         return self
 
     def _read_ports(self) -> Optional[dict[str, int]]:
         if not self.alive:
-            raise ClusterError(f"{self.name} exited with {self.proc.returncode if self.proc else None}:\n"
+            raise ProcessExited(f"{self.name} exited with {self.proc.returncode if self.proc else None}:\n"
                                f"{self.log_tail()}")
         try:
             return read_port_file(self.port_file)
@@ -134,7 +139,9 @@ class ManagedProcess:
         return self.returncode
 
     def signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
+        if self.proc is None:
+            raise ClusterError(f"{self.name} was never started")
+        self.proc.send_signal(signum)  # does nothing once the process is reaped, unlike os.kill(pid)
 
     def pause(self) -> None:
         """SIGSTOP: the process holds its sockets and sessions but runs nothing."""

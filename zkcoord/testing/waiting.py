@@ -17,14 +17,14 @@ class WaitTimeout(ZkcoordError, AssertionError):
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,
-               message: str = "condition") -> T:
+               message: str = "condition", fail_on: tuple[type[BaseException], ...] = ()) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that.
 
     An exception from the predicate means "not checkable yet" (a file half
-    written, a node missing), except a ZkcoordError that is not retriable,
-    which says the condition can never hold (a process died) and is raised at
-    once. After ``timeout`` seconds, raises WaitTimeout naming ``message`` and
-    the predicate's last error.
+    written, a node missing), except one of ``fail_on``, which says the
+    condition can never hold (a process died) and is raised at once. After
+    ``timeout`` seconds, raises WaitTimeout naming ``message`` and the
+    predicate's last error.
     """
     deadline = time.monotonic() + timeout
     last_error: Optional[BaseException] = None
@@ -33,10 +33,8 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
             result = predicate()
             if result:
                 return result
-        except ZkcoordError as exc:
-            if not exc.retriable:
-                raise
-            last_error = exc
+        except fail_on:
+            raise
         except Exception as exc:  # noqa: BLE001 - not checkable yet
             last_error = exc
         if time.monotonic() >= deadline:
