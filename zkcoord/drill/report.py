@@ -47,18 +47,18 @@ def render_text(verdict: Verdict, settings: dict, skipped_kinds: dict[str, str])
         lines.append(f"  [{'ok' if count == 0 else 'VIOLATED'}] {name}: {count}")
     crash_duplicates = len(verdict.duplicates) - len(verdict.planned_duplicates)
     lines.append(f"  duplicates after crashes (within the uncommitted window): {crash_duplicates}")
-    if verdict.double_ownership:
-        lines += ["", "double ownership (a member delivering a partition another member had been started on):"]
-        for w in verdict.double_ownership[:SHOWN]:
-            lines.append(f"  {_tp(w.tp)}: {w.member} kept delivering {w.length_ms:.0f} ms after {w.superseded_by} "
-                         f"started it ({w.deliveries} records; fault {w.fault})")
-        if len(verdict.double_ownership) > SHOWN:
-            lines.append(f"  ... and {len(verdict.double_ownership) - SHOWN} more (report.json)")
-    if verdict.deliveries_after_stop:
-        lines += ["", "deliveries after the member's own Stop:"]
-        for w in verdict.deliveries_after_stop[:SHOWN]:
-            lines.append(f"  {_tp(w.tp)}: {w.member} kept delivering {w.length_ms:.0f} ms after its Stop "
-                         f"({w.deliveries} records; fault {w.fault})")
+    for title, episodes in (
+            ("double ownership (a member delivering a partition another member had been started on):",
+             verdict.double_ownership),
+            ("deliveries after the member's own Stop:", verdict.deliveries_after_stop)):
+        if episodes:
+            lines += ["", title]
+            for w in episodes[:SHOWN]:
+                since = "its Stop" if w.superseded_by == w.member else f"{w.superseded_by} started it"
+                lines.append(f"  {_tp(w.tp)}: {w.member} kept delivering {w.length_ms:.0f} ms after {since} "
+                             f"({w.deliveries} records; fault {w.fault})")
+            if len(episodes) > SHOWN:
+                lines.append(f"  ... and {len(episodes) - SHOWN} more (report.json)")
     if verdict.lost:
         lines += ["", "lost (acknowledged, never delivered): " + ", ".join(
             f"{_tp(tp)}@{o}" for tp, o in verdict.lost[:SHOWN]) + (" ..." if len(verdict.lost) > SHOWN else "")]
