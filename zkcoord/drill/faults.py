@@ -47,11 +47,6 @@ class DrillCluster:
     bootstrap: Optional[Sequence[str]] = None  # the servers of a cluster the drill did not start
     use_netns: bool = False  # each consumer in a network namespace of its own (partition kinds)
     namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
-    log_line: Callable[[str], None] = print
-
-    @property
-    def own(self) -> bool:
-        return self.ensemble is not None
 
     # -- the group ----------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from zkcoord.admin import zookeeper_session
 from zkcoord.drill import faults as fault_actions
 from zkcoord.drill.checker import Verdict, check
 from zkcoord.drill.history import FAULTS, History, append_lines
@@ -124,7 +125,8 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Op
                            + "; ".join(f"{k}: {why}" for k, why in skipped.items()))
     schedule = plan(settings.seed, settings.faults, list(settings.kinds), settings.timing)
     if not settings.own_cluster:
-        _reach(settings.zookeeper)  # a clear error before anything starts
+        with zookeeper_session(settings.zookeeper, timeout=10):
+            pass  # a clear error (ZooKeeperUnreachable) before anything starts
     directory = settings.directory
     directory.mkdir(parents=True, exist_ok=True)
     progress = Progress(len(schedule), out)
@@ -247,7 +249,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
     resources.ctx = ctx = fault_actions.DrillCluster(
         cluster=cluster, group=topic, topic=topic, timing=settings.timing,
         consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
-        ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap, log_line=progress.say,
+        ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap,
         use_netns=any(KINDS[k].netns for k in kinds))
     if ctx.use_netns:
         for stale in netns.remove_stale():
@@ -264,17 +266,6 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
     progress.say(f"drill: group of {settings.consumers} whole over {settings.partitions} partitions; "
                  f"producing {settings.rate} records/s")
     return ctx, workers
-
-
-def _reach(zookeeper: str, timeout: float = 10.0) -> None:
-    """Fail early and clearly when the target's ZooKeeper does not answer."""
-    from zkcoord.testing import zookeeper_client
-
-    try:
-        with zookeeper_client(zookeeper, timeout):
-            pass
-    except Exception as exc:  # noqa: BLE001 - kazoo raises several kinds; all mean "cannot reach"
-        raise ZkcoordError(f"cannot reach ZooKeeper at {zookeeper}: {exc or type(exc).__name__}") from exc
 
 
 def _broker_list(cluster: LocalCluster) -> str:

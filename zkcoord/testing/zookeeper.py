@@ -1,5 +1,4 @@
-"""ZooKeeper for harnesses: short-lived clients, fresh chroots, and ensembles
-tuned for fast drills."""
+"""ZooKeeper for harnesses: fresh chroots, and ensembles tuned for fast drills."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+from zkcoord.admin import zookeeper_session
 from zkcoord.zk.ensemble import LocalEnsemble
 
 # A 250 ms tick lets harnesses ask for sessions down to 500 ms (2 ticks) and up
@@ -20,29 +20,13 @@ started_ensembles: list[LocalEnsemble] = []
 
 
 @contextlib.contextmanager
-def zookeeper_client(connect: str, timeout: float = 15.0, **kwargs) -> Iterator:
-    """A started kazoo client, stopped and closed on the way out."""
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=connect, **kwargs)
-    client.start(timeout=timeout)
-    try:
-        yield client
-    finally:
-        try:
-            client.stop()
-        finally:
-            client.close()
-
-
-@contextlib.contextmanager
 def fresh_chroot(connect: str, prefix: str = "t") -> Iterator[tuple]:
     """A new, empty chroot under ``connect``: yields its connect string and a
     started kazoo client on it; the chroot is deleted afterwards."""
     chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"
-    with zookeeper_client(connect) as admin:
+    with zookeeper_session(connect) as admin:
         admin.ensure_path(chroot)
-        with zookeeper_client(connect + chroot) as client:
+        with zookeeper_session(connect + chroot) as client:
             yield connect + chroot, client
         admin.delete(chroot, recursive=True)
 
