@@ -148,3 +148,28 @@ def test_members_surviving_a_coordinator_crash_redeliver_nothing(cluster, zk):
     wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=FAILOVER_S,
                message=f"{produced} deliveries")
     exactly_once(consumers, produced)
+
+
+def test_a_server_cut_off_from_zookeeper_for_long_comes_back_by_itself(cluster_factory, zk_proxies, zk):
+    """Finding 10: kazoo's default policy gives up reconnecting after one failed
+    round and closes the client for good; a server must keep trying."""
+    import time
+
+    cut_off = cluster_factory(0, zookeeper=zk_proxies.connect_string)
+    cut_off.add_server(1)
+    wait_until(lambda: zk.exists(layout.COORDINATOR_PATH) and coordinator_id(zk) == 1, timeout=20,
+               message="server 1 elected")
+    zk_proxies.cut()
+    zk_proxies.drop()
+    wait_until(lambda: not zk.exists(layout.COORDINATOR_PATH), timeout=FAILOVER_S,
+               message="the cut-off server's session to expire")
+    # The outage's length is the fault itself: several of kazoo's default
+    # reconnect rounds (a connect timeout per node each) fit in it.
+    time.sleep(8)
+    zk_proxies.heal()
+    wait_until(lambda: zk.exists(layout.COORDINATOR_PATH) and coordinator_id(zk) == 1, timeout=FAILOVER_S,
+               message="server 1 to reconnect and be elected again")
+    create_topic(zk, "t", 2)
+    consumer = cut_off.add_consumer("g", topics=["t"])
+    wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=FAILOVER_S)
+    assert cut_off.servers[1].proc.poll() is None

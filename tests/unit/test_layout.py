@@ -421,18 +421,27 @@ def test_bad_path_arguments(call):
 
 
 def test_group_state_bytes():
-    state = GroupState(7, "range", {"c-1": (("t", 0), ("t", 1)), "c-2": (("u", 0),)}, lease_ms=6000)
+    # c-1 is still stopping u-0, which the new generation gives to c-2.
+    state = GroupState(7, "range", {"c-1": (("t", 0), ("t", 1)), "c-2": (("u", 0),)}, lease_ms=6000,
+                       running={"c-1": (("t", 0), ("u", 0))})
     data = L.encode_group_state(state)
     assert data == (
         b'{"version":1,"generation":7,"strategy":"range",'
-        b'"assignment":{"c-1":[["t",0],["t",1]],"c-2":[["u",0]]},"lease_ms":6000}'
+        b'"assignment":{"c-1":[["t",0],["t",1]],"c-2":[["u",0]]},"lease_ms":6000,'
+        b'"running":{"c-1":[["t",0],["u",0]]}}'
     )
     assert L.decode_group_state(data) == state
 
 
-def test_group_state_without_a_lease_reads_as_no_lease():
+def test_group_state_without_a_lease_reads_as_no_lease_and_nothing_running():
     state = L.decode_group_state(b'{"version":1,"generation":2,"strategy":"range","assignment":{}}')
-    assert state.lease_ms == 0 and state.generation == 2
+    assert state.lease_ms == 0 and state.generation == 2 and state.running == {}
+
+
+def test_group_state_refuses_a_bad_running_entry():
+    with pytest.raises(L.LayoutError):
+        L.decode_group_state(b'{"version":1,"generation":2,"strategy":"range","assignment":{},'
+                             b'"running":{"c-1":[["t","zero"]]}}')
 
 
 @pytest.mark.parametrize(

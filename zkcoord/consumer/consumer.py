@@ -5,21 +5,26 @@ partitions the coordinator grants with a standard Kafka client (the fetcher).
 It never decides anything about the group: it starts what Start says, stops
 what Stop says, and reports the offsets of records poll() has returned.
 
-Thread model: the membership's network thread runs on_start/on_stop; the
-application thread runs poll(). One lock guards the fetcher, the buffer and
-the positions between them, and poll() fetches in short slices so a Stop is
-never held up for long.
+Thread model: the membership's network thread starts and stops the fetcher
+(on_start/on_stop); the application thread runs poll(), and with it the
+application's own callbacks (on_assign/on_revoke), so that a slow callback
+never holds up an answer to the coordinator. One lock guards the fetcher,
+the buffer and the positions between them, and poll() fetches in short
+slices so a Stop is never held up for long. poll() hands out records only
+while the member holds its lease (docs/DESIGN.md, the lease rule).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
 from typing import Callable, Iterator, Optional, Sequence
 
 from zkcoord.consumer.buffer import RecordBuffer
-from zkcoord.consumer.membership import NO_OFFSET, GroupMembership, TopicPartition
+from zkcoord.consumer.membership import GroupMembership
+from zkcoord.consumer.protocol import NO_OFFSET, TopicPartition
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.records import Record
 
@@ -36,6 +41,11 @@ def kafka_fetcher_factory(brokers: str, client_id: str):
 
 class Consumer:
     """A member of a consumer group whose assignment the coordinator pushes.
+
+    ``on_assign(partitions)`` runs inside poll() before any record of those
+    partitions is returned. ``on_revoke(partitions)`` runs inside poll() after
+    they were stopped and their offsets reported to the coordinator (with
+    auto-commit off: what commit() had marked by then).
 
     >>> with Consumer(["127.0.0.1:9900"], group="g", topics=["t"]) as c:  # doctest: +SKIP
     ...     for record in c:
@@ -73,6 +83,8 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}  # next offset the application has not seen
         self._committed: dict[TopicPartition, int] = {}  # explicit commit() without auto-commit
         self._last_poll: Optional[float] = None
+        # Application callbacks owed, in order: ("assign" | "revoke", partitions).
+        self._callbacks: collections.deque[tuple[str, set[TopicPartition]]] = collections.deque()
         self._closed = False
         self.membership = GroupMembership(
             bootstrap, group, self, topics=topics, pattern=pattern, consumer_id=consumer_id,
@@ -92,26 +104,54 @@ class Consumer:
         return set(self.membership.assignment)
 
     def poll(self, timeout_ms: int = 1000) -> list[Record]:
-        """Up to max_poll_records records, waiting at most ``timeout_ms`` for the first."""
+        """Up to max_poll_records records, waiting at most ``timeout_ms`` for the first.
+
+        Runs the application's on_assign and on_revoke callbacks first, in the
+        order the changes happened: a partition's on_assign runs before any of
+        its records is returned; on_revoke runs after its records stopped.
+        Returns nothing while the member does not hold its lease, and raises
+        the error that ended the membership, if one did.
+        """
         if self._closed:
             raise ZkcoordError("poll() on a closed consumer")
-        if self.membership.error is not None:
-            raise self.membership.error
         self._last_poll = time.monotonic()
         deadline = self._last_poll + max(0, timeout_ms) / 1000.0
         while True:
+            self._run_callbacks()
+            if self._closed:
+                return []  # closed from inside a callback
+            if self.membership.error is not None:
+                raise self.membership.error
             with self._lock:
-                # Prefetch only while fewer than max_poll_records are buffered (seed 003).
-                if self._fetcher is not None and len(self._buffer) < self.max_poll_records:
-                    wait = min(FETCH_SLICE_S, max(0.0, deadline - time.monotonic()))
-                    self._buffer.add(self._fetcher.fetch(self.max_poll_records - len(self._buffer), wait))
-                records = self._buffer.take(self.max_poll_records)
-                for record in records:
-                    self._positions[(record.topic, record.partition)] = record.offset + 1
+                if self._callbacks:
+                    continue  # a change came in meanwhile: its callback first
+                records = self._take_records(deadline)
             if records or time.monotonic() >= deadline:
                 return records
             if self._fetcher is None:
                 time.sleep(min(FETCH_SLICE_S, max(0.0, deadline - time.monotonic())))
+
+    def _take_records(self, deadline: float) -> list[Record]:
+        # Prefetch only while fewer than max_poll_records are buffered (seed 003).
+        if self._fetcher is not None and len(self._buffer) < self.max_poll_records:
+            wait = min(FETCH_SLICE_S, max(0.0, deadline - time.monotonic()))
+            self._buffer.add(self._fetcher.fetch(self.max_poll_records - len(self._buffer), wait))
+        if not self.membership.holds_lease():
+            # Past the lease (a long pause, a lost coordinator): the partitions
+            # may be another member's already. Nothing is handed out and no
+            # position moves; the network thread stops everything and drops the buffer.
+            return []
+        records = self._buffer.take(self.max_poll_records)
+        for record in records:
+            self._positions[(record.topic, record.partition)] = record.offset + 1
+        return records
+
+    def _run_callbacks(self) -> None:
+        while self._callbacks:
+            kind, partitions = self._callbacks.popleft()
+            callback = self._on_assign if kind == "assign" else self._on_revoke
+            if callback is not None:
+                callback(partitions)
 
     def commit(self) -> None:
         """Mark the offsets of every record returned so far as consumed.
@@ -144,7 +184,7 @@ class Consumer:
         while not self._closed:
             yield from self.poll(1000)
 
-    # -- MembershipListener (network thread) ---------------------------------------------------------
+    # -- MembershipListener (the network thread) ------------------------------------------------------
 
     def on_start(self, partitions: dict[TopicPartition, int]) -> None:
         with self._lock:
@@ -154,18 +194,22 @@ class Consumer:
                     raise ZkcoordError("the cluster metadata named no broker to fetch from")
                 self._fetcher = self._fetcher_factory(brokers, self.consumer_id)
             added = {tp: o for tp, o in partitions.items() if tp not in self._fetcher.assignment()}
-        # As in Kafka, the application hears of new partitions before any of
-        # their records can reach it.
-        if added and self._on_assign is not None:
-            self._on_assign(set(added))
-        with self._lock:
-            positions = {}
+            if not added:
+                return
+            self._fetcher.assign({tp: o if o != NO_OFFSET else self._reset_offset() for tp, o in added.items()})
             for tp, offset in added.items():
-                positions[tp] = offset if offset != NO_OFFSET else self._reset_offset()
-                if offset != NO_OFFSET:
-                    self._positions[tp] = offset
-            if positions:
-                self._fetcher.assign(positions)
+                if offset == NO_OFFSET:
+                    # Where the reset put us counts as consumed: a Stop before
+                    # the first record reports it, so the next owner does not
+                    # reset again and skip what came in between.
+                    offset = self._fetcher.position(tp)
+                    if offset is None:
+                        continue
+                    self._committed[tp] = offset
+                self._positions[tp] = offset
+            # As in Kafka, the application hears of new partitions before any
+            # of their records can reach it (poll() runs this first).
+            self._callbacks.append(("assign", set(added)))
 
     def _reset_offset(self) -> int:
         from zkcoord.fetch.kafka_fetcher import EARLIEST, LATEST
@@ -174,16 +218,17 @@ class Consumer:
 
     def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
         with self._lock:
-            if self._fetcher is not None:
-                self._fetcher.revoke(partitions)
-            self._buffer.drop(partitions)
             source = self._positions if self.auto_commit else self._committed
             final = {tp: source[tp] for tp in partitions if tp in source}
-            for tp in partitions:
-                self._positions.pop(tp, None)
-                self._committed.pop(tp, None)
-        if self._on_revoke is not None:
-            self._on_revoke(set(partitions))
+            try:
+                if self._fetcher is not None:
+                    self._fetcher.revoke(partitions)
+            finally:  # whatever the fetcher did, nothing of these reaches the application any more
+                self._buffer.drop(partitions)
+                for tp in partitions:
+                    self._positions.pop(tp, None)
+                    self._committed.pop(tp, None)
+                self._callbacks.append(("revoke", set(partitions)))
         return final
 
     def offsets(self) -> Optional[dict[TopicPartition, int]]:

@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from zkcoord.coordinator.lease import Fences
 from zkcoord.coordinator.planner import Subscription
 from zkcoord.errors import ZkcoordError
 
@@ -47,7 +48,9 @@ _ALLOWED = {
 class Member:
     """One registered consumer. ``assigned`` is its partitions in the current
     generation; ``running`` what it fetches per our last Start and Stop (empty
-    while a static member is away); ``connection`` is the runtime's handle."""
+    while a static member is away); ``starting`` what a Start still unanswered
+    gives it; ``last_sent`` when we last sent it a request (its lease ends
+    by then plus its session timeout); ``connection`` is the runtime's handle."""
 
     member_id: str
     group: str
@@ -61,13 +64,19 @@ class Member:
     connection: Any = None
     assigned: frozenset[TopicPartition] = frozenset()
     running: frozenset[TopicPartition] = frozenset()
+    starting: frozenset[TopicPartition] = frozenset()
     connected: bool = True
-    last_heard: float = 0.0
+    last_sent: float = 0.0
     registered_at: float = 0.0
 
     @property
     def session_timeout(self) -> float:
         return self.session_timeout_ms / 1000.0
+
+    @property
+    def may_run(self) -> frozenset[TopicPartition]:
+        """What it may be fetching, as far as the coordinator can tell."""
+        return self.running | self.starting
 
 
 @dataclass(eq=False)
@@ -80,11 +89,9 @@ class Group:
     rebalance_pending: bool = False  # seed 001's rebalance bit
     failures: int = 0
     last_error: Optional[str] = None
-    # After a failover: members of the last persisted generation that have not
-    # come back, and until when their partitions stay fenced off.
-    awaiting: frozenset[str] = frozenset()
-    fenced_until: float = 0.0
-    previous: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
+    # Partitions members we dropped may still fetch, until their leases end
+    # (after a failover: every member of the last persisted generation).
+    fences: Fences = field(default_factory=Fences)
     # /consumers/<group>/owners as last read or written by this coordinator (None: not read yet).
     recorded_owners: Optional[dict[TopicPartition, str]] = None
 

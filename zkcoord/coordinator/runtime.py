@@ -8,10 +8,11 @@ by this coordinator's epoch.
 
 Safety beyond the seed:
 - every pushed request carries the coordinator epoch and the group generation;
-- while the ZooKeeper connection is suspended the coordinator pings nobody
-  (so members' leases run out), starts nobody and writes nothing;
-- after a failover, partitions whose last holder has not come back stay
-  fenced until that holder's lease (its session timeout) has surely run out.
+- while the ZooKeeper connection is suspended the coordinator sends no
+  request at all (so members' leases run out), starts nobody and writes nothing;
+- a member dropped without acknowledging that it stopped (no answer, a
+  connection only this side saw close, eviction, a failover) leaves its
+  partitions fenced until its lease has surely ended (lease.py), on every path.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.group import Group, GroupPhase, Member
+from zkcoord.coordinator.lease import lease_end
 from zkcoord.coordinator.planner import (
     Subscription, owners_of, plan_handoff, rebalance_reason, target_assignment,
 )
@@ -58,7 +60,7 @@ class CoordinatorConfig:
     rebalance_backoff_ms: int = 500
     rebalance_timeout_ms: int = 10_000  # wait for every Stop and Start answer
     offset_flush_interval_ms: int = 1000
-    lease_margin_ms: int = 200  # slack for a request in flight when a member is expired
+    lease_margin_ms: int = 200  # slack for the members' clocks running slower than ours
     rebalance_delay_ms: int = 100  # joins and leaves within this delay make one rebalance
     rebalance_protocol: str = "incremental"  # or "eager": seed 001's stop-all/start-all
 
@@ -95,6 +97,29 @@ class RebalanceAborted(ZkcoordError):
     """A rebalance could not finish (a member did not answer, the coordinator lost ZooKeeper)."""
 
     retriable = True
+
+
+class Suspended(RebalanceAborted):
+    """The coordinator's ZooKeeper connection is suspended: it sends no request."""
+
+
+def offset_is_acceptable(group: Group, member: Member, tp: TopicPartition, offset: int,
+                         owned: frozenset[TopicPartition]) -> bool:
+    """May ``member`` report ``offset`` as the next to consume of ``tp``?
+    Only for a partition it owns, and never a negative one: an offset taken
+    here is written to ZooKeeper as it is, and one that cannot be written
+    would fail every flush of the group after it."""
+    if tp not in owned:
+        log.warning("%s member %s reported an offset for %s-%d, which it does not own; ignored",
+                    group.describe(), member.member_id, *tp)
+        return False
+    try:
+        layout.encode_offset(offset)
+    except layout.LayoutError as exc:
+        log.warning("%s member %s reported a bad offset for %s-%d (%s); ignored",
+                    group.describe(), member.member_id, *tp, exc)
+        return False
+    return True
 
 
 class MemberLink:
@@ -158,6 +183,8 @@ class Coordinator:
         self._queues = [gevent.queue.Queue() for _ in range(config.rebalance_queues)]
         self._greenlets: list[gevent.Greenlet] = []
         self._topic_watches: set[str] = set()
+        # Per group: when its queued rebalance is due, and the timer that queues it.
+        self._rebalance_timers: dict[str, tuple[float, gevent.Greenlet]] = {}
         self.last_rebalance: Optional[RebalanceReport] = None
 
     # -- startup (seed section 3) -------------------------------------------------------
@@ -183,11 +210,13 @@ class Coordinator:
             group = self._group(name)
             group.generation = state.generation
             group.strategy = state.strategy
-            group.awaiting = frozenset(m for m, tps in state.assignment.items() if tps)
-            group.previous = {m: frozenset(tps) for m, tps in state.assignment.items()}
-            group.fenced_until = now + (state.lease_ms + self.config.lease_margin_ms) / 1000.0
-            log.info("%s resumed; awaiting %d member(s) for up to %d ms",
-                     group.describe(), len(group.awaiting), state.lease_ms)
+            # Our predecessor sent nothing after its session ended, before now.
+            until = lease_end(now, state.lease_ms, self.config.lease_margin_ms)
+            for holders in (state.assignment, state.running):
+                for member_id, partitions in holders.items():
+                    group.fences.fence(member_id, partitions, until)
+            log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
+                     group.describe(), len(group.fences.holders()), state.lease_ms)
 
     def _watch_topics(self) -> None:
         zk = self.store.zk
@@ -307,18 +336,30 @@ class Coordinator:
             is_static=request.is_static,
             strategies=tuple(request.assignment_strategies),
             connection=MemberLink(channel),
-            last_heard=self.clock(),
+            # Its lease runs from before it sent this registration: earlier than now.
+            last_sent=self.clock(),
             registered_at=self.clock(),
         )
         group = self._group(request.group_id)
         previous = group.members.get(member.member_id)
-        if previous is not None:  # a static member back: fence its old connection
+        if previous is not None:  # a static member back: its old connection is closed
             member.assigned = previous.assigned
+            self._fence(group, previous)  # which may be another process, still running
             self._forget(previous)
             log.info("%s static member %s is back", group.describe(), member.member_id)
+        # What it hands over is exact: it stopped those partitions before
+        # registering, and nobody has been started on them since (fenced).
+        if request.offsets:
+            try:
+                self._accept_handover(group, member, request.offsets)
+            except Exception as exc:  # ZooKeeper trouble: those records are redelivered, never lost
+                log.warning("%s handover of member %s not taken: %s", group.describe(), member.member_id, exc)
+        if not member.is_static:
+            # A dynamic id belongs to one process, which stops everything
+            # before it registers: what that id held is free. A static id may
+            # be taken by another process while the old one still runs.
+            group.fences.release(member.member_id)
         group.members[member.member_id] = member
-        if request.offsets and member.member_id in group.awaiting:
-            self._accept_handover(group, member, request.offsets)
         self.schedule.add(member, member.session_timeout / 3, self.clock())
         channel.send(wire.RegisterConsumerResponse(coordinator_epoch=self.epoch), correlation_id)
         log.info("%s member %s registered from %s", group.describe(), member.member_id, channel.peer)
@@ -343,7 +384,6 @@ class Coordinator:
                 except ChannelClosed:
                     pass
                 return
-            member.last_heard = self.clock()
             if isinstance(frame.message, wire.ErrorResponse):
                 log.warning("member %s refused a request: %s", member.member_id, frame.message.message)
                 link.fail_all(wire.error_for(frame.message.error_code, frame.message.message))
@@ -360,8 +400,8 @@ class Coordinator:
         group = self.groups.get(member.group)
         error = wire.ErrorCode.NONE
         if group is not None and group.members.get(member.member_id) is member and self.active:
-            self._accept_offsets(group, member, wire.offsets_of(frame.message.offsets))
-            member.running = frozenset()
+            self._accept_offsets(group, member, wire.offsets_of(frame.message.offsets), owned=member.may_run)
+            member.running = member.starting = frozenset()  # it stopped everything before it asked
             try:
                 self._flush_offsets(group.name)
             except ZkcoordError as exc:
@@ -377,13 +417,16 @@ class Coordinator:
 
     def _disconnected(self, member: Member) -> None:
         """The member's connection is gone. A dynamic member leaves at once; a
-        static one keeps its partitions, fetched by nobody, until its session
-        timeout, in case it comes back (seed 004's static membership)."""
+        static one keeps its partitions until its session timeout, in case it
+        comes back (seed 004's static membership). Either way, the member may
+        not have seen the connection close (a reset on our side only): what it
+        ran stays fenced until its lease has ended."""
         group = self.groups.get(member.group)
         if not member.is_static or group is None or group.members.get(member.member_id) is not member:
             self.remove_member(member, "its connection closed")
             return
-        member.running = frozenset()  # it stops fetching when its connection goes
+        self._fence(group, member)
+        member.running = member.starting = frozenset()
         member.connected = False
         member.connection.fail_all(ChannelClosed("connection closed"))
         self.schedule.remove(member)
@@ -402,17 +445,25 @@ class Coordinator:
         member.connection.channel.close()
         self.schedule.remove(member)
 
-    def remove_member(self, member: Member, why: str, rebalance_delay: float = 0.0) -> None:
-        """Drop a member and rebalance its group. ``rebalance_delay`` gives a
-        request still in flight to the member time to land before its
-        partitions move (used when it is expired rather than disconnected)."""
+    def _fence(self, group: Group, member: Member) -> None:
+        """Hold what ``member`` may still fetch until its lease has surely ended."""
+        if member.may_run:
+            until = lease_end(member.last_sent, member.session_timeout_ms, self.config.lease_margin_ms)
+            group.fences.fence(member.member_id, member.may_run, until)
+            log.info("%s member %s may run %d partition(s) for %.1fs more; fenced",
+                     group.describe(), member.member_id, len(member.may_run), until - self.clock())
+
+    def remove_member(self, member: Member, why: str) -> None:
+        """Drop a member and rebalance its group; what it may still be
+        fetching stays fenced until its lease has ended (lease.py)."""
         group = self.groups.get(member.group)
         self._forget(member)
         if group is None or group.members.get(member.member_id) is not member:
             return
+        self._fence(group, member)
         del group.members[member.member_id]
         log.info("%s member %s removed: %s", group.describe(), member.member_id, why)
-        self.request_rebalance(group, f"member {member.member_id} left", delay=rebalance_delay)
+        self.request_rebalance(group, f"member {member.member_id} left")
 
     def _group(self, name: str) -> Group:
         group = self.groups.get(name)
@@ -424,19 +475,30 @@ class Coordinator:
 
     def request_rebalance(self, group: Group, why: str, delay: float = 0.0) -> None:
         """Queue a rebalance of ``group`` after the debounce delay; requests
-        made while one is queued join it (seed 001's rebalance bit)."""
-        if self.deposed or group.rebalance_pending:
+        made while one is queued join it (seed 001's rebalance bit), or bring
+        it forward if they are due sooner (a round waiting for a fence that a
+        returning member lifts). Safe to merge: whatever round runs next
+        honours every fence set meanwhile."""
+        if self.deposed:
             return
+        now = self.clock()
+        due = now + max(delay, self.config.rebalance_delay_ms / 1000.0)
+        pending = self._rebalance_timers.get(group.name)
+        if group.rebalance_pending and pending is not None and pending[0] <= due:
+            return
+        if pending is not None:
+            pending[1].kill(block=False)
         group.rebalance_pending = True
         log.debug("%s rebalance requested: %s", group.describe(), why)
         queue = self._queues[zlib.crc32(group.name.encode()) % len(self._queues)]
-        gevent.spawn_later(max(delay, self.config.rebalance_delay_ms / 1000.0), queue.put, group.name)
+        self._rebalance_timers[group.name] = (due, gevent.spawn_later(due - now, queue.put, group.name))
 
     def _rebalance_handler(self, queue: gevent.queue.Queue) -> None:
         while not self.deposed:
             name = queue.get()
             group = self.groups[name]
             group.rebalance_pending = False  # changes from now on queue another round
+            self._rebalance_timers.pop(name, None)
             for attempt in range(self.config.max_rebalance_retries + 1):
                 if self.deposed:
                     return
@@ -475,13 +537,22 @@ class Coordinator:
         if self.deposed:
             raise Deposed("this coordinator has been deposed")
         if not self.active:
-            raise RebalanceAborted("ZooKeeper connection suspended; issuing no Start")
+            raise Suspended("ZooKeeper connection suspended; sending no request")
 
     def _rebalance(self, group: Group) -> None:
         self._require_active()
         if not group.members:
             group.transition(GroupPhase.EMPTY)
             self._flush_offsets(group.name)
+            return
+        now = self.clock()
+        free_at = group.fences.until(now)
+        if free_at is not None:
+            # Partitions some dropped member may still fetch: nobody is started
+            # on anything until its lease has ended (or it registers again).
+            log.info("%s waiting %.1fs for the leases of %s", group.describe(), free_at - now,
+                     sorted(group.fences.holders()))
+            self.request_rebalance(group, "fenced partitions free", delay=free_at - now)
             return
         subscriptions = group.subscriptions()
         group.strategy = choose_strategy([m.strategies for m in group.members.values()])
@@ -500,7 +571,6 @@ class Coordinator:
                 group.transition(GroupPhase.REBALANCING)
                 group.transition(GroupPhase.STABLE)
             return
-        self._wait_for_fence(group)
         plan = plan_handoff(target, running, eager=self.config.rebalance_protocol == "eager")
         group.transition(GroupPhase.REBALANCING)
         generation = group.generation + 1
@@ -508,15 +578,16 @@ class Coordinator:
                  group.describe(), generation, group.strategy, self.config.rebalance_protocol, reason,
                  len(plan.paused))
 
-        # Persist the new generation and who takes part, before anyone is told.
+        # Persist the new generation, who takes part and who runs what,
+        # before anyone is told: a successor fences all of it.
         state = layout.GroupState(
             generation, group.strategy,
             {m: tuple(sorted(tps)) for m, tps in target.items()},
             lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
+            running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
         )
         self.store.write_group_state(group.name, state, exists=group.generation > 0 or self._has_state(group))
         group.generation = generation
-        group.awaiting = frozenset()
         for member in group.members.values():
             member.assigned = target.get(member.member_id, frozenset())
 
@@ -524,6 +595,11 @@ class Coordinator:
         self._gather(group, self._present(group, plan.revoke),
                      lambda g, m: self._stop_member(g, m, plan.revoke[m.member_id], plan.revoke_all))
         self._flush_offsets(group.name)  # offsets from the Stop answers, before anyone restarts
+        # A member dropped since the round began (its Stop skipped) fenced
+        # what it may still run: none of that may be started yet.
+        free_at = group.fences.until(self.clock(), {tp for tps in plan.start.values() for tp in tps})
+        if free_at is not None:
+            raise RebalanceAborted(f"partitions fenced during the round, for {free_at - self.clock():.1f}s more")
         offsets = self._committed(group.name, {tp for tps in plan.start.values() for tp in tps})
         self._gather(group, self._present(group, plan.start),
                      lambda g, m: self._start_member(g, m, plan.start[m.member_id], offsets))
@@ -545,18 +621,6 @@ class Coordinator:
     def _has_state(self, group: Group) -> bool:
         return self.store.zk.exists(layout.group_state_path(group.name)) is not None
 
-    def _wait_for_fence(self, group: Group) -> None:
-        """After a failover, hold the group's partitions until every member of
-        the last generation has come back or its lease has surely run out."""
-        waited = False
-        while group.awaiting - set(group.members) and self.clock() < group.fenced_until:
-            if not waited:
-                log.info("%s waiting up to %.1fs for %s", group.describe(),
-                         group.fenced_until - self.clock(), sorted(group.awaiting - set(group.members)))
-                waited = True
-            gevent.sleep(0.05)
-        self._require_active()
-
     def _gather(self, group: Group, members: list[Member], action) -> None:
         """Run ``action(group, member)`` for every member at once; raise the first failure."""
 
@@ -567,27 +631,39 @@ class Coordinator:
                 return exc
             return None
 
-        jobs = [gevent.spawn(attempt, member) for member in members]
+        jobs = {gevent.spawn(attempt, member): member for member in members}
         gevent.joinall(jobs, timeout=self.config.rebalance_timeout_ms / 1000.0 + 1)
+        hung = [job for job in jobs if not job.ready()]
+        if hung:
+            # Every job ends here: none may run on into the next round, and a
+            # member we stop waiting for is dropped (its partitions fenced).
+            gevent.killall(hung, block=True)
+            for job in hung:
+                self.remove_member(jobs[job], "its rebalance step did not finish in time")
+            raise RebalanceAborted(f"{len(hung)} member(s) did not answer in time")
         for job in jobs:
-            if not job.ready():
-                job.kill(block=False)
-                raise RebalanceAborted("a member did not answer in time")
             failure = job.exception or job.value
             if failure is not None:
                 raise failure
+
+    def _send_request(self, member: Member, request: wire.Message, timeout: float) -> wire.Message:
+        """Send a request and wait for its answer; the caller holds the link's lock.
+        Never while ZooKeeper is suspended: a request renews the member's lease."""
+        self._require_active()
+        member.last_sent = self.clock()  # before it leaves: the member's lease ends by this + T
+        return member.connection.call(request, timeout)
 
     def _call(self, group: Group, member: Member, request: wire.Message) -> wire.Message:
         link: MemberLink = member.connection
         timeout = self.config.rebalance_timeout_ms / 1000.0
         with link.lock:  # the channel is held: no ping goes out meanwhile
             try:
-                answer = link.call(request, timeout)
+                return self._send_request(member, request, timeout)
+            except Suspended:
+                raise  # nothing was sent: not the member's fault
             except (RebalanceAborted, ChannelClosed, wire.WireError) as exc:
                 self.remove_member(member, f"no valid answer to {type(request).__name__}: {exc}")
                 raise RebalanceAborted(f"member {member.member_id}: {exc}") from None
-        member.last_heard = self.clock()
-        return answer
 
     def _stop_member(self, group: Group, member: Member, partitions, revoke_all: bool) -> None:
         answer = self._call(group, member, wire.StopRequest(
@@ -595,22 +671,23 @@ class Coordinator:
             partitions=tuple(wire.TopicPartition(t, p) for t, p in sorted(partitions))))
         if not isinstance(answer, wire.StopResponse) or answer.error_code != wire.ErrorCode.NONE:
             raise RebalanceAborted(f"member {member.member_id} failed to stop: {answer}")
-        final = wire.offsets_of(answer.offsets)
-        self._accept_offsets(group, member, {tp: o for tp, o in final.items() if tp in partitions})
+        # Judged against what we asked it to stop, not what it runs now: a
+        # leave read meanwhile may have emptied that already.
+        self._accept_offsets(group, member, wire.offsets_of(answer.offsets), owned=frozenset(partitions))
         member.running = member.running - frozenset(partitions)
 
     def _start_member(self, group: Group, member: Member, partitions, offsets) -> None:
-        self._require_active()  # never Start while ZooKeeper is suspended
         request = wire.StartRequest(
             coordinator_epoch=self.epoch, generation=group.generation, strategy=group.strategy,
             partitions=tuple(
                 wire.TopicPartitionOffset(t, p, offsets.get((t, p), -1)) for t, p in sorted(partitions)
             ),
         )
+        member.starting = frozenset(partitions)  # from now on it may run them
         answer = self._call(group, member, request)
         if not isinstance(answer, wire.RestartFetcherResponse) or answer.error_code != wire.ErrorCode.NONE:
             raise RebalanceAborted(f"member {member.member_id} failed to start: {answer}")
-        member.running = frozenset(partitions)
+        member.running, member.starting = frozenset(partitions), frozenset()
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -631,16 +708,13 @@ class Coordinator:
         """Take offsets a member reports, only for partitions it owns (by
         default, those it runs), never backwards; returns how many were taken."""
         owned = member.running if owned is None else owned
+        offsets = {tp: o for tp, o in offsets.items() if offset_is_acceptable(group, member, tp, o, owned)}
         if not offsets:
             return 0
         committed = self._committed(group.name, offsets)
         pending = self.pending_offsets.setdefault(group.name, {})
         taken = 0
         for tp, offset in offsets.items():
-            if tp not in owned:
-                log.warning("%s member %s reported an offset for %s-%d, which it does not own; ignored",
-                            group.describe(), member.member_id, *tp)
-                continue
             floor = max(committed.get(tp, -1), pending.get(tp, -1))
             if offset < floor:
                 log.warning("%s member %s reported offset %d for %s-%d below committed %d; ignored",
@@ -651,12 +725,16 @@ class Coordinator:
         return taken
 
     def _accept_handover(self, group: Group, member: Member, offsets) -> None:
-        """After a failover, a returning member's final offsets for the
-        partitions the last persisted generation gave it. It stopped them when
-        it lost its coordinator, and nobody has started them since (the group
-        is still fenced), so they are exact: its successor redelivers nothing."""
+        """A returning member's final offsets for the partitions it is still
+        fenced on (after a failover: all it ran or was given in the last
+        persisted generation). It stopped them before registering, and nobody
+        has been started on them since, so they are exact: whoever runs them
+        next redelivers nothing. Offsets of anything else are stale; ignored."""
         taken = self._accept_offsets(group, member, wire.offsets_of(offsets),
-                                     owned=group.previous.get(member.member_id, frozenset()))
+                                     owned=group.fences.held_by(member.member_id, self.clock()))
+        if taken:
+            # Durable before the member hears it is registered and forgets them.
+            self._flush_offsets(group.name)
         log.info("%s member %s handed over offsets of %d partition(s)", group.describe(), member.member_id, taken)
 
     def _flush_offsets(self, only_group: Optional[str] = None) -> None:
@@ -718,17 +796,19 @@ class Coordinator:
         try:
             if group is None:
                 return
-            answer = link.call(
+            answer = self._send_request(
+                member,
                 wire.PingRequest(num_retries=0, coordinator_epoch=self.epoch, generation=group.generation),
                 member.session_timeout,
             )
+        except (Suspended, Deposed):
+            link.lock.release()  # nothing was sent
+            return
         except (RebalanceAborted, ChannelClosed, wire.WireError) as exc:
             link.lock.release()
-            self.remove_member(member, f"no answer to ping within its session timeout ({exc})",
-                               rebalance_delay=self.config.lease_margin_ms / 1000.0)
+            self.remove_member(member, f"no answer to ping within its session timeout ({exc})")
             return
         link.lock.release()
-        member.last_heard = self.clock()
         if not isinstance(answer, wire.PingResponse):
             self.remove_member(member, f"answered a ping with {type(answer).__name__}")
             return

@@ -27,11 +27,13 @@ import gevent.server
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.gevent import SequentialGeventHandler
+from kazoo.protocol.states import KeeperState
+from kazoo.retry import KazooRetry
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator.runtime import Coordinator, CoordinatorConfig
-from zkcoord.coordinator.store import CoordinatorStore, Deposed
+from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout
 
@@ -40,6 +42,10 @@ log = logging.getLogger(__name__)
 # How long a connection may sit without sending its first request.
 IDLE_TIMEOUT_S = 60.0
 METADATA_TTL_S = 0.5
+# Reconnecting to ZooKeeper: for ever, backing off to at most this between rounds.
+ZK_RECONNECT_MAX_DELAY_S = 2.0
+# Takeovers failing in a row before this server lets another one try.
+MAX_FAILED_TAKEOVERS = 3
 
 
 class ServerError(ZkcoordError):
@@ -74,10 +80,15 @@ class ServerConfig:
 class Server:
     def __init__(self, config: ServerConfig):
         self.config = config
+        handler = SequentialGeventHandler()
         self.zk = KazooClient(
             hosts=config.zookeeper,
-            handler=SequentialGeventHandler(),
+            handler=handler,
             timeout=config.zk_session_timeout_ms / 1000.0,
+            # kazoo's default gives up after one failed round of reconnecting
+            # and closes the client for good; a server never gives up.
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=ZK_RECONNECT_MAX_DELAY_S,
+                                        sleep_func=handler.sleep_func),
         )
         self.coordinator: Optional[Coordinator] = None
         self.broker = None
@@ -86,6 +97,7 @@ class Server:
         self._session_lost = False
         self._state_changed = gevent.event.Event()
         self._elector: Optional[gevent.Greenlet] = None
+        self._failed_takeovers = 0
         self._metadata: Optional[wire.ClusterMetadataResponse] = None
         self._metadata_at = 0.0
 
@@ -146,9 +158,15 @@ class Server:
             log.warning("groups: %s", self.coordinator.describe_groups())
 
     def serve_forever(self) -> None:
+        """Run until stopped. Raises ServerError if the ZooKeeper client has
+        closed by itself (it should never; a supervisor restarting the process
+        is the way back)."""
         while self._running:
             self._state_changed.wait(1.0)
             self._state_changed.clear()
+            if self._running and self.zk.client_state == KeeperState.CLOSED:
+                self._resign()
+                raise ServerError("the ZooKeeper client closed and will not reconnect")
 
     # -- ZooKeeper session ---------------------------------------------------------------------
 
@@ -199,7 +217,13 @@ class Server:
                 gevent.sleep(0.5)
 
     def _elect_once(self) -> None:
-        if self.coordinator is not None and not self.coordinator.deposed:
+        """One round: keep office, take it, or wait for it to fall vacant.
+        Holding the election node without a working coordinator (a takeover
+        that failed half way) is repaired here: we take office again."""
+        if self.coordinator is not None and self.coordinator.deposed:
+            self._resign()  # someone newer holds the epoch: give the node up
+            return
+        if self.coordinator is not None:
             gone = gevent.event.Event()
             if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is None:
                 gone.set()
@@ -214,35 +238,57 @@ class Server:
             )
         except NodeExistsError:
             gone = gevent.event.Event()
-            if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is not None:
-                gone.wait(5.0)  # bounded: re-check even if a watch was lost
-            return
+            stat = self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set())
+            if stat is None or stat.ephemeralOwner != self.zk.client_id[0]:
+                if stat is not None:
+                    gone.wait(5.0)  # bounded: re-check even if a watch was lost
+                return
+            log.warning("server %d holds the election without a coordinator; taking office again",
+                        self.config.server_id)
         try:
             self._become_coordinator()
-        except (Deposed, ZkcoordError) as exc:
-            log.error("could not take office: %s", exc)
-            self._resign()
+            self._failed_takeovers = 0
+        except Exception as exc:  # kazoo's connection errors too: never a zombie in office
+            self._failed_takeovers += 1
+            log.error("could not take office (attempt %d): %s: %s", self._failed_takeovers, type(exc).__name__, exc)
+            if self._failed_takeovers >= MAX_FAILED_TAKEOVERS:
+                self._give_up_election()  # let another server try
+                self._failed_takeovers = 0
             gevent.sleep(0.5)
 
     def _become_coordinator(self) -> None:
+        """Claim a new epoch and start a coordinator; on any failure, nothing
+        is left running (the election node stays ours, and the next round of
+        the elector tries again)."""
         store = CoordinatorStore(self.zk, self.config.server_id)
         epoch = store.claim_epoch()
         coordinator = Coordinator(store, self.config.coordinator, epoch.number)
+        # Published before it starts, so that a suspension meanwhile reaches it.
+        coordinator.active = self.zk.state == KazooState.CONNECTED
         self.coordinator = coordinator
-        coordinator.start()
+        try:
+            coordinator.start()
+        except BaseException:
+            self.coordinator = None
+            coordinator.stop()
+            raise
         log.info("server %d is the coordinator, epoch %d", self.config.server_id, epoch.number)
 
-    def _resign(self) -> None:
-        coordinator, self.coordinator = self.coordinator, None
-        if coordinator is None:
-            return
-        coordinator.stop()
+    def _give_up_election(self) -> None:
+        """Delete our election node, if it is still ours."""
         try:
             data, stat = self.zk.get(layout.COORDINATOR_PATH)
             if stat.ephemeralOwner == self.zk.client_id[0]:
                 self.zk.delete(layout.COORDINATOR_PATH, version=stat.version)
         except Exception:  # gone already, or no connection: the session's end removes it
             pass
+
+    def _resign(self) -> None:
+        coordinator, self.coordinator = self.coordinator, None
+        if coordinator is None:
+            return
+        coordinator.stop()
+        self._give_up_election()
         log.info("server %d resigned as coordinator (epoch %d)", self.config.server_id, coordinator.epoch)
 
     # -- connections ----------------------------------------------------------------------------

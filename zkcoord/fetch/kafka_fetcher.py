@@ -137,14 +137,10 @@ class KafkaFetcher:
         consumer = self._client()
         if not positions:
             return
+        positions = self._resolve(consumer, positions)
         parts = [TopicPartition(t, p, _librdkafka_offset(o)) for (t, p), o in positions.items()]
         already = [tp for tp in parts if (tp.topic, tp.partition) in self._next]
         try:
-            # Learn the partitions' leaders first: librdkafka resolves a
-            # logical start offset (earliest/latest) only once it knows the
-            # leader, and otherwise retries on a 500 ms timer.
-            for topic in sorted({t for (t, _), o in positions.items() if o < 0}):
-                consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
             if already:
                 consumer.incremental_unassign(already)
             consumer.incremental_assign(parts)
@@ -152,6 +148,33 @@ class KafkaFetcher:
             raise FetchError(f"cannot assign {sorted(positions)}: {exc}") from None
         for key, offset in positions.items():
             self._next[key] = offset if offset >= 0 else -1
+
+    def _resolve(self, consumer: Consumer, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Logical start offsets (EARLIEST, LATEST) made exact from the
+        partitions' watermarks, so that the start position is known before any
+        record arrives: a member stopped before its first record can still
+        report where it was (a LATEST start re-resolved by the next owner would
+        skip whatever was produced in between). A partition whose watermarks
+        cannot be read keeps its logical offset; librdkafka resolves it."""
+        resolved = dict(positions)
+        for (topic, partition), offset in positions.items():
+            if offset not in (EARLIEST, LATEST):
+                continue
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                           timeout=METADATA_TIMEOUT_S, cached=False)
+            except KafkaException as exc:
+                log.info("fetcher: start of %s-%d left to the client: %s", topic, partition, exc)
+                continue
+            resolved[(topic, partition)] = low if offset == EARLIEST else high
+        return resolved
+
+    def position(self, partition: tuple[str, int]) -> Optional[int]:
+        """The next offset this fetcher would hand out for ``partition``
+        (None if not assigned, or its logical start is not resolved yet)."""
+        with self._lock:
+            offset = self._next.get(partition)
+        return offset if offset is not None and offset >= 0 else None
 
     def revoke(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Stop fetching these partitions; records of theirs still queued

@@ -27,7 +27,8 @@ import threading
 import time
 from typing import Iterator, Optional
 
-from zkcoord.consumer.membership import NO_OFFSET, GroupMembership
+from zkcoord.consumer.membership import GroupMembership
+from zkcoord.consumer.protocol import NO_OFFSET
 from zkcoord.spark.errors import SparkSourceError
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.offsets import PartitionOffsets, StreamOffset, TopicPartition

@@ -823,6 +823,9 @@ class GroupState:
     that loses its coordinator stops fetching within its session timeout, so a
     successor may hand a partition to someone else only after that long, unless
     its holder has come back to it (written as 0 by older states: no lease).
+    ``running`` maps a member id to what it ran when the state was written,
+    partitions being taken from it included: until they are stopped, a
+    successor counts them as that member's too (absent in older states).
     """
 
     generation: int
@@ -830,6 +833,7 @@ class GroupState:
     assignment: Mapping[str, tuple[tuple[str, int], ...]]
     version: int = 1
     lease_ms: int = 0
+    running: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _is_int(self.generation) or not 0 <= self.generation <= _INT32_MAX:
@@ -842,17 +846,24 @@ class GroupState:
             raise LayoutError(f"lease_ms must be an integer in [0, {_INT32_MAX}], got {self.lease_ms!r}")
         owned: set[tuple[str, int]] = set()
         for member, pairs in dict(self.assignment).items():
-            if not isinstance(member, str) or not member or not isinstance(pairs, tuple):
-                raise LayoutError(f"assignment of member {member!r} must be a tuple of (topic, partition)")
+            _validate_member_partitions(member, pairs)
             for pair in pairs:
-                if not isinstance(pair, tuple) or len(pair) != 2:
-                    raise LayoutError(f"member {member!r}: {pair!r} is not (topic, partition)")
-                validate_topic_name(pair[0])
-                _validate_partition(pair[1])
                 if pair in owned:
                     # Exclusive ownership: one partition, one member.
                     raise LayoutError(f"partition {pair[0]}/{pair[1]} is assigned twice")
                 owned.add(pair)
+        for member, pairs in dict(self.running).items():
+            _validate_member_partitions(member, pairs)
+
+
+def _validate_member_partitions(member, pairs) -> None:
+    if not isinstance(member, str) or not member or not isinstance(pairs, tuple):
+        raise LayoutError(f"partitions of member {member!r} must be a tuple of (topic, partition)")
+    for pair in pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise LayoutError(f"member {member!r}: {pair!r} is not (topic, partition)")
+        validate_topic_name(pair[0])
+        _validate_partition(pair[1])
 
 
 def encode_group_state(state: GroupState) -> bytes:
@@ -863,23 +874,31 @@ def encode_group_state(state: GroupState) -> bytes:
             "strategy": state.strategy,
             "assignment": {m: [list(p) for p in pairs] for m, pairs in state.assignment.items()},
             "lease_ms": state.lease_ms,
+            "running": {m: [list(p) for p in pairs] for m, pairs in state.running.items()},
         }
     )
 
 
 def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
     fields = decode_versioned(data, where, 1, ("generation", "strategy", "assignment"))
-    assignment = {}
-    for member, pairs in fields.mapping("assignment").items():
-        if not isinstance(pairs, list) or not all(
-            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and _is_int(p[1])
-            for p in pairs
-        ):
-            raise fields.fail("assignment", f"of member {member!r} must be [[topic, partition], ...]")
-        assignment[member] = tuple((t, p) for t, p in pairs)
+
+    def partitions_by_member(name: str) -> dict[str, tuple[tuple[str, int], ...]]:
+        result = {}
+        for member, pairs in fields.mapping(name).items():
+            if not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and _is_int(p[1])
+                for p in pairs
+            ):
+                raise fields.fail(name, f"of member {member!r} must be [[topic, partition], ...]")
+            result[member] = tuple((t, p) for t, p in pairs)
+        return result
+
+    assignment = partitions_by_member("assignment")
+    running = partitions_by_member("running") if fields.has("running") else {}
     try:
         lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
-        return GroupState(fields.integer("generation", 0), fields.string("strategy"), assignment, lease_ms=lease_ms)
+        return GroupState(fields.integer("generation", 0), fields.string("strategy"), assignment,
+                          lease_ms=lease_ms, running=running)
     except LayoutError as exc:
         raise LayoutError(f"{where}: {exc}") from None
 

@@ -1,0 +1,49 @@
+"""The coordinator's fences: who may still fetch what, and until when."""
+
+from __future__ import annotations
+
+from zkcoord.coordinator.lease import Fences, lease_end
+
+A, B, C = ("t", 0), ("t", 1), ("t", 2)
+
+
+def test_a_lease_ends_a_session_timeout_and_the_margin_after_the_last_send():
+    assert lease_end(100.0, 10_000, 200) == 110.2
+
+
+def test_fenced_partitions_are_free_only_once_every_holder_s_lease_has_ended():
+    fences = Fences()
+    fences.fence("m1", {A, B}, until=10.0)
+    fences.fence("m2", {B}, until=12.0)
+    assert fences.until(now=5.0) == 12.0
+    assert fences.until(now=5.0, partitions=[A]) == 10.0
+    assert fences.until(now=5.0, partitions=[C]) is None
+    assert fences.until(now=10.0) == 12.0  # m1's lapsed, m2's holds B
+    assert fences.until(now=12.0) is None
+    assert not fences
+
+
+def test_a_fence_is_never_shortened_by_a_later_one():
+    fences = Fences()
+    fences.fence("m1", {A}, until=10.0)
+    fences.fence("m1", {A}, until=8.0)
+    assert fences.until(now=0.0) == 10.0
+
+
+def test_a_holder_that_registers_again_frees_what_it_held():
+    fences = Fences()
+    fences.fence("m1", {A, B}, until=10.0)
+    fences.fence("m2", {B}, until=10.0)
+    fences.release("m1")
+    assert fences.until(now=0.0, partitions=[A]) is None
+    assert fences.until(now=0.0, partitions=[B]) == 10.0
+    assert fences.holders() == {"m2"}
+
+
+def test_held_by_names_a_holder_s_partitions_while_its_fence_holds():
+    fences = Fences()
+    fences.fence("m1", {A, B}, until=10.0)
+    fences.release("m1", [B])
+    assert fences.held_by("m1", now=5.0) == {A}
+    assert fences.held_by("m1", now=10.0) == frozenset()
+    assert fences.held_by("m2", now=5.0) == frozenset()

@@ -1,0 +1,266 @@
+"""The member's protocol decisions, with a clock the test moves by hand.
+
+Each test names the interleaving it pins down; the lease tests are the
+consumer's half of docs/DESIGN.md's lease rule.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from zkcoord import wire
+from zkcoord.coordinator.lease import lease_end
+from zkcoord.consumer.protocol import (
+    NO_OFFSET, Generation, IllegalMemberTransition, LeaseExpired, MemberProtocol, MemberState,
+)
+
+T = 10.0  # session timeout, seconds
+A, B, C = ("t", 0), ("t", 1), ("t", 2)
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.running: dict = {}
+        self.positions: dict = {}
+        self.calls: list = []
+
+    def on_start(self, partitions):
+        self.calls.append(("start", dict(partitions)))
+        self.running = dict(partitions)
+        for tp, offset in partitions.items():
+            self.positions.setdefault(tp, max(offset, 0))
+
+    def on_stop(self, partitions):
+        self.calls.append(("stop", frozenset(partitions)))
+        for tp in partitions:
+            self.running.pop(tp, None)
+        return {tp: self.positions[tp] for tp in partitions if tp in self.positions}
+
+    def offsets(self):
+        return dict(self.positions)
+
+    def last_poll_ms_ago(self):
+        return 5
+
+
+def registration(**overrides) -> wire.RegisterConsumerRequest:
+    fields = dict(group_id="g", consumer_id="c-1", topics=("t",), session_timeout_ms=int(T * 1000))
+    fields.update(overrides)
+    return wire.RegisterConsumerRequest(**fields)
+
+
+def registered_member(at: float = 0.0, epoch: int = 3) -> tuple[MemberProtocol, Listener]:
+    listener = Listener()
+    member = MemberProtocol(registration(), listener)
+    member.register(at)
+    member.registered(wire.RegisterConsumerResponse(coordinator_epoch=epoch))
+    return member, listener
+
+
+def ping(epoch: int = 3, generation: int = 1) -> wire.PingRequest:
+    return wire.PingRequest(coordinator_epoch=epoch, generation=generation)
+
+
+def start(*partitions, epoch: int = 3, generation: int = 1) -> wire.StartRequest:
+    return wire.StartRequest(coordinator_epoch=epoch, generation=generation, strategy="range",
+                             partitions=tuple(wire.TopicPartitionOffset(t, p, NO_OFFSET) for t, p in partitions))
+
+
+def stop(*partitions, epoch: int = 3, generation: int = 1) -> wire.StopRequest:
+    return wire.StopRequest(coordinator_epoch=epoch, generation=generation, revoke_all=False,
+                            partitions=tuple(wire.TopicPartition(t, p) for t, p in partitions))
+
+
+# -- the lease ----------------------------------------------------------------------------------
+
+
+def test_the_lease_runs_from_the_registration_until_the_first_request():
+    member, _ = registered_member(at=100.0)
+    assert member.holds_lease(100.0 + T - 0.001)
+    assert not member.holds_lease(100.0 + T)
+
+
+def test_a_request_renews_the_lease_from_when_the_previous_answer_left_not_from_its_own_arrival():
+    member, _ = registered_member(at=0.0)
+    member.answer(ping(), now=3.0)  # proves the registration arrived: lease to 0 + T
+    assert member.lease_deadline == T
+    member.answer(ping(), now=6.0)  # proves the answer sent at 3 arrived
+    assert member.lease_deadline == 3.0 + T
+    assert member.holds_lease(3.0 + T - 0.001) and not member.holds_lease(3.0 + T)
+
+
+def test_a_request_that_sat_in_the_socket_past_the_lease_does_not_renew_it():
+    # Finding 4: the coordinator sent a ping at 5, the process was paused until 14.
+    member, listener = registered_member(at=0.0)
+    member.answer(start(A, B), now=1.0)
+    with pytest.raises(LeaseExpired):
+        member.answer(ping(), now=T + 1.0 + 0.5)
+    assert member.state is MemberState.UNREGISTERED
+    assert listener.running == {} and member.assignment == {}
+    assert member.handover == {A: 0, B: 0}  # for the next registration
+
+
+def test_a_paused_member_holds_no_lease_when_it_resumes_whatever_the_network_thread_did():
+    member, _ = registered_member(at=0.0)
+    member.answer(start(A), now=1.0)
+    member.answer(ping(), now=4.0)  # lease to 1 + T
+    assert member.holds_lease(1.0 + T - 0.01)
+    # SIGSTOP from 5 to 30: no frame read yet, the application thread asks first.
+    assert not member.holds_lease(30.0)
+
+
+def test_check_lease_stops_everything_once_the_deadline_passes():
+    member, listener = registered_member(at=0.0)
+    member.answer(start(A), now=1.0)
+    member.check_lease(T - 0.1)  # still held: nothing happens
+    assert listener.running == {A: NO_OFFSET}
+    with pytest.raises(LeaseExpired):
+        member.check_lease(T)
+    assert listener.running == {} and member.state is MemberState.UNREGISTERED
+
+
+def test_the_lease_never_outlasts_the_coordinators_wait_in_any_delay_pattern():
+    """The coordinator waits T + margin after its last send before it hands
+    partitions on. Whatever the delays on the way (the request sent after the
+    previous answer arrived, the request processed any time later), the
+    member's lease has ended by then."""
+    import random
+
+    rng = random.Random(20261123)
+    for _ in range(2000):
+        member, _ = registered_member(at=0.0)
+        answer_left = 0.0  # the registration
+        coordinator_last_send = 0.0
+        now = 0.0
+        for _ in range(rng.randrange(1, 6)):
+            arrived = answer_left + rng.uniform(0, 2)  # the answer reaches the coordinator
+            coordinator_last_send = arrived + rng.uniform(0, 4)  # it pings later
+            now = max(now, coordinator_last_send) + rng.expovariate(1.0)  # delivered and processed
+            try:
+                member.answer(ping(), now=now)
+            except LeaseExpired:
+                break
+            answer_left = now
+        assert member.lease_deadline <= lease_end(coordinator_last_send, int(T * 1000), margin_ms=0)
+
+
+# -- authority ------------------------------------------------------------------------------------
+
+
+def test_an_older_epoch_is_refused_and_a_newer_one_resets_the_generation():
+    member, _ = registered_member(epoch=3)
+    member.answer(start(A, generation=7), now=1.0)
+    assert member.generation == Generation(3, 7)
+    with pytest.raises(wire.StaleEpoch):
+        member.answer(ping(epoch=2), now=2.0)
+    member.answer(ping(epoch=4, generation=0), now=2.0)
+    assert member.generation == Generation(4, -1)
+    member.answer(start(A, epoch=4, generation=1), now=3.0)
+    assert member.generation == Generation(4, 1)
+
+
+def test_an_older_generation_of_the_same_epoch_is_refused():
+    # A Stop or Start of a round the coordinator gave up on, arriving late.
+    member, listener = registered_member()
+    member.answer(start(A, B, generation=5), now=1.0)
+    with pytest.raises(wire.StaleGeneration):
+        member.answer(stop(A, generation=4), now=2.0)
+    assert listener.running == {A: NO_OFFSET, B: NO_OFFSET}
+
+
+def test_a_start_that_drops_a_partition_without_a_stop_is_refused_and_changes_nothing():
+    member, listener = registered_member()
+    member.answer(start(A, B), now=1.0)
+    answer = member.answer(start(A, C, generation=2), now=2.0)
+    assert answer.error_code == wire.ErrorCode.ILLEGAL_STATE
+    assert set(member.assignment) == {A, B} and set(listener.running) == {A, B}
+
+
+def test_requests_a_coordinator_does_not_send_are_refused():
+    member, _ = registered_member()
+    with pytest.raises(wire.IllegalState):
+        member.answer(wire.LeaveGroupResponse(), now=1.0)
+
+
+def test_an_error_from_the_coordinator_is_raised_as_its_type():
+    member, _ = registered_member()
+    with pytest.raises(wire.MaxPollIntervalExceeded):
+        member.answer(wire.ErrorResponse(error_code=wire.ErrorCode.MAX_POLL_INTERVAL_EXCEEDED,
+                                         message="idle"), now=1.0)
+
+
+# -- answers ----------------------------------------------------------------------------------------
+
+
+def test_a_ping_reports_offsets_of_owned_partitions_only():
+    member, listener = registered_member()
+    member.answer(start(A), now=1.0)
+    listener.positions[C] = 99  # left over from before, not ours any more
+    answer = member.answer(ping(), now=2.0)
+    assert wire.offsets_of(answer.offsets) == {A: 0}
+    assert answer.last_poll_ms_ago == 5
+
+
+def test_a_stop_answers_with_the_final_offsets_and_keeps_them_for_a_next_coordinator():
+    # Finding 8: a Stop's offsets are lost if the coordinator dies before it
+    # writes them; the member hands them to the next coordinator.
+    member, listener = registered_member()
+    member.answer(start(A, B), now=1.0)
+    listener.positions[A] = 41
+    answer = member.answer(stop(A), now=2.0)
+    assert wire.offsets_of(answer.offsets) == {A: 41}
+    assert set(member.assignment) == {B}
+    member.lost()
+    again = member.register(5.0)
+    assert wire.offsets_of(again.offsets) == {A: 41, B: 0}
+    member.registered(wire.RegisterConsumerResponse(coordinator_epoch=4))
+    assert member.handover == {}
+
+
+# -- states -------------------------------------------------------------------------------------------
+
+
+def test_a_refusal_retrying_cannot_fix_fails_the_member():
+    member = MemberProtocol(registration(), Listener())
+    member.register(0.0)
+    with pytest.raises(wire.InvalidRegistration):
+        member.registered(wire.RegisterConsumerResponse(error_code=wire.ErrorCode.INVALID_REGISTRATION,
+                                                        error_message="bad"))
+    assert member.state is MemberState.FAILED
+
+
+def test_a_retriable_refusal_leaves_the_member_free_to_try_again():
+    member = MemberProtocol(registration(), Listener())
+    member.register(0.0)
+    with pytest.raises(wire.NotCoordinator):
+        member.registered(wire.RegisterConsumerResponse(error_code=wire.ErrorCode.NOT_COORDINATOR))
+    assert member.state is MemberState.UNREGISTERED
+    member.register(1.0)
+
+
+def test_leaving_stops_everything_and_carries_the_final_offsets():
+    member, listener = registered_member()
+    member.answer(start(A, B), now=1.0)
+    listener.positions.update({A: 7, B: 9})
+    leave = member.leave()
+    assert wire.offsets_of(leave.offsets) == {A: 7, B: 9}
+    assert listener.running == {} and member.state is MemberState.LEAVING
+    assert not member.holds_lease(1.5)
+
+
+def test_an_evicted_member_rejoins_only_after_the_application_polls():
+    member, _ = registered_member()
+    member.lost(evicted=True)
+    assert member.state is MemberState.EVICTED
+    with pytest.raises(IllegalMemberTransition):
+        member.register(1.0)
+    member.polled_again()
+    member.register(2.0)
+
+
+def test_illegal_transitions_fail_loudly():
+    member = MemberProtocol(registration(), Listener())
+    with pytest.raises(IllegalMemberTransition):
+        member.registered(wire.RegisterConsumerResponse(coordinator_epoch=1))
+    with pytest.raises(IllegalMemberTransition):
+        member.leave()

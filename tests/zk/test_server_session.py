@@ -1,0 +1,53 @@
+"""A server's ZooKeeper client, on real ZooKeeper: it never gives up quietly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from zkcoord.coordinator.server import ZK_RECONNECT_MAX_DELAY_S
+
+# A real server in its own gevent process. The fault: kazoo's connection loop
+# dies (an unhandled error in it closes the client for good, which is how a
+# loaded server once ended up answering "Connection has been closed" for ever).
+SERVER_WHOSE_CLIENT_CLOSES = """
+from gevent import monkey
+monkey.patch_all()
+import socket, sys
+import gevent
+from zkcoord.coordinator.server import Server, ServerConfig, ServerError
+
+server = Server(ServerConfig(server_id=1, zookeeper=sys.argv[1]))
+server.start()
+gevent.wait(timeout=1.0)
+connection = server.zk._connection
+
+def failing_attempt(*args, **kwargs):
+    raise RuntimeError("injected: the connection loop fails")
+
+connection._connect_attempt = failing_attempt
+connection._socket.shutdown(socket.SHUT_RDWR)  # the live connection drops; reconnecting fails
+try:
+    server.serve_forever()
+except ServerError as exc:
+    print(f"server error: {exc}", flush=True)
+    sys.exit(3)
+sys.exit(0)
+"""
+
+
+def test_a_server_whose_zookeeper_client_closes_exits_non_zero_for_its_supervisor(zk_connect):
+    result = subprocess.run([sys.executable, "-c", SERVER_WHOSE_CLIENT_CLOSES, zk_connect],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 3, result.stdout + result.stderr[-3000:]
+    assert "will not reconnect" in result.stdout
+
+
+def test_reconnecting_backs_off_to_seconds_not_kazoos_hour():
+    # kazoo's default lets the delay between reconnect rounds grow to 3600 s:
+    # a server cut off for a few minutes would stay away long after the cut heals.
+    from zkcoord.coordinator.server import Server, ServerConfig
+
+    server = Server(ServerConfig(server_id=1, zookeeper="127.0.0.1:1"))
+    assert server.zk._conn_retry.max_tries == -1
+    assert server.zk._conn_retry.max_delay == ZK_RECONNECT_MAX_DELAY_S <= 5

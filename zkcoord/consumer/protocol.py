@@ -1,0 +1,282 @@
+"""The member's side of the coordinator protocol as a state machine, without I/O.
+
+:class:`MemberProtocol` decides what a member answers to each request the
+coordinator pushes (Ping, Stop, Start), whether it still holds its lease,
+and what it hands over when it loses its coordinator. It never reads a
+clock, a socket or a thread: the caller (:class:`~zkcoord.consumer.
+membership.GroupMembership`'s network thread, or a unit test) passes the
+time in and sends what it is given. Stopping and starting fetching is the
+listener's business, called synchronously.
+
+The lease (docs/DESIGN.md, "The lease rule"): a member may deliver records
+only until ``T`` (its session timeout) after the instant it sent the answer
+*before* the last request it obeyed, or its registration. A request from
+the coordinator proves that answer arrived, so the coordinator sent that
+request later than the answer left; the coordinator hands a member's
+partitions on only ``T`` plus a margin after its own last request to the
+member. Dated this way the member's lease always ends first, whatever the
+delays of the network, the scheduler or a paused process in between. A
+request that sat in a socket past the lease does not renew it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+from zkcoord import wire
+from zkcoord.errors import ZkcoordError
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+NO_OFFSET = -1  # in a Start: no committed offset, apply auto_offset_reset
+# Registration refusals worth retrying: the coordinator moved or is starting,
+# or our previous connection is still registered until the coordinator sees it close.
+RETRIABLE_REGISTRATION = frozenset({
+    wire.ErrorCode.NOT_COORDINATOR, wire.ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    wire.ErrorCode.CONSUMER_ID_IN_USE, wire.ErrorCode.REBALANCE_IN_PROGRESS,
+})
+
+
+class LeaseExpired(ZkcoordError):
+    """No request from the coordinator renewed the member's lease in time:
+    it has stopped everything and must register again."""
+
+    retriable = True
+
+
+class IllegalMemberTransition(ZkcoordError):
+    """A member was asked to move between states that do not connect (a bug)."""
+
+
+class MemberState(enum.Enum):
+    """UNREGISTERED: runs nothing; looking for the coordinator.
+    REGISTERING: a RegisterConsumerRequest is out; runs nothing.
+    ACTIVE: registered; obeys Ping, Stop and Start while its lease holds.
+    LEAVING: stopped everything; a LeaveGroupRequest is out.
+    EVICTED: removed for not polling; rejoins once the application polls.
+    FAILED: refused in a way retrying cannot fix; the application is told.
+    CLOSED: done for good."""
+
+    UNREGISTERED = "unregistered"
+    REGISTERING = "registering"
+    ACTIVE = "active"
+    LEAVING = "leaving"
+    EVICTED = "evicted"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+_ALLOWED = {
+    MemberState.UNREGISTERED: {MemberState.REGISTERING, MemberState.EVICTED, MemberState.FAILED,
+                               MemberState.CLOSED},
+    MemberState.REGISTERING: {MemberState.ACTIVE, MemberState.UNREGISTERED, MemberState.FAILED,
+                              MemberState.CLOSED},
+    MemberState.ACTIVE: {MemberState.UNREGISTERED, MemberState.LEAVING, MemberState.EVICTED,
+                         MemberState.FAILED, MemberState.CLOSED},
+    MemberState.LEAVING: {MemberState.CLOSED, MemberState.UNREGISTERED},
+    MemberState.EVICTED: {MemberState.UNREGISTERED, MemberState.CLOSED},
+    MemberState.FAILED: {MemberState.CLOSED},
+    MemberState.CLOSED: set(),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Generation:
+    """Which coordinator (epoch) and which of its assignments (generation)
+    a request comes from. Compared as a pair: a newer epoch outranks any
+    generation of an older one."""
+
+    epoch: int
+    generation: int
+
+
+NO_GENERATION = Generation(-1, -1)
+
+
+class MembershipListener(Protocol):
+    def on_start(self, partitions: dict[TopicPartition, int]) -> None:
+        """The whole assignment after a change, with start offsets (NO_OFFSET: none committed)."""
+
+    def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
+        """Stop these partitions; return the next offset to consume for each one known."""
+
+    def offsets(self) -> Optional[dict[TopicPartition, int]]:
+        """Offsets to report on a ping (None: nothing to commit)."""
+
+    def last_poll_ms_ago(self) -> int:
+        """Milliseconds since the application last polled; -1 if never."""
+
+
+class MemberProtocol:
+    """One member's protocol state. Not thread-safe: one thread drives it;
+    others may read ``state``, ``assignment`` and call :meth:`holds_lease`
+    (each is replaced whole, never changed in place)."""
+
+    def __init__(self, registration: wire.RegisterConsumerRequest, listener: MembershipListener):
+        self.registration = registration
+        self.listener = listener
+        self.session_timeout = registration.session_timeout_ms / 1000.0
+        self.state = MemberState.UNREGISTERED
+        self.generation = NO_GENERATION
+        self.assignment: dict[TopicPartition, int] = {}
+        self.lease_deadline = float("-inf")
+        # When the last answer (or the registration) left: the lease's base.
+        self._answer_sent_at = float("-inf")
+        # Final offsets of partitions stopped under this coordinator: handed
+        # to the next one at registration, in case this one never wrote them.
+        self.handover: dict[TopicPartition, int] = {}
+
+    # -- states -------------------------------------------------------------------------
+
+    def _transition(self, state: MemberState) -> None:
+        if state not in _ALLOWED[self.state]:
+            raise IllegalMemberTransition(f"member {self.registration.consumer_id}: "
+                                          f"{self.state.value} -> {state.value} is not allowed")
+        self.state = state
+
+    def holds_lease(self, now: float) -> bool:
+        """May the member deliver records at ``now``?"""
+        return self.state is MemberState.ACTIVE and now < self.lease_deadline
+
+    # -- registration -------------------------------------------------------------------
+
+    def register(self, now: float) -> wire.RegisterConsumerRequest:
+        """The registration to send at ``now`` (taken before sending)."""
+        self._transition(MemberState.REGISTERING)
+        self._answer_sent_at = now
+        return dataclasses.replace(self.registration, offsets=wire.offset_entries(self.handover))
+
+    def registered(self, answer: wire.RegisterConsumerResponse) -> None:
+        """Take the coordinator's answer; raises the refusal, if it is one."""
+        if answer.error_code != wire.ErrorCode.NONE:
+            error = wire.error_for(answer.error_code, answer.error_message)
+            if answer.error_code in RETRIABLE_REGISTRATION:
+                self._transition(MemberState.UNREGISTERED)
+            else:
+                self.fail()
+            raise error
+        self._transition(MemberState.ACTIVE)
+        self._observe_epoch(answer.coordinator_epoch)
+        self.lease_deadline = self._answer_sent_at + self.session_timeout
+        self.handover = {}
+
+    def _observe_epoch(self, epoch: int) -> None:
+        if epoch > self.generation.epoch:
+            self.generation = Generation(epoch, -1)
+
+    # -- requests -----------------------------------------------------------------------
+
+    def answer(self, request: wire.Message, now: float) -> wire.Message:
+        """The answer to a request received by ``now``, to be sent at once.
+
+        Raises LeaseExpired (the member has stopped everything) or the
+        WireError to send back before closing (a stale epoch or generation, a
+        message a coordinator does not send).
+        """
+        if self.state is not MemberState.ACTIVE:
+            raise wire.IllegalState(f"a {type(request).__name__} reached a member that is {self.state.value}")
+        if isinstance(request, wire.ErrorResponse):
+            raise wire.error_for(request.error_code, request.message)
+        if not isinstance(request, (wire.PingRequest, wire.StopRequest, wire.StartRequest)):
+            raise wire.IllegalState(f"a coordinator does not send {type(request).__name__}")
+        self.check_lease(now)
+        self._check_authority(request)
+        # The request proves our last answer arrived: the lease runs from when it left.
+        self.lease_deadline = self._answer_sent_at + self.session_timeout
+        self._answer_sent_at = now
+        if isinstance(request, wire.PingRequest):
+            return self._ping()
+        if isinstance(request, wire.StopRequest):
+            return self._stop(request)
+        return self._start(request)
+
+    def check_lease(self, now: float) -> None:
+        """Raise LeaseExpired, having stopped everything, if the lease ran out by ``now``."""
+        if self.state is MemberState.ACTIVE and now >= self.lease_deadline:
+            self.lost()
+            raise LeaseExpired(f"no request from the coordinator renewed the lease "
+                               f"within {self.session_timeout:.1f}s")
+
+    def _check_authority(self, request) -> None:
+        if request.coordinator_epoch < self.generation.epoch:
+            raise wire.StaleEpoch(f"request from coordinator epoch {request.coordinator_epoch}; "
+                                  f"epoch {self.generation.epoch} has been seen")
+        self._observe_epoch(request.coordinator_epoch)
+        if isinstance(request, (wire.StopRequest, wire.StartRequest)):
+            if request.generation < self.generation.generation:
+                raise wire.StaleGeneration(f"generation {request.generation} is older than "
+                                           f"{self.generation.generation}")
+            self.generation = Generation(request.coordinator_epoch, request.generation)
+
+    def _ping(self) -> wire.PingResponse:
+        offsets = self.listener.offsets()
+        if offsets is not None:
+            offsets = wire.offset_entries({tp: o for tp, o in offsets.items() if tp in self.assignment})
+        return wire.PingResponse(offsets=offsets, last_poll_ms_ago=self.listener.last_poll_ms_ago())
+
+    def _stop(self, request: wire.StopRequest) -> wire.StopResponse:
+        if request.revoke_all:
+            revoked = frozenset(self.assignment)
+        else:
+            revoked = frozenset((tp.topic, tp.partition) for tp in request.partitions) & frozenset(self.assignment)
+        final = self._stop_partitions(revoked)
+        return wire.StopResponse(coordinator_epoch=self.generation.epoch, generation=self.generation.generation,
+                                 offsets=wire.offset_entries(final))
+
+    def _start(self, request: wire.StartRequest) -> wire.RestartFetcherResponse:
+        # The whole assignment after the change. Partitions we run must stay
+        # in it: only a Stop takes a partition away.
+        granted = {(tp.topic, tp.partition): tp.offset for tp in request.partitions}
+        dropped = set(self.assignment) - set(granted)
+        if dropped:
+            log.error("member %s: Start drops %s without a Stop", self.registration.consumer_id, sorted(dropped))
+            return wire.RestartFetcherResponse(error_code=wire.ErrorCode.ILLEGAL_STATE,
+                                               coordinator_epoch=self.generation.epoch,
+                                               generation=self.generation.generation)
+        self.assignment = granted
+        self.listener.on_start(dict(granted))
+        return wire.RestartFetcherResponse(coordinator_epoch=self.generation.epoch,
+                                           generation=self.generation.generation)
+
+    def _stop_partitions(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
+        if not partitions:
+            return {}
+        self.assignment = {tp: o for tp, o in self.assignment.items() if tp not in partitions}
+        final = self.listener.on_stop(partitions)
+        self.handover = {**self.handover, **final}
+        return final
+
+    # -- endings ------------------------------------------------------------------------
+
+    def lost(self, evicted: bool = False) -> None:
+        """The coordinator is gone (connection closed, lease out, refused):
+        stop everything, keep the final offsets for the next registration."""
+        self._stop_partitions(frozenset(self.assignment))
+        if self.state in (MemberState.ACTIVE, MemberState.REGISTERING):
+            self._transition(MemberState.EVICTED if evicted else MemberState.UNREGISTERED)
+
+    def polled_again(self) -> None:
+        """The application polled after an eviction: the member may rejoin."""
+        self._transition(MemberState.UNREGISTERED)
+
+    def leave(self) -> wire.LeaveGroupRequest:
+        """Stop everything and say goodbye with the final offsets."""
+        self._transition(MemberState.LEAVING)
+        final = self._stop_partitions(frozenset(self.assignment))
+        return wire.LeaveGroupRequest(offsets=wire.offset_entries(final))
+
+    def fail(self) -> None:
+        """Something retrying cannot fix (a refusal, a bug): stop everything for good."""
+        self._stop_partitions(frozenset(self.assignment))
+        if self.state is not MemberState.CLOSED:
+            self.state = MemberState.FAILED  # from anywhere: the application is told
+
+    def close(self) -> None:
+        self._stop_partitions(frozenset(self.assignment))
+        if self.state is not MemberState.CLOSED:
+            self.state = MemberState.CLOSED  # from anywhere: the application closed it

@@ -1,0 +1,71 @@
+"""Fences: partitions a member may still be fetching although the coordinator no longer counts on it.
+
+The coordinator's half of the lease rule (docs/DESIGN.md). A member may
+deliver until ``T`` (its session timeout) after it sent the answer before
+the last request it obeyed; every request the coordinator sends leaves after
+that answer arrived. So from the coordinator's last send to a member,
+``T + margin`` later the member's lease has surely ended, whatever became of
+the request on its way. Whenever the coordinator drops a member without an
+acknowledgement that it stopped (no answer, a connection that only this
+side saw close, eviction, a static member gone, a failover), the partitions
+it may be running are fenced until then: nobody is started on them before.
+
+A fence lifts early when its holder registers again (a member stops
+everything before it registers) or acknowledges a Stop of the partition.
+
+Pure state; times are plain floats from the caller's clock.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+TopicPartition = tuple[str, int]
+
+
+def lease_end(last_sent: float, session_timeout_ms: int, margin_ms: int) -> float:
+    """When a member last sent a request at ``last_sent`` surely holds no lease any more."""
+    return last_sent + (session_timeout_ms + margin_ms) / 1000.0
+
+
+class Fences:
+    """Per partition, the members that may still fetch it, and until when."""
+
+    def __init__(self) -> None:
+        self._until: dict[TopicPartition, dict[str, float]] = {}
+
+    def fence(self, holder: str, partitions: Iterable[TopicPartition], until: float) -> None:
+        for tp in partitions:
+            holders = self._until.setdefault(tp, {})
+            holders[holder] = max(until, holders.get(holder, until))
+
+    def release(self, holder: str, partitions: Optional[Iterable[TopicPartition]] = None) -> None:
+        """``holder`` has stopped ``partitions`` (all it held if None)."""
+        for tp in list(self._until) if partitions is None else partitions:
+            holders = self._until.get(tp)
+            if holders is not None:
+                holders.pop(holder, None)
+                if not holders:
+                    del self._until[tp]
+
+    def held_by(self, holder: str, now: float) -> frozenset[TopicPartition]:
+        """Partitions ``holder`` is fenced on at ``now``."""
+        return frozenset(tp for tp, holders in self._until.items() if holders.get(holder, now) > now)
+
+    def until(self, now: float, partitions: Optional[Iterable[TopicPartition]] = None) -> Optional[float]:
+        """The instant all of ``partitions`` (all fenced ones if None) are free,
+        or None if they are free at ``now``. Forgets fences that have lapsed."""
+        for tp in list(self._until):
+            holders = self._until[tp]
+            for holder in [h for h, t in holders.items() if t <= now]:
+                del holders[holder]
+            if not holders:
+                del self._until[tp]
+        wanted = self._until if partitions is None else [tp for tp in partitions if tp in self._until]
+        return max((max(self._until[tp].values()) for tp in wanted), default=None)
+
+    def holders(self) -> frozenset[str]:
+        return frozenset(h for holders in self._until.values() for h in holders)
+
+    def __bool__(self) -> bool:
+        return bool(self._until)
