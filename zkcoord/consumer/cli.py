@@ -11,8 +11,10 @@ end-to-end tests and drills:
 - ``--events`` appends a line for every Start and Stop the member obeyed, with
   the time, the partitions, the epoch and the generation;
 - ``--slow-ms`` with SIGUSR1 makes the member slow on purpose: a Start or
-  Stop within SLOW_ARMED_S of a SIGUSR1 takes that long to handle (a slow
-  callback); the arming lapses after that, so an unused one cannot bite later.
+  Stop within SLOW_ARMED_S of a SIGUSR1 takes that long to handle on the
+  network thread (a fetcher slow to start or stop, a metadata lookup), so its
+  answer is that late; the arming lapses after that, so an unused one cannot
+  bite later.
 
 Offsets are auto-committed: a record counts as consumed once poll() returned
 it, a moment before its line is written (a kill -9 in that moment loses the
@@ -104,6 +106,12 @@ def _write_status(path: Path, consumer) -> None:
         tmp.replace(path)
 
 
+def _be_slow_if_armed(slow_ms: int) -> None:
+    armed, _slow_armed_at["t"] = _slow_armed_at["t"], None
+    if armed is not None and time.monotonic() - armed < SLOW_ARMED_S:
+        time.sleep(slow_ms / 1000.0)
+
+
 def run(args: argparse.Namespace) -> int:
     from zkcoord.consumer.consumer import Consumer
     from zkcoord.errors import ConfigError
@@ -125,12 +133,21 @@ def run(args: argparse.Namespace) -> int:
             _append_event(args.events, consumer, event, partitions)
         if args.status is not None:
             _write_status(args.status, consumer)
-        armed, _slow_armed_at["t"] = _slow_armed_at["t"], None
-        if args.slow_ms and armed is not None and time.monotonic() - armed < SLOW_ARMED_S:
-            time.sleep(args.slow_ms / 1000.0)  # the fault being drilled: a slow callback, after the record of it
 
-    hooked = args.status is not None or args.events is not None or args.slow_ms > 0
-    consumer = Consumer(
+    class SlowToObey(Consumer):
+        """The fault being drilled: the network thread slow over a Start or Stop."""
+
+        def on_start(self, partitions):
+            _be_slow_if_armed(args.slow_ms)
+            super().on_start(partitions)
+
+        def on_stop(self, partitions):
+            final = super().on_stop(partitions)
+            _be_slow_if_armed(args.slow_ms)
+            return final
+
+    hooked = args.status is not None or args.events is not None
+    consumer = (SlowToObey if args.slow_ms else Consumer)(
         args.bootstrap.split(","), group=args.group, topics=args.topic or (), pattern=args.pattern,
         consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
         max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
