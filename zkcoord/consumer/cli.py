@@ -36,6 +36,8 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from zkcoord.wire import OFFSET_RESETS
+
     p = subparsers.add_parser("consume", help="consume a topic as a member of a group")
     p.add_argument("--bootstrap", required=True, help="zkcoord servers, host:port[,host:port...]")
     p.add_argument("--group", required=True)
@@ -46,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--session-timeout-ms", type=int, default=10_000)
     p.add_argument("--max-poll-interval-ms", type=int, default=300_000)
     p.add_argument("--max-poll-records", type=int, default=500)
-    p.add_argument("--offset-reset", choices=("smallest", "largest"), default="smallest")
+    p.add_argument("--offset-reset", choices=OFFSET_RESETS, default="smallest")
     p.add_argument("--strategy", action="append", default=None,
                    help="assignment strategy in order of preference (repeatable; default range)")
     p.add_argument("--max-messages", type=int, default=0, help="stop after this many (0: never)")

@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 2.0
 LEAVE_CHECK_S = 0.2  # how soon the network thread notices close()
 LEAVE_TIMEOUT_S = 5.0  # how long a leave waits for the coordinator's confirmation
-OFFSET_RESETS = ("smallest", "largest")
 
 
 class MembershipFailed(ZkcoordError):
@@ -85,8 +84,8 @@ class GroupMembership:
             raise ConfigError("a group id is required")
         if not topics and not pattern:
             raise ConfigError("subscribe to topics or to a pattern")
-        if auto_offset_reset not in OFFSET_RESETS:
-            raise ConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, not {auto_offset_reset!r}")
+        if auto_offset_reset not in wire.OFFSET_RESETS:
+            raise ConfigError(f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {auto_offset_reset!r}")
         if session_timeout_ms <= 0 or max_poll_interval_ms <= 0:
             raise ConfigError("session_timeout_ms and max_poll_interval_ms must be positive")
         self.servers = parse_bootstrap(bootstrap)

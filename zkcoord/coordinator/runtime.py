@@ -45,7 +45,6 @@ from zkcoord.zk import layout
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-OFFSET_RESETS = ("smallest", "largest")
 REBALANCE_PROTOCOLS = ("incremental", "eager")
 
 
@@ -283,9 +282,9 @@ class Coordinator:
                 re.compile(request.pattern)
             except re.error as exc:
                 raise wire.InvalidRegistration(f"bad pattern {request.pattern!r}: {exc}") from None
-        if request.auto_offset_reset not in OFFSET_RESETS:
+        if request.auto_offset_reset not in wire.OFFSET_RESETS:
             raise wire.InvalidRegistration(
-                f"auto_offset_reset must be one of {OFFSET_RESETS}, not {request.auto_offset_reset!r}"
+                f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {request.auto_offset_reset!r}"
             )
         if request.session_timeout_ms < self.config.min_session_timeout_ms:
             raise wire.SessionTimeoutTooLow(

@@ -170,6 +170,10 @@ _REGISTER_V1 = (
 )
 
 
+# The values of RegisterConsumerRequest.auto_offset_reset (Kafka 0.8's names).
+OFFSET_RESETS = ("smallest", "largest")
+
+
 @dataclass(frozen=True)
 class RegisterConsumerRequest(Message):
     """Consumer to coordinator, once per connection. The subscription is
