@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     import gevent
 
-    from zkcoord.coordinator.runtime import CoordinatorConfig
+    from zkcoord.coordinator.config import CoordinatorConfig
     from zkcoord.coordinator.server import Server, ServerConfig
     from zkcoord.errors import ConfigError
 

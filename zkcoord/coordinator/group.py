@@ -68,6 +68,12 @@ class Member:
     connected: bool = True
     last_sent: float = 0.0
     registered_at: float = 0.0
+    # The request it has not answered yet, and one waiting behind it: the
+    # channel carries one request at a time (seed 001's "channel held").
+    outstanding: Any = None
+    queued: Any = None
+    last_correlation_id: int = 0
+    leaving: bool = False  # its leave is being committed; nothing more is sent to it
 
     @property
     def session_timeout(self) -> float:
@@ -92,8 +98,11 @@ class Group:
     # Partitions members we dropped may still fetch, until their leases end
     # (after a failover: every member of the last persisted generation).
     fences: Fences = field(default_factory=Fences)
-    # /consumers/<group>/owners as last read or written by this coordinator (None: not read yet).
+    # /consumers/<group>/owners as last read or written by this coordinator (None: not known).
     recorded_owners: Optional[dict[TopicPartition, str]] = None
+    # Whether its state node exists (None: not known, after a write whose outcome is unknown).
+    state_exists: Optional[bool] = False
+    attempts: int = 0  # rebalance rounds failed in a row since the last change asked for one
 
     def transition(self, phase: GroupPhase) -> None:
         if phase not in _ALLOWED[self.phase]:

@@ -32,7 +32,8 @@ from kazoo.retry import KazooRetry
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
-from zkcoord.coordinator.runtime import Coordinator, CoordinatorConfig
+from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout
@@ -174,8 +175,7 @@ class Server:
         # Called from kazoo's handler: never block here, hand work to greenlets.
         if state == KazooState.SUSPENDED:
             if self.coordinator is not None:
-                log.warning("ZooKeeper connection suspended: coordinator stops pinging, starting and writing")
-                self.coordinator.active = False
+                self.coordinator.session_changed(connected=False)
         elif state == KazooState.LOST:
             self._session_lost = True
             self.zk.handler.spawn(self._resign)
@@ -185,7 +185,7 @@ class Server:
                 self.zk.handler.spawn(self._handle_new_session)
             elif self.coordinator is not None:
                 log.info("ZooKeeper connection back on the same session: coordinator resumes")
-                self.coordinator.active = True
+                self.coordinator.session_changed(connected=True)
         self._state_changed.set()
 
     def _handle_new_session(self) -> None:
@@ -264,7 +264,8 @@ class Server:
         epoch = store.claim_epoch()
         coordinator = Coordinator(store, self.config.coordinator, epoch.number)
         # Published before it starts, so that a suspension meanwhile reaches it.
-        coordinator.active = self.zk.state == KazooState.CONNECTED
+        if self.zk.state != KazooState.CONNECTED:
+            coordinator.session_changed(connected=False)
         self.coordinator = coordinator
         try:
             coordinator.start()

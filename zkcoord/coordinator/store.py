@@ -16,17 +16,13 @@ from typing import Iterable, Mapping, Optional
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
 
-from zkcoord.errors import ZkcoordError
+from zkcoord.coordinator.actions import Deposed
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 READ_BATCH = 200  # ZooKeeper reads in flight at once
-
-
-class Deposed(ZkcoordError):
-    """Another coordinator has been elected since this one: its writes are refused."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,196 @@
+"""A manual clock, keyed fake timers and an in-memory ZooKeeper around CoordinatorCore.
+
+Time moves only in ``advance``; timers fire in order of their time. ZooKeeper
+operations wait in ``operations`` until the test completes them, one by one
+(``complete``) or all (``settle``, which applies them to ``zk``). Members are
+driven by hand (``answer``) or obey whatever is sent to them (``obey``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+from zkcoord import wire
+from zkcoord.coordinator import actions
+from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.core import CoordinatorCore
+
+T_MS = 3000  # members' session timeout
+MARGIN_MS = 200
+CONFIG = CoordinatorConfig(lease_margin_ms=MARGIN_MS, rebalance_delay_ms=100, rebalance_timeout_ms=2000,
+                           rebalance_backoff_ms=100, offset_flush_interval_ms=1000)
+
+
+@dataclass
+class FakeZooKeeper:
+    """What the coordinator wrote, as ZooKeeper would hold it."""
+
+    owners: dict = field(default_factory=dict)  # group -> {tp: member}
+    offsets: dict = field(default_factory=lambda: defaultdict(dict))  # group -> {tp: offset}
+    states: dict = field(default_factory=dict)  # group -> GroupState
+    failures: dict = field(default_factory=dict)
+    writes: list = field(default_factory=list)  # every write, in order
+
+    def apply(self, op):
+        if isinstance(op, actions.ReadOwners):
+            return dict(self.owners.get(op.group, {}))
+        if isinstance(op, actions.ReadOffsets):
+            known = self.offsets[op.group]
+            return {tp: known[tp] for tp in op.partitions if tp in known}
+        self.writes.append(op)
+        if isinstance(op, actions.WriteGroupState):
+            self.states[op.group] = op.state
+        elif isinstance(op, actions.WriteOffsets):
+            for tp in op.offsets:
+                assert (tp in self.offsets[op.group]) == (tp in op.existing), f"create/set mismatch for {tp}"
+            self.offsets[op.group].update(op.offsets)
+        elif isinstance(op, actions.WriteOwners):
+            assert self.owners.get(op.group, {}) == dict(op.previous), "owners written from a stale view"
+            self.owners[op.group] = dict(op.owners)
+        elif isinstance(op, actions.WriteGroupFailure):
+            self.failures[op.group] = op.failure
+        return None
+
+
+class Harness:
+    def __init__(self, config: CoordinatorConfig = CONFIG, epoch: int = 1, states=None,
+                 zk: Optional[FakeZooKeeper] = None, partitions=None):
+        self.now = 0.0
+        self.core = CoordinatorCore(config, epoch)
+        self.zk = zk or FakeZooKeeper()
+        self.timers: dict = {}
+        self.sent: dict = defaultdict(list)  # conn -> [(message, correlation_id)]
+        self.closed: set = set()
+        self.operations: dict = {}  # token -> operation not completed yet
+        self._answered: dict = {}  # conn -> correlation ids it answered
+        self.log: list = []  # (time, conn, message) of every frame sent
+        self.apply(self.core.load(states or {}, self.now))
+        self.apply(self.core.start(self.now))
+        for topic, count in (partitions or {"t": 4}).items():
+            self.apply(self.core.partitions_changed(topic, count, self.now))
+
+    # -- the executor's part -------------------------------------------------------------------
+
+    def apply(self, todo: list) -> None:
+        for action in todo:
+            if isinstance(action, actions.Send):
+                self.sent[action.conn].append((action.message, action.correlation_id))
+                self.log.append((self.now, action.conn, action.message))
+            elif isinstance(action, actions.Close):
+                self.closed.add(action.conn)
+            elif isinstance(action, actions.SetTimer):
+                self.timers[action.key] = action.at
+            elif isinstance(action, actions.CancelTimer):
+                self.timers.pop(action.key, None)
+            elif isinstance(action, actions.ZooKeeperOperation):
+                self.operations[action.token] = action
+            else:
+                raise AssertionError(f"unknown action {action}")
+
+    def advance(self, seconds: float, serve: tuple = (), settle: bool = True) -> None:
+        """Move the clock, firing timers in order; after each step, the
+        members in ``serve`` obey what they were sent and (``settle``) ZooKeeper answers."""
+        end = self.now + seconds
+        while True:
+            self._react(serve, settle)
+            due = [(at, repr(key), key) for key, at in self.timers.items() if at <= end]
+            if not due:
+                break
+            at, _, key = min(due)
+            self.now = max(self.now, at)
+            del self.timers[key]
+            self.apply(self.core.timer_fired(key, self.now))
+        self.now = end
+        self._react(serve, settle)
+
+    def _react(self, serve, settle) -> None:
+        for _ in range(100):
+            progressed = any([self.obey(conn) for conn in serve])
+            if settle and self.operations:
+                self.settle()
+                progressed = True
+            if not progressed:
+                return
+        raise AssertionError("the core and its members never came to rest")
+
+    def complete(self, operation_type=None, result=None, error=None):
+        """Complete the oldest pending operation (of ``operation_type``) as told."""
+        token = min(t for t, op in self.operations.items() if operation_type is None or isinstance(op, operation_type))
+        op = self.operations.pop(token)
+        self.apply(self.core.done(token, self.now, result, error))
+        return op
+
+    def settle(self) -> None:
+        """Let ZooKeeper answer everything pending, as the fake holds it."""
+        while self.operations:
+            token = min(self.operations)
+            op = self.operations.pop(token)
+            result = self.zk.apply(op)
+            self.apply(self.core.done(token, self.now, result, None))
+
+    # -- members ----------------------------------------------------------------------------------
+
+    def register(self, conn, member_id: str, group: str = "g", topics=("t",), is_static: bool = False,
+                 offsets=(), session_timeout_ms: int = T_MS, **kwargs) -> wire.Message:
+        request = wire.RegisterConsumerRequest(
+            group_id=group, consumer_id=member_id, topics=tuple(topics), is_static=is_static,
+            session_timeout_ms=session_timeout_ms, offsets=tuple(offsets), **kwargs)
+        self.apply(self.core.register(conn, request, 99, self.now))
+        return request
+
+    def unanswered(self, conn) -> list:
+        """Requests sent to ``conn`` that it has not answered, oldest first."""
+        answered = self._answered.setdefault(conn, set())
+        return [(m, c) for m, c in self.sent[conn]
+                if c not in answered and isinstance(m, (wire.PingRequest, wire.StopRequest, wire.StartRequest))]
+
+    def answer(self, conn, message: wire.Message, correlation_id: Optional[int] = None) -> None:
+        """Deliver ``message`` from ``conn`` (by default, answering its oldest unanswered request)."""
+        if correlation_id is None:
+            correlation_id = self.unanswered(conn)[0][1]
+        self._answered.setdefault(conn, set()).add(correlation_id)
+        self.apply(self.core.received(conn, message, correlation_id, self.now))
+
+    def obey(self, conn, offsets: Optional[dict] = None) -> bool:
+        """``conn`` answers every request it holds as a healthy member would;
+        a Stop reports ``offsets`` (default: offset 10 per partition)."""
+        done = False
+        while conn not in self.closed and self.unanswered(conn):
+            request, correlation_id = self.unanswered(conn)[0]
+            if isinstance(request, wire.PingRequest):
+                reply = wire.PingResponse(last_poll_ms_ago=0)
+            elif isinstance(request, wire.StopRequest):
+                stopped = {(tp.topic, tp.partition) for tp in request.partitions}
+                reply = wire.StopResponse(offsets=wire.offset_entries(
+                    {tp: (offsets or {}).get(tp, 10) for tp in stopped}))
+            else:
+                reply = wire.RestartFetcherResponse()
+            self.answer(conn, reply, correlation_id)
+            done = True
+        return done
+
+    def requests(self, conn, kind) -> list:
+        return [m for m, _ in self.sent[conn] if isinstance(m, kind)]
+
+    def started(self, conn) -> set:
+        """Partitions in the Starts ``conn`` was sent."""
+        return {(p.topic, p.partition) for m in self.requests(conn, wire.StartRequest) for p in m.partitions}
+
+    def last_request_at(self, conn) -> float:
+        return max(t for t, c, m in self.log
+                   if c == conn and isinstance(m, (wire.PingRequest, wire.StopRequest, wire.StartRequest)))
+
+    def first_start_elsewhere(self, partitions, conn, after: float = 0.0) -> Optional[float]:
+        """When a Start holding any of ``partitions`` first went to a connection other than ``conn``."""
+        times = [t for t, c, m in self.log if c != conn and t >= after and isinstance(m, wire.StartRequest)
+                 and {(p.topic, p.partition) for p in m.partitions} & set(partitions)]
+        return min(times, default=None)
+
+    def running(self, member_id: str, group: str = "g") -> frozenset:
+        return self.core.groups[group].members[member_id].running
+
+    def stable(self, members, serve=None, seconds: float = 1.0) -> None:
+        """Let the group settle with every one of ``members`` (conns) obeying."""
+        self.advance(seconds, serve=tuple(serve or members))

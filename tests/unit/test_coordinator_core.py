@@ -1,0 +1,335 @@
+"""The coordinator's decisions, event by event, on a manual clock (core.py).
+
+One test (or one parametrised case) per finding of the safety review, and
+the interleavings around them. No sockets, no sleeps, no ZooKeeper: time
+moves only when a test says so, and ZooKeeper answers only when it is told.
+"""
+
+import pytest
+
+from zkcoord import wire
+from zkcoord.coordinator import actions
+from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.core import CoordinatorState
+from zkcoord.coordinator.group import GroupPhase, IllegalTransition
+from zkcoord.zk import layout
+
+from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, Harness
+
+T = T_MS / 1000.0
+MARGIN = MARGIN_MS / 1000.0
+P = [("t", i) for i in range(4)]
+
+
+def two_members() -> Harness:
+    """a runs t-0 and t-1, b runs t-2 and t-3 (range), everything written."""
+    h = Harness()
+    h.register("a", "a")
+    h.register("b", "b")
+    h.stable(["a", "b"])
+    assert h.running("a") == {P[0], P[1]} and h.running("b") == {P[2], P[3]}
+    return h
+
+
+def assert_fenced(h: Harness, dropped_conn, partitions, lease_from: float, serve=("a",), horizon: float = 8.0):
+    """Nobody else is started on ``partitions`` before the dropped member's
+    lease (from its last request, ``lease_from``) plus the margin has passed;
+    someone is, once it has."""
+    h.advance(horizon, serve=serve)
+    first = h.first_start_elsewhere(partitions, dropped_conn, after=0.0 if lease_from is None else lease_from)
+    assert first is not None, "the partitions were never handed on"
+    assert first >= lease_from + T + MARGIN - 1e-9, (first, lease_from)
+
+
+def test_a_handoff_stops_and_writes_before_it_starts():
+    h = Harness()
+    h.register("a", "a")
+    h.stable(["a"])
+    h.register("b", "b")
+    h.advance(0.1)  # the debounce: the round sends its Stop
+    (stop, _), = h.unanswered("a")
+    assert isinstance(stop, wire.StopRequest) and {(p.topic, p.partition) for p in stop.partitions} == {P[2], P[3]}
+    assert h.requests("b", wire.StartRequest) == []
+    h.answer("a", wire.StopResponse(offsets=wire.offset_entries({P[2]: 7, P[3]: 8})))
+    (write,) = h.operations.values()
+    assert isinstance(write, actions.WriteOffsets) and dict(write.offsets) == {P[2]: 7, P[3]: 8}
+    assert h.requests("b", wire.StartRequest) == []  # nothing starts before the stopped offsets are durable
+    h.complete(actions.WriteOffsets)
+    (start,) = h.requests("b", wire.StartRequest)
+    assert {(p.topic, p.partition): p.offset for p in start.partitions} == {P[2]: 7, P[3]: 8}
+    h.advance(0.5, serve=("a", "b"))
+    assert h.zk.owners["g"] == {P[0]: "a", P[1]: "a", P[2]: "b", P[3]: "b"}
+    assert h.core.groups["g"].phase is GroupPhase.STABLE
+
+
+# -- finding 2 (and 3): every path that drops a member fences what it may run -------------------
+
+def drop_by_silence(h):  # its pings go unanswered
+    return None
+
+
+def drop_by_reset_on_our_side(h):
+    h.apply(h.core.connection_closed("b", h.now))
+
+
+def drop_by_error(h):
+    h.answer("b", wire.ErrorResponse(error_code=wire.ErrorCode.UNKNOWN, message="no"), correlation_id=0)
+
+
+def drop_by_not_polling(h):
+    h.advance(1.0)  # its next ping
+    h.answer("b", wire.PingResponse(last_poll_ms_ago=10 ** 6))
+
+
+def drop_by_static_timeout(h):
+    h.apply(h.core.connection_closed("b", h.now))
+
+
+@pytest.mark.parametrize("drop", [drop_by_silence, drop_by_reset_on_our_side, drop_by_error, drop_by_not_polling,
+                                  drop_by_static_timeout])
+def test_a_dropped_member_is_fenced_until_its_lease_has_ended(drop):
+    h = Harness()
+    h.register("a", "a")
+    h.register("b", "b", is_static=drop is drop_by_static_timeout)
+    h.stable(["a", "b"])
+    drop(h)
+    lease_from = h.last_request_at("b")
+    assert_fenced(h, "b", {P[2], P[3]}, lease_from)
+    assert "b" not in h.core.groups["g"].members and "b" in h.closed
+    assert h.running("a") == set(P)
+
+
+def test_a_stop_left_unanswered_fences_the_member():
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1, serve=("a", "c"))  # b holds its Stop
+    (stop, _), = h.unanswered("b")
+    assert isinstance(stop, wire.StopRequest)
+    lease_from = h.last_request_at("b")
+    h.advance(CONFIG.rebalance_timeout_ms / 1000.0, serve=("a", "c"))
+    assert "b" not in h.core.groups["g"].members
+    assert_fenced(h, "b", {P[2], P[3]}, lease_from, serve=("a", "c"))
+
+
+def test_a_start_left_unanswered_fences_what_it_gave():
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1, serve=("a", "b"))  # c holds its Start
+    (start, _), = h.unanswered("c")
+    given = {(p.topic, p.partition) for p in start.partitions}
+    lease_from = h.last_request_at("c")
+    h.advance(CONFIG.rebalance_timeout_ms / 1000.0, serve=("a", "b"))
+    assert "c" not in h.core.groups["g"].members
+    assert_fenced(h, "c", given, lease_from, serve=("a", "b"))
+
+
+def test_the_lease_counts_from_the_last_request_sent_not_from_its_answer():
+    h = two_members()
+    h.advance(1.0)  # a ping goes out to each
+    sent_at = h.last_request_at("b")
+    h.advance(0.9)
+    h.answer("b", wire.PingResponse(last_poll_ms_ago=0))  # a slow answer renews nothing on our side
+    h.apply(h.core.connection_closed("b", h.now))
+    assert h.core.groups["g"].fences.until(h.now) == pytest.approx(sent_at + T + MARGIN)
+
+
+def test_a_member_dropped_during_a_round_keeps_its_fence():
+    """Finding 3: the rebalance it asks for joins the round under way, which must not bypass the fence."""
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1)  # Stops out to a and b
+    lease_from = h.last_request_at("b")
+    h.apply(h.core.connection_closed("b", h.now))
+    h.obey("a")
+    assert_fenced(h, "b", {P[2], P[3]}, lease_from, serve=("a", "c"))
+
+
+# -- finding 1: nothing of a round runs on into the next ----------------------------------------
+
+def test_a_round_ends_only_when_every_request_it_sent_is_settled():
+    config = CoordinatorConfig(**{**CONFIG.__dict__, "rebalance_protocol": "eager"})
+    h = Harness(config=config)
+    for conn in "ab":
+        h.register(conn, conn)
+    h.stable(["a", "b"])
+    h.advance(0.9)  # a's ping goes out and stays unanswered for now
+    h.obey("b")
+    h.register("c", "c")
+    h.advance(0.1)  # the round: Stop to b now, a's Stop waits behind its ping
+    assert [type(m) for m, _ in h.unanswered("a")] == [wire.PingRequest]
+    h.obey("b")
+    h.advance(0.5)
+    h.answer("a", wire.PingResponse(last_poll_ms_ago=0))  # the Stop goes out only now
+    assert isinstance(h.unanswered("a")[0][0], wire.StopRequest)
+    assert h.core.groups["g"].members["a"].last_sent == h.now  # dated when it left
+    a_sent = h.now
+    # b was stopped long ago; a never answers. Nobody starts until a is dropped and its lease is over.
+    h.advance(CONFIG.rebalance_timeout_ms / 1000.0 - 0.01, serve=("b", "c"))
+    assert not h.requests("b", wire.StartRequest)[1:] and not h.requests("c", wire.StartRequest)
+    assert_fenced(h, "a", {P[0], P[1]}, a_sent, serve=("b", "c"))
+    late = h.sent["a"][-1]
+    h.answer("a", wire.StopResponse(), correlation_id=late[1])  # from a closed connection: ignored
+    assert set(h.core.groups["g"].members) == {"b", "c"}
+
+
+def test_a_late_answer_after_the_timeout_changes_nothing():
+    h = two_members()
+    h.advance(1.0)
+    (ping, correlation_id), = h.unanswered("b")
+    h.advance(T + 0.01, serve=("a",))
+    assert "b" not in h.core.groups["g"].members
+    h.answer("b", wire.PingResponse(last_poll_ms_ago=0), correlation_id)
+    assert "b" not in h.core.groups["g"].members
+
+
+# -- finding 5: offsets are validated, and a bad one harms nothing -------------------------------
+
+def test_bad_offsets_are_refused_and_the_group_keeps_writing():
+    h = Harness()
+    h.zk.offsets["g"][P[1]] = 40
+    h.register("a", "a")
+    h.register("b", "b")
+    h.stable(["a", "b"])
+    h.advance(1.0)
+    h.obey("b")
+    h.answer("a", wire.PingResponse(last_poll_ms_ago=0, offsets=(
+        wire.TopicPartitionOffset("t", 0, -1),  # negative
+        wire.TopicPartitionOffset("t", 1, 30),  # below what is committed
+        wire.TopicPartitionOffset("t", 2, 99),  # b's partition
+    )))
+    h.advance(1.5, serve=("b",))  # a flush passes; a's next ping waits for its answer
+    assert dict(h.zk.offsets["g"]) == {P[1]: 40}  # nothing bad written, nothing wedged
+    h.answer("a", wire.PingResponse(last_poll_ms_ago=0, offsets=(wire.TopicPartitionOffset("t", 0, 12),)),
+             correlation_id=h.unanswered("a")[0][1])
+    h.advance(1.0, serve=("a", "b"))
+    assert h.zk.offsets["g"][P[0]] == 12
+    assert h.core.groups["g"].phase is GroupPhase.STABLE
+
+
+# -- finding 6: the coordinator's own state -------------------------------------------------------
+
+def test_a_write_refused_for_a_newer_epoch_deposes_the_core_and_it_sends_nothing_more():
+    h = Harness()
+    h.register("a", "a")
+    h.advance(0.1, settle=False)
+    h.complete(actions.ReadOwners, result={})
+    h.complete(actions.WriteGroupState, error=actions.Deposed("epoch moved"))
+    assert h.core.state is CoordinatorState.DEPOSED
+    before = len(h.log)
+    h.advance(10.0, serve=("a",))
+    assert len(h.log) == before and not h.operations
+
+
+def test_illegal_state_moves_fail_loudly():
+    h = Harness()
+    h.apply(h.core.step_down(h.now))
+    with pytest.raises(IllegalTransition):
+        h.core._become(CoordinatorState.ACTIVE)
+
+
+# -- finding 8: failover ------------------------------------------------------------------------
+
+def persisted(**kwargs) -> dict:
+    return {"g": layout.GroupState(5, "range", {"a": (P[0], P[1]), "b": (P[2], P[3])}, lease_ms=T_MS,
+                                   running={"b": (P[2], P[3])}, **kwargs)}
+
+
+def test_after_a_failover_everything_the_last_generation_ran_stays_fenced():
+    h = Harness(states=persisted())
+    h.register("c", "c")
+    assert_fenced(h, "a", set(P), 0.0, serve=("c",))
+    assert h.core.groups["g"].generation > 5
+
+
+def test_a_returning_member_hands_over_exact_offsets_before_it_is_answered():
+    h = Harness(states=persisted())
+    h.register("a", "a", offsets=(wire.TopicPartitionOffset("t", 0, 50), wire.TopicPartitionOffset("t", 1, 60),
+                                  wire.TopicPartitionOffset("t", 2, 70)))  # t-2 was b's: not a's to hand over
+    assert h.sent["a"] == []  # no answer before the handover is durable
+    h.complete(actions.ReadOffsets, result={})
+    write = h.complete(actions.WriteOffsets)
+    assert dict(write.offsets) == {P[0]: 50, P[1]: 60}
+    (answer, _), = h.sent["a"]
+    assert isinstance(answer, wire.RegisterConsumerResponse) and answer.error_code == 0
+    assert h.core.groups["g"].fences.held_by("a", h.now) == frozenset()  # it stopped before it registered
+    h.advance(8.0, serve=("a",))
+    # b's partitions stay fenced for b's lease; then a resumes exactly where it stopped.
+    starts = {(p.topic, p.partition): p.offset for m in h.requests("a", wire.StartRequest) for p in m.partitions}
+    assert starts[P[0]] == 50 and starts[P[1]] == 60
+    assert h.first_start_elsewhere({P[2], P[3]}, "b") >= T + MARGIN
+
+
+def test_nothing_is_sent_started_or_written_while_suspended_and_answers_are_still_taken():
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1)  # Stops out
+    h.apply(h.core.session_suspended(h.now))
+    h.obey("a")
+    h.obey("b")
+    before = len(h.log)
+    h.advance(2 * T, settle=False)
+    assert len(h.log) == before and not h.operations  # no ping, no Start, no write
+    assert h.core.pending_offsets["g"]  # the Stop answers were taken
+    h.apply(h.core.session_resumed(h.now))
+    h.advance(1.0, serve=("a", "b", "c"))
+    assert h.running("c") and h.zk.offsets["g"]
+
+
+# -- interleavings ------------------------------------------------------------------------------------
+
+def test_a_leave_crossing_a_stop_hands_on_without_a_fence():
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1, serve=("a",))  # b holds its Stop, then leaves with its final offsets
+    h.answer("b", wire.LeaveGroupRequest(offsets=wire.offset_entries({P[2]: 21, P[3]: 31})), correlation_id=7)
+    h.settle()
+    assert isinstance(h.sent["b"][-1][0], wire.LeaveGroupResponse) and h.sent["b"][-1][1] == 7
+    assert h.zk.offsets["g"][P[2]] == 21
+    left_at = h.now
+    h.advance(1.0, serve=("a", "c"))
+    starts = {(p.topic, p.partition): p.offset for conn in "ac" for m in h.requests(conn, wire.StartRequest)
+              for p in m.partitions}
+    assert starts[P[2]] == 21 and starts[P[3]] == 31
+    assert h.first_start_elsewhere({P[2], P[3]}, "b") < left_at + T  # it left cleanly: no lease to wait out
+
+
+def test_a_change_during_a_round_runs_another_round_after_it():
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1)
+    h.apply(h.core.partitions_changed("t", 6, h.now))
+    h.advance(2.0, serve=("a", "b", "c"))
+    assert set().union(*(h.running(m) for m in "abc")) == {("t", i) for i in range(6)}
+
+
+def test_a_static_member_back_on_a_new_connection_waits_for_its_old_lease():
+    h = Harness()
+    h.register("a", "a")
+    h.register("s1", "s", is_static=True)
+    h.stable(["a", "s1"])
+    old_lease_from = h.last_request_at("s1")
+    h.register("s2", "s", is_static=True)  # the old process may still be running
+    assert "s1" in h.closed
+    h.advance(8.0, serve=("a", "s2"))
+    first = h.first_start_elsewhere({P[2], P[3]}, "s1")
+    assert first >= old_lease_from + T + MARGIN
+    assert h.running("s") == {P[2], P[3]}
+
+
+def test_a_group_that_keeps_failing_is_marked_failed_and_recovers_on_the_next_change():
+    h = Harness()
+    h.register("a", "a")
+    for _ in range(CONFIG.max_rebalance_retries + 1):
+        h.advance(5.0, settle=False, serve=("a",))
+        while h.operations:
+            op = next(iter(h.operations.values()))
+            if isinstance(op, actions.WriteOwners):
+                h.complete(actions.WriteOwners, error=RuntimeError("connection loss"))
+            else:
+                h.complete(result=h.zk.apply(op))
+            h.obey("a")
+    assert h.core.groups["g"].phase is GroupPhase.FAILED
+    assert h.zk.failures["g"].attempts == CONFIG.max_rebalance_retries + 1
+    h.register("b", "b")
+    h.advance(2.0, serve=("a", "b"))
+    assert h.core.groups["g"].phase is GroupPhase.STABLE and h.zk.failures["g"] is None

@@ -1,0 +1,115 @@
+"""What the coordinator's core asks its executor to do.
+
+The core (core.py) never touches a socket, ZooKeeper or a clock: each of its
+handlers returns a list of these actions, and the executor (runtime.py)
+carries them out in order. ZooKeeper operations carry a token; the executor
+reports each one's end to ``CoordinatorCore.done(token, ...)``. Timers are
+keyed: setting a key again replaces its timer, and the executor reports a
+timer that fires to ``CoordinatorCore.timer_fired(key, ...)``.
+
+Connections are opaque hashable handles chosen by the executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Mapping, Optional
+
+from zkcoord import wire
+from zkcoord.errors import ZkcoordError
+from zkcoord.zk import layout
+
+TopicPartition = tuple[str, int]
+
+
+class Deposed(ZkcoordError):
+    """Another coordinator has been elected since this one: its writes are
+    refused. The executor reports it as the error of a write."""
+
+
+@dataclass(frozen=True)
+class Send:
+    """Write ``message`` on connection ``conn`` (after anything sent to it before)."""
+
+    conn: Hashable
+    message: wire.Message
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close ``conn`` once what was sent to it before has been written."""
+
+    conn: Hashable
+
+
+@dataclass(frozen=True)
+class SetTimer:
+    """Report ``key`` to ``timer_fired`` at time ``at``; replaces a timer of the same key."""
+
+    key: Hashable
+    at: float
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    key: Hashable
+
+
+@dataclass(frozen=True)
+class ReadOwners:
+    """Read /consumers/<group>/owners; the result is {(topic, partition): member}."""
+
+    token: int
+    group: str
+
+
+@dataclass(frozen=True)
+class ReadOffsets:
+    """Read the committed offsets of ``partitions``; the result holds those that have one."""
+
+    token: int
+    group: str
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class WriteGroupState:
+    """Write the group's state node; ``exists`` None means "not known, look"."""
+
+    token: int
+    group: str
+    state: layout.GroupState
+    exists: Optional[bool]
+
+
+@dataclass(frozen=True)
+class WriteOffsets:
+    """Write committed offsets; ``existing`` names the partitions whose node exists."""
+
+    token: int
+    group: str
+    offsets: Mapping[TopicPartition, int]
+    existing: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class WriteOwners:
+    """Make the owners nodes say ``owners``, given that they said ``previous``."""
+
+    token: int
+    group: str
+    owners: Mapping[TopicPartition, str]
+    previous: Mapping[TopicPartition, str]
+
+
+@dataclass(frozen=True)
+class WriteGroupFailure:
+    """Record why the group's rebalance gave up, or clear the record (None)."""
+
+    token: int
+    group: str
+    failure: Optional[layout.GroupFailure]
+
+
+ZooKeeperOperation = (ReadOwners, ReadOffsets, WriteGroupState, WriteOffsets, WriteOwners, WriteGroupFailure)

@@ -1,0 +1,1037 @@
+"""The coordinator's decisions, without I/O (seed 001 sections 3 to 7).
+
+:class:`CoordinatorCore` owns the groups, their members and rebalance rounds,
+the ping schedule, the lease fences and the offsets waiting to be written.
+Each public handler takes one event (a registration, a frame, a connection
+closed, a timer, the end of a ZooKeeper operation, a topic change, the
+ZooKeeper session's state) and the time, changes the state, and returns the
+actions for the executor to carry out (actions.py). It never blocks, never
+reads a clock and never touches a socket or ZooKeeper, so every decision can
+be driven interleaving by interleaving with a manual clock (the unit tests
+do; runtime.py does it on gevent).
+
+The rules it keeps (docs/DESIGN.md):
+- every request carries the coordinator epoch and the group generation;
+- every request to a member is dated (``last_sent``) before it leaves; a
+  member dropped without acknowledging that it stopped leaves what it may run
+  fenced until its lease has surely ended, on every path (lease.py);
+- within a round, every Stop is acknowledged and the offsets it reports are
+  written before any Start goes out, and a round ends only once every
+  request it sent has been answered or its member dropped: nothing of a
+  round runs on into the next;
+- while the ZooKeeper connection is suspended nothing is sent, started or
+  written; answers are still taken;
+- the state (ACTIVE, SUSPENDED, DEPOSED) moves only through ``_become``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Hashable, Mapping, Optional
+
+from zkcoord import wire
+from zkcoord.coordinator.actions import (
+    CancelTimer, Close, Deposed, ReadOffsets, ReadOwners, Send, SetTimer, WriteGroupFailure,
+    WriteGroupState, WriteOffsets, WriteOwners,
+)
+from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
+from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.group import Group, GroupPhase, IllegalTransition, Member
+from zkcoord.coordinator.lease import lease_end
+from zkcoord.coordinator.planner import (
+    HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, target_assignment,
+)
+from zkcoord.coordinator.schedule import PingSchedule
+from zkcoord.errors import ZkcoordError
+from zkcoord.zk import layout
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# Timer keys: ("answer", conn, correlation_id), ("rebalance", group),
+# ("static", conn), ("ping",), ("flush",).
+PING_TIMER = ("ping",)
+FLUSH_TIMER = ("flush",)
+
+
+class CoordinatorState(enum.Enum):
+    """ACTIVE: in office with a working ZooKeeper connection.
+    SUSPENDED: the connection is suspended: nothing is sent (so the members'
+    leases run out), started or written; answers are still taken.
+    DEPOSED: out of office (a newer epoch wrote, the session ended, or the
+    server resigned): it does nothing more."""
+
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    DEPOSED = "deposed"
+
+
+_STATE_MOVES = {
+    CoordinatorState.ACTIVE: {CoordinatorState.SUSPENDED, CoordinatorState.DEPOSED},
+    CoordinatorState.SUSPENDED: {CoordinatorState.ACTIVE, CoordinatorState.DEPOSED},
+    CoordinatorState.DEPOSED: set(),
+}
+
+
+class Suspended(ZkcoordError):
+    """The ZooKeeper connection is suspended: the coordinator writes nothing."""
+
+    retriable = True
+
+
+@dataclass(frozen=True)
+class RebalanceReport:
+    """The last finished rebalance, for logs, benchmarks and tests."""
+
+    group: str
+    generation: int
+    paused: int
+    partitions: int
+    seconds: float
+
+
+class RoundPhase(enum.Enum):
+    """Where a rebalance round is: READING (owners or committed offsets from
+    ZooKeeper), PERSISTING (the new generation's state), STOPPING (waiting
+    for Stop answers), FLUSHING (their offsets), STARTING (waiting for Start
+    answers), RECORDING (the owners)."""
+
+    READING = "reading"
+    PERSISTING = "persisting"
+    STOPPING = "stopping"
+    FLUSHING = "flushing"
+    STARTING = "starting"
+    RECORDING = "recording"
+
+
+@dataclass(eq=False)
+class Round:
+    """One rebalance of one group, from its plan to its owners written."""
+
+    started: float
+    phase: RoundPhase = RoundPhase.READING
+    generation: int = 0
+    target: Mapping[str, frozenset[TopicPartition]] = field(default_factory=dict)
+    plan: Optional[HandoffPlan] = None
+    waiting: set[str] = field(default_factory=set)  # members whose answer this phase awaits
+    sending: bool = False  # requests are going out: answers to them are not counted yet
+    failure: Optional[str] = None  # why it cannot finish; it still waits for its answers
+
+
+@dataclass(eq=False)
+class Request:
+    """A request to a member: what to do with its answer, or with its failure
+    (no answer, the member dropped, the coordinator suspended before it left)."""
+
+    message: wire.Message
+    timeout: float
+    on_answer: Callable[[Member, wire.Message, float], None]
+    on_failure: Callable[[Member, str, float], None]
+    correlation_id: int = 0
+
+
+@dataclass(eq=False)
+class _Flush:
+    """The offset write in flight for a group: who waits for it, and who
+    asked after it began (they wait for the next one)."""
+
+    waiters: list = field(default_factory=list)
+    later: list = field(default_factory=list)
+
+
+def offset_is_acceptable(group: Group, member: Member, tp: TopicPartition, offset: int,
+                         owned: frozenset[TopicPartition]) -> bool:
+    """May ``member`` report ``offset`` as the next to consume of ``tp``?
+    Only for a partition it owns, and never a negative one: an offset taken
+    here is written to ZooKeeper as it is, and one that cannot be written
+    would fail every flush of the group after it."""
+    if tp not in owned:
+        log.warning("%s member %s reported an offset for %s-%d, which it does not own; ignored",
+                    group.describe(), member.member_id, *tp)
+        return False
+    try:
+        layout.encode_offset(offset)
+    except layout.LayoutError as exc:
+        log.warning("%s member %s reported a bad offset for %s-%d (%s); ignored",
+                    group.describe(), member.member_id, *tp, exc)
+        return False
+    return True
+
+
+def _ignore(*_args) -> None:
+    pass
+
+
+class CoordinatorCore:
+    def __init__(self, config: CoordinatorConfig, epoch: int):
+        self.config = config
+        self.epoch = epoch
+        self.state = CoordinatorState.ACTIVE
+        self.groups: dict[str, Group] = {}
+        self.partitions: dict[str, int] = {}  # topic -> partition count, kept by the topic watches
+        self.schedule = PingSchedule()
+        self.pending_offsets: dict[str, dict[TopicPartition, int]] = {}
+        # Committed offsets as written by this coordinator or read once (it is
+        # the only writer, so they stay true), and partitions known to have none.
+        self.committed: dict[str, dict[TopicPartition, int]] = {}
+        self._no_offset: dict[str, set[TopicPartition]] = {}
+        self.last_rebalance: Optional[RebalanceReport] = None
+        self._members: dict[Hashable, Member] = {}  # by connection
+        self._registering: dict[Hashable, Member] = {}  # waiting for their handover to be written
+        self._away: dict[Hashable, Member] = {}  # static members gone, by their old connection
+        self._rounds: dict[str, Round] = {}
+        self._rebalance_due: dict[str, float] = {}
+        self._flushes: dict[str, _Flush] = {}
+        self._operations: dict[int, Callable] = {}
+        self._next_token = 0
+        self._ping_at: Optional[float] = None
+        self._out: list = []
+
+    # -- the state machine ---------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.state is CoordinatorState.ACTIVE
+
+    @property
+    def deposed(self) -> bool:
+        return self.state is CoordinatorState.DEPOSED
+
+    def _become(self, state: CoordinatorState) -> None:
+        if state is self.state:
+            return
+        if state not in _STATE_MOVES[self.state]:
+            raise IllegalTransition(f"coordinator epoch {self.epoch}: {self.state.value} -> {state.value} "
+                                    "is not allowed")
+        log.info("coordinator epoch %d: %s -> %s", self.epoch, self.state.value, state.value)
+        self.state = state
+
+    def _take(self) -> list:
+        out, self._out = self._out, []
+        return out
+
+    def _emit(self, action) -> None:
+        self._out.append(action)
+
+    # -- events: lifecycle and ZooKeeper -----------------------------------------------------
+
+    def load(self, states: Mapping[str, Optional[layout.GroupState]], now: float) -> list:
+        """Groups a predecessor left in ZooKeeper (None: a state node that could
+        not be read). Their generation continues, and every partition their
+        members ran or were given stays fenced until those members come back
+        or their lease has run out: our predecessor sent nothing after its
+        session ended, which was before now."""
+        for name, state in states.items():
+            group = self._group(name)
+            group.state_exists = True
+            if state is None:
+                continue
+            group.generation = state.generation
+            group.strategy = state.strategy
+            until = lease_end(now, state.lease_ms, self.config.lease_margin_ms)
+            for holders in (state.assignment, state.running):
+                for member_id, partitions in holders.items():
+                    group.fences.fence(member_id, partitions, until)
+            log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
+                     group.describe(), len(group.fences.holders()), state.lease_ms)
+        return self._take()
+
+    def start(self, now: float) -> list:
+        self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
+        log.info("coordinator epoch %d started", self.epoch)
+        return self._take()
+
+    def session_suspended(self, now: float) -> list:
+        """The ZooKeeper connection is suspended: send, start and write nothing.
+        A round under way ends at its next step; its answers are still taken."""
+        if not self.deposed:
+            log.warning("ZooKeeper connection suspended: coordinator stops pinging, starting and writing")
+            self._become(CoordinatorState.SUSPENDED)
+        return self._take()
+
+    def session_resumed(self, now: float) -> list:
+        """The same session is back: rounds that could not run, run."""
+        if not self.deposed:
+            self._become(CoordinatorState.ACTIVE)
+            for group in self.groups.values():
+                if group.rebalance_pending:
+                    self._schedule_round(group, now)
+        return self._take()
+
+    def done(self, token: int, now: float, result=None, error: Optional[BaseException] = None) -> list:
+        """A ZooKeeper operation the core asked for has ended."""
+        callback = self._operations.pop(token, None)
+        if callback is None or self.deposed:
+            return self._take()
+        if isinstance(error, Deposed):
+            log.error("coordinator epoch %d deposed: %s", self.epoch, error)
+            self._become(CoordinatorState.DEPOSED)
+            return self._take()
+        callback(result, error, now)
+        return self._take()
+
+    def partitions_changed(self, topic: str, count: int, now: float) -> list:
+        """The topic watch saw ``topic`` with ``count`` partitions (0: gone)."""
+        if not self.deposed and self.partitions.get(topic) != count:
+            self.partitions[topic] = count
+            log.info("topic %s has %d partition(s)", topic, count)
+            for group in list(self.groups.values()):
+                if group.interested_in(topic):
+                    self.request_rebalance(group, f"topic {topic} now has {count} partition(s)", now)
+        return self._take()
+
+    def flush_all(self, now: float) -> list:
+        """Write every pending offset (before stepping down)."""
+        if self.active:
+            for name in [n for n, pending in self.pending_offsets.items() if pending]:
+                self._flush(name, now)
+        return self._take()
+
+    @property
+    def flushing(self) -> bool:
+        return bool(self._flushes)
+
+    def step_down(self, now: float) -> list:
+        """Leave office: close every member's connection and do nothing more."""
+        if not self.deposed:
+            self._become(CoordinatorState.DEPOSED)
+        for conn in list(self._members) + list(self._registering):
+            self._emit(Close(conn))
+        self._members.clear()
+        self._registering.clear()
+        return self._take()
+
+    def _zk(self, make, callback: Callable) -> None:
+        """Ask for a ZooKeeper operation ``make(token)``; ``callback(result, error, now)`` takes its end."""
+        self._next_token += 1
+        self._operations[self._next_token] = callback
+        self._emit(make(self._next_token))
+
+    # -- events: timers ----------------------------------------------------------------------
+
+    def timer_fired(self, key: Hashable, now: float) -> list:
+        if self.deposed:
+            return self._take()
+        kind = key[0]
+        if kind == "answer":
+            self._answer_overdue(key[1], key[2], now)
+        elif kind == "rebalance":
+            self._rebalance_due.pop(key[1], None)
+            group = self.groups.get(key[1])
+            if group is not None and key[1] not in self._rounds:
+                self._begin_round(group, now)
+        elif kind == "static":
+            self._static_overdue(key[1], now)
+        elif kind == "ping":
+            self._ping_due(now)
+        elif kind == "flush":
+            self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
+            if self.active:
+                for name in [n for n, pending in self.pending_offsets.items() if pending]:
+                    self._flush(name, now)
+        return self._take()
+
+    # -- events: members ---------------------------------------------------------------------
+
+    def validate(self, request: wire.RegisterConsumerRequest) -> None:
+        """Registration checks; raises the wire error to send back."""
+        try:
+            layout.group_path(request.group_id)  # validates the id, and refuses "coordinator"
+        except layout.LayoutError as exc:
+            raise wire.InvalidRegistration(str(exc)) from None
+        if not request.consumer_id or "/" in request.consumer_id:
+            raise wire.InvalidRegistration(f"invalid consumer id {request.consumer_id!r}")
+        if not request.topics and not request.pattern:
+            raise wire.InvalidRegistration("the subscription names no topic and no pattern")
+        for topic in request.topics:
+            try:
+                layout.validate_topic_name(topic)
+            except layout.LayoutError as exc:
+                raise wire.InvalidRegistration(str(exc)) from None
+        if request.pattern:
+            try:
+                re.compile(request.pattern)
+            except re.error as exc:
+                raise wire.InvalidRegistration(f"bad pattern {request.pattern!r}: {exc}") from None
+        if request.auto_offset_reset not in wire.OFFSET_RESETS:
+            raise wire.InvalidRegistration(
+                f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {request.auto_offset_reset!r}"
+            )
+        if request.session_timeout_ms < self.config.min_session_timeout_ms:
+            raise wire.SessionTimeoutTooLow(
+                f"session timeout {request.session_timeout_ms} ms is below the minimum "
+                f"{self.config.min_session_timeout_ms} ms"
+            )
+        if request.session_timeout_ms > self.config.max_session_timeout_ms:
+            raise wire.InvalidRegistration(
+                f"session timeout {request.session_timeout_ms} ms exceeds the maximum "
+                f"{self.config.max_session_timeout_ms} ms"
+            )
+        group = self.groups.get(request.group_id)
+        others = [m.strategies for m in group.members.values()] if group else []
+        try:
+            choose_strategy(others + [tuple(request.assignment_strategies)])
+        except NoCommonStrategyError as exc:
+            raise wire.NoCommonStrategy(str(exc)) from None
+        existing = group.members.get(request.consumer_id) if group else None
+        if existing is not None and not (existing.is_static and request.is_static):
+            # A static member may take its own place back (its old connection
+            # is closed and fenced); a dynamic id is unique while it lives.
+            raise wire.ConsumerIdInUse(
+                f"consumer id {request.consumer_id} is already registered in group {request.group_id}"
+            )
+        if not self.active:
+            raise wire.CoordinatorNotAvailable("the coordinator is not connected to ZooKeeper")
+
+    def register(self, conn: Hashable, request: wire.RegisterConsumerRequest, correlation_id: int,
+                 now: float) -> list:
+        """A consumer registers on ``conn``. Offsets it hands over (what it ran
+        when its last coordinator went) are written before it is answered."""
+        try:
+            self.validate(request)
+        except wire.WireError as exc:
+            self._refuse(conn, request, correlation_id, exc)
+            return self._take()
+        member = Member(
+            member_id=request.consumer_id,
+            group=request.group_id,
+            subscription=Subscription(frozenset(request.topics), request.pattern or None),
+            session_timeout_ms=request.session_timeout_ms,
+            max_poll_interval_ms=request.max_poll_interval_ms,
+            auto_commit=request.auto_commit,
+            auto_offset_reset=request.auto_offset_reset,
+            is_static=request.is_static,
+            strategies=tuple(request.assignment_strategies),
+            connection=conn,
+            # Its lease runs from before it sent this registration: earlier than now.
+            last_sent=now,
+            registered_at=now,
+        )
+        group = self._group(request.group_id)
+        if request.offsets and self._accept_handover(group, member, request.offsets, now):
+            self._registering[conn] = member
+            self._flush(group.name, now, [partial(self._handover_written, member, request, correlation_id)])
+        else:
+            self._admit(group, member, correlation_id, now)
+        return self._take()
+
+    def received(self, conn: Hashable, message: wire.Message, correlation_id: int, now: float) -> list:
+        """A frame from a registered member."""
+        member = self._members.get(conn)
+        if member is None or self.deposed:
+            return self._take()
+        if isinstance(message, wire.LeaveGroupRequest):
+            self._leave(member, message, correlation_id, now)
+        elif isinstance(message, wire.ErrorResponse):
+            log.warning("member %s refused a request: %s", member.member_id, message.message)
+            self._disconnected(member, f"it refused a request: {message.message}", now)
+        else:
+            request: Optional[Request] = member.outstanding
+            if request is None or request.correlation_id != correlation_id:
+                log.warning("member %s sent an unsolicited %s", member.member_id, type(message).__name__)
+            else:
+                member.outstanding = None
+                self._emit(CancelTimer(("answer", conn, correlation_id)))
+                request.on_answer(member, message, now)
+                self._send_queued(member, now)
+        return self._take()
+
+    def connection_closed(self, conn: Hashable, now: float) -> list:
+        if self._registering.pop(conn, None) is None:
+            member = self._members.get(conn)
+            if member is not None and not self.deposed:
+                self._disconnected(member, "its connection closed", now)
+        return self._take()
+
+    def _refuse(self, conn, request, correlation_id: int, exc: wire.WireError) -> None:
+        log.info("refused consumer %s of group %s: %s", request.consumer_id, request.group_id, exc)
+        self._emit(Send(conn, wire.RegisterConsumerResponse(error_code=exc.code, error_message=str(exc),
+                                                            coordinator_epoch=self.epoch), correlation_id))
+        self._emit(Close(conn))
+
+    def _handover_written(self, member: Member, request, correlation_id: int, error, now: float) -> None:
+        if self._registering.pop(member.connection, None) is not member:
+            return  # its connection closed meanwhile
+        group = self._group(member.group)
+        if error is not None:  # those offsets stay pending: records are redelivered, never lost
+            log.warning("%s handover of member %s not written yet: %s", group.describe(), member.member_id, error)
+        try:
+            self.validate(request)  # things may have changed while the handover was written
+        except wire.WireError as exc:
+            self._refuse(member.connection, request, correlation_id, exc)
+            return
+        self._admit(group, member, correlation_id, now)
+
+    def _admit(self, group: Group, member: Member, correlation_id: int, now: float) -> None:
+        previous = group.members.get(member.member_id)
+        if previous is not None:  # a static member back; its old connection may still be open
+            member.assigned = previous.assigned
+            self._fence(group, previous, now)  # which may be another process, still running
+            self._forget(previous, "its static id registered again", now)
+            log.info("%s static member %s is back", group.describe(), member.member_id)
+        if not member.is_static:
+            # A dynamic id belongs to one process, which stops everything
+            # before it registers: what that id held is free. A static id may
+            # be taken by another process while the old one still runs.
+            group.fences.release(member.member_id)
+        group.members[member.member_id] = member
+        self._members[member.connection] = member
+        self.schedule.add(member, member.session_timeout / 3, now)
+        self._arm_ping()
+        self._emit(Send(member.connection, wire.RegisterConsumerResponse(coordinator_epoch=self.epoch),
+                        correlation_id))
+        log.info("%s member %s registered", group.describe(), member.member_id)
+        self.request_rebalance(group, f"member {member.member_id} joined", now)
+
+    def _leave(self, member: Member, message: wire.LeaveGroupRequest, correlation_id: int, now: float) -> None:
+        """A clean leave: take the final offsets (the member has stopped
+        everything), make them durable, and only then answer and let it go."""
+        group = self.groups.get(member.group)
+        if group is None or group.members.get(member.member_id) is not member or not self.active:
+            self._emit(Send(member.connection, wire.LeaveGroupResponse(
+                error_code=wire.ErrorCode.COORDINATOR_NOT_AVAILABLE), correlation_id))
+            self._disconnected(member, "it left", now)
+            return
+        self._accept_offsets(group, member, wire.offsets_of(message.offsets), owned=member.may_run)
+        member.running = member.starting = frozenset()  # it stopped everything before it asked
+        member.leaving = True
+
+        def written(error, now: float) -> None:
+            if error is not None:
+                log.warning("%s offsets of leaving member %s not written: %s",
+                            group.describe(), member.member_id, error)
+            code = wire.ErrorCode.NONE if error is None else wire.code_for(error)
+            self._emit(Send(member.connection, wire.LeaveGroupResponse(error_code=code), correlation_id))
+            self._disconnected(member, "it left", now)
+
+        self._flush(group.name, now, [written])
+
+    def _disconnected(self, member: Member, why: str, now: float) -> None:
+        """The member's connection is gone (or going). A dynamic member leaves
+        at once; a static one keeps its partitions until its session timeout,
+        in case it comes back (seed 004's static membership). Either way the
+        member may not have seen the connection close (a reset on our side
+        only): what it ran stays fenced until its lease has ended."""
+        group = self.groups.get(member.group)
+        if not member.is_static or group is None or group.members.get(member.member_id) is not member:
+            self._remove(member, why, now)
+            return
+        if not member.connected:
+            return
+        self._fence(group, member, now)
+        member.running = member.starting = frozenset()
+        self._forget(member, why, now)
+        self._away[member.connection] = member
+        self._emit(SetTimer(("static", member.connection), now + member.session_timeout))
+        log.info("%s static member %s disconnected (%s); its partitions wait %d ms for it",
+                 group.describe(), member.member_id, why, member.session_timeout_ms)
+
+    def _static_overdue(self, conn: Hashable, now: float) -> None:
+        member = self._away.pop(conn, None)
+        if member is None:
+            return
+        group = self.groups.get(member.group)
+        if group is not None and group.members.get(member.member_id) is member:
+            self._remove(member, "it did not come back within its session timeout", now)
+
+    def _fence(self, group: Group, member: Member, now: float) -> None:
+        """Hold what ``member`` may still fetch until its lease has surely ended."""
+        if member.may_run:
+            until = lease_end(member.last_sent, member.session_timeout_ms, self.config.lease_margin_ms)
+            group.fences.fence(member.member_id, member.may_run, until)
+            log.info("%s member %s may run %d partition(s) for %.1fs more; fenced",
+                     group.describe(), member.member_id, len(member.may_run), until - now)
+
+    def _remove(self, member: Member, why: str, now: float) -> None:
+        """Drop a member and rebalance its group; what it may still be
+        fetching stays fenced until its lease has ended (lease.py)."""
+        group = self.groups.get(member.group)
+        current = group is not None and group.members.get(member.member_id) is member
+        if current:
+            self._fence(group, member, now)
+            del group.members[member.member_id]
+            log.info("%s member %s removed: %s", group.describe(), member.member_id, why)
+            # Before its requests fail: the round they belong to then knows
+            # that another one follows.
+            self.request_rebalance(group, f"member {member.member_id} left", now)
+        self._forget(member, why, now)
+
+    def _forget(self, member: Member, why: str, now: float) -> None:
+        """Close the member's connection; its requests fail."""
+        if self._away.pop(member.connection, None) is not None:
+            self._emit(CancelTimer(("static", member.connection)))
+        if not member.connected:
+            return
+        member.connected = False
+        self._members.pop(member.connection, None)
+        self.schedule.remove(member)
+        self._emit(Close(member.connection))
+        if member.outstanding is not None:
+            self._emit(CancelTimer(("answer", member.connection, member.outstanding.correlation_id)))
+        failed = [r for r in (member.outstanding, member.queued) if r is not None]
+        member.outstanding = member.queued = None
+        for request in failed:
+            request.on_failure(member, why, now)
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def _request(self, member: Member, message: wire.Message, timeout: float,
+                 on_answer: Callable, on_failure: Callable, now: float) -> None:
+        """Send ``message`` to ``member``, or queue it behind the one request
+        it has not answered yet (a ping: seed 001's held channel)."""
+        request = Request(message, timeout, on_answer, on_failure)
+        if not member.connected:
+            on_failure(member, "it is not connected", now)
+        elif member.outstanding is not None:
+            member.queued = request
+        else:
+            self._send(member, request, now)
+
+    def _send(self, member: Member, request: Request, now: float) -> None:
+        member.last_correlation_id += 1
+        request.correlation_id = member.last_correlation_id
+        member.outstanding = request
+        member.last_sent = now  # before it leaves: the member's lease ends by this + T
+        self._emit(Send(member.connection, request.message, request.correlation_id))
+        self._emit(SetTimer(("answer", member.connection, request.correlation_id), now + request.timeout))
+
+    def _send_queued(self, member: Member, now: float) -> None:
+        request, member.queued = member.queued, None
+        if request is None or not member.connected:
+            return
+        if not self.active:  # a request renews the member's lease: none while suspended
+            request.on_failure(member, "the ZooKeeper connection is suspended", now)
+        else:
+            self._send(member, request, now)
+
+    def _answer_overdue(self, conn: Hashable, correlation_id: int, now: float) -> None:
+        member = self._members.get(conn)
+        request = member.outstanding if member is not None else None
+        if request is not None and request.correlation_id == correlation_id:
+            self._remove(member, f"no answer to {type(request.message).__name__} within "
+                                 f"{request.timeout:.1f}s", now)
+
+    # -- pings (seed section 3) ----------------------------------------------------------------
+
+    def _arm_ping(self) -> None:
+        at = self.schedule.next_due()
+        if at is not None and at != self._ping_at:
+            self._ping_at = at
+            self._emit(SetTimer(PING_TIMER, at))
+
+    def _ping_due(self, now: float) -> None:
+        self._ping_at = None
+        for member in self.schedule.due(now):
+            # Suspended: let the leases run out. Busy (2.2): the request out renews it.
+            if not self.active or member.outstanding is not None or member.leaving:
+                continue
+            group = self.groups[member.group]
+            self._request(member, wire.PingRequest(num_retries=0, coordinator_epoch=self.epoch,
+                                                   generation=group.generation),
+                          member.session_timeout, self._pinged, _ignore, now)
+        self._arm_ping()
+
+    def _pinged(self, member: Member, answer: wire.Message, now: float) -> None:
+        group = self.groups[member.group]
+        if not isinstance(answer, wire.PingResponse):
+            self._remove(member, f"it answered a ping with {type(answer).__name__}", now)
+            return
+        if answer.offsets is not None:
+            self._accept_offsets(group, member, wire.offsets_of(answer.offsets), owned=member.running)
+        idle_ms = answer.last_poll_ms_ago
+        if idle_ms < 0:  # never polled: count from its registration
+            idle_ms = int((now - member.registered_at) * 1000)
+        if idle_ms > member.max_poll_interval_ms:
+            # Alive but not consuming (seed 004's max.poll.interval.ms): its
+            # partitions go to someone who is. It is told why, so that it
+            # rejoins only once its application polls again.
+            why = f"has not polled for {idle_ms} ms (max poll interval {member.max_poll_interval_ms} ms)"
+            self._emit(Send(member.connection, wire.ErrorResponse(
+                error_code=wire.ErrorCode.MAX_POLL_INTERVAL_EXCEEDED,
+                message=f"member {member.member_id} {why}"), 0))
+            self._remove(member, why, now)
+
+    # -- rebalancing (seed sections 6 and 7) ---------------------------------------------------
+
+    def request_rebalance(self, group: Group, why: str, now: float) -> None:
+        """Something changed: rebalance ``group`` after the debounce delay.
+        Requests made meanwhile join it (seed 001's rebalance bit); one made
+        during a round runs once that round has ended. Safe to merge: the
+        round that runs next honours every fence set meanwhile."""
+        if self.deposed:
+            return
+        log.debug("%s rebalance requested: %s", group.describe(), why)
+        group.rebalance_pending = True
+        group.attempts = 0
+        self._schedule_round(group, now + self.config.rebalance_delay_ms / 1000.0)
+
+    def _schedule_round(self, group: Group, at: float) -> None:
+        due = self._rebalance_due.get(group.name)
+        if due is not None and due <= at:
+            return
+        self._rebalance_due[group.name] = at
+        self._emit(SetTimer(("rebalance", group.name), at))
+
+    def _begin_round(self, group: Group, now: float) -> None:
+        if not self.active:
+            group.rebalance_pending = True  # runs when the connection is back
+            return
+        group.rebalance_pending = False  # changes from now on ask for another round
+        if group.recorded_owners is None:  # first round of this group in this epoch
+            round_ = self._rounds[group.name] = Round(started=now)
+            self._zk(partial(ReadOwners, group=group.name), partial(self._owners_read, group, round_))
+            return
+        if not group.members:
+            group.transition(GroupPhase.EMPTY)
+            self._flush(group.name, now)
+            self._succeeded(group)
+            return
+        free_at = group.fences.until(now)
+        if free_at is not None:
+            # Partitions some dropped member may still fetch: nobody is started
+            # on anything until its lease has ended (or it registers again).
+            log.info("%s waiting %.1fs for the leases of %s", group.describe(), free_at - now,
+                     sorted(group.fences.holders()))
+            group.rebalance_pending = True
+            self._schedule_round(group, free_at)
+            return
+        subscriptions = group.subscriptions()
+        group.strategy = choose_strategy([m.strategies for m in group.members.values()])
+        counts = {t: n for t, n in self.partitions.items() if any(s.matches(t) for s in subscriptions.values())}
+        current = {m.member_id: m.assigned for m in group.members.values()}
+        target = target_assignment(subscriptions, counts, group.strategy, current)
+        running = {m.member_id: m.running for m in group.members.values() if m.connected}
+        reason = rebalance_reason(target, group.recorded_owners, running)
+        if reason is None:
+            if group.phase is not GroupPhase.STABLE:
+                group.transition(GroupPhase.REBALANCING)
+                group.transition(GroupPhase.STABLE)
+            self._succeeded(group)
+            return
+        plan = plan_handoff(target, running, eager=self.config.rebalance_protocol == "eager")
+        group.transition(GroupPhase.REBALANCING)
+        round_ = self._rounds[group.name] = Round(started=now, phase=RoundPhase.PERSISTING,
+                                                  generation=group.generation + 1, target=target, plan=plan)
+        log.info("%s rebalancing to gen %d (%s, %s): %s; %d partition(s) paused",
+                 group.describe(), round_.generation, group.strategy, self.config.rebalance_protocol, reason,
+                 len(plan.paused))
+        # Persist the new generation, who takes part and who runs what,
+        # before anyone is told: a successor fences all of it.
+        state = layout.GroupState(
+            round_.generation, group.strategy,
+            {m: tuple(sorted(tps)) for m, tps in target.items()},
+            lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
+            running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
+        )
+        self._zk(partial(WriteGroupState, group=group.name, state=state, exists=group.state_exists),
+                 partial(self._state_written, group, round_))
+
+    def _owners_read(self, group: Group, round_: Round, owners, error, now: float) -> None:
+        if error is not None:
+            self._end_round(group, round_, now, f"reading the owners failed: {error}")
+            return
+        del self._rounds[group.name]
+        group.recorded_owners = owners
+        self._begin_round(group, now)
+
+    def _state_written(self, group: Group, round_: Round, _result, error, now: float) -> None:
+        if error is not None:
+            group.state_exists = None  # it may have been written after all
+            self._end_round(group, round_, now, f"writing the group state failed: {error}")
+            return
+        group.state_exists = True
+        group.generation = round_.generation
+        for member in group.members.values():
+            member.assigned = round_.target.get(member.member_id, frozenset())
+        plan = round_.plan
+        round_.phase = RoundPhase.STOPPING
+        # A member that left meanwhile stopped with its connection; it needs no Stop.
+        self._send_all(group, round_, plan.revoke, lambda partitions: wire.StopRequest(
+            coordinator_epoch=self.epoch, generation=group.generation, revoke_all=plan.revoke_all,
+            partitions=tuple(wire.TopicPartition(t, p) for t, p in sorted(partitions))), self._stopped, now)
+
+    def _send_all(self, group: Group, round_: Round, per_member: Mapping[str, frozenset[TopicPartition]],
+                  make_request: Callable, on_answer: Callable, now: float) -> None:
+        """Send one request per member of ``per_member`` still connected; the
+        round moves on once every one is answered or has failed."""
+        round_.sending = True
+        for member_id, partitions in per_member.items():
+            member = group.members.get(member_id)
+            if member is None or not member.connected:
+                continue
+            if round_.phase is RoundPhase.STARTING:
+                member.starting = partitions  # from now on it may run them
+            round_.waiting.add(member_id)
+            self._request(member, make_request(partitions), self.config.rebalance_timeout_ms / 1000.0,
+                          partial(on_answer, group, round_, partitions), partial(self._step_failed, group, round_),
+                          now)
+        round_.sending = False
+        self._advance(group, round_, now)
+
+    def _step_failed(self, group: Group, round_: Round, member: Member, why: str, now: float) -> None:
+        round_.failure = round_.failure or f"member {member.member_id}: {why}"
+        round_.waiting.discard(member.member_id)
+        self._advance(group, round_, now)
+
+    def _stopped(self, group: Group, round_: Round, partitions, member: Member, answer, now: float) -> None:
+        if self._step_answered(round_, member, answer, wire.StopResponse, "stop", now):
+            # Judged against what we asked it to stop, not what it runs now: a
+            # leave read meanwhile may have emptied that already.
+            self._accept_offsets(group, member, wire.offsets_of(answer.offsets), owned=partitions)
+            member.running = member.running - partitions
+        self._advance(group, round_, now)
+
+    def _started(self, group: Group, round_: Round, partitions, member: Member, answer, now: float) -> None:
+        if self._step_answered(round_, member, answer, wire.RestartFetcherResponse, "start", now):
+            member.running, member.starting = partitions, frozenset()
+        self._advance(group, round_, now)
+
+    def _step_answered(self, round_: Round, member: Member, answer, expected: type, verb: str, now: float) -> bool:
+        """Count ``member``'s answer; a wrong or failed one drops the member and fails the round."""
+        round_.waiting.discard(member.member_id)
+        if isinstance(answer, expected) and answer.error_code == wire.ErrorCode.NONE:
+            return True
+        round_.failure = round_.failure or f"member {member.member_id} failed to {verb}: {answer}"
+        self._remove(member, f"it failed to {verb}: {answer}", now)
+        return False
+
+    def _advance(self, group: Group, round_: Round, now: float) -> None:
+        """The next step of a round whose requests have all been answered."""
+        if round_.sending or round_.waiting or self._rounds.get(group.name) is not round_:
+            return
+        if round_.failure is not None:
+            self._end_round(group, round_, now, round_.failure)
+        elif not self.active:
+            self._end_round(group, round_, now, "the ZooKeeper connection is suspended")
+        elif round_.phase is RoundPhase.STOPPING:
+            round_.phase = RoundPhase.FLUSHING  # offsets from the Stop answers, before anyone restarts
+            self._flush(group.name, now, [partial(self._stops_written, group, round_)])
+        elif round_.phase is RoundPhase.STARTING:
+            round_.phase = RoundPhase.RECORDING
+            owners = owners_of(round_.target)
+            self._zk(partial(WriteOwners, group=group.name, owners=owners, previous=group.recorded_owners),
+                     partial(self._owners_written, group, round_, owners))
+
+    def _stops_written(self, group: Group, round_: Round, error, now: float) -> None:
+        if error is not None:
+            self._end_round(group, round_, now, f"writing the stopped partitions' offsets failed: {error}")
+            return
+        starting = frozenset(tp for tps in round_.plan.start.values() for tp in tps)
+        unknown = self._unknown_offsets(group.name, starting)
+        if unknown:
+            round_.phase = RoundPhase.READING
+            self._zk(partial(ReadOffsets, group=group.name, partitions=unknown),
+                     partial(self._start_offsets_read, group, round_, unknown))
+        else:
+            self._send_starts(group, round_, now)
+
+    def _start_offsets_read(self, group: Group, round_: Round, asked, found, error, now: float) -> None:
+        if error is not None:
+            self._end_round(group, round_, now, f"reading committed offsets failed: {error}")
+            return
+        self._offsets_read(group.name, asked, found)
+        self._send_starts(group, round_, now)
+
+    def _send_starts(self, group: Group, round_: Round, now: float) -> None:
+        if not self.active:
+            self._end_round(group, round_, now, "the ZooKeeper connection is suspended")
+            return
+        # A member dropped since the round began (its Stop skipped) fenced
+        # what it may still run: none of that may be started yet.
+        starting = frozenset(tp for tps in round_.plan.start.values() for tp in tps)
+        free_at = group.fences.until(now, starting)
+        if free_at is not None:
+            self._end_round(group, round_, now, f"partitions fenced during the round, for {free_at - now:.1f}s more")
+            return
+        committed = self.committed.get(group.name, {})
+        round_.phase = RoundPhase.STARTING
+        self._send_all(group, round_, round_.plan.start, lambda partitions: wire.StartRequest(
+            coordinator_epoch=self.epoch, generation=group.generation, strategy=group.strategy,
+            partitions=tuple(wire.TopicPartitionOffset(t, p, committed.get((t, p), -1))
+                             for t, p in sorted(partitions))), self._started, now)
+
+    def _owners_written(self, group: Group, round_: Round, owners, _result, error, now: float) -> None:
+        if error is not None:
+            group.recorded_owners = None  # read them again: the write may have been applied
+            self._end_round(group, round_, now, f"writing the owners failed: {error}")
+            return
+        group.recorded_owners = owners  # only this coordinator writes them, fenced
+        group.transition(GroupPhase.STABLE)
+        report = RebalanceReport(group.name, round_.generation, len(round_.plan.paused),
+                                 sum(len(t) for t in round_.target.values()), now - round_.started)
+        self.last_rebalance = report
+        log.info("%s stable: %d member(s), %d partition(s), %d paused, %.0f ms", group.describe(),
+                 len(group.members), report.partitions, report.paused, report.seconds * 1000)
+        self._end_round(group, round_, now)
+
+    def _end_round(self, group: Group, round_: Round, now: float, failure: Optional[str] = None) -> None:
+        if self._rounds.get(group.name) is round_:
+            del self._rounds[group.name]
+        if failure is None:
+            self._succeeded(group)
+        else:
+            group.failures += 1
+            group.last_error = failure
+            log.warning("%s rebalance attempt failed: %s", group.describe(), failure)
+            if not self.active:
+                group.rebalance_pending = True  # runs again when the connection is back
+            elif not group.rebalance_pending:
+                if group.attempts < self.config.max_rebalance_retries:
+                    delay = self.config.rebalance_backoff_ms / 1000.0 * (2 ** group.attempts)
+                    group.attempts += 1
+                    self._schedule_round(group, now + delay)
+                else:
+                    self._give_up(group)
+        if group.rebalance_pending and self.active and group.name not in self._rebalance_due:
+            self._schedule_round(group, now)  # its timer fired during the round
+
+    def _succeeded(self, group: Group) -> None:
+        if group.failures:
+            self._zk(partial(WriteGroupFailure, group=group.name, failure=None), self._failure_recorded)
+        group.failures = 0
+        group.last_error = None
+
+    def _give_up(self, group: Group) -> None:
+        group.transition(GroupPhase.FAILED)
+        attempts = self.config.max_rebalance_retries + 1
+        log.error("%s rebalance FAILED after %d attempts: %s", group.describe(), attempts, group.last_error)
+        # Visible to `zkcoord groups describe` until a retry succeeds.
+        failure = layout.GroupFailure(group.generation, attempts, group.last_error or "unknown")
+        self._zk(partial(WriteGroupFailure, group=group.name, failure=failure), self._failure_recorded)
+
+    @staticmethod
+    def _failure_recorded(_result, error, _now) -> None:
+        if error is not None:  # logged either way
+            log.warning("could not record a group's rebalance failure: %s", error)
+
+    def _group(self, name: str) -> Group:
+        group = self.groups.get(name)
+        if group is None:  # handleNewGroup
+            group = self.groups[name] = Group(name)
+        return group
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def _unknown_offsets(self, name: str, partitions) -> frozenset[TopicPartition]:
+        known = self.committed.get(name, {})
+        absent = self._no_offset.get(name, set())
+        return frozenset(tp for tp in partitions if tp not in known and tp not in absent)
+
+    def _offsets_read(self, name: str, asked, found: Mapping[TopicPartition, int]) -> None:
+        """Learn committed offsets; pending ones below them are regressions, dropped."""
+        known = self.committed.setdefault(name, {})
+        known.update(found)
+        self._no_offset.setdefault(name, set()).update(tp for tp in asked if tp not in found)
+        pending = self.pending_offsets.get(name, {})
+        for tp, committed in found.items():
+            if pending.get(tp, committed) < committed:
+                log.warning("[group %s] offset %d for %s-%d is below committed %d; ignored",
+                            name, pending[tp], tp[0], tp[1], committed)
+                del pending[tp]
+
+    def _accept_offsets(self, group: Group, member: Member, offsets: Mapping[TopicPartition, int],
+                        owned: frozenset[TopicPartition]) -> int:
+        """Take offsets a member reports, only for partitions in ``owned``,
+        never backwards; returns how many were taken. Where the committed
+        offset is not known yet, the check ends when it has been read."""
+        offsets = {tp: o for tp, o in offsets.items() if offset_is_acceptable(group, member, tp, o, owned)}
+        committed = self.committed.get(group.name, {})
+        pending = self.pending_offsets.setdefault(group.name, {})
+        taken = 0
+        for tp, offset in offsets.items():
+            floor = max(committed.get(tp, -1), pending.get(tp, -1))
+            if offset < floor:
+                log.warning("%s member %s reported offset %d for %s-%d below committed %d; ignored",
+                            group.describe(), member.member_id, offset, tp[0], tp[1], floor)
+                continue
+            pending[tp] = offset
+            taken += 1
+        return taken
+
+    def _accept_handover(self, group: Group, member: Member, entries, now: float) -> int:
+        """A returning member's final offsets for the partitions it is still
+        fenced on (after a failover: all it ran or was given in the last
+        persisted generation). It stopped them before registering, and nobody
+        has been started on them since, so they are exact: whoever runs them
+        next redelivers nothing. Offsets of anything else are stale; ignored."""
+        taken = self._accept_offsets(group, member, wire.offsets_of(entries),
+                                     owned=group.fences.held_by(member.member_id, now))
+        log.info("%s member %s hands over offsets of %d partition(s)", group.describe(), member.member_id, taken)
+        return taken
+
+    def _flush(self, name: str, now: float, waiters=()) -> None:
+        """Write the group's pending offsets, one fenced multi-operation at a
+        time per group (seed improvement 1); each waiter is called with the
+        error (None) once a write that began after it asked has ended."""
+        flush = self._flushes.get(name)
+        if flush is not None:
+            flush.later.extend(waiters)
+            return
+        if not self.active:
+            for waiter in waiters:
+                waiter(Suspended("the ZooKeeper connection is suspended"), now)
+            return
+        pending = self.pending_offsets.get(name, {})
+        unknown = self._unknown_offsets(name, pending)
+        flush = self._flushes[name] = _Flush(list(waiters))
+        if unknown:  # learn which nodes exist and check for regressions first
+            self._zk(partial(ReadOffsets, group=name, partitions=unknown),
+                     partial(self._flush_read, name, unknown))
+            return
+        known = self.committed.setdefault(name, {})
+        changed = {tp: o for tp, o in pending.items() if known.get(tp) != o}
+        if not changed:
+            self._flush_ended(name, None, now)
+            return
+        existing = frozenset(tp for tp in changed if tp in known)
+        self._zk(partial(WriteOffsets, group=name, offsets=changed, existing=existing),
+                 partial(self._offsets_written, name, changed))
+
+    def _flush_read(self, name: str, asked, found, error, now: float) -> None:
+        if error is not None:
+            self._flush_ended(name, error, now)
+            return
+        self._offsets_read(name, asked, found)
+        flush = self._flushes.pop(name)
+        self._flush(name, now, flush.waiters + flush.later)
+
+    def _offsets_written(self, name: str, changed, _result, error, now: float) -> None:
+        if error is None:
+            self.committed.setdefault(name, {}).update(changed)
+            self._no_offset.get(name, set()).difference_update(changed)
+            pending = self.pending_offsets.get(name, {})
+            for tp, offset in changed.items():
+                if pending.get(tp) == offset:
+                    del pending[tp]
+        else:
+            # A node created although the write reported a failure would make
+            # every later create fail: read them again before the next write.
+            self._no_offset.get(name, set()).difference_update(changed)
+            log.warning("[group %s] offset write failed, will retry: %s", name, error)
+        self._flush_ended(name, error, now)
+
+    def _flush_ended(self, name: str, error, now: float) -> None:
+        flush = self._flushes.pop(name)
+        for waiter in flush.waiters:
+            waiter(error, now)
+        if flush.later:
+            self._flush(name, now, flush.later)
+
+    # -- introspection ----------------------------------------------------------------------------
+
+    def describe_groups(self) -> dict:
+        return {
+            name: {
+                "generation": g.generation,
+                "phase": g.phase.value,
+                "members": {m.member_id: sorted(m.running) for m in g.members.values()},
+                "failures": g.failures,
+                "last_error": g.last_error,
+            }
+            for name, g in sorted(self.groups.items())
+        }
