@@ -10,7 +10,7 @@ import pytest
 from zkcoord import wire
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.core import CoordinatorState
+from zkcoord.coordinator.core import CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.group import GroupPhase, IllegalTransition
 from zkcoord.zk import layout
 
@@ -333,3 +333,79 @@ def test_a_group_that_keeps_failing_is_marked_failed_and_recovers_on_the_next_ch
     h.register("b", "b")
     h.advance(2.0, serve=("a", "b"))
     assert h.core.groups["g"].phase is GroupPhase.STABLE and h.zk.failures["g"] is None
+
+
+# -- found in review of the core --------------------------------------------------------------------
+
+def test_a_suspension_while_the_state_is_written_sends_no_stop():
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1, settle=False)
+    assert any(isinstance(op, actions.WriteGroupState) for op in h.operations.values())
+    h.apply(h.core.session_suspended(h.now))
+    before = len(h.log)
+    h.settle()
+    assert len(h.log) == before  # no Stop: it would renew leases for a round that cannot finish
+    h.apply(h.core.session_resumed(h.now))
+    h.advance(1.0, serve=("a", "b", "c"))
+    assert h.running("c")
+
+
+def test_nobody_is_admitted_and_no_round_runs_before_the_predecessors_state_is_loaded():
+    core = CoordinatorCore(CONFIG, 1)
+    assert core.state is CoordinatorState.LOADING
+    request = wire.RegisterConsumerRequest(group_id="g", consumer_id="c", topics=("t",), session_timeout_ms=T_MS)
+    refusal, close = core.register("c", request, 5, 0.0)
+    assert refusal.message.error_code == wire.ErrorCode.COORDINATOR_NOT_AVAILABLE and close == actions.Close("c")
+    core.session_suspended(0.0)  # reported while loading: it starts suspended
+    core.load({}, 0.1)
+    core.start(0.1)
+    assert core.state is CoordinatorState.SUSPENDED
+
+
+def test_a_member_that_leaves_during_a_round_is_started_on_nothing():
+    h = Harness()
+    h.register("a", "a")
+    h.stable(["a"])
+    h.register("b", "b")
+    h.advance(0.1)
+    h.answer("a", wire.StopResponse(offsets=wire.offset_entries({P[2]: 5, P[3]: 6})))
+    (stop_write,) = h.operations  # the round writes the stopped offsets...
+    h.answer("b", wire.LeaveGroupRequest(), correlation_id=3)  # ...when b leaves
+    h.complete(actions.WriteOffsets)
+    h.settle()
+    assert h.requests("b", wire.StartRequest) == []
+    left_at = h.now
+    h.advance(1.0, serve=("a",))
+    assert h.running("a") == set(P)
+    assert h.first_start_elsewhere({P[2], P[3]}, "b", after=left_at) < left_at + T  # no fence to wait out
+
+
+def test_a_static_member_back_hands_over_what_its_old_connection_ran():
+    h = Harness()
+    h.register("a", "a")
+    h.register("s1", "s", is_static=True)
+    h.stable(["a", "s1"])
+    h.register("s2", "s", is_static=True, offsets=wire.offset_entries({P[2]: 77, P[3]: 88}))
+    h.settle()
+    assert h.zk.offsets["g"][P[2]] == 77 and h.zk.offsets["g"][P[3]] == 88
+
+
+def test_a_flush_asked_for_during_a_write_writes_what_arrived_meanwhile():
+    config = CoordinatorConfig(**{**CONFIG.__dict__, "offset_flush_interval_ms": 60_000})
+    h = Harness(config=config)
+    h.register("a", "a")
+    h.stable(["a"])
+    for offset in (5, 6):
+        h.advance(1.0, settle=False)
+        h.answer("a", wire.PingResponse(last_poll_ms_ago=0, offsets=wire.offset_entries({P[0]: offset})))
+        h.apply(h.core.flush_all(h.now))  # the second while the first write is still out
+    h.settle()
+    assert h.zk.offsets["g"][P[0]] == 6 and not h.core.flushing
+
+
+def test_a_read_that_ends_late_never_lowers_a_committed_offset_we_wrote():
+    h = Harness()
+    h.core.committed["g"] = {P[0]: 50}
+    h.core._offsets_read("g", {P[0]}, {P[0]: 40})
+    assert h.core.committed["g"][P[0]] == 50

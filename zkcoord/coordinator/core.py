@@ -60,18 +60,22 @@ FLUSH_TIMER = ("flush",)
 
 
 class CoordinatorState(enum.Enum):
-    """ACTIVE: in office with a working ZooKeeper connection.
+    """LOADING: elected, reading what its predecessor left: it admits nobody
+    and starts no round (nothing it decides may ignore those fences).
+    ACTIVE: in office with a working ZooKeeper connection.
     SUSPENDED: the connection is suspended: nothing is sent (so the members'
     leases run out), started or written; answers are still taken.
     DEPOSED: out of office (a newer epoch wrote, the session ended, or the
     server resigned): it does nothing more."""
 
+    LOADING = "loading"
     ACTIVE = "active"
     SUSPENDED = "suspended"
     DEPOSED = "deposed"
 
 
 _STATE_MOVES = {
+    CoordinatorState.LOADING: {CoordinatorState.ACTIVE, CoordinatorState.SUSPENDED, CoordinatorState.DEPOSED},
     CoordinatorState.ACTIVE: {CoordinatorState.SUSPENDED, CoordinatorState.DEPOSED},
     CoordinatorState.SUSPENDED: {CoordinatorState.ACTIVE, CoordinatorState.DEPOSED},
     CoordinatorState.DEPOSED: set(),
@@ -142,6 +146,7 @@ class _Flush:
 
     waiters: list = field(default_factory=list)
     later: list = field(default_factory=list)
+    again: bool = False  # asked for after it began: write once more when it ends
 
 
 def offset_is_acceptable(group: Group, member: Member, tp: TopicPartition, offset: int,
@@ -171,7 +176,8 @@ class CoordinatorCore:
     def __init__(self, config: CoordinatorConfig, epoch: int):
         self.config = config
         self.epoch = epoch
-        self.state = CoordinatorState.ACTIVE
+        self.state = CoordinatorState.LOADING
+        self._connected = True  # the ZooKeeper connection, as last reported
         self.groups: dict[str, Group] = {}
         self.partitions: dict[str, int] = {}  # topic -> partition count, kept by the topic watches
         self.schedule = PingSchedule()
@@ -242,26 +248,35 @@ class CoordinatorCore:
         return self._take()
 
     def start(self, now: float) -> list:
-        self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
-        log.info("coordinator epoch %d started", self.epoch)
+        """Loaded: admit members, run rounds."""
+        if self.state is CoordinatorState.LOADING:
+            self._become(CoordinatorState.ACTIVE if self._connected else CoordinatorState.SUSPENDED)
+            self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
+            self._schedule_pending(now)
+            log.info("coordinator epoch %d started", self.epoch)
         return self._take()
 
     def session_suspended(self, now: float) -> list:
         """The ZooKeeper connection is suspended: send, start and write nothing.
         A round under way ends at its next step; its answers are still taken."""
-        if not self.deposed:
+        self._connected = False
+        if self.state is CoordinatorState.ACTIVE:
             log.warning("ZooKeeper connection suspended: coordinator stops pinging, starting and writing")
             self._become(CoordinatorState.SUSPENDED)
         return self._take()
 
     def session_resumed(self, now: float) -> list:
         """The same session is back: rounds that could not run, run."""
-        if not self.deposed:
+        self._connected = True
+        if self.state is CoordinatorState.SUSPENDED:
             self._become(CoordinatorState.ACTIVE)
-            for group in self.groups.values():
-                if group.rebalance_pending:
-                    self._schedule_round(group, now)
+            self._schedule_pending(now)
         return self._take()
+
+    def _schedule_pending(self, now: float) -> None:
+        for group in self.groups.values():
+            if group.rebalance_pending:
+                self._schedule_round(group, now)
 
     def done(self, token: int, now: float, result=None, error: Optional[BaseException] = None) -> list:
         """A ZooKeeper operation the core asked for has ended."""
@@ -305,6 +320,12 @@ class CoordinatorCore:
         self._members.clear()
         self._registering.clear()
         return self._take()
+
+    def fail(self, now: float) -> list:
+        """A handler raised: a bug. Whatever it had decided is dropped, and the
+        coordinator steps down (a successor starts from ZooKeeper, with fences)."""
+        self._out.clear()
+        return self.step_down(now)
 
     def _zk(self, make, callback: Callable) -> None:
         """Ask for a ZooKeeper operation ``make(token)``; ``callback(result, error, now)`` takes its end."""
@@ -585,7 +606,9 @@ class CoordinatorCore:
         """Send ``message`` to ``member``, or queue it behind the one request
         it has not answered yet (a ping: seed 001's held channel)."""
         request = Request(message, timeout, on_answer, on_failure)
-        if not member.connected:
+        if not self.active:  # a request renews the member's lease: none unless in office and connected
+            on_failure(member, "the coordinator is not active", now)
+        elif not member.connected:
             on_failure(member, "it is not connected", now)
         elif member.outstanding is not None:
             member.queued = request
@@ -762,8 +785,8 @@ class CoordinatorCore:
         round_.sending = True
         for member_id, partitions in per_member.items():
             member = group.members.get(member_id)
-            if member is None or not member.connected:
-                continue
+            if member is None or not member.connected or member.leaving:
+                continue  # it stops everything with its connection, or has already
             if round_.phase is RoundPhase.STARTING:
                 member.starting = partitions  # from now on it may run them
             round_.waiting.add(member_id)
@@ -925,10 +948,15 @@ class CoordinatorCore:
     def _offsets_read(self, name: str, asked, found: Mapping[TopicPartition, int]) -> None:
         """Learn committed offsets; pending ones below them are regressions, dropped."""
         known = self.committed.setdefault(name, {})
-        known.update(found)
-        self._no_offset.setdefault(name, set()).update(tp for tp in asked if tp not in found)
+        absent = self._no_offset.setdefault(name, set())
         pending = self.pending_offsets.get(name, {})
-        for tp, committed in found.items():
+        for tp in asked:
+            if tp in known or tp in absent:
+                continue  # learnt meanwhile, from our own write: newer than this read
+            if tp not in found:
+                absent.add(tp)
+                continue
+            committed = known[tp] = found[tp]
             if pending.get(tp, committed) < committed:
                 log.warning("[group %s] offset %d for %s-%d is below committed %d; ignored",
                             name, pending[tp], tp[0], tp[1], committed)
@@ -959,8 +987,11 @@ class CoordinatorCore:
         persisted generation). It stopped them before registering, and nobody
         has been started on them since, so they are exact: whoever runs them
         next redelivers nothing. Offsets of anything else are stale; ignored."""
-        taken = self._accept_offsets(group, member, wire.offsets_of(entries),
-                                     owned=group.fences.held_by(member.member_id, now))
+        owned = group.fences.held_by(member.member_id, now)
+        previous = group.members.get(member.member_id)
+        if previous is not None:  # a static member back (validated): what its old connection ran
+            owned |= previous.may_run
+        taken = self._accept_offsets(group, member, wire.offsets_of(entries), owned=owned)
         log.info("%s member %s hands over offsets of %d partition(s)", group.describe(), member.member_id, taken)
         return taken
 
@@ -971,6 +1002,7 @@ class CoordinatorCore:
         flush = self._flushes.get(name)
         if flush is not None:
             flush.later.extend(waiters)
+            flush.again = True
             return
         if not self.active:
             for waiter in waiters:
@@ -1019,7 +1051,7 @@ class CoordinatorCore:
         flush = self._flushes.pop(name)
         for waiter in flush.waiters:
             waiter(error, now)
-        if flush.later:
+        if flush.again:
             self._flush(name, now, flush.later)
 
     # -- introspection ----------------------------------------------------------------------------

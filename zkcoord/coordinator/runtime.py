@@ -117,8 +117,7 @@ class Coordinator:
 
     def session_changed(self, connected: bool) -> None:
         """The ZooKeeper connection was suspended (False) or is back on the same session (True)."""
-        now = self.clock()
-        self._apply(self.core.session_resumed(now) if connected else self.core.session_suspended(now))
+        self._event(self.core.session_resumed if connected else self.core.session_suspended)
 
     def stop(self) -> None:
         """Step down: write what offsets can be written, close every member's connection, stop."""
@@ -154,7 +153,7 @@ class Coordinator:
             if self.deposed:
                 return False
             # The watch hands us the node's data: no read per rebalance.
-            self._apply(self.core.partitions_changed(topic, count_partitions(topic, data), self.clock()))
+            self._event(self.core.partitions_changed, topic, count_partitions(topic, data))
             return True
 
         return on_change
@@ -166,7 +165,7 @@ class Coordinator:
         conn = next(self._connection_ids)
         connection = self._connections[conn] = _Connection(channel)
         try:
-            self._apply(self.core.register(conn, request, correlation_id, self.clock()))
+            self._event(self.core.register, conn, request, correlation_id)
             while not self.deposed:
                 try:
                     frame = channel.receive()
@@ -177,14 +176,25 @@ class Coordinator:
                     connection.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)),
                                     exc.correlation_id or 0)
                     return
-                self._apply(self.core.received(conn, frame.message, frame.correlation_id, self.clock()))
+                self._event(self.core.received, conn, frame.message, frame.correlation_id)
         finally:
-            self._apply(self.core.connection_closed(conn, self.clock()))
+            self._event(self.core.connection_closed, conn)
             connection.close()
             connection.writer.join(timeout=CLOSE_GRACE_S)
             self._connections.pop(conn, None)
 
     # -- carrying out the core's actions --------------------------------------------------------
+
+    def _event(self, handler, *args) -> None:
+        """Hand the core one event, with the time, and carry out what it decides.
+        A handler that raises is a bug: the coordinator steps down, loudly,
+        rather than run on with half a decision."""
+        try:
+            todo = handler(*args, self.clock())
+        except Exception:
+            log.exception("the coordinator's core failed in %s; stepping down", getattr(handler, "__name__", handler))
+            todo = self.core.fail(self.clock())
+        self._apply(todo)
 
     def _apply(self, todo: list) -> None:
         for action in todo:
@@ -213,14 +223,14 @@ class Coordinator:
 
     def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)
-        self._apply(self.core.timer_fired(key, self.clock()))
+        self._event(self.core.timer_fired, key)
 
     def _run_operation(self, operation) -> None:
         try:
             result, error = self._carry_out(operation), None
         except Exception as exc:  # kazoo's connection errors, Deposed: the core decides
             result, error = None, exc
-        self._apply(self.core.done(operation.token, self.clock(), result, error))
+        self._event(lambda now: self.core.done(operation.token, now, result, error))
 
     def _carry_out(self, operation):
         store = self.store
