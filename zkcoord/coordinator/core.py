@@ -302,10 +302,13 @@ class CoordinatorCore:
 
     def flush_all(self, now: float) -> list:
         """Write every pending offset (before stepping down)."""
+        self._flush_pending(now)
+        return self._take()
+
+    def _flush_pending(self, now: float) -> None:
         if self.active:
             for name in [n for n, pending in self.pending_offsets.items() if pending]:
                 self._flush(name, now)
-        return self._take()
 
     @property
     def flushing(self) -> bool:
@@ -352,9 +355,7 @@ class CoordinatorCore:
             self._ping_due(now)
         elif kind == "flush":
             self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
-            if self.active:
-                for name in [n for n, pending in self.pending_offsets.items() if pending]:
-                    self._flush(name, now)
+            self._flush_pending(now)
         return self._take()
 
     # -- events: members ---------------------------------------------------------------------
@@ -605,11 +606,13 @@ class CoordinatorCore:
                  on_answer: Callable, on_failure: Callable, now: float) -> None:
         """Send ``message`` to ``member``, or queue it behind the one request
         it has not answered yet (a ping: seed 001's held channel)."""
-        request = Request(message, timeout, on_answer, on_failure)
+        self._dispatch(member, Request(message, timeout, on_answer, on_failure), now)
+
+    def _dispatch(self, member: Member, request: Request, now: float) -> None:
         if not self.active:  # a request renews the member's lease: none unless in office and connected
-            on_failure(member, "the coordinator is not active", now)
+            request.on_failure(member, "the coordinator is not active", now)
         elif not member.connected:
-            on_failure(member, "it is not connected", now)
+            request.on_failure(member, "it is not connected", now)
         elif member.outstanding is not None:
             member.queued = request
         else:
@@ -625,12 +628,8 @@ class CoordinatorCore:
 
     def _send_queued(self, member: Member, now: float) -> None:
         request, member.queued = member.queued, None
-        if request is None or not member.connected:
-            return
-        if not self.active:  # a request renews the member's lease: none while suspended
-            request.on_failure(member, "the ZooKeeper connection is suspended", now)
-        else:
-            self._send(member, request, now)
+        if request is not None:
+            self._dispatch(member, request, now)
 
     def _answer_overdue(self, conn: Hashable, correlation_id: int, now: float) -> None:
         member = self._members.get(conn)
