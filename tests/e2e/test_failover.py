@@ -173,3 +173,48 @@ def test_a_server_cut_off_from_zookeeper_for_long_comes_back_by_itself(cluster_f
     consumer = cut_off.add_consumer("g", topics=["t"])
     wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=FAILOVER_S)
     assert cut_off.servers[1].proc.poll() is None
+
+
+def test_zookeeper_lost_during_a_takeover_leaves_no_zombie_coordinator(cluster_factory, zk_proxies, zk):
+    """Finding 6: a connection loss while a newly elected server loads its
+    predecessor's state used to escape the takeover, leaving a server that
+    held the election node with no coordinator behind it."""
+    import threading
+
+    first = cluster_factory(0)
+    first.add_server(1)
+    wait_until(lambda: zk.exists(layout.COORDINATOR_PATH), timeout=20, message="server 1 elected")
+    successor = cluster_factory(0, zookeeper=zk_proxies.connect_string)
+    successor.add_server(2)
+    create_topic(zk, "t", 4)
+    partitions = partitions_of(zk, ["t"])
+    consumers = [first.add_consumer("g", topics=["t"], bootstrap=first.bootstrap + successor.bootstrap)
+                 for _ in range(2)]
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    # Many groups left by a predecessor: loading them takes the successor a
+    # while, and the connection drops in the middle of it.
+    idle = layout.encode_group_state(layout.GroupState(1, "range", {}))
+    for request in [zk.create_async(layout.group_state_path(f"idle-{n}"), idle, makepath=True) for n in range(1500)]:
+        request.get()
+    claimed = epoch(zk) + 1
+    dropped = threading.Event()
+
+    def on_epoch(data, _stat):
+        if data is not None and layout.decode_coordinator_epoch(data) >= claimed and not dropped.is_set():
+            zk_proxies.drop()  # server 2 has just claimed its epoch: it is loading now
+            dropped.set()
+            return False
+        return True
+
+    zk.DataWatch(layout.COORDINATOR_EPOCH_PATH, on_epoch)
+    first.servers[1].kill()
+    wait_until(dropped.is_set, timeout=FAILOVER_S, message="server 2 to claim an epoch")
+    server = successor.servers[2]
+    wait_until(lambda: "could not take office" in server.log_tail(50000), timeout=FAILOVER_S,
+               message="the takeover to fail on the dropped connection")
+    wait_until(lambda: "taking office again" in server.log_tail(50000), timeout=FAILOVER_S,
+               message="server 2 to take office again")
+    wait_until(lambda: epoch(zk) > claimed, timeout=FAILOVER_S, message="a second epoch")
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    assert coordinator_id(zk) == 2
+    assert {c.status()["epoch"] for c in consumers} == {epoch(zk)}

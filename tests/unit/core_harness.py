@@ -2,7 +2,9 @@
 
 Time moves only in ``advance``; timers fire in order of their time. ZooKeeper
 operations wait in ``operations`` until the test completes them, one by one
-(``complete``) or all (``settle``, which applies them to ``zk``). Members are
+(``complete``) or all (``settle``, which applies them to ``zk``); the
+office's round trips succeed as time moves unless ``prove_office`` is False
+(ZooKeeper silent to the coordinator while its connection looks fine). Members are
 driven by hand (``answer``) or obey whatever is sent to them (``obey``).
 """
 
@@ -19,6 +21,7 @@ from zkcoord.coordinator.core import CoordinatorCore
 
 T_MS = 3000  # members' session timeout
 MARGIN_MS = 200
+ZK_SESSION_MS = 6000  # the coordinator's ZooKeeper session: its office lasts 4 s from a round trip
 CONFIG = CoordinatorConfig(lease_margin_ms=MARGIN_MS, rebalance_delay_ms=100, rebalance_timeout_ms=2000,
                            rebalance_backoff_ms=100, offset_flush_interval_ms=1000)
 
@@ -34,6 +37,8 @@ class FakeZooKeeper:
     writes: list = field(default_factory=list)  # every write, in order
 
     def apply(self, op):
+        if isinstance(op, actions.ProveOffice):
+            return None
         if isinstance(op, actions.ReadOwners):
             return dict(self.owners.get(op.group, {}))
         if isinstance(op, actions.ReadOffsets):
@@ -58,7 +63,7 @@ class Harness:
     def __init__(self, config: CoordinatorConfig = CONFIG, epoch: int = 1, states=None,
                  zk: Optional[FakeZooKeeper] = None, partitions=None):
         self.now = 0.0
-        self.core = CoordinatorCore(config, epoch)
+        self.core = CoordinatorCore(config, epoch, ZK_SESSION_MS)
         self.zk = zk or FakeZooKeeper()
         self.timers: dict = {}
         self.sent: dict = defaultdict(list)  # conn -> [(message, correlation_id)]
@@ -66,7 +71,8 @@ class Harness:
         self.operations: dict = {}  # token -> operation not completed yet
         self._answered: dict = {}  # conn -> correlation ids it answered
         self.log: list = []  # (time, conn, message) of every frame sent
-        self.apply(self.core.load(states or {}, self.now))
+        self.prove_office = True
+        self.apply(self.core.load(states or {}, self.now, self.now))
         self.apply(self.core.start(self.now))
         for topic, count in (partitions or {"t": 4}).items():
             self.apply(self.core.partitions_changed(topic, count, self.now))
@@ -108,7 +114,12 @@ class Harness:
     def _react(self, serve, settle) -> None:
         for _ in range(100):
             progressed = any([self.obey(conn) for conn in serve])
-            if settle and self.operations:
+            if self.prove_office and not settle:
+                for token in [t for t, op in self.operations.items() if isinstance(op, actions.ProveOffice)]:
+                    self.apply(self.core.done(token, self.now, self.zk.apply(self.operations.pop(token)), None))
+                    progressed = True
+            if settle and any(self.prove_office or not isinstance(op, actions.ProveOffice)
+                              for op in self.operations.values()):
                 self.settle()
                 progressed = True
             if not progressed:
@@ -124,8 +135,12 @@ class Harness:
 
     def settle(self) -> None:
         """Let ZooKeeper answer everything pending, as the fake holds it."""
-        while self.operations:
-            token = min(self.operations)
+        while True:
+            tokens = [t for t, op in self.operations.items()
+                      if self.prove_office or not isinstance(op, actions.ProveOffice)]
+            if not tokens:
+                return
+            token = min(tokens)
             op = self.operations.pop(token)
             result = self.zk.apply(op)
             self.apply(self.core.done(token, self.now, result, None))

@@ -14,7 +14,7 @@ from zkcoord.coordinator.core import CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.group import GroupPhase, IllegalTransition
 from zkcoord.zk import layout
 
-from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, Harness
+from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, ZK_SESSION_MS, Harness
 
 T = T_MS / 1000.0
 MARGIN = MARGIN_MS / 1000.0
@@ -275,6 +275,73 @@ def test_nothing_is_sent_started_or_written_while_suspended_and_answers_are_stil
     assert h.running("c") and h.zk.offsets["g"]
 
 
+# -- the office: requests go out only while the coordinator's session is proven alive ---------------
+
+OFFICE = ZK_SESSION_MS * 2 / 3 / 1000.0  # how long a round trip proves the office for
+
+
+def test_a_coordinator_paused_past_its_office_sends_nothing_when_it_wakes():
+    # The gap the office closes: the coordinator sends a Stop and is paused
+    # (SIGSTOP) past its ZooKeeper session; meanwhile a successor is elected.
+    # The member, delayed too, answers the Stop only then. Waking, the old
+    # coordinator reads that answer before kazoo reports the session lost:
+    # a Start (or a ping) sent now would date a lease from an answer that
+    # left after the election.
+    h = two_members()
+    h.register("c", "c")
+    h.advance(0.1)
+    assert isinstance(h.unanswered("b")[0][0], wire.StopRequest) and h.core.active
+    h.now += ZK_SESSION_MS / 1000.0 + 1.0  # paused: no timer fires, no round trip runs
+    before = len(h.log)
+    h.prove_office = False  # the session is gone: no round trip will succeed
+    h.obey("b")
+    h.settle()
+    assert h.log[before:] == [] and h.core.state is CoordinatorState.SUSPENDED
+    proof = next(op for op in h.operations.values() if isinstance(op, actions.ProveOffice))
+    h.complete(actions.ProveOffice, error=actions.Deposed("coordinator epoch 1 is no longer current"))
+    assert proof and h.core.deposed
+    h.advance(10.0, serve=("a", "b", "c"))
+    assert h.log[before:] == []
+
+
+def test_the_office_lapses_without_round_trips_and_comes_back_with_one():
+    h = two_members()
+    h.prove_office = False  # ZooKeeper stops answering while the connection still looks fine
+    h.advance(OFFICE + 1.0, serve=("a", "b"))
+    assert h.core.state is CoordinatorState.SUSPENDED
+    lapsed_at = h.core.office_until
+    assert h.last_request_at("a") < lapsed_at and h.last_request_at("b") < lapsed_at
+    h.prove_office = True
+    h.advance(2.0, serve=("a", "b"))
+    assert h.core.active and h.last_request_at("a") > lapsed_at  # pings again
+
+
+def test_a_long_running_coordinator_keeps_its_office():
+    h = two_members()
+    h.advance(60.0, serve=("a", "b"))
+    assert h.core.active and h.last_request_at("a") > 59.0
+
+
+def test_a_suspension_longer_than_the_office_resumes_only_after_a_round_trip():
+    h = two_members()
+    h.apply(h.core.session_suspended(h.now))
+    h.advance(OFFICE + 1.0, serve=("a", "b"))
+    h.prove_office = False
+    h.apply(h.core.session_resumed(h.now))  # the same session, but the office has lapsed
+    assert h.core.state is CoordinatorState.SUSPENDED
+    h.complete(actions.ProveOffice)
+    assert h.core.active
+
+
+def test_a_failed_round_trip_is_tried_again_on_the_next_renewal():
+    h = two_members()
+    h.prove_office = False
+    h.advance(ZK_SESSION_MS / 4000.0 + 0.01, serve=("a", "b"))
+    h.complete(actions.ProveOffice, error=RuntimeError("connection loss"))
+    h.advance(ZK_SESSION_MS / 4000.0, serve=("a", "b"))
+    assert any(isinstance(op, actions.ProveOffice) for op in h.operations.values())
+
+
 # -- interleavings ------------------------------------------------------------------------------------
 
 def test_a_leave_crossing_a_stop_hands_on_without_a_fence():
@@ -352,13 +419,13 @@ def test_a_suspension_while_the_state_is_written_sends_no_stop():
 
 
 def test_nobody_is_admitted_and_no_round_runs_before_the_predecessors_state_is_loaded():
-    core = CoordinatorCore(CONFIG, 1)
+    core = CoordinatorCore(CONFIG, 1, ZK_SESSION_MS)
     assert core.state is CoordinatorState.LOADING
     request = wire.RegisterConsumerRequest(group_id="g", consumer_id="c", topics=("t",), session_timeout_ms=T_MS)
     refusal, close = core.register("c", request, 5, 0.0)
     assert refusal.message.error_code == wire.ErrorCode.COORDINATOR_NOT_AVAILABLE and close == actions.Close("c")
     core.session_suspended(0.0)  # reported while loading: it starts suspended
-    core.load({}, 0.1)
+    core.load({}, 0.0, 0.1)
     core.start(0.1)
     assert core.state is CoordinatorState.SUSPENDED
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from zkcoord.coordinator.server import ZK_RECONNECT_MAX_DELAY_S
+from zkcoord.coordinator.server import ZK_RECONNECT_MAX_DELAY_S, Server, ServerConfig
 
 # A real server in its own gevent process. The fault: kazoo's connection loop
 # dies (an unhandled error in it closes the client for good, which is how a
@@ -46,8 +46,28 @@ def test_a_server_whose_zookeeper_client_closes_exits_non_zero_for_its_superviso
 def test_reconnecting_backs_off_to_seconds_not_kazoos_hour():
     # kazoo's default lets the delay between reconnect rounds grow to 3600 s:
     # a server cut off for a few minutes would stay away long after the cut heals.
-    from zkcoord.coordinator.server import Server, ServerConfig
-
     server = Server(ServerConfig(server_id=1, zookeeper="127.0.0.1:1"))
     assert server.zk._conn_retry.max_tries == -1
     assert server.zk._conn_retry.max_delay == ZK_RECONNECT_MAX_DELAY_S <= 5
+
+
+def test_the_server_knows_the_session_timeout_zookeeper_granted_not_the_one_it_asked_for(zk_ensemble, zk_connect):
+    # The coordinator dates its office from the granted timeout; ZooKeeper
+    # grants at most its maxSessionTimeout (here 120 ticks of 250 ms).
+    asked_ms = 60_000
+    granted_ms = zk_ensemble.tick_ms * 120
+    assert granted_ms < asked_ms
+    script = (
+        "from gevent import monkey; monkey.patch_all()\n"
+        "import sys\n"
+        "from zkcoord.coordinator.server import Server, ServerConfig\n"
+        f"server = Server(ServerConfig(server_id=1, zookeeper=sys.argv[1], zk_session_timeout_ms={asked_ms}))\n"
+        "server.start()\n"
+        "print(server.zk_session_timeout_ms, flush=True)\n"
+        "server.stop()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, zk_connect], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout.split()[0]) == granted_ms
+    assert f"granted a session timeout of {granted_ms} ms (asked for {asked_ms} ms)" in result.stderr
+    assert Server(ServerConfig(server_id=1, zookeeper="127.0.0.1:1")).zk_session_timeout_ms is None  # not connected

@@ -112,4 +112,14 @@ class WriteGroupFailure:
     failure: Optional[layout.GroupFailure]
 
 
-ZooKeeperOperation = (ReadOwners, ReadOffsets, WriteGroupState, WriteOffsets, WriteOwners, WriteGroupFailure)
+@dataclass(frozen=True)
+class ProveOffice:
+    """A fenced write of nothing: ZooKeeper's leader accepts it only while
+    this coordinator's session lives, and refuses it with :class:`Deposed`
+    once a newer epoch has been claimed. Its success dates the office."""
+
+    token: int
+
+
+ZooKeeperOperation = (ReadOwners, ReadOffsets, WriteGroupState, WriteOffsets, WriteOwners, WriteGroupFailure,
+                      ProveOffice)

@@ -21,6 +21,10 @@ The rules it keeps (docs/DESIGN.md):
   round runs on into the next;
 - while the ZooKeeper connection is suspended nothing is sent, started or
   written; answers are still taken;
+- a request goes out only while the coordinator's own office is proven: within
+  two thirds of the ZooKeeper session timeout of the start of a fenced round
+  trip that succeeded (lease.py's ``office_end``), so none leaves after a
+  successor may have been elected;
 - the state (ACTIVE, SUSPENDED, DEPOSED) moves only through ``_become``.
 """
 
@@ -35,13 +39,13 @@ from typing import Callable, Hashable, Mapping, Optional
 
 from zkcoord import wire
 from zkcoord.coordinator.actions import (
-    CancelTimer, Close, Deposed, ReadOffsets, ReadOwners, Send, SetTimer, WriteGroupFailure,
+    CancelTimer, Close, Deposed, ProveOffice, ReadOffsets, ReadOwners, Send, SetTimer, WriteGroupFailure,
     WriteGroupState, WriteOffsets, WriteOwners,
 )
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.group import Group, GroupPhase, IllegalTransition, Member
-from zkcoord.coordinator.lease import lease_end
+from zkcoord.coordinator.lease import OFFICE_RENEWAL_SHARE, lease_end, office_end
 from zkcoord.coordinator.planner import (
     HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, target_assignment,
 )
@@ -54,17 +58,21 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 # Timer keys: ("answer", conn, correlation_id), ("rebalance", group),
-# ("static", conn), ("ping",), ("flush",).
+# ("static", conn), ("ping",), ("flush",), ("office",).
 PING_TIMER = ("ping",)
 FLUSH_TIMER = ("flush",)
+OFFICE_TIMER = ("office",)
 
 
 class CoordinatorState(enum.Enum):
     """LOADING: elected, reading what its predecessor left: it admits nobody
     and starts no round (nothing it decides may ignore those fences).
-    ACTIVE: in office with a working ZooKeeper connection.
-    SUSPENDED: the connection is suspended: nothing is sent (so the members'
-    leases run out), started or written; answers are still taken.
+    ACTIVE: in office with a working ZooKeeper connection, the office proven
+    by a recent round trip.
+    SUSPENDED: the connection is suspended, or the office is not proven
+    (no round trip succeeded lately: the session may have ended unnoticed):
+    nothing is sent (so the members' leases run out), started or written;
+    answers are still taken.
     DEPOSED: out of office (a newer epoch wrote, the session ended, or the
     server resigned): it does nothing more."""
 
@@ -173,11 +181,16 @@ def _ignore(*_args) -> None:
 
 
 class CoordinatorCore:
-    def __init__(self, config: CoordinatorConfig, epoch: int):
+    def __init__(self, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int):
+        """``zk_session_timeout_ms``: the timeout ZooKeeper granted our session
+        (negotiated, not requested: the office is dated from it)."""
         self.config = config
         self.epoch = epoch
+        self.zk_session_timeout_ms = zk_session_timeout_ms
         self.state = CoordinatorState.LOADING
         self._connected = True  # the ZooKeeper connection, as last reported
+        self.office_until = float("-inf")  # requests go out only before this
+        self._proving: Optional[float] = None  # when the office round trip in flight began
         self.groups: dict[str, Group] = {}
         self.partitions: dict[str, int] = {}  # topic -> partition count, kept by the topic watches
         self.schedule = PingSchedule()
@@ -226,12 +239,14 @@ class CoordinatorCore:
 
     # -- events: lifecycle and ZooKeeper -----------------------------------------------------
 
-    def load(self, states: Mapping[str, Optional[layout.GroupState]], now: float) -> list:
+    def load(self, states: Mapping[str, Optional[layout.GroupState]], proven_at: float, now: float) -> list:
         """Groups a predecessor left in ZooKeeper (None: a state node that could
         not be read). Their generation continues, and every partition their
         members ran or were given stays fenced until those members come back
         or their lease has run out: our predecessor sent nothing after its
-        session ended, which was before now."""
+        session ended, which was before now. ``proven_at``: when the office
+        round trip that preceded the reads began."""
+        self._office_proven_from(proven_at)
         for name, state in states.items():
             group = self._group(name)
             group.state_exists = True
@@ -250,8 +265,11 @@ class CoordinatorCore:
     def start(self, now: float) -> list:
         """Loaded: admit members, run rounds."""
         if self.state is CoordinatorState.LOADING:
-            self._become(CoordinatorState.ACTIVE if self._connected else CoordinatorState.SUSPENDED)
+            self._become(CoordinatorState.ACTIVE if self._may_act(now) else CoordinatorState.SUSPENDED)
             self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
+            if not self._may_act(now):
+                self._prove_office(now)
+            self._arm_office(now)
             self._schedule_pending(now)
             log.info("coordinator epoch %d started", self.epoch)
         return self._take()
@@ -266,12 +284,55 @@ class CoordinatorCore:
         return self._take()
 
     def session_resumed(self, now: float) -> list:
-        """The same session is back: rounds that could not run, run."""
+        """The same session is back: rounds that could not run, run (once the
+        office is proven again, if it lapsed meanwhile)."""
         self._connected = True
-        if self.state is CoordinatorState.SUSPENDED:
+        if self.state is not CoordinatorState.LOADING:
+            self._prove_office(now)
+        self._resume(now)
+        return self._take()
+
+    # -- the office: a lease on being the coordinator ------------------------------------
+
+    def _may_act(self, now: float) -> bool:
+        return self._connected and now < self.office_until
+
+    def _resume(self, now: float) -> None:
+        if self.state is CoordinatorState.SUSPENDED and self._may_act(now):
             self._become(CoordinatorState.ACTIVE)
             self._schedule_pending(now)
-        return self._take()
+
+    def _check_office(self, now: float) -> None:
+        """Suspend once the office has lapsed: our session may have expired
+        unnoticed (this process paused, say) and a successor been elected."""
+        if self.state is CoordinatorState.ACTIVE and now >= self.office_until:
+            log.warning("coordinator epoch %d: office lapsed %.1fs ago (no ZooKeeper round trip lately); "
+                        "sending nothing until it is proven again", self.epoch, now - self.office_until)
+            self._become(CoordinatorState.SUSPENDED)
+            self._prove_office(now)
+
+    def _office_due(self, now: float) -> None:
+        self._prove_office(now)
+        self._arm_office(now)
+
+    def _arm_office(self, now: float) -> None:
+        self._emit(SetTimer(OFFICE_TIMER, now + self.zk_session_timeout_ms * OFFICE_RENEWAL_SHARE / 1000.0))
+
+    def _prove_office(self, now: float) -> None:
+        if self._proving is None and self._connected and not self.deposed:  # resuming proves it
+            self._proving = now
+            self._zk(ProveOffice, partial(self._office_proven, now))
+
+    def _office_proven(self, began: float, _result, error, now: float) -> None:
+        self._proving = None
+        if error is not None:
+            log.warning("coordinator epoch %d: office round trip failed: %s", self.epoch, error)
+            return
+        self._office_proven_from(began)
+        self._resume(now)
+
+    def _office_proven_from(self, began: float) -> None:
+        self.office_until = max(self.office_until, office_end(began, self.zk_session_timeout_ms))
 
     def _schedule_pending(self, now: float) -> None:
         for group in self.groups.values():
@@ -341,6 +402,7 @@ class CoordinatorCore:
     def timer_fired(self, key: Hashable, now: float) -> list:
         if self.deposed:
             return self._take()
+        self._check_office(now)
         kind = key[0]
         if kind == "answer":
             self._answer_overdue(key[1], key[2], now)
@@ -356,6 +418,8 @@ class CoordinatorCore:
         elif kind == "flush":
             self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
             self._flush_pending(now)
+        elif kind == "office":
+            self._office_due(now)
         return self._take()
 
     # -- events: members ---------------------------------------------------------------------
@@ -609,6 +673,7 @@ class CoordinatorCore:
         self._dispatch(member, Request(message, timeout, on_answer, on_failure), now)
 
     def _dispatch(self, member: Member, request: Request, now: float) -> None:
+        self._check_office(now)
         if not self.active:  # a request renews the member's lease: none unless in office and connected
             request.on_failure(member, "the coordinator is not active", now)
         elif not member.connected:

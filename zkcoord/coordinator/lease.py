@@ -13,6 +13,10 @@ it may be running are fenced until then: nobody is started on them before.
 A fence lifts early when its holder registers again (a member stops
 everything before it registers) or acknowledges a Stop of the partition.
 
+The coordinator holds a lease of its own, on its office: it may send a
+request only while its ZooKeeper session is provably alive, so that every
+request it sends precedes the election of a successor (``office_end``).
+
 Pure state; times are plain floats from the caller's clock.
 """
 
@@ -26,6 +30,25 @@ TopicPartition = tuple[str, int]
 def lease_end(last_sent: float, session_timeout_ms: int, margin_ms: int) -> float:
     """When a member last sent a request at ``last_sent`` surely holds no lease any more."""
     return last_sent + (session_timeout_ms + margin_ms) / 1000.0
+
+
+# The share of its ZooKeeper session timeout for which a successful round
+# trip keeps the coordinator in office. ZooKeeper expires a session only
+# after hearing nothing from it for the whole timeout S, so a round trip
+# begun at t proves the session alive until t + S. The third held back
+# covers a follower passing the session's heartbeat on to the leader (within
+# half a tick, and a session lasts at least two ticks: at most S/4) and the
+# clocks' rates; kazoo itself gives a connection up after 2S/3 of silence.
+OFFICE_SHARE = 2 / 3
+# How often the office is renewed, as a share of the session timeout: a
+# renewal that fails still leaves 2S/3 - S/4 of office for the next one.
+OFFICE_RENEWAL_SHARE = 1 / 4
+
+
+def office_end(proven_at: float, session_timeout_ms: int) -> float:
+    """Until when a coordinator whose ZooKeeper round trip began at
+    ``proven_at`` and succeeded may send requests."""
+    return proven_at + session_timeout_ms * OFFICE_SHARE / 1000.0
 
 
 class Fences:

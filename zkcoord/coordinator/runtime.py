@@ -72,13 +72,14 @@ class _Connection:
 
 
 class Coordinator:
-    def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int,
+    def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
                  clock: Callable[[], float] = time.monotonic):
+        """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it)."""
         self.store = store
         self.config = config
         self.epoch = epoch
         self.clock = clock
-        self.core = CoordinatorCore(config, epoch)
+        self.core = CoordinatorCore(config, epoch, zk_session_timeout_ms)
         self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
         self._timers: dict[Hashable, gevent.Greenlet] = {}
@@ -109,9 +110,12 @@ class Coordinator:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load what a predecessor left, watch the topics, and go (seed section 3)."""
+        """Prove the office, load what a predecessor left, watch the topics,
+        and go (seed section 3)."""
+        proven_at = self.clock()
+        self.store.prove_office()
         states = {name: self.store.group_state(name) for name in self.store.groups_with_state()}
-        self._apply(self.core.load(states, self.clock()))
+        self._apply(self.core.load(states, proven_at, self.clock()))
         self._watch_topics()
         self._apply(self.core.start(self.clock()))
 
@@ -249,4 +253,6 @@ class Coordinator:
             return store.write_owners(operation.group, operation.owners, operation.previous)
         if isinstance(operation, actions.WriteGroupFailure):
             return store.write_group_failure(operation.group, operation.failure)
+        if isinstance(operation, actions.ProveOffice):
+            return store.prove_office()
         raise TypeError(f"unknown ZooKeeper operation {operation!r}")

@@ -37,6 +37,7 @@ from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.session import SessionTimeoutWitness
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,9 @@ class Server:
     def __init__(self, config: ServerConfig):
         self.config = config
         handler = SequentialGeventHandler()
+        self._zk_log = SessionTimeoutWitness()
         self.zk = KazooClient(
+            logger=self._zk_log,
             hosts=config.zookeeper,
             handler=handler,
             timeout=config.zk_session_timeout_ms / 1000.0,
@@ -117,6 +120,14 @@ class Server:
             self.zk.close()
             detail = str(exc) or "no session within 30 s"
             raise ServerError(f"cannot reach ZooKeeper at {self.config.zookeeper}: {detail}") from None
+        granted = self.zk_session_timeout_ms
+        if granted is None:  # only if kazoo's logging changed: the office could not be dated
+            self.zk.stop()
+            self.zk.close()
+            raise ServerError("kazoo did not report the session timeout ZooKeeper granted")
+        if granted != self.config.zk_session_timeout_ms:
+            log.warning("ZooKeeper granted a session timeout of %d ms (asked for %d ms)",
+                        granted, self.config.zk_session_timeout_ms)
         try:
             listener = socket.create_server((self.config.host, self.config.port), backlog=1024)
         except OSError as exc:
@@ -149,6 +160,11 @@ class Server:
             self.broker.stop(timeout)
         self.zk.stop()
         self.zk.close()
+
+    @property
+    def zk_session_timeout_ms(self) -> Optional[int]:
+        """The timeout ZooKeeper granted our session, once connected."""
+        return self._zk_log.negotiated_ms
 
     def log_state(self) -> None:
         """Log every greenlet's stack and the coordinator's groups (on SIGUSR1)."""
@@ -262,7 +278,7 @@ class Server:
         the elector tries again)."""
         store = CoordinatorStore(self.zk, self.config.server_id)
         epoch = store.claim_epoch()
-        coordinator = Coordinator(store, self.config.coordinator, epoch.number)
+        coordinator = Coordinator(store, self.config.coordinator, epoch.number, self.zk_session_timeout_ms)
         # Published before it starts, so that a suspension meanwhile reaches it.
         if self.zk.state != KazooState.CONNECTED:
             coordinator.session_changed(connected=False)

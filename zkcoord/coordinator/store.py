@@ -140,10 +140,17 @@ class CoordinatorStore:
         Each operation is ``("create" | "set" | "delete", path, data)``. Parents
         of created nodes are made first (not fenced: empty containers).
         """
+        if operations:
+            self._fenced(operations)
+
+    def prove_office(self) -> None:
+        """An empty fenced write: it succeeds only if our session is alive
+        when the leader takes it and our epoch is still the current one."""
+        self._fenced([])
+
+    def _fenced(self, operations: list[tuple[str, str, bytes | None]]) -> None:
         if self.epoch is None:
             raise Deposed("this server holds no coordinator epoch")
-        if not operations:
-            return
         for op, path, _ in operations:
             if op == "create":
                 self.zk.ensure_path(path.rsplit("/", 1)[0])

@@ -1,0 +1,39 @@
+"""The session timeout ZooKeeper granted, which kazoo does not expose.
+
+ZooKeeper may grant a session a shorter timeout than the one asked for (at
+most its maxSessionTimeout, 20 ticks by default), and the coordinator dates
+its office from the granted one (coordinator/lease.py). kazoo (pinned in
+setup.py) keeps the negotiated value local to its connect routine and only
+logs it, so :class:`SessionTimeoutWitness` is the logger we hand kazoo: it
+passes every record on unchanged and remembers the value from the
+"Session created" record, whatever the log level. tests/zk checks it against
+a real ensemble that grants less than asked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+KAZOO_LOGGER = "kazoo.client"
+# kazoo's record: "Session created, session_id: %r session_passwd: %s\n
+# negotiated session timeout: %s\n ...", with the timeout as third argument.
+SESSION_CREATED = "Session created"
+TIMEOUT_ARGUMENT = 2
+
+
+class SessionTimeoutWitness(logging.LoggerAdapter):
+    """kazoo's logger, which also remembers the negotiated session timeout."""
+
+    def __init__(self, logger: Optional[logging.Logger] = None):
+        super().__init__(logger or logging.getLogger(KAZOO_LOGGER), {})
+        self.negotiated_ms: Optional[int] = None
+
+    def log(self, level, msg, *args, **kwargs):
+        # Before the level check: kazoo logs it at its lowest level.
+        if isinstance(msg, str) and msg.startswith(SESSION_CREATED) and len(args) > TIMEOUT_ARGUMENT:
+            self.negotiated_ms = int(args[TIMEOUT_ARGUMENT])
+        super().log(level, msg, *args, **kwargs)
+
+    def warn(self, msg, *args, **kwargs):  # kazoo still calls the old name
+        self.warning(msg, *args, **kwargs)
