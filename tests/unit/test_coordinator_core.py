@@ -251,12 +251,38 @@ def test_a_returning_member_hands_over_exact_offsets_before_it_is_answered():
     assert dict(write.offsets) == {P[0]: 50, P[1]: 60}
     (answer, _), = h.sent["a"]
     assert isinstance(answer, wire.RegisterConsumerResponse) and answer.error_code == 0
-    assert h.core.groups["g"].fences.held_by("a", h.now) == frozenset()  # it stopped before it registered
+    fences = h.core.groups["g"].fences
+    assert fences.last_ran_by("a") == frozenset() and "a" not in fences.holders()  # it stopped before it registered
     h.advance(8.0, serve=("a",))
     # b's partitions stay fenced for b's lease; then a resumes exactly where it stopped.
     starts = {(p.topic, p.partition): p.offset for m in h.requests("a", wire.StartRequest) for p in m.partitions}
     assert starts[P[0]] == 50 and starts[P[1]] == 60
     assert h.first_start_elsewhere({P[2], P[3]}, "b") >= T + MARGIN
+
+
+def test_members_cut_off_past_their_lease_hand_over_exactly_if_nobody_ran_their_partitions_since():
+    # The coordinator is cut off from every member for longer than their
+    # leases: all are dropped, their fences lapse, and nobody is left to
+    # start. Their offsets since the last flush are exact when they return.
+    h = two_members()
+    h.advance(T + 3.0)  # neither answers its ping: both dropped, then their fences lapse
+    assert not h.core.groups["g"].members and h.core.groups["g"].fences.until(h.now) is None
+    h.register("a2", "a", offsets=wire.offset_entries({P[0]: 30, P[1]: 31}))
+    h.register("b2", "b", offsets=wire.offset_entries({P[2]: 42, P[3]: 43}))
+    h.advance(1.0, serve=("a2", "b2"))
+    assert h.zk.offsets["g"] == {P[0]: 30, P[1]: 31, P[2]: 42, P[3]: 43}
+    starts = {(p.topic, p.partition): p.offset for conn in ("a2", "b2")
+              for m in h.requests(conn, wire.StartRequest) for p in m.partitions}
+    assert starts == {P[0]: 30, P[1]: 31, P[2]: 42, P[3]: 43}
+
+
+def test_a_handover_for_partitions_someone_was_started_on_since_is_stale():
+    h = two_members()
+    h.advance(T + 3.0, serve=("a",))  # b is cut off: dropped, and once its fence lapses a runs everything
+    assert h.running("a") == set(P)
+    h.register("b2", "b", offsets=wire.offset_entries({P[2]: 99, P[3]: 99}))
+    h.advance(2.0, serve=("a", "b2"))
+    assert 99 not in h.zk.offsets["g"].values()
 
 
 def test_nothing_is_sent_started_or_written_while_suspended_and_answers_are_still_taken():

@@ -40,10 +40,15 @@ def test_a_holder_that_registers_again_frees_what_it_held():
     assert fences.holders() == {"m2"}
 
 
-def test_held_by_names_a_holder_s_partitions_while_its_fence_holds():
+def test_a_holder_ran_its_partitions_last_until_someone_is_started_on_them_however_late():
     fences = Fences()
-    fences.fence("m1", {A, B}, until=10.0)
-    fences.release("m1", [B])
-    assert fences.held_by("m1", now=5.0) == {A}
-    assert fences.held_by("m1", now=10.0) == frozenset()
-    assert fences.held_by("m2", now=5.0) == frozenset()
+    fences.fence("m1", {A, B, C}, until=10.0)
+    fences.fence("m2", {B}, until=10.0)
+    fences.release("m1", [C])  # stopped and reported: nothing more to hand over
+    assert fences.until(now=20.0) is None  # every fence has lapsed...
+    assert fences.last_ran_by("m1") == {A, B}  # ...but nobody has run A or B since
+    assert fences.last_ran_by("m2") == {B}
+    fences.claimed([B])
+    assert fences.last_ran_by("m1") == {A} and fences.last_ran_by("m2") == frozenset()
+    fences.release("m1")
+    assert fences.last_ran_by("m1") == frozenset()

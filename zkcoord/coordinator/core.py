@@ -499,7 +499,7 @@ class CoordinatorCore:
             registered_at=now,
         )
         group = self._group(request.group_id)
-        if request.offsets and self._accept_handover(group, member, request.offsets, now):
+        if request.offsets and self._accept_handover(group, member, request.offsets):
             self._registering[conn] = member
             self._flush(group.name, now, [partial(self._handover_written, member, request, correlation_id)])
         else:
@@ -853,6 +853,7 @@ class CoordinatorCore:
                 continue  # it stops everything with its connection, or has already
             if round_.phase is RoundPhase.STARTING:
                 member.starting = partitions  # from now on it may run them
+                group.fences.claimed(partitions)  # and what others handed over for them is stale
             round_.waiting.add(member_id)
             self._request(member, make_request(partitions), self.config.rebalance_timeout_ms / 1000.0,
                           partial(on_answer, group, round_, partitions), partial(self._step_failed, group, round_),
@@ -1045,13 +1046,14 @@ class CoordinatorCore:
             taken += 1
         return taken
 
-    def _accept_handover(self, group: Group, member: Member, entries, now: float) -> int:
-        """A returning member's final offsets for the partitions it is still
-        fenced on (after a failover: all it ran or was given in the last
-        persisted generation). It stopped them before registering, and nobody
-        has been started on them since, so they are exact: whoever runs them
-        next redelivers nothing. Offsets of anything else are stale; ignored."""
-        owned = group.fences.held_by(member.member_id, now)
+    def _accept_handover(self, group: Group, member: Member, entries) -> int:
+        """A returning member's final offsets for the partitions it ran last:
+        it was fenced on them when dropped (after a failover: all it ran or
+        was given in the last persisted generation), and nobody has been
+        started on them since, however long ago its fence lapsed. It stopped
+        them before registering, so they are exact: whoever runs them next
+        redelivers nothing. Offsets of anything else are stale; ignored."""
+        owned = group.fences.last_ran_by(member.member_id)
         previous = group.members.get(member.member_id)
         if previous is not None:  # a static member back (validated): what its old connection ran
             owned |= previous.may_run

@@ -13,6 +13,10 @@ it may be running are fenced until then: nobody is started on them before.
 A fence lifts early when its holder registers again (a member stops
 everything before it registers) or acknowledges a Stop of the partition.
 
+A fence that lapses still leaves a trace: until someone is started on the
+partition, its holder was the last to run it, so the final offsets it hands
+over when it registers again are exact, however late it comes back.
+
 The coordinator holds a lease of its own, on its office: it may send a
 request only while its ZooKeeper session is provably alive, so that every
 request it sends precedes the election of a successor (``office_end``).
@@ -56,24 +60,40 @@ class Fences:
 
     def __init__(self) -> None:
         self._until: dict[TopicPartition, dict[str, float]] = {}
+        # Per partition, the holders fenced on it since anyone was last started on it.
+        self._last_ran: dict[TopicPartition, set[str]] = {}
 
     def fence(self, holder: str, partitions: Iterable[TopicPartition], until: float) -> None:
         for tp in partitions:
             holders = self._until.setdefault(tp, {})
             holders[holder] = max(until, holders.get(holder, until))
+            self._last_ran.setdefault(tp, set()).add(holder)
 
     def release(self, holder: str, partitions: Optional[Iterable[TopicPartition]] = None) -> None:
-        """``holder`` has stopped ``partitions`` (all it held if None)."""
-        for tp in list(self._until) if partitions is None else partitions:
+        """``holder`` has stopped ``partitions`` (all it held if None), and
+        handed over or reported what it had consumed of them."""
+        for tp in (set(self._until) | set(self._last_ran)) if partitions is None else partitions:
             holders = self._until.get(tp)
             if holders is not None:
                 holders.pop(holder, None)
                 if not holders:
                     del self._until[tp]
+            ran = self._last_ran.get(tp)
+            if ran is not None:
+                ran.discard(holder)
+                if not ran:
+                    del self._last_ran[tp]
 
-    def held_by(self, holder: str, now: float) -> frozenset[TopicPartition]:
-        """Partitions ``holder`` is fenced on at ``now``."""
-        return frozenset(tp for tp, holders in self._until.items() if holders.get(holder, now) > now)
+    def claimed(self, partitions: Iterable[TopicPartition]) -> None:
+        """Someone is being started on ``partitions``: what their earlier holders
+        would hand over for them is stale from now on."""
+        for tp in partitions:
+            self._last_ran.pop(tp, None)
+
+    def last_ran_by(self, holder: str) -> frozenset[TopicPartition]:
+        """Partitions ``holder`` was fenced on, nobody having been started on
+        them since (whether or not its fence still holds): it ran them last."""
+        return frozenset(tp for tp, holders in self._last_ran.items() if holder in holders)
 
     def until(self, now: float, partitions: Optional[Iterable[TopicPartition]] = None) -> Optional[float]:
         """The instant all of ``partitions`` (all fenced ones if None) are free,
