@@ -285,6 +285,24 @@ def test_a_handover_for_partitions_someone_was_started_on_since_is_stale():
     assert 99 not in h.zk.offsets["g"].values()
 
 
+def test_a_start_never_acknowledged_leaves_every_holder_s_handover_and_the_highest_offset_wins():
+    h = two_members()
+    while "b" in h.core.groups["g"].members:  # b is cut off first
+        h.advance(0.1, serve=("a",))
+    # a answers its pings but never the Start that hands it b's partitions:
+    # it may or may not have received it, and then it is cut off too.
+    while not h.started("a") & {P[2], P[3]}:
+        for message, correlation_id in h.unanswered("a"):
+            if isinstance(message, wire.PingRequest):
+                h.answer("a", wire.PingResponse(last_poll_ms_ago=0), correlation_id)
+        h.advance(0.1)
+    h.advance(T + 3.0)  # a is dropped for it; every fence lapses
+    h.register("b2", "b", offsets=wire.offset_entries({P[2]: 12, P[3]: 13}))
+    h.register("a2", "a", offsets=wire.offset_entries({P[0]: 30, P[1]: 31, P[2]: 15}))  # it did get the Start
+    h.advance(1.0, serve=("a2", "b2"))
+    assert h.zk.offsets["g"] == {P[0]: 30, P[1]: 31, P[2]: 15, P[3]: 13}
+
+
 def test_nothing_is_sent_started_or_written_while_suspended_and_answers_are_still_taken():
     h = two_members()
     h.register("c", "c")

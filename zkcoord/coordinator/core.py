@@ -853,7 +853,6 @@ class CoordinatorCore:
                 continue  # it stops everything with its connection, or has already
             if round_.phase is RoundPhase.STARTING:
                 member.starting = partitions  # from now on it may run them
-                group.fences.claimed(partitions)  # and what others handed over for them is stale
             round_.waiting.add(member_id)
             self._request(member, make_request(partitions), self.config.rebalance_timeout_ms / 1000.0,
                           partial(on_answer, group, round_, partitions), partial(self._step_failed, group, round_),
@@ -877,6 +876,12 @@ class CoordinatorCore:
     def _started(self, group: Group, round_: Round, partitions, member: Member, answer, now: float) -> None:
         if self._step_answered(round_, member, answer, wire.RestartFetcherResponse, "start", now):
             member.running, member.starting = partitions, frozenset()
+            # What earlier holders would hand over for these is stale from now
+            # on. Not before: a Start that is never acknowledged may never
+            # have arrived, and its member is then fenced on the partitions
+            # beside them; each hands over, and the highest offset is taken
+            # (below it, one of them delivered every record).
+            group.fences.claimed(partitions)
         self._advance(group, round_, now)
 
     def _step_answered(self, round_: Round, member: Member, answer, expected: type, verb: str, now: float) -> bool:
@@ -1047,12 +1052,13 @@ class CoordinatorCore:
         return taken
 
     def _accept_handover(self, group: Group, member: Member, entries) -> int:
-        """A returning member's final offsets for the partitions it ran last:
-        it was fenced on them when dropped (after a failover: all it ran or
-        was given in the last persisted generation), and nobody has been
-        started on them since, however long ago its fence lapsed. It stopped
-        them before registering, so they are exact: whoever runs them next
-        redelivers nothing. Offsets of anything else are stale; ignored."""
+        """A returning member's final offsets for the partitions it may have
+        run last: it was fenced on them when dropped (after a failover: all
+        it ran or was given in the last persisted generation), and nobody has
+        acknowledged a Start of them since, however long ago its fence
+        lapsed. It stopped them before registering, so they are exact:
+        whoever runs them next redelivers nothing (never taken below the
+        committed offset). Offsets of anything else are stale; ignored."""
         owned = group.fences.last_ran_by(member.member_id)
         previous = group.members.get(member.member_id)
         if previous is not None:  # a static member back (validated): what its old connection ran
