@@ -194,7 +194,7 @@ def test_zookeeper_lost_during_a_takeover_leaves_no_zombie_coordinator(cluster_f
     # Many groups left by a predecessor: loading them takes the successor a
     # while, and the connection drops in the middle of it.
     idle = layout.encode_group_state(layout.GroupState(1, "range", {}))
-    for request in [zk.create_async(layout.group_state_path(f"idle-{n}"), idle, makepath=True) for n in range(1500)]:
+    for request in [zk.create_async(layout.group_state_path(f"idle-{n}"), idle, makepath=True) for n in range(3000)]:
         request.get()
     claimed = epoch(zk) + 1
     dropped = threading.Event()

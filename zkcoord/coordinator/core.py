@@ -852,7 +852,8 @@ class CoordinatorCore:
             if member is None or not member.connected or member.leaving:
                 continue  # it stops everything with its connection, or has already
             if round_.phase is RoundPhase.STARTING:
-                member.starting = partitions  # from now on it may run them
+                member.starting = partitions  # from now on it may run them, from the committed offsets:
+                group.fences.claimed(partitions)  # what earlier holders would hand over is stale
             round_.waiting.add(member_id)
             self._request(member, make_request(partitions), self.config.rebalance_timeout_ms / 1000.0,
                           partial(on_answer, group, round_, partitions), partial(self._step_failed, group, round_),
@@ -876,12 +877,6 @@ class CoordinatorCore:
     def _started(self, group: Group, round_: Round, partitions, member: Member, answer, now: float) -> None:
         if self._step_answered(round_, member, answer, wire.RestartFetcherResponse, "start", now):
             member.running, member.starting = partitions, frozenset()
-            # What earlier holders would hand over for these is stale from now
-            # on. Not before: a Start that is never acknowledged may never
-            # have arrived, and its member is then fenced on the partitions
-            # beside them; each hands over, and the highest offset is taken
-            # (below it, one of them delivered every record).
-            group.fences.claimed(partitions)
         self._advance(group, round_, now)
 
     def _step_answered(self, round_: Round, member: Member, answer, expected: type, verb: str, now: float) -> bool:
@@ -1052,17 +1047,22 @@ class CoordinatorCore:
         return taken
 
     def _accept_handover(self, group: Group, member: Member, entries) -> int:
-        """A returning member's final offsets for the partitions it may have
-        run last: it was fenced on them when dropped (after a failover: all
-        it ran or was given in the last persisted generation), and nobody has
-        acknowledged a Start of them since, however long ago its fence
-        lapsed. It stopped them before registering, so they are exact:
-        whoever runs them next redelivers nothing (never taken below the
-        committed offset). Offsets of anything else are stale; ignored."""
+        """A returning member's final offsets for the partitions it ran last:
+        it was fenced on them when dropped (after a failover: all it ran or
+        was given in the last persisted generation), and nobody has been sent
+        a Start of them since, however long ago its fence lapsed. It stopped
+        them before registering, so they are exact: whoever runs them next
+        redelivers nothing (never taken below the committed offset). Offsets
+        of anything else are stale; ignored. So are those of partitions the
+        round under way will start: its Starts could carry the committed
+        offsets from before the handover is written."""
         owned = group.fences.last_ran_by(member.member_id)
         previous = group.members.get(member.member_id)
         if previous is not None:  # a static member back (validated): what its old connection ran
             owned |= previous.may_run
+        round_ = self._rounds.get(group.name)
+        if round_ is not None and round_.plan is not None:
+            owned -= {tp for tps in round_.plan.start.values() for tp in tps}
         taken = self._accept_offsets(group, member, wire.offsets_of(entries), owned=owned)
         log.info("%s member %s hands over offsets of %d partition(s)", group.describe(), member.member_id, taken)
         return taken

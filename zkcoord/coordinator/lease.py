@@ -13,11 +13,9 @@ it may be running are fenced until then: nobody is started on them before.
 A fence lifts early when its holder registers again (a member stops
 everything before it registers) or acknowledges a Stop of the partition.
 
-A fence that lapses still leaves a trace: until someone has started on the
-partition, its holder may have been the last to run it, so the final offsets
-it hands over when it registers again are taken, however late it comes back
-(never below the committed one: where several hand over, the highest wins,
-and every record below it was delivered by one of them).
+A fence that lapses still leaves a trace: until someone is sent a Start of
+the partition, its holder was the last to run it, so the final offsets it
+hands over when it registers again are exact, however late it comes back.
 
 The coordinator holds a lease of its own, on its office: it may send a
 request only while its ZooKeeper session is provably alive, so that every
@@ -87,8 +85,9 @@ class Fences:
                     del self._last_ran[tp]
 
     def claimed(self, partitions: Iterable[TopicPartition]) -> None:
-        """Someone has started on ``partitions``: what their earlier holders
-        would hand over for them is stale from now on."""
+        """Someone is sent a Start of ``partitions`` (it may begin at once, from
+        the committed offsets): what their earlier holders would hand over
+        for them is stale from now on."""
         for tp in partitions:
             self._last_ran.pop(tp, None)
 

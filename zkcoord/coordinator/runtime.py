@@ -114,7 +114,7 @@ class Coordinator:
         and go (seed section 3)."""
         proven_at = self.clock()
         self.store.prove_office()
-        states = {name: self.store.group_state(name) for name in self.store.groups_with_state()}
+        states = self.store.group_states()
         self._apply(self.core.load(states, proven_at, self.clock()))
         self._watch_topics()
         self._apply(self.core.start(self.clock()))

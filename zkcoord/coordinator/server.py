@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -25,7 +24,7 @@ import gevent.event
 import gevent.pool
 import gevent.server
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 from kazoo.handlers.gevent import SequentialGeventHandler
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
@@ -33,6 +32,7 @@ from kazoo.retry import KazooRetry
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.metadata import MetadataView
 from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.errors import ConfigError, ZkcoordError
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 # How long a connection may sit without sending its first request.
 IDLE_TIMEOUT_S = 60.0
-METADATA_TTL_S = 0.5
 # Reconnecting to ZooKeeper: for ever, backing off to at most this between rounds.
 ZK_RECONNECT_MAX_DELAY_S = 2.0
 # Takeovers failing in a row before this server lets another one try.
@@ -102,8 +101,7 @@ class Server:
         self._state_changed = gevent.event.Event()
         self._elector: Optional[gevent.Greenlet] = None
         self._failed_takeovers = 0
-        self._metadata: Optional[wire.ClusterMetadataResponse] = None
-        self._metadata_at = 0.0
+        self.metadata = MetadataView(self.zk)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -144,6 +142,7 @@ class Server:
             self.broker = Broker(self.config.broker, self.zk)
             self.broker.start()
         self._register()
+        self.metadata.start()
         self._elector = gevent.spawn(self._elect_forever)
         log.info("server %d listening on %s:%d", self.config.server_id, self.config.host, self.port)
 
@@ -154,6 +153,7 @@ class Server:
         if self._elector is not None:
             self._elector.kill(block=False)
         self._resign()
+        self.metadata.stop()
         if self._stream is not None:
             self._stream.stop(timeout=timeout)
         if self.broker is not None:
@@ -351,67 +351,6 @@ class Server:
             channel.close()
 
     def cluster_metadata(self) -> wire.ClusterMetadataResponse:
-        """The answer to ClusterMetadataRequest, read from ZooKeeper at most
-        every METADATA_TTL_S: when thousands of consumers look for the
-        coordinator at once (after a failover), they share one set of reads.
-        A stale answer costs a consumer one NOT_COORDINATOR and a retry."""
-        now = time.monotonic()
-        if self._metadata is not None and now - self._metadata_at < METADATA_TTL_S:
-            return self._metadata
-        answer = self._read_cluster_metadata()
-        if answer.error_code == wire.ErrorCode.NONE:
-            self._metadata, self._metadata_at = answer, now
-        return answer
-
-    def _read_cluster_metadata(self) -> wire.ClusterMetadataResponse:
-        try:
-            coordinator_id, epoch = self._coordinator_identity()
-            servers = self._endpoints(layout.SERVERS, self._server_endpoint)
-            brokers = self._endpoints(layout.BROKER_IDS, self._broker_endpoint)
-        except ZkcoordError as exc:
-            log.warning("cluster metadata unavailable: %s", exc)
-            return wire.ClusterMetadataResponse(error_code=wire.ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        except Exception as exc:  # no ZooKeeper connection
-            log.warning("cluster metadata unavailable: %s", exc)
-            return wire.ClusterMetadataResponse(error_code=wire.ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return wire.ClusterMetadataResponse(
-            coordinator_id=coordinator_id, coordinator_epoch=epoch, servers=servers, brokers=brokers
-        )
-
-    def _coordinator_identity(self) -> tuple[int, int]:
-        try:
-            data, _ = self.zk.get(layout.COORDINATOR_PATH)
-            coordinator_id = int(layout.decode_coordinator(data))
-        except (NoNodeError, ValueError):
-            return -1, -1
-        try:
-            data, _ = self.zk.get(layout.COORDINATOR_EPOCH_PATH)
-            return coordinator_id, layout.decode_coordinator_epoch(data)
-        except NoNodeError:
-            return coordinator_id, -1
-
-    def _endpoints(self, parent: str, decode) -> tuple:
-        try:
-            children = self.zk.get_children(parent)
-        except NoNodeError:
-            return ()
-        result = []
-        for child in sorted(children):
-            try:
-                data, _ = self.zk.get(f"{parent}/{child}")
-                result.append(decode(child, data))
-            except (NoNodeError, ValueError, layout.LayoutError):
-                continue
-        return tuple(result)
-
-    @staticmethod
-    def _server_endpoint(child: str, data: bytes) -> wire.Endpoint:
-        info = layout.decode_server(child, data)
-        return wire.Endpoint(int(info.server_id), info.host, info.port)
-
-    @staticmethod
-    def _broker_endpoint(child: str, data: bytes) -> wire.Endpoint:
-        reg = layout.decode_broker(int(child), data)
-        host, port = reg.plaintext_address()
-        return wire.Endpoint(reg.broker_id, host, port)
+        """The answer to ClusterMetadataRequest, from memory (metadata.py)."""
+        return self.metadata.answer()
 

@@ -23,6 +23,14 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 READ_BATCH = 200  # ZooKeeper reads in flight at once
+# ZooKeeper refuses a request larger than its jute.maxbuffer (1 MB by
+# default), so a write of more is split into multi-operations of at most
+# this much, each fenced on its own. Only offsets and owners grow that big,
+# and the core redoes a write that failed half way whole: it reads the
+# offsets again (creates and sets are relearned) and the owners too.
+MAX_MULTI_BYTES = 512 * 1024
+# What ZooKeeper adds to a path and its data per operation of a multi (header, lengths, version, ACL).
+MULTI_OP_OVERHEAD_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -94,8 +102,10 @@ class CoordinatorStore:
         paths = {(t, p): layout.offset_path(group, t, p) for t, p in partitions}
         return self._read_all(paths, layout.decode_offset, f"[group {group}] offset")
 
-    def _read_all(self, paths: Mapping, decode, what: str) -> dict:
-        """Read many nodes at once (all requests in flight together); absent ones are left out."""
+    def _read_all(self, paths: Mapping, decode, what: str, keep_unreadable: bool = False) -> dict:
+        """Read many nodes at once (all requests in flight together); absent
+        ones are left out, and so are unreadable ones, unless
+        ``keep_unreadable`` (then their value is None)."""
         result = {}
         items = list(paths.items())
         # In batches: a few hundred requests in flight keep the round trips
@@ -110,21 +120,15 @@ class CoordinatorStore:
                     continue
                 except layout.LayoutError as exc:
                     log.error("%s of %s unreadable: %s", what, key, exc)
+                    if keep_unreadable:
+                        result[key] = None
         return result
 
-    def group_state(self, group: str) -> Optional[layout.GroupState]:
-        try:
-            data, _ = self.zk.get(layout.group_state_path(group))
-        except NoNodeError:
-            return None
-        try:
-            return layout.decode_group_state(data)
-        except layout.LayoutError as exc:
-            log.error("[group %s] unreadable group state, starting afresh: %s", group, exc)
-            return None
-
-    def groups_with_state(self) -> list[str]:
-        return sorted(self._children(layout.GROUPS))
+    def group_states(self) -> dict[str, Optional[layout.GroupState]]:
+        """Every group's persisted state (None: unreadable, the group starts
+        afresh), read in bounded parallel: a takeover may find thousands."""
+        paths = {name: layout.group_state_path(name) for name in sorted(self._children(layout.GROUPS))}
+        return self._read_all(paths, layout.decode_group_state, "group state", keep_unreadable=True)
 
     def _children(self, path: str) -> list[str]:
         try:
@@ -135,13 +139,18 @@ class CoordinatorStore:
     # -- fenced writes ------------------------------------------------------------------
 
     def commit(self, operations: list[tuple[str, str, bytes | None]]) -> None:
-        """Apply ``operations`` atomically, fenced by this coordinator's epoch.
+        """Apply ``operations``, fenced by this coordinator's epoch: atomically
+        up to MAX_MULTI_BYTES, in several multi-operations beyond.
 
         Each operation is ``("create" | "set" | "delete", path, data)``. Parents
         of created nodes are made first (not fenced: empty containers).
         """
-        if operations:
-            self._fenced(operations)
+        if not operations:
+            return
+        for parent in sorted({path.rsplit("/", 1)[0] for op, path, _ in operations if op == "create"}):
+            self.zk.ensure_path(parent)
+        for chunk in split_operations(operations):
+            self._fenced(chunk)
 
     def prove_office(self) -> None:
         """An empty fenced write: it succeeds only if our session is alive
@@ -151,9 +160,6 @@ class CoordinatorStore:
     def _fenced(self, operations: list[tuple[str, str, bytes | None]]) -> None:
         if self.epoch is None:
             raise Deposed("this server holds no coordinator epoch")
-        for op, path, _ in operations:
-            if op == "create":
-                self.zk.ensure_path(path.rsplit("/", 1)[0])
         transaction = self.zk.transaction()
         transaction.check(layout.COORDINATOR_EPOCH_PATH, self.epoch.fence_version)
         for op, path, data in operations:
@@ -208,6 +214,22 @@ class CoordinatorStore:
                 self.commit([("delete", path, None)])
             return
         self.commit([self.upsert(path, layout.encode_group_failure(failure), exists)])
+
+
+def split_operations(operations: list[tuple[str, str, bytes | None]],
+                     limit: int = MAX_MULTI_BYTES) -> list[list[tuple[str, str, bytes | None]]]:
+    """``operations`` in order, cut into runs of at most ``limit`` bytes each."""
+    chunks: list[list] = [[]]
+    size = 0
+    for operation in operations:
+        _, path, data = operation
+        cost = len(path.encode()) + len(data or b"") + MULTI_OP_OVERHEAD_BYTES
+        if chunks[-1] and size + cost > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(operation)
+        size += cost
+    return chunks
 
 
 def count_partitions(topic: str, data: Optional[bytes]) -> int:

@@ -1,0 +1,55 @@
+"""The coordinator's ZooKeeper writes at scale (coordinator/store.py), on real ZooKeeper."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkcoord.coordinator.actions import Deposed
+from zkcoord.coordinator.store import MAX_MULTI_BYTES, CoordinatorStore, split_operations
+from zkcoord.zk import layout
+
+PARTITIONS = 20_000
+MEMBERS = 100
+
+
+@pytest.fixture
+def store(zk) -> CoordinatorStore:
+    store = CoordinatorStore(zk, server_id=1)
+    store.claim_epoch()
+    return store
+
+
+def test_a_20000_partition_group_is_written_although_one_request_could_not_hold_it(store):
+    # ZooKeeper refuses requests over 1 MB; these writes are several times that.
+    partitions = [("events", p) for p in range(PARTITIONS)]
+    owners = {tp: f"member-{tp[1] % MEMBERS:04d}" for tp in partitions}
+    store.write_owners("big", owners, recorded={})
+    assert store.owners("big") == owners
+    moved = {tp: f"member-{(tp[1] + 1) % MEMBERS:04d}" for tp in partitions[: PARTITIONS // 2]}
+    store.write_owners("big", moved, recorded=owners)  # half move, half are deleted
+    assert store.owners("big") == moved
+    offsets = {tp: 1_000_000 + tp[1] for tp in partitions}
+    store.write_offsets("big", offsets, existing=set())
+    store.write_offsets("big", {tp: o + 1 for tp, o in offsets.items()}, existing=set(offsets))
+    assert store.offsets("big", partitions) == {tp: o + 1 for tp, o in offsets.items()}
+    state = layout.GroupState(3, "range", {m: tuple(sorted(tp for tp, o in owners.items() if o == m))
+                                           for m in set(owners.values())}, lease_ms=10_000)
+    store.write_group_state("big", state, exists=False)
+    assert store.group_states()["big"] == state
+
+
+def test_every_part_of_a_split_write_is_fenced(store, zk):
+    CoordinatorStore(zk, server_id=2).claim_epoch()  # a successor
+    with pytest.raises(Deposed):
+        store.write_offsets("big", {("events", p): 5 for p in range(PARTITIONS)}, existing=set())
+    assert not zk.exists(layout.offset_path("big", "events", 0))
+
+
+def test_operations_are_split_in_order_under_the_limit():
+    operations = [("create", f"/consumers/g/offsets/t/{n}", b"x" * 100) for n in range(20_000)]
+    chunks = split_operations(operations)
+    assert len(chunks) > 1 and [op for chunk in chunks for op in chunk] == operations
+    assert all(sum(len(p) + len(d) for _, p, d in chunk) < MAX_MULTI_BYTES for chunk in chunks)
+    huge = ("set", "/big", b"x" * (MAX_MULTI_BYTES + 1))
+    assert split_operations([huge, operations[0]]) == [[huge], [operations[0]]]
+    assert split_operations([]) == [[]]
