@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zkcoord.coordinator.actions import Deposed
-from zkcoord.coordinator.store import MAX_MULTI_BYTES, CoordinatorStore, split_operations
+from zkcoord.coordinator.store import MAX_MULTI_BYTES, MAX_NODE_BYTES, CoordinatorStore, NodeTooLarge, split_operations
 from zkcoord.zk import layout
 
 PARTITIONS = 20_000
@@ -32,17 +32,39 @@ def test_a_20000_partition_group_is_written_although_one_request_could_not_hold_
     store.write_offsets("big", offsets, existing=set())
     store.write_offsets("big", {tp: o + 1 for tp, o in offsets.items()}, existing=set(offsets))
     assert store.offsets("big", partitions) == {tp: o + 1 for tp, o in offsets.items()}
-    state = layout.GroupState(3, "range", {m: tuple(sorted(tp for tp, o in owners.items() if o == m))
-                                           for m in set(owners.values())}, lease_ms=10_000)
+    # The state as the core writes it: who is assigned what, and who runs what.
+    assignment = {m: tuple(sorted(tp for tp, o in owners.items() if o == m)) for m in set(owners.values())}
+    state = layout.GroupState(3, "range", assignment, lease_ms=10_000, running=assignment)
     store.write_group_state("big", state, exists=False)
     assert store.group_states()["big"] == state
 
 
+def test_a_group_state_too_big_for_one_request_is_refused_before_it_is_sent(store, zk):
+    # One node cannot be split; sent, it would cost the connection.
+    partitions = tuple((f"a-topic-with-a-rather-long-name-{p % 7}", p) for p in range(PARTITIONS))
+    state = layout.GroupState(3, "range", {"m": partitions}, lease_ms=10_000, running={"m": partitions})
+    assert len(layout.encode_group_state(state)) > MAX_NODE_BYTES
+    with pytest.raises(NodeTooLarge, match="more than ZooKeeper takes"):
+        store.write_group_state("huge", state, exists=False)
+    assert zk.connected and not zk.exists(layout.group_state_path("huge"))
+
+
 def test_every_part_of_a_split_write_is_fenced(store, zk):
-    CoordinatorStore(zk, server_id=2).claim_epoch()  # a successor
+    offsets = {("events", p): 5 for p in range(PARTITIONS)}
+    chunks = []
+    fenced = store._fenced
+
+    def successor_elected_after_the_first_chunk(chunk):
+        chunks.append(chunk)
+        if len(chunks) == 2:
+            CoordinatorStore(zk, server_id=2).claim_epoch()
+        fenced(chunk)
+
+    store._fenced = successor_elected_after_the_first_chunk
     with pytest.raises(Deposed):
-        store.write_offsets("big", {("events", p): 5 for p in range(PARTITIONS)}, existing=set())
-    assert not zk.exists(layout.offset_path("big", "events", 0))
+        store.write_offsets("big", offsets, existing=set())
+    first, second = chunks
+    assert zk.exists(first[-1][1]) and not zk.exists(second[0][1])
 
 
 def test_operations_are_split_in_order_under_the_limit():

@@ -21,11 +21,11 @@ import logging
 import random
 import socket
 import threading
-import time
 import uuid
 from typing import Callable, Optional, Sequence
 
 from zkcoord import wire
+from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel
 from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState, TopicPartition
 from zkcoord.errors import ConfigError, ZkcoordError
@@ -78,7 +78,7 @@ class GroupMembership:
         auto_commit: bool = True,
         auto_offset_reset: str = "smallest",
         assignment_strategies: Sequence[str] = ("range",),
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = lease_clock,
     ):
         if not group:
             raise ConfigError("a group id is required")

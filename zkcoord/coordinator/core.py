@@ -267,8 +267,7 @@ class CoordinatorCore:
         if self.state is CoordinatorState.LOADING:
             self._become(CoordinatorState.ACTIVE if self._may_act(now) else CoordinatorState.SUSPENDED)
             self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
-            if not self._may_act(now):
-                self._prove_office(now)
+            self._prove_office(now)  # loading may have taken much of the office proven before it
             self._arm_office(now)
             self._schedule_pending(now)
             log.info("coordinator epoch %d started", self.epoch)
@@ -499,7 +498,12 @@ class CoordinatorCore:
             registered_at=now,
         )
         group = self._group(request.group_id)
-        if request.offsets and self._accept_handover(group, member, request.offsets):
+        try:
+            handed_over = self._accept_handover(group, member, request.offsets) if request.offsets else 0
+        except wire.RebalanceInProgress as exc:
+            self._refuse(conn, request, correlation_id, exc)
+            return self._take()
+        if handed_over:
             self._registering[conn] = member
             self._flush(group.name, now, [partial(self._handover_written, member, request, correlation_id)])
         else:
@@ -1053,16 +1057,25 @@ class CoordinatorCore:
         a Start of them since, however long ago its fence lapsed. It stopped
         them before registering, so they are exact: whoever runs them next
         redelivers nothing (never taken below the committed offset). Offsets
-        of anything else are stale; ignored. So are those of partitions the
-        round under way will start: its Starts could carry the committed
-        offsets from before the handover is written."""
+        of anything else are stale; ignored.
+
+        Raises RebalanceInProgress, taking nothing, if the round under way
+        will start some of them: its Starts could carry the committed offsets
+        from before the handover is written, and if it fails before starting
+        them the handover would be lost. The member keeps it and registers
+        again once the round has ended."""
         owned = group.fences.last_ran_by(member.member_id)
         previous = group.members.get(member.member_id)
         if previous is not None:  # a static member back (validated): what its old connection ran
             owned |= previous.may_run
         round_ = self._rounds.get(group.name)
         if round_ is not None and round_.plan is not None:
-            owned -= {tp for tps in round_.plan.start.values() for tp in tps}
+            planned = {tp for tps in round_.plan.start.values() for tp in tps}
+            contested = owned & planned & set(wire.offsets_of(entries))
+            if contested:
+                raise wire.RebalanceInProgress(
+                    f"a rebalance under way will start {len(contested)} partition(s) whose offsets you hand "
+                    "over; register again once it has ended")
         taken = self._accept_offsets(group, member, wire.offsets_of(entries), owned=owned)
         log.info("%s member %s hands over offsets of %d partition(s)", group.describe(), member.member_id, taken)
         return taken

@@ -38,11 +38,11 @@ def lease_end(last_sent: float, session_timeout_ms: int, margin_ms: int) -> floa
 
 # The share of its ZooKeeper session timeout for which a successful round
 # trip keeps the coordinator in office. ZooKeeper expires a session only
-# after hearing nothing from it for the whole timeout S, so a round trip
-# begun at t proves the session alive until t + S. The third held back
-# covers a follower passing the session's heartbeat on to the leader (within
-# half a tick, and a session lasts at least two ticks: at most S/4) and the
-# clocks' rates; kazoo itself gives a connection up after 2S/3 of silence.
+# after hearing nothing from it for the whole timeout S, and a round trip
+# begun at t was heard after t. The third held back covers the clocks'
+# rates and the network; kazoo itself gives a connection up after 2S/3 of
+# silence. (What it does not cover is in docs/DESIGN.md: a follower passes
+# the heartbeat on to the leader up to half a tick late.)
 OFFICE_SHARE = 2 / 3
 # How often the office is renewed, as a share of the session timeout: a
 # renewal that fails still leaves 2S/3 - S/4 of office for the next one.

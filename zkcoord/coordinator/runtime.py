@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from typing import Callable, Hashable, Optional
 
 import gevent
@@ -24,6 +23,7 @@ import gevent.pool
 import gevent.queue
 
 from zkcoord import wire
+from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -73,7 +73,7 @@ class _Connection:
 
 class Coordinator:
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = lease_clock):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it)."""
         self.store = store
         self.config = config

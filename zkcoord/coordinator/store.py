@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
 
 from zkcoord.coordinator.actions import Deposed
+from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -24,11 +25,17 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 READ_BATCH = 200  # ZooKeeper reads in flight at once
 # ZooKeeper refuses a request larger than its jute.maxbuffer (1 MB by
-# default), so a write of more is split into multi-operations of at most
-# this much, each fenced on its own. Only offsets and owners grow that big,
-# and the core redoes a write that failed half way whole: it reads the
-# offsets again (creates and sets are relearned) and the owners too.
+# default) and drops the connection that sent it, so a write of more is
+# split into multi-operations of at most this much, each fenced on its own.
+# Offsets and owners are many small nodes; the core redoes a write that
+# failed half way whole: it reads the offsets again (creates and sets are
+# relearned) and the owners too.
 MAX_MULTI_BYTES = 512 * 1024
+# A single node cannot be split: one larger than this is refused here, with
+# a clear error, before it can cost the connection. Only a group's state
+# grows that big: about 660 KB for 20,000 partitions of a topic named
+# "events", more with longer topic names.
+MAX_NODE_BYTES = 1_000_000
 # What ZooKeeper adds to a path and its data per operation of a multi (header, lengths, version, ACL).
 MULTI_OP_OVERHEAD_BYTES = 64
 
@@ -39,6 +46,10 @@ class Epoch:
 
     number: int
     fence_version: int
+
+
+class NodeTooLarge(ZkcoordError):
+    """A node's data exceeds what ZooKeeper accepts in one request."""
 
 
 class CoordinatorStore:
@@ -147,6 +158,10 @@ class CoordinatorStore:
         """
         if not operations:
             return
+        for _, path, data in operations:
+            if data is not None and len(data) > MAX_NODE_BYTES:
+                raise NodeTooLarge(f"{path}: {len(data)} bytes, more than ZooKeeper takes in one request "
+                                   f"({MAX_NODE_BYTES})")
         for parent in sorted({path.rsplit("/", 1)[0] for op, path, _ in operations if op == "create"}):
             self.zk.ensure_path(parent)
         for chunk in split_operations(operations):
