@@ -118,13 +118,16 @@ class Harness:
                 for token in [t for t, op in self.operations.items() if isinstance(op, actions.ProveOffice)]:
                     self.apply(self.core.done(token, self.now, self.zk.apply(self.operations.pop(token)), None))
                     progressed = True
-            if settle and any(self.prove_office or not isinstance(op, actions.ProveOffice)
-                              for op in self.operations.values()):
+            if settle and any(self._answerable(op) for op in self.operations.values()):
                 self.settle()
                 progressed = True
             if not progressed:
                 return
         raise AssertionError("the core and its members never came to rest")
+
+    def _answerable(self, op) -> bool:
+        """Does ZooKeeper answer ``op`` (anything but the office's round trips, unless they go through)?"""
+        return self.prove_office or not isinstance(op, actions.ProveOffice)
 
     def complete(self, operation_type=None, result=None, error=None):
         """Complete the oldest pending operation (of ``operation_type``) as told."""
@@ -136,8 +139,7 @@ class Harness:
     def settle(self) -> None:
         """Let ZooKeeper answer everything pending, as the fake holds it."""
         while True:
-            tokens = [t for t, op in self.operations.items()
-                      if self.prove_office or not isinstance(op, actions.ProveOffice)]
+            tokens = [t for t, op in self.operations.items() if self._answerable(op)]
             if not tokens:
                 return
             token = min(tokens)

@@ -267,8 +267,7 @@ class CoordinatorCore:
         if self.state is CoordinatorState.LOADING:
             self._become(CoordinatorState.ACTIVE if self._may_act(now) else CoordinatorState.SUSPENDED)
             self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
-            self._prove_office(now)  # loading may have taken much of the office proven before it
-            self._arm_office(now)
+            self._office_due(now)  # loading may have taken much of the office proven before it
             self._schedule_pending(now)
             log.info("coordinator epoch %d started", self.epoch)
         return self._take()
@@ -312,9 +311,6 @@ class CoordinatorCore:
 
     def _office_due(self, now: float) -> None:
         self._prove_office(now)
-        self._arm_office(now)
-
-    def _arm_office(self, now: float) -> None:
         self._emit(SetTimer(OFFICE_TIMER, now + self.zk_session_timeout_ms * OFFICE_RENEWAL_SHARE / 1000.0))
 
     def _prove_office(self, now: float) -> None:

@@ -26,6 +26,7 @@ from kazoo.exceptions import NoNodeError
 
 from zkcoord import wire
 from zkcoord.zk import layout
+from zkcoord.zk.reads import read_nodes
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,19 @@ NOT_AVAILABLE = wire.ClusterMetadataResponse(error_code=wire.ErrorCode.COORDINAT
 RETRY_S = 0.5
 
 
+def _node_id(child: str) -> int:
+    if not child.isdigit():
+        raise layout.LayoutError(f"{child!r} is not a numeric id")
+    return int(child)
+
+
 def server_endpoint(child: str, data: bytes) -> wire.Endpoint:
     info = layout.decode_server(child, data)
-    return wire.Endpoint(int(info.server_id), info.host, info.port)
+    return wire.Endpoint(_node_id(info.server_id), info.host, info.port)
 
 
 def broker_endpoint(child: str, data: bytes) -> wire.Endpoint:
-    registration = layout.decode_broker(int(child), data)
+    registration = layout.decode_broker(_node_id(child), data)
     host, port = registration.plaintext_address()
     return wire.Endpoint(registration.broker_id, host, port)
 
@@ -124,14 +131,7 @@ class MetadataView:
         except NoNodeError:
             self.zk.exists(parent, watch=self.wake)
             return ()
-        requests = [(child, self.zk.get_async(f"{parent}/{child}", watch=self.wake)) for child in sorted(children)]
-        result = []
-        for child, request in requests:
-            try:
-                data, _ = request.get()
-                result.append(decode(child, data))
-            except NoNodeError:
-                continue  # gone since the listing; the children watch fires
-            except (ValueError, layout.LayoutError) as exc:
-                log.warning("ignoring %s/%s: %s", parent, child, exc)
-        return tuple(result)
+        # A node gone since the listing is left out; the children watch fires.
+        endpoints = read_nodes(self.zk, {child: f"{parent}/{child}" for child in sorted(children)}, decode,
+                               parent, watch=self.wake)
+        return tuple(endpoints.values())

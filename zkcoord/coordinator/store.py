@@ -19,11 +19,11 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, Roll
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.reads import read_nodes
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-READ_BATCH = 200  # ZooKeeper reads in flight at once
 # ZooKeeper refuses a request larger than its jute.maxbuffer (1 MB by
 # default) and drops the connection that sent it, so a write of more is
 # split into multi-operations of at most this much, each fenced on its own.
@@ -88,58 +88,23 @@ class CoordinatorStore:
 
     # -- reads -------------------------------------------------------------------------
 
-    def topics(self) -> list[str]:
-        try:
-            return sorted(self.zk.get_children(layout.BROKER_TOPICS))
-        except NoNodeError:
-            return []
-
-    def partition_count(self, topic: str) -> int:
-        """Partitions of ``topic`` per /brokers/topics/<topic>; 0 if absent or unreadable."""
-        try:
-            data, _ = self.zk.get(layout.topic_path(topic))
-        except NoNodeError:
-            return 0
-        return count_partitions(topic, data)
-
     def owners(self, group: str) -> dict[TopicPartition, str]:
         paths = {(topic, int(p)): layout.owner_path(group, topic, int(p))
                  for topic in self._children(layout.owners_path(group))
                  for p in self._children(layout.owners_path(group, topic)) if p.isdigit()}
-        return self._read_all(paths, layout.decode_owner, f"[group {group}] owner")
+        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_owner(data), f"[group {group}] owner")
 
     def offsets(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Committed offsets of ``partitions`` that have one."""
         paths = {(t, p): layout.offset_path(group, t, p) for t, p in partitions}
-        return self._read_all(paths, layout.decode_offset, f"[group {group}] offset")
-
-    def _read_all(self, paths: Mapping, decode, what: str, keep_unreadable: bool = False) -> dict:
-        """Read many nodes at once (all requests in flight together); absent
-        ones are left out, and so are unreadable ones, unless
-        ``keep_unreadable`` (then their value is None)."""
-        result = {}
-        items = list(paths.items())
-        # In batches: a few hundred requests in flight keep the round trips
-        # overlapped without flooding the client's request queue.
-        for start in range(0, len(items), READ_BATCH):
-            pending = {key: self.zk.get_async(path) for key, path in items[start:start + READ_BATCH]}
-            for key, request in pending.items():
-                try:
-                    data, _ = request.get()
-                    result[key] = decode(data)
-                except NoNodeError:
-                    continue
-                except layout.LayoutError as exc:
-                    log.error("%s of %s unreadable: %s", what, key, exc)
-                    if keep_unreadable:
-                        result[key] = None
-        return result
+        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_offset(data), f"[group {group}] offset")
 
     def group_states(self) -> dict[str, Optional[layout.GroupState]]:
         """Every group's persisted state (None: unreadable, the group starts
         afresh), read in bounded parallel: a takeover may find thousands."""
         paths = {name: layout.group_state_path(name) for name in sorted(self._children(layout.GROUPS))}
-        return self._read_all(paths, layout.decode_group_state, "group state", keep_unreadable=True)
+        return read_nodes(self.zk, paths, lambda _name, data: layout.decode_group_state(data), "group state",
+                          keep_unreadable=True)
 
     def _children(self, path: str) -> list[str]:
         try:
