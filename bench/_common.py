@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import gevent
 from kazoo.client import KazooClient
-from kazoo.handlers.gevent import SequentialGeventHandler
+from zkcoord.zk.gevent_handler import GeventHandler
 
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.testing import LocalCluster, start_ensemble, wait_until
@@ -133,12 +133,13 @@ def close_all(members: list[Member]) -> None:
 
 
 class Harness:
-    """A 3-node ZooKeeper ensemble and ``servers`` `zkcoord server` processes
+    """A ZooKeeper ensemble (``zk_nodes``, 3 by default) and ``servers`` `zkcoord server` processes
     (each with its embedded broker) on 127.0.0.1, under ``work``; the
     servers take ``server_args`` on top of a short ZooKeeper session."""
 
-    def __init__(self, work: Path, server_args: Sequence[str] = ()):
+    def __init__(self, work: Path, server_args: Sequence[str] = (), zk_nodes: int = 3):
         self.work = work
+        self.zk_nodes = zk_nodes
         self.server_args = ("--zk-session-timeout-ms", str(ZK_SESSION_TIMEOUT_MS), *server_args)
         self.ensemble: Optional[LocalEnsemble] = None
         self.cluster: Optional[LocalCluster] = None
@@ -146,8 +147,8 @@ class Harness:
         self.results: list[str] = []
 
     def start(self, servers: int = 3) -> None:
-        self.ensemble = start_ensemble(self.work / "zk", nodes=3, tick_ms=ZK_TICK_MS, timeout=90)
-        self.zk = KazooClient(hosts=self.ensemble.connect_string, handler=SequentialGeventHandler())
+        self.ensemble = start_ensemble(self.work / "zk", nodes=self.zk_nodes, tick_ms=ZK_TICK_MS, timeout=90)
+        self.zk = KazooClient(hosts=self.ensemble.connect_string, handler=GeventHandler())
         self.zk.start(30)
         self.cluster = LocalCluster(self.ensemble.connect_string, self.work / "cluster", self.server_args)
         self.cluster.start_servers(servers, timeout=60)  # waits until every broker is registered too

@@ -54,7 +54,7 @@ def run(args) -> int:
     import gevent
     import gevent.event
     from kazoo.client import KazooClient
-    from kazoo.handlers.gevent import SequentialGeventHandler
+    from zkcoord.zk.gevent_handler import GeventHandler
 
     from zkcoord.broker.config import BrokerConfig
     from zkcoord.broker.server import Broker
@@ -74,7 +74,7 @@ def run(args) -> int:
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2
-    client = KazooClient(hosts=args.zookeeper, handler=SequentialGeventHandler(),
+    client = KazooClient(hosts=args.zookeeper, handler=GeventHandler(),
                          timeout=args.zk_session_timeout)
     try:
         client.start(timeout=args.zk_timeout)

@@ -18,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="once serving, write the bound ports here as JSON (port, broker_port)")
     p.add_argument("--no-broker", action="store_true", help="run without the embedded broker")
     p.add_argument("--zk-session-timeout-ms", type=int, default=6000)
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="most connections served at once (default: as many as the open-file limit allows)")
     p.add_argument("--min-session-timeout-ms", type=int, default=1000,
                    help="smallest consumer session timeout accepted")
     p.add_argument("--max-session-timeout-ms", type=int, default=60_000)
@@ -66,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     server = Server(
         ServerConfig(
             server_id=args.id, zookeeper=args.zookeeper, host=args.host, port=args.port,
-            zk_session_timeout_ms=args.zk_session_timeout_ms, coordinator=coordinator, broker=broker,
+            zk_session_timeout_ms=args.zk_session_timeout_ms, max_connections=args.max_connections,
+            coordinator=coordinator, broker=broker,
         )
     )
     server.start()

@@ -15,6 +15,7 @@ Runs under gevent; the caller has monkey-patched the process.
 from __future__ import annotations
 
 import logging
+import resource
 import socket
 from dataclasses import dataclass, field
 from typing import Optional
@@ -25,7 +26,7 @@ import gevent.pool
 import gevent.server
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError
-from kazoo.handlers.gevent import SequentialGeventHandler
+from zkcoord.zk.gevent_handler import GeventHandler
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
@@ -47,6 +48,9 @@ IDLE_TIMEOUT_S = 60.0
 ZK_RECONNECT_MAX_DELAY_S = 2.0
 # Takeovers failing in a row before this server lets another one try.
 MAX_FAILED_TAKEOVERS = 3
+# Open files a server keeps for itself beyond its members' connections:
+# ZooKeeper, listeners, the embedded broker's logs and clients.
+RESERVED_FILES = 200
 
 
 class ServerError(ZkcoordError):
@@ -60,7 +64,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 0
     zk_session_timeout_ms: int = 6000
-    max_connections: int = 10_000
+    max_connections: Optional[int] = None  # None: as many as the open-file limit leaves room for
     max_frame_size: int = wire.MAX_FRAME_SIZE
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     broker: Optional[object] = None  # a BrokerConfig to embed a broker, or None
@@ -74,14 +78,34 @@ class ServerConfig:
             raise ConfigError(f"port must be in [0, 65535], got {self.port}")
         if self.zk_session_timeout_ms < 500:
             raise ConfigError("zk_session_timeout_ms must be at least 500")
-        if self.max_connections < 1 or self.max_frame_size < 1024:
+        if (self.max_connections is not None and self.max_connections < 1) or self.max_frame_size < 1024:
             raise ConfigError("max_connections must be positive and max_frame_size at least 1024")
+
+
+def connection_limit(asked: Optional[int]) -> int:
+    """How many connections to serve at once: ``asked``, or all the open-file
+    limit allows. The soft limit is raised to the hard one first: a
+    coordinator holds one connection per member."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    room = max(soft - RESERVED_FILES, 1) if soft != resource.RLIM_INFINITY else 1_000_000
+    if asked is None:
+        return room
+    if asked > room:
+        log.warning("max_connections %d exceeds what the open-file limit (%d) leaves room for (%d)",
+                    asked, soft, room)
+    return asked
 
 
 class Server:
     def __init__(self, config: ServerConfig):
         self.config = config
-        handler = SequentialGeventHandler()
+        handler = GeventHandler()
         self._zk_log = SessionTimeoutWitness()
         self.zk = KazooClient(
             logger=self._zk_log,
@@ -133,7 +157,7 @@ class Server:
             self.zk.close()
             raise ServerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
         self._stream = gevent.server.StreamServer(
-            listener, self._handle, spawn=gevent.pool.Pool(self.config.max_connections)
+            listener, self._handle, spawn=gevent.pool.Pool(connection_limit(self.config.max_connections))
         )
         self._stream.start()
         if self.config.broker is not None:

@@ -1,0 +1,274 @@
+"""Scale: how many members the coordinators hold, how fast a crowd joins, and what a kill -9 costs.
+
+Brings up its own cluster on 127.0.0.1 (a ZooKeeper ensemble and
+``--coordinators`` `zkcoord server` processes, each with its embedded broker),
+creates one topic, and starts load generator processes
+(``python -m zkcoord.testing.loadgen``), each running up to
+``--per-generator`` real group members over TCP. All ``--members`` start at
+once, spread round-robin over ``--groups`` groups that all consume the topic.
+
+It measures:
+
+- **joined in**: from starting the generators until every member is
+  registered and every group whole (each partition held by exactly one of its
+  members);
+- **steady CPU**, over a ``--steady-s`` window after that: each server
+  process's CPU from /proc (the busiest is the figure; embedded broker, ZooKeeper
+  session and timers included) and the generators' own, summed, both in % of
+  one core;
+- **expired**: registrations the members lost over the whole run (each member
+  that lost its place and came back counts once per loss), plus members not
+  registered at the end;
+- with ``--failover``, after the window: kill -9 of the busiest coordinator,
+  and the time until every group is whole again under a new coordinator epoch.
+
+The members report no offsets and always say they have just polled. Every
+process it starts is stopped on exit, on error too; everything is bounded in
+time. Prints, as its last line:
+
+    members N groups G coordinators C: joined in X s; steady coordinator CPU Y% of a core; generator CPU Z% of a core; expired E
+
+    python bench/bench_scale.py --members 5000 --groups 50 [--coordinators 1] [--failover]
+"""
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gevent  # noqa: E402
+
+from _common import Harness, quiet_logs  # noqa: E402
+from zkcoord.testing import cpu_seconds, exit_on_signal, wait_until  # noqa: E402
+from zkcoord.testing.loadgen import group_name  # noqa: E402
+
+TOPIC = "scale"
+GROUP_PREFIX = "scale"
+
+
+class Generator:
+    """One load generator process and the last status line it printed."""
+
+    def __init__(self, index: int, bootstrap: list[str], first: int, last: int, args, work: Path):
+        self.log = open(work / f"generator-{index}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "zkcoord.testing.loadgen", "--bootstrap", ",".join(bootstrap),
+             "--topic", TOPIC, "--groups", str(args.groups), "--prefix", GROUP_PREFIX,
+             "--first", str(first), "--last", str(last),
+             "--session-timeout-ms", str(args.session_timeout_ms), "--max-s", str(args.max_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            cwd=str(Path(__file__).resolve().parent.parent), start_new_session=True)
+        self.status: dict = {}
+        self.reader = gevent.spawn(self._read)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.status = json.loads(line)
+            except ValueError:
+                continue
+
+    def stop(self) -> None:
+        try:
+            self.proc.stdin.close()  # the generator stops when its stdin closes
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class Load:
+    """The generators of one run, and what their statuses say together."""
+
+    def __init__(self, generators: list[Generator], groups: int, members: int, partitions: int):
+        self.generators = generators
+        self.groups = groups
+        self.members = members
+        self.partitions = partitions
+
+    def _statuses(self) -> list[dict]:
+        return [g.status for g in self.generators]
+
+    def registered(self) -> int:
+        return sum(s.get("registered", 0) for s in self._statuses())
+
+    def lost(self) -> int:
+        return sum(s.get("lost", 0) for s in self._statuses())
+
+    def cpu_s(self) -> float:
+        return sum(cpu_seconds(g.proc.pid) for g in self.generators)
+
+    def fresh_since(self, moment: float) -> bool:
+        """Every generator has reported since ``moment`` (time.time())."""
+        return all(s.get("time", 0.0) > moment for s in self._statuses())
+
+    def whole_groups(self, min_epoch: int = -1) -> int:
+        """Groups in which every member is registered and the members hold
+        each partition exactly once (by count and by the sum of the partition
+        numbers), every member under ``min_epoch`` or later."""
+        per_group: dict[str, list[int]] = {}
+        for status in self._statuses():
+            for group, (registered, held, id_sum, epoch) in status.get("groups", {}).items():
+                entry = per_group.setdefault(group, [0, 0, 0, math.inf])
+                entry[0] += registered
+                entry[1] += held
+                entry[2] += id_sum
+                entry[3] = min(entry[3], epoch)
+        expected_sum = self.partitions * (self.partitions - 1) // 2
+        whole = 0
+        for index in range(self.groups):
+            entry = per_group.get(group_name(GROUP_PREFIX, index))
+            size = self.members // self.groups + (index < self.members % self.groups)
+            if entry and entry[0] == size and entry[1] == self.partitions and entry[2] == expected_sum \
+                    and entry[3] >= min_epoch:
+                whole += 1
+        return whole
+
+    def stop(self) -> None:
+        for generator in self.generators:
+            generator.stop()
+
+
+def percent(cpu_s: float, seconds: float) -> float:
+    return 100.0 * cpu_s / seconds
+
+
+def run(args, work: Path) -> str:
+    harness = Harness(work, server_args=["--zk-session-timeout-ms", str(args.zk_session_timeout_ms)],
+                      zk_nodes=args.zk_nodes)
+    load = None
+    try:
+        harness.start(servers=args.coordinators)
+        harness.topic(TOPIC, args.partitions)
+        bootstrap = harness.cluster.bootstrap
+        processes = max(1, math.ceil(args.members / args.per_generator))
+        print(f"cluster up: {args.coordinators} server(s), ZooKeeper of {args.zk_nodes}; topic {TOPIC} of "
+              f"{args.partitions} partitions; {args.members} members in {args.groups} groups from "
+              f"{processes} generator process(es)", flush=True)
+
+        began = time.time()
+        generators = []
+        for index in range(processes):
+            first = index * args.members // processes
+            last = (index + 1) * args.members // processes - 1
+            generators.append(Generator(index, bootstrap, first, last, args, work))
+        load = Load(generators, args.groups, args.members, args.partitions)
+
+        def progress() -> bool:
+            if any(g.proc.poll() is not None for g in generators):
+                raise RuntimeError("a load generator exited; see its log under " + str(work))
+            return load.fresh_since(began) and load.whole_groups() == args.groups
+
+        last_print = [0.0]
+
+        def report_progress() -> bool:
+            done = progress()
+            if time.time() - last_print[0] >= 5:
+                last_print[0] = time.time()
+                print(f"  {time.time() - began:5.1f} s: {load.registered()} registered, "
+                      f"{load.whole_groups()} of {args.groups} groups whole", flush=True)
+            return done
+
+        wait_until(report_progress, args.join_timeout_s, message="every member registered and every group whole",
+                   interval=0.2)
+        joined_s = time.time() - began
+        print(f"joined: {args.members} members, {args.groups} groups whole in {joined_s:.1f} s", flush=True)
+
+        # The steady window: nobody joins or leaves.
+        servers = {sid: s for sid, s in harness.cluster.servers.items()}
+        window_began = time.time()
+        server_cpu = {sid: s.cpu_seconds() for sid, s in servers.items()}
+        generator_cpu = load.cpu_s()
+        gevent.sleep(args.steady_s)
+        window = time.time() - window_began
+        server_pct = {sid: percent(s.cpu_seconds() - server_cpu[sid], window) for sid, s in servers.items()}
+        generator_pct = percent(load.cpu_s() - generator_cpu, window)
+        busiest = max(server_pct, key=server_pct.get)
+        for sid, pct in sorted(server_pct.items()):
+            print(f"  server {sid}: {pct:.1f}% of a core over {window:.0f} s", flush=True)
+        print(f"  generators: {generator_pct:.1f}% of a core in all ({processes} processes)", flush=True)
+
+        if args.failover:
+            failover(harness, load, busiest, args)
+
+        expired = load.lost() + (args.members - load.registered())
+        return (f"members {args.members} groups {args.groups} coordinators {args.coordinators}: "
+                f"joined in {joined_s:.1f} s; steady coordinator CPU {server_pct[busiest]:.1f}% of a core; "
+                f"generator CPU {generator_pct:.1f}% of a core; expired {expired}")
+    except BaseException:
+        harness.dump_logs()
+        raise
+    finally:
+        if load is not None:
+            load.stop()
+        harness.stop()
+
+
+def failover(harness: Harness, load: Load, victim: int, args) -> None:
+    """kill -9 of ``victim`` (a server) and the time until every group is whole under a new epoch."""
+    _, epoch = harness.coordinator()
+    lost_before = load.lost()
+    killed_at = time.time()
+    harness.cluster.servers[victim].kill()
+    wait_until(lambda: harness.coordinator()[1] > epoch if harness.zk.exists(
+        "/consumers/coordinator") else False, 60, message="a new coordinator epoch", interval=0.05)
+    elected_s = time.time() - killed_at
+    new_epoch = harness.coordinator()[1]
+    wait_until(lambda: load.fresh_since(killed_at) and load.whole_groups(new_epoch) == args.groups,
+               args.join_timeout_s, message="every group whole under the new epoch", interval=0.1)
+    whole_s = time.time() - killed_at
+    print(f"failover: kill -9 of server {victim}; new epoch {new_epoch} after {elected_s:.1f} s; every group "
+          f"whole again after {whole_s:.1f} s (ZooKeeper session {args.zk_session_timeout_ms / 1000:.1f} s; "
+          f"{load.lost() - lost_before} registrations lost, as every member of a dead coordinator must)",
+          flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, required=True)
+    parser.add_argument("--groups", type=int, required=True)
+    parser.add_argument("--coordinators", type=int, default=1, help="zkcoord servers (default 1)")
+    parser.add_argument("--partitions", type=int, default=100, help="partitions of the topic (default 100)")
+    parser.add_argument("--session-timeout-ms", type=int, default=10_000,
+                        help="members' session timeout (default 10000: a ping every 3.3 s)")
+    parser.add_argument("--zk-session-timeout-ms", type=int, default=6000, help="servers' ZooKeeper session")
+    parser.add_argument("--zk-nodes", type=int, default=1, help="ZooKeeper ensemble size (default 1)")
+    parser.add_argument("--per-generator", type=int, default=2500, help="members per generator process")
+    parser.add_argument("--steady-s", type=float, default=30.0, help="steady window (default 30 s)")
+    parser.add_argument("--join-timeout-s", type=float, default=180.0)
+    parser.add_argument("--failover", action="store_true", help="then kill -9 the busiest coordinator")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    if args.members < 1 or args.groups < 1 or args.groups > args.members or args.coordinators < 1:
+        parser.error("need 1 <= --groups <= --members and --coordinators >= 1")
+    if args.partitions < 1 or args.per_generator < 1 or args.steady_s <= 0:
+        parser.error("--partitions, --per-generator and --steady-s must be positive")
+    args.max_s = args.join_timeout_s * (3 if args.failover else 1) + args.steady_s + 120
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    quiet_logs()
+    work = Path(tempfile.mkdtemp(prefix="zkcoord-bench-scale-"))
+    try:
+        line = run(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
