@@ -57,6 +57,7 @@ from zkcoord.testing.loadgen import group_name  # noqa: E402
 
 TOPIC = "scale"
 GROUP_PREFIX = "scale"
+GENERATOR_NICENESS = 10
 
 
 class Generator:
@@ -65,7 +66,9 @@ class Generator:
     def __init__(self, index: int, bootstrap: list[str], first: int, last: int, args, work: Path):
         self.log = open(work / f"generator-{index}.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "zkcoord.testing.loadgen", "--bootstrap", ",".join(bootstrap),
+            # Niced: on one machine the members must not starve the servers
+            # they measure (in a deployment they run elsewhere).
+            ["nice", "-n", str(GENERATOR_NICENESS), sys.executable, "-m", "zkcoord.testing.loadgen", "--bootstrap", ",".join(bootstrap),
              "--topic", TOPIC, "--groups", str(args.groups), "--prefix", GROUP_PREFIX,
              "--first", str(first), "--last", str(last),
              "--session-timeout-ms", str(args.session_timeout_ms), "--max-s", str(args.max_s)],

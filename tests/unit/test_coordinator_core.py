@@ -424,6 +424,28 @@ def test_a_failed_round_trip_is_tried_again_on_the_next_renewal():
     assert any(isinstance(op, actions.ProveOffice) for op in h.operations.values())
 
 
+def test_a_renewal_due_during_a_slow_round_trip_starts_as_soon_as_that_one_ends():
+    # Under load a round trip can take longer than the renewal interval.
+    # Waiting for the next renewal after it would leave the office resting on
+    # a proof begun long ago; the one that fell due meanwhile goes at once.
+    h = two_members()
+    renewal = ZK_SESSION_MS / 4000.0
+    h.prove_office = False
+    while not any(isinstance(op, actions.ProveOffice) for op in h.operations.values()):
+        h.advance(0.01, serve=("a", "b"))
+    slow_began = h.now
+    h.advance(renewal * 1.5, serve=("a", "b"))  # a renewal fell due while the round trip was out
+    assert [isinstance(op, actions.ProveOffice) for op in h.operations.values()].count(True) == 1
+    h.complete(actions.ProveOffice)
+    assert h.core.office_until == pytest.approx(slow_began + OFFICE, abs=0.02)
+    follow_up = [op for op in h.operations.values() if isinstance(op, actions.ProveOffice)]
+    assert len(follow_up) == 1  # started now, not at the next renewal
+    began = h.now
+    h.complete(actions.ProveOffice)
+    assert h.core.office_until == pytest.approx(began + OFFICE)
+    assert not any(isinstance(op, actions.ProveOffice) for op in h.operations.values())  # and no more
+
+
 # -- interleavings ------------------------------------------------------------------------------------
 
 def test_a_leave_crossing_a_stop_hands_on_without_a_fence():

@@ -37,6 +37,16 @@ LEAVE_CHECK_S = 0.2  # how soon the network thread notices close()
 LEAVE_TIMEOUT_S = 5.0  # how long a leave waits for the coordinator's confirmation
 
 
+MAX_BACKOFF_S = 1.0
+
+
+def backoff_s(failures: int) -> float:
+    """How long to wait after ``failures`` attempts in a row failed:
+    exponential from 50 ms to MAX_BACKOFF_S, each a random half to whole of its step."""
+    step = min(0.05 * 2 ** min(failures, 5), MAX_BACKOFF_S)
+    return random.uniform(step / 2, step)
+
+
 class MembershipFailed(ZkcoordError):
     """The membership's network thread met an error it does not expect (a bug,
     or a listener that raised); the member stopped everything."""
@@ -212,9 +222,11 @@ class GroupMembership:
                 self._evicted_at = self.clock()
                 self._wait_for_poll_after_eviction()
             # Back off while the coordinator stays unreachable (it may be dead
-            # until ZooKeeper expires its session and another is elected).
+            # until ZooKeeper expires its session and another is elected), at
+            # random within the step, so that thousands of members refused at
+            # once do not all come back at once.
             failures += 1
-            self._closing.wait(min(0.05 * 2 ** min(failures, 5), 1.0))
+            self._closing.wait(backoff_s(failures))
 
     def _wait_for_poll_after_eviction(self) -> None:
         """After removal for not polling, stay out until the application polls again."""

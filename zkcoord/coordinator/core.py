@@ -191,6 +191,7 @@ class CoordinatorCore:
         self._connected = True  # the ZooKeeper connection, as last reported
         self.office_until = float("-inf")  # requests go out only before this
         self._proving: Optional[float] = None  # when the office round trip in flight began
+        self._proof_wanted = False  # another round trip was due while that one was in flight
         self.groups: dict[str, Group] = {}
         self.partitions: dict[str, int] = {}  # topic -> partition count, kept by the topic watches
         self.schedule = PingSchedule()
@@ -314,12 +315,19 @@ class CoordinatorCore:
         self._emit(SetTimer(OFFICE_TIMER, now + self.zk_session_timeout_ms * OFFICE_RENEWAL_SHARE / 1000.0))
 
     def _prove_office(self, now: float) -> None:
-        if self._proving is None and self._connected and not self.deposed:  # resuming proves it
+        if self._proving is not None:
+            # One round trip at a time; one asked for meanwhile (a renewal
+            # due, a lapse) starts as soon as it ends, not at the next renewal.
+            self._proof_wanted = True
+        elif self._connected and not self.deposed:  # resuming proves it
             self._proving = now
+            self._proof_wanted = False
             self._zk(ProveOffice, partial(self._office_proven, now))
 
     def _office_proven(self, began: float, _result, error, now: float) -> None:
         self._proving = None
+        if self._proof_wanted:
+            self._prove_office(now)
         if error is not None:
             log.warning("coordinator epoch %d: office round trip failed: %s", self.epoch, error)
             return
@@ -467,7 +475,8 @@ class CoordinatorCore:
                 f"consumer id {request.consumer_id} is already registered in group {request.group_id}"
             )
         if not self.active:
-            raise wire.CoordinatorNotAvailable("the coordinator is not connected to ZooKeeper")
+            raise wire.CoordinatorNotAvailable("the coordinator is suspended: ZooKeeper is unreachable or its "
+                                               "office is not proven yet")
 
     def register(self, conn: Hashable, request: wire.RegisterConsumerRequest, correlation_id: int,
                  now: float) -> list:
@@ -535,7 +544,10 @@ class CoordinatorCore:
         return self._take()
 
     def _refuse(self, conn, request, correlation_id: int, exc: wire.WireError) -> None:
-        log.info("refused consumer %s of group %s: %s", request.consumer_id, request.group_id, exc)
+        # While suspended every member that tries is refused, thousands a
+        # second; the suspension itself is logged once, as a warning.
+        level = logging.DEBUG if isinstance(exc, wire.CoordinatorNotAvailable) else logging.INFO
+        log.log(level, "refused consumer %s of group %s: %s", request.consumer_id, request.group_id, exc)
         self._emit(Send(conn, wire.RegisterConsumerResponse(error_code=exc.code, error_message=str(exc),
                                                             coordinator_epoch=self.epoch), correlation_id))
         self._emit(Close(conn))

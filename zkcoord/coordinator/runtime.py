@@ -3,10 +3,12 @@
 :class:`~zkcoord.coordinator.core.CoordinatorCore` decides; this module only
 feeds it events (frames read, connections closed, timers, ZooKeeper results
 and watches, the session's state) with the time, and carries out the actions
-it returns: frames go out through one writer greenlet per connection, timers
-are gevent timers by key, ZooKeeper operations go through
+it returns: a frame goes straight out if its socket takes it whole, else
+through the connection's writer greenlet; timers are libev timers by key;
+ZooKeeper operations go through
 :class:`~zkcoord.coordinator.store.CoordinatorStore` (whose writes are fenced
-by this coordinator's epoch), each in its own greenlet.
+by this coordinator's epoch), each in its own greenlet, at most
+``MAX_OPERATIONS`` at once, except the proof of office, which never waits.
 
 The core never blocks and this module never yields while it hands events to
 it, so the core sees one event at a time, in order, without locks.
@@ -14,6 +16,7 @@ it, so the core sees one event at a time, in order, without locks.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 from typing import Callable, Hashable, Optional
@@ -40,19 +43,46 @@ __all__ = ["Coordinator", "CoordinatorConfig"]
 CLOSE_GRACE_S = 1.0
 # How long stepping down waits for the last offsets to be written.
 FINAL_FLUSH_S = 5.0
+# ZooKeeper operations carried out at once; the rest wait their turn here.
+# kazoo sends requests first come, first served, so this bounds how many a
+# proof of office can queue behind (each operation has at most
+# zk.reads.READ_BATCH requests in flight).
+MAX_OPERATIONS = 8
 
 
 class _Connection:
-    """A member's channel with its own writer: the core's frames go out in
-    order without the core (or the reader) ever waiting on a socket."""
+    """A member's channel, written without the core (or the reader) ever
+    waiting on its socket: a frame goes straight out if the socket takes it
+    all now, which is nearly always; what it does not take waits, in order,
+    for the connection's writer greenlet."""
 
     def __init__(self, channel: Channel):
         self.channel = channel
         self._outbox: gevent.queue.Queue = gevent.queue.Queue()
+        self._queued = 0  # frames (or their rest) in the outbox or being written by the writer
         self.writer = gevent.spawn(self._write)
 
     def send(self, message: wire.Message, correlation_id: int) -> None:
-        self._outbox.put((message, correlation_id))
+        try:
+            data = wire.encode(message, correlation_id)
+        except wire.WireError:  # a message the core built wrong: a bug, but this member's alone
+            log.exception("cannot encode %r for %s; closing it", message, self.channel.peer)
+            self.channel.close()
+            return
+        if not self._queued and not self.channel.closed:
+            try:
+                # gevent's timeout of 0: take what the socket takes, never wait.
+                sent = self.channel.sock.send(data, 0, 0.0)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.channel.close()  # the reader sees it and reports the connection closed
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
+        self._queued += 1
+        self._outbox.put(data)
 
     def close(self) -> None:
         """Close once what is queued has been written."""
@@ -61,11 +91,12 @@ class _Connection:
     def _write(self) -> None:
         try:
             while True:
-                item = self._outbox.get()
-                if item is None:
+                data = self._outbox.get()
+                if data is None:
                     return
-                self.channel.send(*item)
-        except ChannelClosed:
+                self.channel.sock.sendall(data)
+                self._queued -= 1
+        except OSError:
             pass
         finally:
             self.channel.close()  # the reader sees it and reports the connection closed
@@ -82,8 +113,13 @@ class Coordinator:
         self.core = CoordinatorCore(config, epoch, zk_session_timeout_ms)
         self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
-        self._timers: dict[Hashable, gevent.Greenlet] = {}
+        # libev timers by key: cheaper than a greenlet each, and a ping sets
+        # and cancels one for every request it sends.
+        self._timers: dict[Hashable, object] = {}
+        self._loop = gevent.get_hub().loop
         self._operations = gevent.pool.Group()
+        self._waiting_operations: collections.deque = collections.deque()
+        self._proofs = gevent.pool.Group()
         self._topic_watches: set[str] = set()
 
     # -- what the server and the tests read -------------------------------------------------
@@ -132,10 +168,11 @@ class Coordinator:
         if self.core.flushing:
             log.warning("final offset flush did not finish; the members still hold those offsets")
         self._apply(self.core.step_down(self.clock()))
-        for timer in self._timers.values():
-            timer.kill(block=False)
-        self._timers.clear()
+        for key in list(self._timers):
+            self._cancel_timer(key)
+        self._waiting_operations.clear()
         self._operations.kill(block=False)
+        self._proofs.kill(block=False)
 
     def _watch_topics(self) -> None:
         zk = self.store.zk
@@ -211,29 +248,49 @@ class Coordinator:
                 if connection is not None:
                     connection.close()
             elif isinstance(action, actions.SetTimer):
-                old = self._timers.pop(action.key, None)
-                if old is not None:
-                    old.kill(block=False)
-                self._timers[action.key] = gevent.spawn_later(
-                    max(action.at - self.clock(), 0.0), self._fire, action.key)
+                self._cancel_timer(action.key)
+                timer = self._loop.timer(max(action.at - self.clock(), 0.0))
+                timer.start(self._timer_due, action.key)
+                self._timers[action.key] = timer
             elif isinstance(action, actions.CancelTimer):
-                old = self._timers.pop(action.key, None)
-                if old is not None:
-                    old.kill(block=False)
+                self._cancel_timer(action.key)
+            elif isinstance(action, actions.ProveOffice):
+                self._proofs.spawn(self._run_operation, action)  # never behind the others: the office depends on it
             elif isinstance(action, actions.ZooKeeperOperation):
-                self._operations.spawn(self._run_operation, action)
+                self._waiting_operations.append(action)
+                self._start_operations()
             else:
                 raise TypeError(f"unknown action {action!r}")
 
-    def _fire(self, key: Hashable) -> None:
-        self._timers.pop(key, None)
+    def _cancel_timer(self, key: Hashable) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.close()
+
+    def _timer_due(self, key: Hashable) -> None:
+        # In the hub's own callback, where nothing may wait: hand it to a greenlet.
+        gevent.spawn(self._fire, key, self._timers.get(key))
+
+    def _fire(self, key: Hashable, timer) -> None:
+        if timer is None or self._timers.get(key) is not timer:
+            return  # cancelled or set again since it fell due
+        self._cancel_timer(key)
         self._event(self.core.timer_fired, key)
+
+    def _start_operations(self) -> None:
+        while self._waiting_operations and len(self._operations) < MAX_OPERATIONS:
+            self._operations.spawn(self._run_operation, self._waiting_operations.popleft())
 
     def _run_operation(self, operation) -> None:
         try:
             result, error = self._carry_out(operation), None
         except Exception as exc:  # kazoo's connection errors, Deposed: the core decides
             result, error = None, exc
+        finally:
+            if not isinstance(operation, actions.ProveOffice):
+                # Leave the group first, so that the next one has a place.
+                self._operations.discard(gevent.getcurrent())
+                self._start_operations()
         self._event(lambda now: self.core.done(operation.token, now, result, error))
 
     def _carry_out(self, operation):

@@ -17,14 +17,16 @@ class WaitTimeout(ZkcoordError, AssertionError):
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,
-               message: str = "condition", fail_on: tuple[type[BaseException], ...] = ()) -> T:
+               message: str = "condition", fail_on: tuple[type[BaseException], ...] = (),
+               sleep: Callable[[float], None] = time.sleep) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that.
 
     An exception from the predicate means "not checkable yet" (a file half
     written, a node missing), except one of ``fail_on``, which says the
     condition can never hold (a process died) and is raised at once. After
     ``timeout`` seconds, raises WaitTimeout naming ``message`` and the
-    predicate's last error.
+    predicate's last error. ``sleep`` waits between polls (gevent.sleep
+    where greenlets must run meanwhile in an unpatched process).
     """
     deadline = time.monotonic() + timeout
     last_error: Optional[BaseException] = None
@@ -40,4 +42,4 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         if time.monotonic() >= deadline:
             detail = f" (last error: {last_error!r})" if last_error else ""
             raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {message}{detail}")
-        time.sleep(interval)
+        sleep(interval)

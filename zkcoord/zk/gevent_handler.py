@@ -37,7 +37,7 @@ from kazoo.handlers.utils import fileobj_to_fd
 _socketpair = monkey.get_original("socket", "socketpair")
 _poll = monkey.get_original("select", "poll")
 # Selects answered at once, in a row, before one goes through the hub.
-READY_RUN = 64
+READY_RUN = 1000
 _READABLE = _select.POLLIN | _select.POLLPRI | _select.POLLERR | _select.POLLHUP
 _WRITABLE = _select.POLLOUT | _select.POLLERR | _select.POLLHUP
 
