@@ -9,9 +9,10 @@ of at most ``max_frame_size`` bytes.
 """
 
 import io
+import struct
 from dataclasses import dataclass
 
-from construct import ConstructError, Int16sb, Int32sb, Struct
+from construct import ConstructError
 
 from zkcoord.wire.errors import (
     FrameTooLarge, InvalidMessage, MalformedFrame, UnknownMessageType,
@@ -23,9 +24,35 @@ from zkcoord.wire.messages import REGISTRY, MessageType
 MAX_FRAME_SIZE = 1_048_576
 
 SIZE_BYTES = 4
-HEADER = Struct("type" / Int16sb, "version" / Int16sb,
-                "correlation_id" / Int32sb)
-HEADER_BYTES = HEADER.sizeof()
+# type int16 | version int16 | correlation_id int32, after the size int32.
+SIZED_HEADER = struct.Struct(">ihhi")
+HEADER = struct.Struct(">hhi")
+HEADER_BYTES = HEADER.size
+_COMPILED = {}
+
+
+def layout_of(cls, version):
+    """The construct layout of ``cls`` at ``version``, compiled to Python the
+    first time it is used where construct's compiler can (faster, the same
+    bytes; tests/unit/test_wire_messages.py compares the two on every
+    layout), or None if there is no such version."""
+    key = (cls, version)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        layout = cls.LAYOUTS.get(version)
+        if layout is None:
+            return None
+        compiled = _COMPILED[key] = compile_layout(layout)
+    return compiled
+
+
+def compile_layout(layout):
+    """``layout`` compiled, or itself where the compiler cannot express it
+    (a field computed by a lambda)."""
+    try:
+        return layout.compile()
+    except (SyntaxError, NotImplementedError, ConstructError):
+        return layout
 
 
 @dataclass(frozen=True)
@@ -51,7 +78,7 @@ def encode(message, correlation_id, version=None):
         raise InvalidMessage(f"not a protocol message: {message!r}")
     if version is None:
         version = cls.latest_version()
-    layout = cls.LAYOUTS.get(version)
+    layout = layout_of(cls, version)
     if layout is None:
         raise UnsupportedVersion(
             f"{cls.__name__} has no version {version} "
@@ -59,16 +86,14 @@ def encode(message, correlation_id, version=None):
     fields = {name: getattr(message, name)
               for name in cls.__dataclass_fields__}
     try:
-        header = HEADER.build(dict(type=cls.TYPE, version=version,
-                                   correlation_id=correlation_id))
         body = layout.build(fields)
+        header = SIZED_HEADER.pack(HEADER_BYTES + len(body), cls.TYPE, version, correlation_id)
     except Inexpressible as exc:
         raise UnsupportedVersion(
             f"{cls.__name__} v{version}: {exc}") from None
-    except ConstructError as exc:
+    except (ConstructError, struct.error) as exc:
         raise InvalidMessage(f"{cls.__name__} v{version}: {exc}") from None
-    size = len(header) + len(body)
-    return Int32sb.build(size) + header + body
+    return header + body
 
 
 def decode(payload):
@@ -76,33 +101,35 @@ def decode(payload):
     if len(payload) < HEADER_BYTES:
         raise MalformedFrame(
             f"frame of {len(payload)} bytes is shorter than its header")
-    header = HEADER.parse(payload[:HEADER_BYTES])
-    where = dict(correlation_id=header.correlation_id)
+    type_id, version, correlation_id = HEADER.unpack_from(payload)
+    where = dict(correlation_id=correlation_id)
     try:
-        kind = MessageType(header.type)
+        kind = MessageType(type_id)
     except ValueError:
         raise UnknownMessageType(
-            f"unknown message type {header.type}", **where) from None
+            f"unknown message type {type_id}", **where) from None
     cls = REGISTRY[kind]
-    layout = cls.LAYOUTS.get(header.version)
+    layout = layout_of(cls, version)
     if layout is None:
         raise UnsupportedVersion(
-            f"{cls.__name__} has no version {header.version}", **where)
+            f"{cls.__name__} has no version {version}", **where)
     stream = io.BytesIO(payload)
     stream.seek(HEADER_BYTES)
     try:
         parsed = layout.parse_stream(stream)
-    except ConstructError as exc:
+    # A compiled layout reports a short frame as struct's error, bad text as
+    # the codec's; the interpreted one wraps both in ConstructError.
+    except (ConstructError, struct.error, UnicodeError) as exc:
         raise MalformedFrame(
-            f"{cls.__name__} v{header.version}: {exc}", **where) from None
+            f"{cls.__name__} v{version}: {exc}", **where) from None
     left = len(payload) - stream.tell()
     if left:
         raise MalformedFrame(
-            f"{cls.__name__} v{header.version}: {left} trailing bytes",
+            f"{cls.__name__} v{version}: {left} trailing bytes",
             **where)
     message = cls(**{name: parsed[name] for name in cls.__dataclass_fields__
                      if name in parsed})
-    return Frame(kind, header.version, header.correlation_id, message)
+    return Frame(kind, version, correlation_id, message)
 
 
 class FrameDecoder:

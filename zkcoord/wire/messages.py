@@ -12,7 +12,6 @@ refused rather than silently changed.
 docs/PROTOCOL.md describes every field, with a byte-level example.
 """
 
-import dataclasses
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar
@@ -112,10 +111,10 @@ class Message:
         REGISTRY[cls.TYPE] = cls
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
+        for name in self.__dataclass_fields__:  # not dataclasses.fields(): this runs for every frame
+            value = getattr(self, name)
             if isinstance(value, list):
-                object.__setattr__(self, field.name, tuple(value))
+                object.__setattr__(self, name, tuple(value))
 
     @classmethod
     def latest_version(cls):
