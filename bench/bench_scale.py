@@ -11,7 +11,7 @@ It measures:
 
 - **joined in**: from starting the generators until every member is
   registered and every group whole (each partition held by exactly one of its
-  members);
+  members); all members start at once unless ``--ramp-s`` spreads them out;
 - **steady CPU**, over a ``--steady-s`` window after that: each server
   process's CPU from /proc (the busiest is the figure; embedded broker, ZooKeeper
   session and timers included) and the generators' own, summed, both in % of
@@ -71,7 +71,8 @@ class Generator:
             ["nice", "-n", str(GENERATOR_NICENESS), sys.executable, "-m", "zkcoord.testing.loadgen", "--bootstrap", ",".join(bootstrap),
              "--topic", TOPIC, "--groups", str(args.groups), "--prefix", GROUP_PREFIX,
              "--first", str(first), "--last", str(last),
-             "--session-timeout-ms", str(args.session_timeout_ms), "--max-s", str(args.max_s)],
+             "--session-timeout-ms", str(args.session_timeout_ms), "--max-s", str(args.max_s),
+             "--start-over-s", str(args.ramp_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             cwd=str(Path(__file__).resolve().parent.parent), start_new_session=True)
         self.status: dict = {}
@@ -186,7 +187,7 @@ def run(args, work: Path) -> str:
                       f"{load.whole_groups()} of {args.groups} groups whole", flush=True)
             return done
 
-        wait_until(report_progress, args.join_timeout_s, message="every member registered and every group whole",
+        wait_until(report_progress, args.ramp_s + args.join_timeout_s, message="every member registered and every group whole",
                    interval=0.2)
         joined_s = time.time() - began
         print(f"joined: {args.members} members, {args.groups} groups whole in {joined_s:.1f} s", flush=True)
@@ -251,6 +252,8 @@ def main() -> int:
     parser.add_argument("--zk-session-timeout-ms", type=int, default=6000, help="servers' ZooKeeper session")
     parser.add_argument("--zk-nodes", type=int, default=1, help="ZooKeeper ensemble size (default 1)")
     parser.add_argument("--per-generator", type=int, default=2500, help="members per generator process")
+    parser.add_argument("--ramp-s", type=float, default=0.0,
+                        help="start the members evenly over this many seconds (default 0: all at once)")
     parser.add_argument("--steady-s", type=float, default=30.0, help="steady window (default 30 s)")
     parser.add_argument("--join-timeout-s", type=float, default=180.0)
     parser.add_argument("--failover", action="store_true", help="then kill -9 the busiest coordinator")
@@ -258,9 +261,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.members < 1 or args.groups < 1 or args.groups > args.members or args.coordinators < 1:
         parser.error("need 1 <= --groups <= --members and --coordinators >= 1")
-    if args.partitions < 1 or args.per_generator < 1 or args.steady_s <= 0:
+    if args.partitions < 1 or args.per_generator < 1 or args.steady_s <= 0 or args.ramp_s < 0:
         parser.error("--partitions, --per-generator and --steady-s must be positive")
-    args.max_s = args.join_timeout_s * (3 if args.failover else 1) + args.steady_s + 120
+    args.max_s = args.ramp_s + args.join_timeout_s * (3 if args.failover else 1) + args.steady_s + 120
     signal.signal(signal.SIGTERM, exit_on_signal)
     quiet_logs()
     work = Path(tempfile.mkdtemp(prefix="zkcoord-bench-scale-"))

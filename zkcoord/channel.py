@@ -30,6 +30,7 @@ class Channel:
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self.closed = False
+        self.peer_gone = False  # read_available saw the end of the stream
         try:
             self.peer = "%s:%s" % sock.getpeername()[:2]
         except OSError:
@@ -81,6 +82,41 @@ class Channel:
                 raise ChannelClosed(f"{self.peer} closed the connection")
             self._ready.extend(self._decoder.feed(data))
         return self._ready.pop(0)
+
+    @property
+    def has_buffered(self) -> bool:
+        """Frames already read off the socket and not yet taken."""
+        return bool(self._ready)
+
+    def read_available(self) -> list[wire.Frame]:
+        """Every frame complete now, buffered or waiting in the socket, without
+        waiting for more: for a non-blocking socket that its owner reads when
+        its event loop says it is readable. Frames sent just before the peer
+        went are returned first (``peer_gone`` is then set); after that it
+        raises ChannelClosed. It never closes the socket itself: the owner
+        stops watching it first. A frame that is not valid raises a WireError."""
+        if self.peer_gone:
+            raise ChannelClosed(f"{self.peer} closed the connection")
+        frames, self._ready = self._ready, []
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                self.peer_gone = True
+                if frames:
+                    break
+                raise ChannelClosed(f"receiving from {self.peer} failed: {exc}") from None
+            if not data:
+                self.peer_gone = True
+                if frames:
+                    break
+                raise ChannelClosed(f"{self.peer} closed the connection")
+            frames.extend(self._decoder.feed(data))
+            if len(data) < 65536:
+                break
+        return frames
 
     def request(self, message: wire.Message, timeout: float) -> wire.Message:
         """Send and wait for the frame answering it (for one-request-at-a-time callers)."""

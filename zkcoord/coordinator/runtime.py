@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import collections
 import itertools
+from functools import partial
 import logging
 from typing import Callable, Hashable, Optional
 
 import gevent
+import gevent.event
 import gevent.pool
 import gevent.queue
+import gevent.socket
 
 from zkcoord import wire
 from zkcoord.clock import lease_clock
@@ -51,32 +54,69 @@ MAX_OPERATIONS = 8
 
 
 class _Connection:
-    """A member's channel, written without the core (or the reader) ever
-    waiting on its socket: a frame goes straight out if the socket takes it
-    all now, which is nearly always; what it does not take waits, in order,
-    for the connection's writer greenlet."""
+    """A member's channel, read and written without a greenlet switch per frame.
+
+    Reading: a libev watcher stays on the socket, and the hub calls back with
+    every frame that has arrived (no greenlet waits on a read, so nothing
+    changes in epoll per frame). Writing: a frame goes straight out if the
+    socket takes it whole, which is nearly always; what it does not take
+    waits, in order, for the connection's writer greenlet. ``ended`` is set
+    when the connection is finished with: the peer went, a frame was bad, a
+    write failed, or a close asked for has been written out.
+    """
 
     def __init__(self, channel: Channel):
         self.channel = channel
+        channel.sock.settimeout(0.0)  # gevent: raise rather than wait; the loop tells us when to read
+        self.ended = gevent.event.Event()
         self._outbox: gevent.queue.Queue = gevent.queue.Queue()
         self._queued = 0  # frames (or their rest) in the outbox or being written by the writer
+        self._watcher = None
         self.writer = gevent.spawn(self._write)
+
+    def read_with(self, on_frames: Callable[[list], None], on_error: Callable[[BaseException], None]) -> None:
+        """From now on, hand every batch of frames that arrives to ``on_frames``
+        (in the hub: it must not wait), and a ChannelClosed or WireError to ``on_error``."""
+
+        def readable():
+            try:
+                frames = self.channel.read_available()
+            except (ChannelClosed, wire.WireError) as exc:
+                self.stop_reading()
+                on_error(exc)
+                return
+            if frames:
+                on_frames(frames)
+            if self.channel.peer_gone:  # it went after sending those
+                self.stop_reading()
+                on_error(ChannelClosed(f"{self.channel.peer} closed the connection"))
+
+        self._watcher = gevent.get_hub().loop.io(self.channel.sock.fileno(), 1)  # 1: libev's READ
+        self._watcher.start(readable)
+        if self.channel.has_buffered:  # read with the registration, before the watcher
+            gevent.get_hub().loop.run_callback(readable)
+
+    def stop_reading(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
 
     def send(self, message: wire.Message, correlation_id: int) -> None:
         try:
             data = wire.encode(message, correlation_id)
         except wire.WireError:  # a message the core built wrong: a bug, but this member's alone
             log.exception("cannot encode %r for %s; closing it", message, self.channel.peer)
-            self.channel.close()
+            self.ended.set()
             return
-        if not self._queued and not self.channel.closed:
+        if self.ended.is_set():
+            return
+        if not self._queued:
             try:
-                # gevent's timeout of 0: take what the socket takes, never wait.
-                sent = self.channel.sock.send(data, 0, 0.0)
+                sent = self.channel.sock.send(data)
             except BlockingIOError:
                 sent = 0
             except OSError:
-                self.channel.close()  # the reader sees it and reports the connection closed
+                self.ended.set()
                 return
             if sent == len(data):
                 return
@@ -85,21 +125,26 @@ class _Connection:
         self._outbox.put(data)
 
     def close(self) -> None:
-        """Close once what is queued has been written."""
+        """End once what is queued has been written."""
         self._outbox.put(None)
 
     def _write(self) -> None:
+        sock = self.channel.sock
         try:
             while True:
                 data = self._outbox.get()
                 if data is None:
                     return
-                self.channel.sock.sendall(data)
+                while data:
+                    try:
+                        data = data[sock.send(data):]
+                    except BlockingIOError:
+                        gevent.socket.wait_write(sock.fileno())
                 self._queued -= 1
         except OSError:
             pass
         finally:
-            self.channel.close()  # the reader sees it and reports the connection closed
+            self.ended.set()
 
 
 class Coordinator:
@@ -202,27 +247,34 @@ class Coordinator:
     # -- members ------------------------------------------------------------------------------
 
     def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int) -> None:
-        """Register the consumer behind ``channel``, then read its frames until it goes."""
+        """Register the consumer behind ``channel``; its frames then reach the
+        core from the event loop's callbacks until the connection ends."""
         conn = next(self._connection_ids)
         connection = self._connections[conn] = _Connection(channel)
         try:
             self._event(self.core.register, conn, request, correlation_id)
-            while not self.deposed:
-                try:
-                    frame = channel.receive()
-                except ChannelClosed:
-                    return
-                except wire.WireError as exc:
-                    log.warning("closing %s after a bad frame: %s", channel.peer, exc)
-                    connection.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)),
-                                    exc.correlation_id or 0)
-                    return
-                self._event(self.core.received, conn, frame.message, frame.correlation_id)
+            connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
+            connection.ended.wait()
         finally:
+            connection.stop_reading()
             self._event(self.core.connection_closed, conn)
             connection.close()
             connection.writer.join(timeout=CLOSE_GRACE_S)
+            channel.close()
             self._connections.pop(conn, None)
+
+    def _frames(self, conn: int, connection: _Connection, frames: list) -> None:
+        for frame in frames:
+            if self.deposed or connection.ended.is_set():
+                connection.ended.set()
+                return
+            self._event(self.core.received, conn, frame.message, frame.correlation_id)
+
+    def _read_failed(self, connection: _Connection, exc: BaseException) -> None:
+        if isinstance(exc, wire.WireError):
+            log.warning("closing %s after a bad frame: %s", connection.channel.peer, exc)
+            connection.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)), exc.correlation_id or 0)
+        connection.ended.set()
 
     # -- carrying out the core's actions --------------------------------------------------------
 

@@ -195,6 +195,7 @@ class Server:
         import gevent.util
 
         log.warning("state of server %d:\n%s", self.config.server_id, "\n".join(gevent.util.format_run_info()))
+        log.warning("%s", self.zk.handler.describe(self.zk))
         if self.coordinator is not None:
             log.warning("groups: %s", self.coordinator.describe_groups())
 

@@ -78,9 +78,13 @@ class Load:
             membership.close_check_s = CLOSE_CHECK_S
             self.members.append((group, membership, listener))
 
-    def start(self) -> None:
+    def start(self, over_s: float = 0.0) -> None:
+        """Start every member, all at once or spread evenly over ``over_s`` seconds."""
+        pause = over_s / len(self.members)
         for _, membership, _ in self.members:
             membership.start()
+            if pause:
+                gevent.sleep(pause)
 
     def status(self) -> dict:
         """``cpu_s``: this process's user+system CPU seconds so far;
@@ -115,12 +119,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--last", type=int, required=True, help="the last member this process runs (inclusive)")
     p.add_argument("--prefix", default="load", help="group names are <prefix>-NNNN (default load)")
     p.add_argument("--session-timeout-ms", type=int, default=10_000)
+    p.add_argument("--start-over-s", type=float, default=0.0,
+                   help="start the members evenly over this many seconds (default 0: all at once)")
     p.add_argument("--report-s", type=float, default=1.0, help="seconds between status lines (default 1)")
     p.add_argument("--max-s", type=float, default=600.0, help="stop after this many seconds (default 600)")
     args = p.parse_args(argv)
     if args.groups < 1 or args.first < 0 or args.last < args.first:
         p.error("need --groups >= 1 and 0 <= --first <= --last")
-    if args.report_s <= 0 or args.max_s <= 0 or args.session_timeout_ms <= 0:
+    if args.report_s <= 0 or args.max_s <= 0 or args.session_timeout_ms <= 0 or args.start_over_s < 0:
         p.error("--report-s, --max-s and --session-timeout-ms must be positive")
     return args
 
@@ -141,7 +147,7 @@ def main(argv=None) -> int:
 
     gevent.spawn(watch_stdin)
     deadline = time.monotonic() + args.max_s
-    load.start()
+    gevent.spawn(load.start, args.start_over_s)
     while not done.wait(args.report_s) and time.monotonic() < deadline:
         print(json.dumps(load.status()), flush=True)
     # No leaves: thousands of them would make the coordinator rebalance as

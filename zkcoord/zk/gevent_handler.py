@@ -116,6 +116,14 @@ class GeventHandler(SequentialGeventHandler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._ready_in_a_row = 0
+        self._pairs: list[_WakePair] = []
+
+    def describe(self, client) -> str:
+        """The client's request queue and wake-ups, for a state dump."""
+        pair = self._pairs[-1] if self._pairs else None
+        waiting = len(ready_now([pair.read_end], [])[0]) if pair is not None else 0
+        return (f"ZooKeeper client: {len(client._queue)} request(s) queued, {len(client._pending)} awaiting "
+                f"an answer; wake-ups owed {pair.owed if pair else '-'}, readable now: {bool(waiting)}")
 
     def select(self, rlist, wlist, xlist, timeout=None):
         if self._ready_in_a_row < READY_RUN:
@@ -128,4 +136,5 @@ class GeventHandler(SequentialGeventHandler):
 
     def create_socket_pair(self):
         pair = _WakePair()
+        self._pairs[:] = [pair]
         return _ReadEnd(pair), _WriteEnd(pair)
