@@ -36,8 +36,8 @@ class BlockingStore:
     def owners(self, group):
         return self._run(group)
 
-    def prove_office(self):
-        return self._run("office")
+    def prove_office_async(self, settled):
+        gevent.spawn(lambda: settled(self._run("office") and None))
 
 
 def wait_until(predicate, timeout, message):
@@ -85,3 +85,14 @@ def test_a_timer_fires_once_unless_cancelled_or_set_again():
     assert sorted(fired) == ["last", "moved", "once", "past"]  # each once; the cancelled one never
     assert coordinator._timers == {}
 
+
+
+def test_a_proof_answered_before_it_is_sent_reaches_the_core_after_the_actions_around_it():
+    class ClosedStore(BlockingStore):
+        def prove_office_async(self, settled):  # as kazoo does with a closed client: answered at once
+            settled(ConnectionError("closed"))
+
+    coordinator = executor(ClosedStore())
+    coordinator._apply([actions.ProveOffice(7), actions.CancelTimer("x")])
+    assert coordinator.done == []  # not inside _apply, between its actions
+    wait_until(lambda: coordinator.done == [7], 5, message="the proof's answer")

@@ -8,7 +8,8 @@ through the connection's writer greenlet; timers are libev timers by key;
 ZooKeeper operations go through
 :class:`~zkcoord.coordinator.store.CoordinatorStore` (whose writes are fenced
 by this coordinator's epoch), each in its own greenlet, at most
-``MAX_OPERATIONS`` at once, except the proof of office, which never waits.
+``MAX_OPERATIONS`` at once, except the proof of office, which never waits
+and whose answer comes straight from the ZooKeeper client.
 
 The core never blocks and this module never yields while it hands events to
 it, so the core sees one event at a time, in order, without locks.
@@ -164,7 +165,7 @@ class Coordinator:
         self._loop = gevent.get_hub().loop
         self._operations = gevent.pool.Group()
         self._waiting_operations: collections.deque = collections.deque()
-        self._proofs = gevent.pool.Group()
+        self._stopped = False
         self._topic_watches: set[str] = set()
 
     # -- what the server and the tests read -------------------------------------------------
@@ -217,7 +218,7 @@ class Coordinator:
             self._cancel_timer(key)
         self._waiting_operations.clear()
         self._operations.kill(block=False)
-        self._proofs.kill(block=False)
+        self._stopped = True
 
     def _watch_topics(self) -> None:
         zk = self.store.zk
@@ -307,7 +308,7 @@ class Coordinator:
             elif isinstance(action, actions.CancelTimer):
                 self._cancel_timer(action.key)
             elif isinstance(action, actions.ProveOffice):
-                self._proofs.spawn(self._run_operation, action)  # never behind the others: the office depends on it
+                self._prove_office(action)  # never behind the others: the office depends on it
             elif isinstance(action, actions.ZooKeeperOperation):
                 self._waiting_operations.append(action)
                 self._start_operations()
@@ -320,14 +321,26 @@ class Coordinator:
             timer.close()
 
     def _timer_due(self, key: Hashable) -> None:
-        # In the hub's own callback, where nothing may wait: hand it to a greenlet.
-        gevent.spawn(self._fire, key, self._timers.get(key))
-
-    def _fire(self, key: Hashable, timer) -> None:
-        if timer is None or self._timers.get(key) is not timer:
-            return  # cancelled or set again since it fell due
+        # In the hub's own callback, like the frames: the core and _apply
+        # never wait, and a greenlet would queue behind every other wake-up.
         self._cancel_timer(key)
         self._event(self.core.timer_fired, key)
+
+    def _prove_office(self, action: actions.ProveOffice) -> None:
+        """Send the proof; its answer reaches the core from the ZooKeeper
+        client's greenlet the moment it arrives, not after a turn through
+        the hub's callback queue (zk/gevent_handler.py Result.at_once)."""
+        asking = True
+
+        def settled(error: Optional[BaseException]) -> None:
+            if asking:  # answered before it was sent (a closed client): not inside _apply
+                self._loop.run_callback(settled, error)
+                return
+            if not self._stopped:
+                self._event(lambda now: self.core.done(action.token, now, None, error))
+
+        self.store.prove_office_async(settled)
+        asking = False
 
     def _start_operations(self) -> None:
         while self._waiting_operations and len(self._operations) < MAX_OPERATIONS:
@@ -339,10 +352,9 @@ class Coordinator:
         except Exception as exc:  # kazoo's connection errors, Deposed: the core decides
             result, error = None, exc
         finally:
-            if not isinstance(operation, actions.ProveOffice):
-                # Leave the group first, so that the next one has a place.
-                self._operations.discard(gevent.getcurrent())
-                self._start_operations()
+            # Leave the group first, so that the next one has a place.
+            self._operations.discard(gevent.getcurrent())
+            self._start_operations()
         self._event(lambda now: self.core.done(operation.token, now, result, error))
 
     def _carry_out(self, operation):
@@ -362,6 +374,4 @@ class Coordinator:
             return store.write_owners(operation.group, operation.owners, operation.previous)
         if isinstance(operation, actions.WriteGroupFailure):
             return store.write_group_failure(operation.group, operation.failure)
-        if isinstance(operation, actions.ProveOffice):
-            return store.prove_office()
         raise TypeError(f"unknown ZooKeeper operation {operation!r}")

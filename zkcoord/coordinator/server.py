@@ -23,7 +23,6 @@ from typing import Optional
 import gevent
 import gevent.event
 import gevent.pool
-import gevent.server
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError
 from zkcoord.zk.gevent_handler import GeventHandler
@@ -32,6 +31,7 @@ from kazoo.retry import KazooRetry
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.coordinator.admission import GatedStreamServer
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metadata import MetadataView
 from zkcoord.coordinator.runtime import Coordinator
@@ -119,7 +119,7 @@ class Server:
         )
         self.coordinator: Optional[Coordinator] = None
         self.broker = None
-        self._stream: Optional[gevent.server.StreamServer] = None
+        self._stream: Optional[GatedStreamServer] = None
         self._running = False
         self._session_lost = False
         self._state_changed = gevent.event.Event()
@@ -156,7 +156,7 @@ class Server:
             self.zk.stop()
             self.zk.close()
             raise ServerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
-        self._stream = gevent.server.StreamServer(
+        self._stream = GatedStreamServer(
             listener, self._handle, spawn=gevent.pool.Pool(connection_limit(self.config.max_connections))
         )
         self._stream.start()
@@ -196,6 +196,10 @@ class Server:
 
         log.warning("state of server %d:\n%s", self.config.server_id, "\n".join(gevent.util.format_run_info()))
         log.warning("%s", self.zk.handler.describe(self.zk))
+        if self._stream is not None:
+            log.warning("hub callback queue: %.3f s behind now, %.3f s at worst; accepting paused %d time(s)%s",
+                        self._stream.lag.lag_s, self._stream.lag.worst_s, self._stream.pauses,
+                        " (paused now)" if self._stream.gated else "")
         if self.coordinator is not None:
             log.warning("groups: %s", self.coordinator.describe_groups())
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
@@ -137,7 +137,32 @@ class CoordinatorStore:
         when the leader takes it and our epoch is still the current one."""
         self._fenced([])
 
+    def prove_office_async(self, settled: Callable[[Optional[BaseException]], None]) -> None:
+        """:meth:`prove_office` without waiting: ``settled`` is called with
+        None or the error once ZooKeeper has answered, at once from the
+        ZooKeeper client's own greenlet where its handler allows
+        (zk/gevent_handler.py), and perhaps before this returns."""
+
+        def answered(result) -> None:
+            try:
+                self._fence_outcome(result.get(block=False))
+            except Exception as exc:  # Deposed, or kazoo's connection errors
+                settled(exc)
+            else:
+                settled(None)
+
+        try:
+            result = self._fenced_transaction([]).commit_async()
+        except Exception as exc:
+            settled(exc)
+            return
+        at_once = getattr(result, "at_once", None)
+        (at_once or result.rawlink)(answered)
+
     def _fenced(self, operations: list[tuple[str, str, bytes | None]]) -> None:
+        self._fence_outcome(self._fenced_transaction(operations).commit())
+
+    def _fenced_transaction(self, operations: list[tuple[str, str, bytes | None]]):
         if self.epoch is None:
             raise Deposed("this server holds no coordinator epoch")
         transaction = self.zk.transaction()
@@ -151,7 +176,9 @@ class CoordinatorStore:
                 transaction.delete(path)
             else:
                 raise ValueError(f"unknown operation {op!r}")
-        results = transaction.commit()
+        return transaction
+
+    def _fence_outcome(self, results: list) -> None:
         failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if not failures:
             return

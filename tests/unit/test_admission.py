@@ -1,0 +1,71 @@
+"""Accepting connections only while the hub keeps up (coordinator/admission.py)."""
+
+from __future__ import annotations
+
+import socket
+
+import gevent
+import gevent.pool
+
+from zkcoord.coordinator.admission import (PAUSE_AT_LAG_S, PROBE_INTERVAL_S, RESUME_AT_LAG_S, CallbackLag,
+                                           GatedStreamServer, should_accept)
+from zkcoord.testing import wait_until as _wait_until
+
+
+def wait_until(predicate, timeout, message):
+    return _wait_until(predicate, timeout, interval=0.01, message=message, sleep=gevent.sleep)
+
+
+def test_accepting_pauses_past_the_high_mark_and_resumes_only_below_the_low_one():
+    assert should_accept(True, 0.0)
+    assert should_accept(True, PAUSE_AT_LAG_S - 0.01)
+    assert not should_accept(True, PAUSE_AT_LAG_S)
+    between = (PAUSE_AT_LAG_S + RESUME_AT_LAG_S) / 2
+    assert should_accept(True, between)  # no flapping in the band between
+    assert not should_accept(False, between)
+    assert should_accept(False, RESUME_AT_LAG_S - 0.01)
+
+
+def flood(seconds: float, pieces: int = 2000) -> None:
+    """Queue ``seconds`` of busy callbacks in the hub, as a crowd's wake-ups would."""
+    each = seconds / pieces
+
+    def busy():
+        end = gevent.get_hub().loop.now() + each
+        while gevent.get_hub().loop.now() < end:
+            gevent.get_hub().loop.update_now()
+
+    for _ in range(pieces):
+        gevent.get_hub().loop.run_callback(busy)
+
+
+def test_the_lag_measured_is_the_time_a_wake_up_waits_in_the_hubs_queue():
+    lag = CallbackLag()
+    lag.start()
+    try:
+        gevent.sleep(PROBE_INTERVAL_S * 3)
+        assert lag.worst_s < 0.05  # an idle hub
+        flood(1.0)
+        wait_until(lambda: lag.worst_s >= 0.5, 10, message="the flood to show as lag")
+        wait_until(lambda: lag.lag_s < 0.05, 10, message="the lag to go once the queue drains")
+    finally:
+        lag.stop()
+
+
+def test_a_server_behind_stops_accepting_and_serves_the_waiting_connections_once_it_catches_up():
+    served = []
+    server = GatedStreamServer(("127.0.0.1", 0), lambda sock, address: served.append(address),
+                               spawn=gevent.pool.Pool(100))
+    server.start()
+    try:
+        flood(2.0)
+        wait_until(lambda: server.gated, 10, message="the server to stop accepting")
+        clients = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(5)]
+        assert server._watcher is None  # not listening while gated: the kernel's backlog holds them
+        wait_until(lambda: not server.gated, 20, message="the server to accept again")
+        wait_until(lambda: len(served) == 5, 10, message="the waiting connections to be served")
+        assert server.pauses == 1
+        for client in clients:
+            client.close()
+    finally:
+        server.stop()
