@@ -425,12 +425,51 @@ def test_group_state_bytes():
     state = GroupState(7, "range", {"c-1": (("t", 0), ("t", 1)), "c-2": (("u", 0),)}, lease_ms=6000,
                        running={"c-1": (("t", 0), ("u", 0))})
     data = L.encode_group_state(state)
-    assert data == (
-        b'{"version":1,"generation":7,"strategy":"range",'
-        b'"assignment":{"c-1":[["t",0],["t",1]],"c-2":[["u",0]]},"lease_ms":6000,'
-        b'"running":{"c-1":[["t",0],["u",0]]}}'
+    assert data == (  # only members that do not run exactly their assignment are in "running"
+        b'{"version":2,"generation":7,"strategy":"range",'
+        b'"assignment":{"c-1":{"t":[0,1]},"c-2":{"u":[0]}},"lease_ms":6000,'
+        b'"running":{"c-1":{"t":[0],"u":[0]},"c-2":{}}}'
     )
     assert L.decode_group_state(data) == state
+    as_assigned = GroupState(7, "range", state.assignment, running=state.assignment)
+    assert b'"running":{}' in L.encode_group_state(as_assigned)
+    assert L.decode_group_state(L.encode_group_state(as_assigned)) == as_assigned
+
+
+def test_group_state_version_1_still_reads():
+    data = (b'{"version":1,"generation":7,"strategy":"range",'
+            b'"assignment":{"c-1":[["t",0],["t",1]],"c-2":[["u",0]]},"lease_ms":6000,'
+            b'"running":{"c-1":[["t",0],["u",0]]}}')
+    assert L.decode_group_state(data) == GroupState(
+        7, "range", {"c-1": (("t", 0), ("t", 1)), "c-2": (("u", 0),)}, lease_ms=6000,
+        running={"c-1": (("t", 0), ("u", 0))})
+
+
+def test_group_state_v2_writes_a_member_that_runs_nothing_of_its_assignment_and_one_that_left():
+    state = GroupState(3, "range", {"new": (("t", 0),), "same": (("t", 1),)},
+                       running={"gone": (("t", 2),), "same": (("t", 1),)})
+    data = L.encode_group_state(state)
+    assert b'"running":{"gone":{"t":[2]},"new":{}}' in data
+    assert L.decode_group_state(data) == state
+
+
+@pytest.mark.parametrize("data", [
+    b'{"version":2,"generation":1,"strategy":"range","assignment":{"m":[["t",0]]}}',
+    b'{"version":2,"generation":1,"strategy":"range","assignment":{"m":{"t":[0,"1"]}}}',
+    b'{"version":2,"generation":1,"strategy":"range","assignment":{"m":{"t":0}}}',
+    b'{"version":2,"generation":1,"strategy":"range","assignment":{},"running":{"m":{"t":[-1]}}}',
+    b'{"version":2,"generation":1,"strategy":"range","assignment":{"m":{"a/b":[0]}}}',
+])
+def test_malformed_group_states_are_refused_with_a_layout_error(data):
+    with pytest.raises(LayoutError):
+        L.decode_group_state(data)
+
+
+def test_group_state_v2_of_20000_partitions_running_as_assigned_is_a_sixth_of_v1():
+    partitions = tuple(("events", p) for p in range(20_000))
+    assignment = {f"member-{m:03d}": partitions[m::100] for m in range(100)}
+    data = L.encode_group_state(GroupState(1, "range", assignment, lease_ms=10_000, running=assignment))
+    assert len(data) < 150_000  # version 1: about 660 KB
 
 
 def test_group_state_without_a_lease_reads_as_no_lease_and_nothing_running():
@@ -447,7 +486,7 @@ def test_group_state_refuses_a_bad_running_entry():
 @pytest.mark.parametrize(
     "data",
     [
-        b'{"version":2,"generation":1,"strategy":"range","assignment":{}}',
+        b'{"version":3,"generation":1,"strategy":"range","assignment":{}}',
         b'{"version":1,"strategy":"range","assignment":{}}',
         b'{"version":1,"generation":1,"strategy":"","assignment":{}}',
         b'{"version":1,"generation":1,"strategy":"range","assignment":{"c":[["t"]]}}',
@@ -568,9 +607,12 @@ def test_partition_state_offset_owner_round_trip(state, offset, owner):
     st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4, unique=True),
 )
 def test_group_state_round_trip(generation, strategy, owned, members):
-    assignment = {m: tuple(owned[i :: len(members)]) for i, m in enumerate(members)}
-    state = GroupState(generation, strategy, assignment)
-    assert L.decode_group_state(L.encode_group_state(state)) == state
+    # Partitions come back sorted; which members run what, as written.
+    assignment = {m: tuple(sorted(owned[i :: len(members)])) for i, m in enumerate(members)}
+    partly = {m: pairs[: len(pairs) // 2] for m, pairs in list(assignment.items())[:2]}
+    for running in ({}, assignment, {**assignment, **partly}):
+        state = GroupState(generation, strategy, assignment, running={m: p for m, p in running.items() if p})
+        assert L.decode_group_state(L.encode_group_state(state)) == state
 
 
 SAMPLES = [b[1] for b in BROKERS] + [t[1] for t in TOPICS] + [p[0] for p in PARTITION_STATES]

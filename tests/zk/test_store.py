@@ -41,8 +41,9 @@ def test_a_20000_partition_group_is_written_although_one_request_could_not_hold_
 
 def test_a_group_state_too_big_for_one_request_is_refused_before_it_is_sent(store, zk):
     # One node cannot be split; sent, it would cost the connection.
-    partitions = tuple((f"a-topic-with-a-rather-long-name-{p % 7}", p) for p in range(PARTITIONS))
-    state = layout.GroupState(3, "range", {"m": partitions}, lease_ms=10_000, running={"m": partitions})
+    # A topic each, with long names, and all of it moving from n to m.
+    partitions = tuple((f"a-topic-with-a-rather-long-name-{p:05d}", 0) for p in range(PARTITIONS))
+    state = layout.GroupState(3, "range", {"m": partitions}, lease_ms=10_000, running={"n": partitions})
     assert len(layout.encode_group_state(state)) > MAX_NODE_BYTES
     with pytest.raises(NodeTooLarge, match="more than ZooKeeper takes"):
         store.write_group_state("huge", state, exists=False)

@@ -38,6 +38,7 @@ from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.session import SessionTimeoutWitness
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,12 @@ class Server:
             self.zk.close()
             detail = str(exc) or "no session within 30 s"
             raise ServerError(f"cannot reach ZooKeeper at {self.config.zookeeper}: {detail}") from None
+        try:
+            check_multi_read(self.zk)
+        except ZooKeeperTooOld as exc:
+            self.zk.stop()
+            self.zk.close()
+            raise ServerError(str(exc)) from None
         granted = self.zk_session_timeout_ms
         if granted is None:  # only if kazoo's logging changed: the office could not be dated
             self.zk.stop()

@@ -92,12 +92,14 @@ class CoordinatorStore:
         paths = {(topic, int(p)): layout.owner_path(group, topic, int(p))
                  for topic in self._children(layout.owners_path(group))
                  for p in self._children(layout.owners_path(group, topic)) if p.isdigit()}
-        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_owner(data), f"[group {group}] owner")
+        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_owner(data), f"[group {group}] owner",
+                          small=True)
 
     def offsets(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Committed offsets of ``partitions`` that have one."""
         paths = {(t, p): layout.offset_path(group, t, p) for t, p in partitions}
-        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_offset(data), f"[group {group}] offset")
+        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_offset(data), f"[group {group}] offset",
+                          small=True)
 
     def group_states(self) -> dict[str, Optional[layout.GroupState]]:
         """Every group's persisted state (None: unreadable, the group starts

@@ -831,7 +831,6 @@ class GroupState:
     generation: int
     strategy: str
     assignment: Mapping[str, tuple[tuple[str, int], ...]]
-    version: int = 1
     lease_ms: int = 0
     running: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
@@ -840,8 +839,6 @@ class GroupState:
             raise LayoutError(f"generation must be an integer in [0, {_INT32_MAX}], got {self.generation!r}")
         if not isinstance(self.strategy, str) or not self.strategy:
             raise LayoutError(f"strategy must be a non-empty string, got {self.strategy!r}")
-        if self.version != 1:
-            raise LayoutError(f"group state version must be 1, got {self.version!r}")
         if not _is_int(self.lease_ms) or not 0 <= self.lease_ms <= _INT32_MAX:
             raise LayoutError(f"lease_ms must be an integer in [0, {_INT32_MAX}], got {self.lease_ms!r}")
         owned: set[tuple[str, int]] = set()
@@ -866,35 +863,65 @@ def _validate_member_partitions(member, pairs) -> None:
         _validate_partition(pair[1])
 
 
+# Version 2 groups each member's partitions by topic and writes ``running``
+# only for members that do not run exactly their assignment: a group of
+# 20,000 partitions, all running as assigned, takes about 110 KB instead of
+# the 660 KB of version 1, which listed every (topic, partition) twice.
+GROUP_STATE_VERSION = 2
+
+
+def _by_topic(pairs: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in sorted(pairs):
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
+
+
 def encode_group_state(state: GroupState) -> bytes:
+    """Version 2 (decode_group_state reads 1 and 2)."""
+    running = {m: pairs for m, pairs in state.running.items() if pairs}
+    differs = {m: running.get(m, ()) for m in set(state.assignment) | set(running)
+               if set(running.get(m, ())) != set(state.assignment.get(m, ()))}
     return encode_json(
         {
-            "version": state.version,
+            "version": GROUP_STATE_VERSION,
             "generation": state.generation,
             "strategy": state.strategy,
-            "assignment": {m: [list(p) for p in pairs] for m, pairs in state.assignment.items()},
+            "assignment": {m: _by_topic(pairs) for m, pairs in state.assignment.items()},
             "lease_ms": state.lease_ms,
-            "running": {m: [list(p) for p in pairs] for m, pairs in state.running.items()},
+            "running": {m: _by_topic(differs[m]) for m in sorted(differs)},
         }
     )
 
 
 def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
-    fields = decode_versioned(data, where, 1, ("generation", "strategy", "assignment"))
+    """A group's state, of version 1 or 2. ``running`` comes back without
+    members that run nothing (the same to every reader)."""
+    fields = decode_versioned(data, where, GROUP_STATE_VERSION, ("generation", "strategy", "assignment"))
+    version = fields.integer("version")
 
     def partitions_by_member(name: str) -> dict[str, tuple[tuple[str, int], ...]]:
         result = {}
-        for member, pairs in fields.mapping(name).items():
-            if not isinstance(pairs, list) or not all(
-                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and _is_int(p[1])
-                for p in pairs
-            ):
-                raise fields.fail(name, f"of member {member!r} must be [[topic, partition], ...]")
-            result[member] = tuple((t, p) for t, p in pairs)
+        for member, held in fields.mapping(name).items():
+            if version == 1:
+                if not isinstance(held, list) or not all(
+                    isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and _is_int(p[1]) for p in held
+                ):
+                    raise fields.fail(name, f"of member {member!r} must be [[topic, partition], ...]")
+                result[member] = tuple((t, p) for t, p in held)
+            else:
+                if not isinstance(held, dict) or not all(
+                    isinstance(ps, list) and all(_is_int(p) for p in ps) for ps in held.values()
+                ):
+                    raise fields.fail(name, f"of member {member!r} must be {{topic: [partition, ...]}}")
+                result[member] = tuple((t, p) for t, ps in held.items() for p in ps)
         return result
 
     assignment = partitions_by_member("assignment")
     running = partitions_by_member("running") if fields.has("running") else {}
+    if version >= 2:  # members left out run exactly their assignment
+        running = {**{m: pairs for m, pairs in assignment.items() if m not in running}, **running}
+    running = {m: pairs for m, pairs in running.items() if pairs}
     try:
         lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
         return GroupState(fields.integer("generation", 0), fields.string("strategy"), assignment,
