@@ -580,3 +580,26 @@ def test_a_read_that_ends_late_never_lowers_a_committed_offset_we_wrote():
     h.core.committed["g"] = {P[0]: 50}
     h.core._offsets_read("g", {P[0]}, {P[0]: 40})
     assert h.core.committed["g"][P[0]] == 50
+
+
+def test_pings_due_within_a_tick_go_together_and_every_deadline_shares_one_timer():
+    from zkcoord.coordinator.core import ANSWERS_TIMER, PING_TICK_S, PING_TIMER
+
+    h = Harness()
+    members = [f"m{i}" for i in range(40)]
+    for i, name in enumerate(members):  # joins spread over a second: pings fall due apart
+        h.register(name, name, group=f"g{i % 4}")
+        h.advance(0.025, serve=members)
+    timers_set = []
+    apply = h.apply
+    h.apply = lambda todo: timers_set.extend(a.key for a in todo if isinstance(a, actions.SetTimer)) or apply(todo)
+    pings_before = sum(isinstance(m, wire.PingRequest) for name in members for m, _ in h.sent[name])
+    h.advance(5 * T, serve=members)
+    pings = sum(isinstance(m, wire.PingRequest) for name in members for m, _ in h.sent[name]) - pings_before
+    assert pings >= len(members) * 12  # every member pinged every T/3
+    assert all(name in h.core.groups[f"g{i % 4}"].members for i, name in enumerate(members))
+    # A timer per tick at most for the pings, and one for every deadline.
+    for key in (PING_TIMER, ANSWERS_TIMER):
+        assert timers_set.count(key) <= 5 * T / PING_TICK_S + 1
+        assert timers_set.count(key) < pings / 2
+    assert not any(isinstance(key, tuple) and key[0] == "answer" for key in timers_set)

@@ -31,6 +31,8 @@ The rules it keeps (docs/DESIGN.md):
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -57,9 +59,18 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
-# Timer keys: ("answer", conn, correlation_id), ("rebalance", group),
-# ("static", conn), ("ping",), ("flush",), ("office",).
+# Timer keys: ("answers",), ("rebalance", group), ("static", conn),
+# ("ping",), ("flush",), ("office",).
 PING_TIMER = ("ping",)
+# One timer for every request's deadline: at the earliest, and at most once
+# a tick; an answered request's deadline is skipped when it comes (thousands
+# of pings a second would otherwise set and cancel a timer each). A member
+# that does not answer is dropped up to a tick late: its lease, which the
+# fences go by, runs from when the request was sent.
+ANSWERS_TIMER = ("answers",)
+# Members whose ping falls due within this of the one due now are pinged
+# together: a tick of the ping timer instead of one per member.
+PING_TICK_S = 0.05
 FLUSH_TIMER = ("flush",)
 OFFICE_TIMER = ("office",)
 
@@ -210,6 +221,9 @@ class CoordinatorCore:
         self._operations: dict[int, Callable] = {}
         self._next_token = 0
         self._ping_at: Optional[float] = None
+        self._deadlines: list[tuple[float, int, Hashable, int]] = []  # (at, n, conn, correlation id), a heap
+        self._deadline_numbers = itertools.count()  # ties broken in order, whatever conn is
+        self._answers_at: Optional[float] = None  # when ANSWERS_TIMER is set for
         self._out: list = []
 
     # -- the state machine ---------------------------------------------------------------
@@ -407,8 +421,8 @@ class CoordinatorCore:
             return self._take()
         self._check_office(now)
         kind = key[0]
-        if kind == "answer":
-            self._answer_overdue(key[1], key[2], now)
+        if kind == "answers":
+            self._answers_due(now)
         elif kind == "rebalance":
             self._rebalance_due.pop(key[1], None)
             group = self.groups.get(key[1])
@@ -530,8 +544,7 @@ class CoordinatorCore:
             if request is None or request.correlation_id != correlation_id:
                 log.warning("member %s sent an unsolicited %s", member.member_id, type(message).__name__)
             else:
-                member.outstanding = None
-                self._emit(CancelTimer(("answer", conn, correlation_id)))
+                member.outstanding = None  # its deadline will find it answered
                 request.on_answer(member, message, now)
                 self._send_queued(member, now)
         return self._take()
@@ -669,8 +682,6 @@ class CoordinatorCore:
         self._members.pop(member.connection, None)
         self.schedule.remove(member)
         self._emit(Close(member.connection))
-        if member.outstanding is not None:
-            self._emit(CancelTimer(("answer", member.connection, member.outstanding.correlation_id)))
         failed = [r for r in (member.outstanding, member.queued) if r is not None]
         member.outstanding = member.queued = None
         for request in failed:
@@ -701,7 +712,22 @@ class CoordinatorCore:
         member.outstanding = request
         member.last_sent = now  # before it leaves: the member's lease ends by this + T
         self._emit(Send(member.connection, request.message, request.correlation_id))
-        self._emit(SetTimer(("answer", member.connection, request.correlation_id), now + request.timeout))
+        self._set_deadline(now + request.timeout, member.connection, request.correlation_id)
+
+    def _set_deadline(self, at: float, conn: Hashable, correlation_id: int) -> None:
+        heapq.heappush(self._deadlines, (at, next(self._deadline_numbers), conn, correlation_id))
+        if self._answers_at is None or at < self._answers_at:
+            self._answers_at = at
+            self._emit(SetTimer(ANSWERS_TIMER, at))
+
+    def _answers_due(self, now: float) -> None:
+        self._answers_at = None
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, conn, correlation_id = heapq.heappop(self._deadlines)
+            self._answer_overdue(conn, correlation_id, now)
+        if self._deadlines:  # most are of requests answered long since: look once a tick at most
+            self._answers_at = max(self._deadlines[0][0], now + PING_TICK_S)
+            self._emit(SetTimer(ANSWERS_TIMER, self._answers_at))
 
     def _send_queued(self, member: Member, now: float) -> None:
         request, member.queued = member.queued, None
@@ -725,7 +751,7 @@ class CoordinatorCore:
 
     def _ping_due(self, now: float) -> None:
         self._ping_at = None
-        for member in self.schedule.due(now):
+        for member in self.schedule.due(now + PING_TICK_S):
             # Suspended: let the leases run out. Busy (2.2): the request out renews it.
             if not self.active or member.outstanding is not None or member.leaving:
                 continue
