@@ -38,6 +38,7 @@ monkey.patch_all()
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -110,6 +111,10 @@ class Load:
     def registered(self) -> int:
         return sum(s.get("registered", 0) for s in self._statuses())
 
+    def waiting(self) -> list:
+        """A few members not registered: [consumer id, group, state, registrations so far]."""
+        return [w for s in self._statuses() for w in s.get("waiting", [])][:5]
+
     def lost(self) -> int:
         return sum(s.get("lost", 0) for s in self._statuses())
 
@@ -147,6 +152,18 @@ class Load:
             generator.stop()
 
 
+def server_capacity(harness, partitions: int) -> int:
+    """The fewest connections a server says it serves (its log at start),
+    less the log and index its broker opens for each partition of the topic
+    created after that."""
+    limits = []
+    for server_id in harness.cluster.servers:
+        found = re.search(r"serves at most (\d+) connections", harness.coordinator_log(server_id))
+        if found:
+            limits.append(int(found[1]))
+    return min(limits) - 2 * partitions if limits else sys.maxsize
+
+
 def percent(cpu_s: float, seconds: float) -> float:
     return 100.0 * cpu_s / seconds
 
@@ -159,6 +176,10 @@ def run(args, work: Path) -> str:
         harness.start(servers=args.coordinators)
         harness.topic(TOPIC, args.partitions)
         bootstrap = harness.cluster.bootstrap
+        capacity = server_capacity(harness, args.partitions)
+        if args.members > capacity:
+            raise SystemExit(f"one server here holds at most {capacity} members (its open-file limit, less "
+                             f"its broker's files and connections); asked for {args.members}")
         processes = max(1, math.ceil(args.members / args.per_generator))
         print(f"cluster up: {args.coordinators} server(s), ZooKeeper of {args.zk_nodes}; topic {TOPIC} of "
               f"{args.partitions} partitions; {args.members} members in {args.groups} groups from "
@@ -185,6 +206,8 @@ def run(args, work: Path) -> str:
                 last_print[0] = time.time()
                 print(f"  {time.time() - began:5.1f} s: {load.registered()} registered, "
                       f"{load.whole_groups()} of {args.groups} groups whole", flush=True)
+                if time.time() - began > args.ramp_s + 10 and load.registered() < args.members:
+                    print(f"    not registered, among others: {load.waiting()}", flush=True)
             return done
 
         wait_until(report_progress, args.ramp_s + args.join_timeout_s, message="every member registered and every group whole",

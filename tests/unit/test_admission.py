@@ -69,3 +69,13 @@ def test_a_server_behind_stops_accepting_and_serves_the_waiting_connections_once
             client.close()
     finally:
         server.stop()
+
+
+def test_the_connection_limit_leaves_room_for_open_files_the_brokers_connections_and_a_reserve(monkeypatch):
+    from zkcoord.coordinator import server
+
+    monkeypatch.setattr(server.resource, "getrlimit", lambda what: (20_000, 20_000))
+    monkeypatch.setattr(server, "open_files", lambda: 205)  # a broker's 100 partitions: a log and an index each
+    assert server.connection_limit(None) == 20_000 - 205 - server.RESERVED_FILES
+    assert server.connection_limit(None, others=1000) == 20_000 - 205 - 1000 - server.RESERVED_FILES
+    assert server.connection_limit(500, others=1000) == 500

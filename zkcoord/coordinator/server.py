@@ -15,6 +15,7 @@ Runs under gevent; the caller has monkey-patched the process.
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import socket
 from dataclasses import dataclass, field
@@ -49,8 +50,8 @@ IDLE_TIMEOUT_S = 60.0
 ZK_RECONNECT_MAX_DELAY_S = 2.0
 # Takeovers failing in a row before this server lets another one try.
 MAX_FAILED_TAKEOVERS = 3
-# Open files a server keeps for itself beyond its members' connections:
-# ZooKeeper, listeners, the embedded broker's logs and clients.
+# Open files a server keeps free beyond its members' connections and what it
+# has open at start: ZooKeeper, the embedded broker's new segments and clients.
 RESERVED_FILES = 200
 
 
@@ -83,10 +84,22 @@ class ServerConfig:
             raise ConfigError("max_connections must be positive and max_frame_size at least 1024")
 
 
-def connection_limit(asked: Optional[int]) -> int:
+def open_files() -> int:
+    """How many files this process has open now (0 where /proc does not say)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def connection_limit(asked: Optional[int], others: int = 0) -> int:
     """How many connections to serve at once: ``asked``, or all the open-file
-    limit allows. The soft limit is raised to the hard one first: a
-    coordinator holds one connection per member."""
+    limit allows beyond the files open now (the embedded broker's logs among
+    them), ``others`` that may yet open (the embedded broker's connections)
+    and RESERVED_FILES more. The soft limit is raised to the hard one
+    first: a coordinator holds one connection per member. A server that
+    accepted past that would meet EMFILE on accept, and the members it could
+    not take would wait for ever instead of being turned away."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         try:
@@ -94,7 +107,10 @@ def connection_limit(asked: Optional[int]) -> int:
             soft = hard
         except (ValueError, OSError):
             pass
-    room = max(soft - RESERVED_FILES, 1) if soft != resource.RLIM_INFINITY else 1_000_000
+    if soft == resource.RLIM_INFINITY:
+        room = 1_000_000
+    else:
+        room = max(soft - open_files() - others - RESERVED_FILES, 1)
     if asked is None:
         return room
     if asked > room:
@@ -163,15 +179,16 @@ class Server:
             self.zk.stop()
             self.zk.close()
             raise ServerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
-        self._stream = GatedStreamServer(
-            listener, self._handle, spawn=gevent.pool.Pool(connection_limit(self.config.max_connections))
-        )
-        self._stream.start()
         if self.config.broker is not None:
             from zkcoord.broker import Broker
 
             self.broker = Broker(self.config.broker, self.zk)
-            self.broker.start()
+            self.broker.start()  # first: its logs' files count against the connections' room
+        limit = connection_limit(self.config.max_connections,
+                                 others=self.config.broker.max_connections if self.broker is not None else 0)
+        log.info("server %d serves at most %d connections", self.config.server_id, limit)
+        self._stream = GatedStreamServer(listener, self._handle, spawn=gevent.pool.Pool(limit))
+        self._stream.start()
         self._register()
         self.metadata.start()
         self._elector = gevent.spawn(self._elect_forever)

@@ -36,6 +36,8 @@ from zkcoord.consumer.membership import GroupMembership  # noqa: E402
 # the generator never closes members one by one, so it need not notice soon.
 CLOSE_CHECK_S = 30.0
 NO_EPOCH = -1
+# Members not registered that a status names.
+WAITING_SHOWN = 5
 
 
 def group_name(prefix: str, index: int) -> str:
@@ -93,7 +95,9 @@ class Load:
         once per loss); ``groups``: per group [members registered, partitions
         held, sum of the partition numbers held, the oldest coordinator epoch
         a registered member is under (-1: none registered)] (a group is whole when the
-        count and the sum are those of its topic, each partition once)."""
+        count and the sum are those of its topic, each partition once);
+        ``waiting``: up to WAITING_SHOWN members not registered, as [consumer
+        id, group, protocol state, registrations so far]."""
         usage = resource.getrusage(resource.RUSAGE_SELF)
         groups: dict[str, list[int]] = {}
         registered = lost = 0
@@ -106,8 +110,12 @@ class Load:
                 entry[1] += len(listener.held)
                 entry[2] += sum(p for _, p in listener.held)
                 entry[3] = membership.epoch if entry[3] == NO_EPOCH else min(entry[3], membership.epoch)
+        # A few of the members not registered, with their protocol's state,
+        # so that a run that never completes says who it waits for.
+        waiting = [[membership.consumer_id, group, membership.protocol.state.value, membership.registrations]
+                   for group, membership, _ in self.members if not membership.registered.is_set()][:WAITING_SHOWN]
         return {"time": time.time(), "cpu_s": usage.ru_utime + usage.ru_stime, "members": len(self.members),
-                "registered": registered, "lost": lost, "groups": groups}
+                "registered": registered, "lost": lost, "groups": groups, "waiting": waiting}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
