@@ -659,3 +659,12 @@ def test_any_bytes_give_a_value_or_a_layout_error(data):
             decode(data)
         except LayoutError:
             pass
+
+
+def test_slot_zero_is_the_seeds_single_coordinator_and_other_slots_live_under_zkcoord():
+    assert L.slot_coordinator_path(0) == L.COORDINATOR_PATH and L.slot_epoch_path(0) == L.COORDINATOR_EPOCH_PATH
+    assert L.slot_coordinator_path(3) == "/zkcoord/slots/3/coordinator"
+    assert L.slot_epoch_path(3) == "/zkcoord/slots/3/epoch"
+    for bad in (-1, 1.0, "1", None):
+        with pytest.raises(LayoutError):
+            L.slot_epoch_path(bad)

@@ -76,3 +76,35 @@ def test_operations_are_split_in_order_under_the_limit():
     huge = ("set", "/big", b"x" * (MAX_MULTI_BYTES + 1))
     assert split_operations([huge, operations[0]]) == [[huge], [operations[0]]]
     assert split_operations([]) == [[]]
+
+
+def test_each_slot_is_fenced_on_its_own_epoch_and_loads_only_its_groups(zk):
+    from zkcoord.coordinator.slots import slot_of
+
+    groups = [f"g{i}" for i in range(12)]
+    mine = {0: [g for g in groups if slot_of(g, 2) == 0], 1: [g for g in groups if slot_of(g, 2) == 1]}
+    assert mine[0] and mine[1]
+    slot0, slot1 = CoordinatorStore(zk, 1, slot=0, slots=2), CoordinatorStore(zk, 1, slot=1, slots=2)
+    assert (slot0.claim_epoch().number, slot1.claim_epoch().number) == (1, 1)
+    assert slot1.epoch_path == layout.slot_epoch_path(1) != layout.COORDINATOR_EPOCH_PATH == slot0.epoch_path
+    state = layout.GroupState(1, "range", {})
+    for slot, store in ((0, slot0), (1, slot1)):
+        for group in mine[slot]:
+            store.write_group_state(group, state, exists=False)
+    assert set(slot0.group_states()) == set(mine[0]) and set(slot1.group_states()) == set(mine[1])
+    assert set(CoordinatorStore(zk, 1).group_states()) == set(groups)  # one slot: every group
+    # A successor in slot 1 deposes slot 1's coordinator only.
+    assert CoordinatorStore(zk, 2, slot=1, slots=2).claim_epoch().number == 2
+    with pytest.raises(Deposed, match="of slot 1"):
+        slot1.write_group_state(mine[1][0], state, exists=True)
+    slot0.write_group_state(mine[0][0], layout.GroupState(2, "range", {}), exists=True)
+    assert slot0.group_states()[mine[0][0]].generation == 2
+
+
+def test_a_slot_outside_the_count_is_refused(zk):
+    from zkcoord.errors import ConfigError
+
+    with pytest.raises(ValueError):
+        CoordinatorStore(zk, 1, slot=2, slots=2)
+    with pytest.raises(ConfigError):
+        CoordinatorStore(zk, 1, slot=0, slots=0)

@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
 
 from zkcoord.coordinator.actions import Deposed
+from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.reads import read_nodes
@@ -53,34 +54,41 @@ class NodeTooLarge(ZkcoordError):
 
 
 class CoordinatorStore:
-    def __init__(self, zk: KazooClient, server_id: int):
+    """The ZooKeeper I/O of the coordinator of one slot (coordinator/slots.py):
+    its epoch fences its writes, and it reads the state of its slot's groups
+    only. Slot 0 of 1, the default, is the seed's single coordinator."""
+
+    def __init__(self, zk: KazooClient, server_id: int, slot: int = 0, slots: int = 1):
+        if not 0 <= slot < validate_slot_count(slots):
+            raise ValueError(f"slot {slot} is not one of {slots}")
         self.zk = zk
         self.server_id = server_id
+        self.slot = slot
+        self.slots = slots
+        self.epoch_path = layout.slot_epoch_path(slot)
         self.epoch: Optional[Epoch] = None
 
     # -- election --------------------------------------------------------------------
 
     def claim_epoch(self) -> Epoch:
         """Bump the coordinator epoch (compare-and-set); called once elected."""
-        self.zk.ensure_path(layout.COORDINATOR_EPOCH_PATH.rsplit("/", 1)[0])
+        self.zk.ensure_path(self.epoch_path.rsplit("/", 1)[0])
         while True:
             try:
-                data, stat = self.zk.get(layout.COORDINATOR_EPOCH_PATH)
+                data, stat = self.zk.get(self.epoch_path)
             except NoNodeError:
                 try:
-                    self.zk.create(layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(0))
+                    self.zk.create(self.epoch_path, layout.encode_coordinator_epoch(0))
                 except NodeExistsError:
                     pass
                 continue
             try:
-                number = layout.decode_coordinator_epoch(data) + 1
+                number = layout.decode_coordinator_epoch(data, self.epoch_path) + 1
             except layout.LayoutError as exc:
                 # Guessing an epoch could let two coordinators share one.
                 raise Deposed(f"refusing to claim an epoch: {exc}") from None
             try:
-                new_stat = self.zk.set(
-                    layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(number), version=stat.version
-                )
+                new_stat = self.zk.set(self.epoch_path, layout.encode_coordinator_epoch(number), version=stat.version)
             except BadVersionError:
                 continue  # someone else moved it; read again
             self.epoch = Epoch(number, new_stat.version)
@@ -102,9 +110,10 @@ class CoordinatorStore:
                           small=True)
 
     def group_states(self) -> dict[str, Optional[layout.GroupState]]:
-        """Every group's persisted state (None: unreadable, the group starts
-        afresh), read in bounded parallel: a takeover may find thousands."""
-        paths = {name: layout.group_state_path(name) for name in sorted(self._children(layout.GROUPS))}
+        """Every persisted state of this slot's groups (None: unreadable, the
+        group starts afresh), read in bounded parallel: a takeover may find thousands."""
+        paths = {name: layout.group_state_path(name) for name in sorted(self._children(layout.GROUPS))
+                 if self.slots == 1 or slot_of(name, self.slots) == self.slot}
         return read_nodes(self.zk, paths, lambda _name, data: layout.decode_group_state(data), "group state",
                           keep_unreadable=True)
 
@@ -168,7 +177,7 @@ class CoordinatorStore:
         if self.epoch is None:
             raise Deposed("this server holds no coordinator epoch")
         transaction = self.zk.transaction()
-        transaction.check(layout.COORDINATOR_EPOCH_PATH, self.epoch.fence_version)
+        transaction.check(self.epoch_path, self.epoch.fence_version)
         for op, path, data in operations:
             if op == "create":
                 transaction.create(path, data)
@@ -185,7 +194,8 @@ class CoordinatorStore:
         if not failures:
             return
         if isinstance(results[0], BadVersionError):
-            raise Deposed(f"coordinator epoch {self.epoch.number} is no longer current")
+            slot = f" of slot {self.slot}" if self.slots > 1 else ""
+            raise Deposed(f"coordinator epoch {self.epoch.number}{slot} is no longer current")
         raise failures[0]
 
     def upsert(self, path: str, data: bytes, exists: bool) -> tuple[str, str, bytes]:

@@ -100,6 +100,7 @@ COORDINATOR_PATH = "/consumers/coordinator"
 SERVERS = "/zkcoord/servers"
 COORDINATOR_EPOCH_PATH = "/zkcoord/coordinator_epoch"
 GROUPS = "/zkcoord/groups"
+SLOTS = "/zkcoord/slots"
 
 
 def broker_path(broker_id: int) -> str:
@@ -152,6 +153,23 @@ def group_failure_path(group: str) -> str:
     """Present while the group's last rebalance gave up after its retries."""
     group_path(group)
     return f"{GROUPS}/{group}/failure"
+
+
+def _check_slot(slot: object) -> int:
+    if not _is_int(slot) or not 0 <= slot <= _INT32_MAX:
+        raise LayoutError(f"a coordinator slot must be an integer in [0, {_INT32_MAX}], got {slot!r}")
+    return slot
+
+
+def slot_coordinator_path(slot: int) -> str:
+    """The election node of a coordinator slot. Slot 0's is the seed's
+    /consumers/coordinator, so that a cluster of one slot is the seed's layout."""
+    return COORDINATOR_PATH if _check_slot(slot) == 0 else f"{SLOTS}/{slot}/coordinator"
+
+
+def slot_epoch_path(slot: int) -> str:
+    """The epoch node that fences a coordinator slot's writes (slot 0: /zkcoord/coordinator_epoch)."""
+    return COORDINATOR_EPOCH_PATH if _check_slot(slot) == 0 else f"{SLOTS}/{slot}/epoch"
 
 
 def group_state_path(group: str) -> str:
