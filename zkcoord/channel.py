@@ -31,6 +31,10 @@ class Channel:
         self._ids = itertools.count(1)
         self.closed = False
         self.peer_gone = False  # read_available saw the end of the stream
+        # The protocol version the peer speaks (that of its first request):
+        # what is sent to it goes in the highest version not above it
+        # (Message.version_for). None: the latest, as a consumer speaks.
+        self.level: Optional[int] = None
         try:
             self.peer = "%s:%s" % sock.getpeername()[:2]
         except OSError:
@@ -45,11 +49,15 @@ class Channel:
     def next_correlation_id(self) -> int:
         return next(self._ids) & 0x7FFFFFFF
 
+    def encode(self, message: wire.Message, correlation_id: int) -> bytes:
+        """``message`` as a frame in the version this channel's peer speaks."""
+        return wire.encode(message, correlation_id, message.version_for(self.level))
+
     def send(self, message: wire.Message, correlation_id: Optional[int] = None) -> int:
         """Send one message; returns the correlation id used (a new one if none given)."""
         if correlation_id is None:
             correlation_id = self.next_correlation_id()
-        data = wire.encode(message, correlation_id)
+        data = self.encode(message, correlation_id)
         with self._send_lock:
             if self.closed:
                 raise ChannelClosed(f"connection to {self.peer} is closed")

@@ -94,7 +94,9 @@ def test_groups_describe_shows_members_offsets_and_lag(cluster, zk, zk_connect):
         wait_until(caught_up, timeout=30, message="lag 0 on both partitions")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last description:\n{last.get('out')}") from None
-    assert consumers[0].status()["consumer_id"] in describe("--group", "g").stdout
+    described = describe("--group", "g").stdout
+    assert consumers[0].status()["consumer_id"] in described
+    assert f"coordinator: server {cluster.coordinator_id()} (slot 0 of 1, epoch " in described
     unknown = describe("--group", "nope")
     assert unknown.returncode == 2 and "no group" in unknown.stderr
     bad = describe("--group", "a/b")

@@ -199,10 +199,18 @@ def test_zookeeper_lost_during_a_takeover_leaves_no_zombie_coordinator(cluster_f
     claimed = epoch(zk) + 1
     dropped = threading.Event()
 
+    def drop_mid_load():
+        zk_proxies.drop()
+        zk_proxies.heal()
+        dropped.set()
+
     def on_epoch(data, _stat):
         if data is not None and layout.decode_coordinator_epoch(data) >= claimed and not dropped.is_set():
-            zk_proxies.drop()  # server 2 has just claimed its epoch: it is loading now
-            dropped.set()
+            # Server 2 has just claimed its epoch: it is loading now. Held
+            # (nothing forwarded), its reads cannot finish before the drop,
+            # however fast they are.
+            zk_proxies.cut()
+            threading.Timer(0.3, drop_mid_load).start()
             return False
         return True
 

@@ -626,6 +626,7 @@ DECODERS = [
     lambda d: L.decode_server("s", d),
     L.decode_coordinator,
     L.decode_coordinator_epoch,
+    L.decode_slot_count,
 ]
 
 
@@ -668,3 +669,14 @@ def test_slot_zero_is_the_seeds_single_coordinator_and_other_slots_live_under_zk
     for bad in (-1, 1.0, "1", None):
         with pytest.raises(LayoutError):
             L.slot_epoch_path(bad)
+
+
+def test_slot_count_round_trips_and_refuses_what_is_not_a_count():
+    assert L.decode_slot_count(L.encode_slot_count(16)) == 16
+    assert L.encode_slot_count(3) == b'{"version":1,"slots":3}'
+    for bad in (0, -1, True, 2.0, "4"):
+        with pytest.raises(LayoutError):
+            L.encode_slot_count(bad)
+    for data in (b'{"version":1,"slots":0}', b'{"version":2,"slots":4}', b'{"version":1}', b"16"):
+        with pytest.raises(LayoutError):
+            L.decode_slot_count(data)

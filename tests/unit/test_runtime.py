@@ -45,7 +45,7 @@ def wait_until(predicate, timeout, message):
 
 
 def executor(store) -> Coordinator:
-    coordinator = Coordinator(store, CoordinatorConfig(), epoch=1, zk_session_timeout_ms=6000)
+    coordinator = Coordinator(store, CoordinatorConfig(), epoch=1, zk_session_timeout_ms=6000, topics=None)
     coordinator.done = []
     coordinator.core.done = lambda token, now, result=None, error=None: coordinator.done.append(token) or []
     return coordinator

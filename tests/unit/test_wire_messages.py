@@ -24,6 +24,7 @@ TOPIC_COUNT = '{"pattern":"static","subscription":{"t":1}}'
 SAMPLES = [
     (ClusterMetadataRequest(), 0, "00000008 03e8 0000 00000007"),
     (ClusterMetadataRequest(), 1, "00000008 03e8 0001 00000007"),
+    (ClusterMetadataRequest(group_id="g1"), 2, "0000000c 03e8 0002 00000007 0002 6731"),
     (ClusterMetadataResponse(coordinator_id=2,
                              servers=(Endpoint(2, "zk1", 9000),)), 0,
      "0000001b 03e9 0000 00000007 0000 0002 0001"
@@ -34,6 +35,12 @@ SAMPLES = [
      "00000033 03e9 0001 00000007 0000 00000002 00000005"
      " 00000001 00000002 0003 7a6b31 00002328"
      " 00000001 00000001 0002 6231 00002384"),
+    (ClusterMetadataResponse(coordinator_id=2, coordinator_epoch=5,
+                             servers=(Endpoint(2, "zk1", 9000),),
+                             brokers=(Endpoint(1, "b1", 9092),), slot=14, slots=16), 2,
+     "0000003b 03e9 0002 00000007 0000 00000002 00000005"
+     " 00000001 00000002 0003 7a6b31 00002328"
+     " 00000001 00000001 0002 6231 00002384 0000000e 00000010"),
     (RegisterConsumerRequest(group_id="g1", consumer_id="c1", topics=("t",),
                              auto_commit=True, auto_offset_reset="smallest",
                              session_timeout_ms=10000), 0,
@@ -152,6 +159,21 @@ def test_lists_become_tuples():
 def test_v0_refuses_what_it_cannot_mean(message):
     with pytest.raises(wire.UnsupportedVersion):
         encode(message, 1, 0)
+
+
+def test_metadata_before_version_2_asks_for_no_group():
+    # Versions 0 and 1 ask for the seed's single coordinator (slot 0).
+    for version in (0, 1):
+        with pytest.raises(wire.UnsupportedVersion):
+            encode(ClusterMetadataRequest(group_id="g"), 1, version)
+        assert decode(encode(ClusterMetadataRequest(), 1, version)[4:]).message.group_id == ""
+
+
+def test_a_peer_is_spoken_to_in_the_highest_version_not_above_its_own():
+    assert ClusterMetadataResponse.version_for(None) == 2  # a peer of unknown level: the latest
+    assert [ClusterMetadataResponse.version_for(v) for v in (0, 1, 2, 9)] == [0, 1, 2, 2]
+    assert [PingRequest.version_for(v) for v in (0, 1, 2)] == [0, 1, 1]  # registered at v2: pinged at v1
+    assert StopResponse.version_for(0) == 1  # no version 0: the lowest there is
 
 
 def test_v0_pattern_subscription_round_trips():
@@ -281,14 +303,19 @@ def tuples(elements):
 
 
 MESSAGES = {
-    ClusterMetadataRequest: {v: st.builds(ClusterMetadataRequest)
-                             for v in (0, 1)},
+    ClusterMetadataRequest: {0: st.builds(ClusterMetadataRequest),
+                             1: st.builds(ClusterMetadataRequest),
+                             2: st.builds(ClusterMetadataRequest, group_id=text)},
     ClusterMetadataResponse: {
         0: st.builds(ClusterMetadataResponse, error_code=codes,
                      coordinator_id=int16, servers=tuples(endpoints)),
         1: st.builds(ClusterMetadataResponse, error_code=codes,
                      coordinator_id=int32, coordinator_epoch=int32,
                      servers=tuples(endpoints), brokers=tuples(endpoints)),
+        2: st.builds(ClusterMetadataResponse, error_code=codes,
+                     coordinator_id=int32, coordinator_epoch=int32,
+                     servers=tuples(endpoints), brokers=tuples(endpoints),
+                     slot=int32, slots=int32),
     },
     RegisterConsumerRequest: {
         0: st.builds(RegisterConsumerRequest, group_id=text,

@@ -60,3 +60,31 @@ def test_watches_are_armed_again_after_the_session_expires(zk, zk_connect, view)
     add_server(zk, 3, 9003)
     wait_until(lambda: [s.id for s in view.answer().servers] == [3], timeout=20,
                message="a server registered after the session expired")
+
+
+def test_each_group_is_answered_with_its_own_slots_coordinator(zk, zk_connect):
+    from zkcoord.coordinator.slots import slot_of
+
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    view = MetadataView(client, slots=4)
+    view.start()
+    try:
+        add_server(zk, 1, 9001)
+        add_server(zk, 2, 9002)
+        for slot, server, epoch in ((0, "1", 3), (2, "2", 9)):
+            zk.create(layout.slot_epoch_path(slot), layout.encode_coordinator_epoch(epoch), makepath=True)
+            zk.create(layout.slot_coordinator_path(slot), layout.encode_coordinator(server), makepath=True)
+        group = {slot: next(f"g{n}" for n in range(1000) if slot_of(f"g{n}", 4) == slot) for slot in range(4)}
+        wait_until(lambda: view.answer(group[2]).coordinator_id == 2 and view.answer(group[0]).coordinator_id == 1,
+                   message="both elections")
+        assert [(a.coordinator_id, a.coordinator_epoch, a.slot, a.slots) for a in map(view.answer, group.values())] \
+            == [(1, 3, 0, 4), (-1, -1, 1, 4), (2, 9, 2, 4), (-1, -1, 3, 4)]
+        assert view.answer() is view.answer(group[0])  # no group: slot 0, the seed's coordinator
+        assert view.holder(2) == 2 and view.holder(3) == -1
+        zk.create(layout.slot_coordinator_path(3), layout.encode_coordinator("1"), makepath=True)  # watched while absent
+        wait_until(lambda: view.answer(group[3]).coordinator_id == 1, message="slot 3 elected")
+    finally:
+        view.stop()
+        client.stop()
+        client.close()

@@ -1,8 +1,9 @@
 """Group administration: what ZooKeeper says about consumer groups, and their lag.
 
 `zkcoord groups list` names the groups; `zkcoord groups describe --group G`
-shows the coordinator's persisted view (generation, strategy, members and
-their partitions, a failed rebalance if any), the owners and committed
+shows which server coordinates the group (its coordinator slot and that
+slot's epoch), the coordinator's persisted view (generation, strategy,
+members and their partitions, a failed rebalance if any), the owners and committed
 offsets in Kafka 0.8's layout, and each partition's lag against its broker's
 log end offset.
 """
@@ -69,9 +70,27 @@ def read_offsets(client, group: str) -> dict[tuple[str, int], int]:
                           lambda t, p: layout.offset_path(group, t, p), layout.decode_offset)
 
 
+def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Optional[int]]:
+    """``group``'s coordinator slot, the cluster's slot count, the server
+    elected in that slot (None if none is) and the slot's epoch (None if
+    never elected). A cluster without a slot count node has one slot."""
+    from zkcoord.coordinator.slots import slot_of
+
+    slots = _read(client, layout.SLOTS, layout.decode_slot_count) or 1
+    slot = slot_of(group, slots)
+    server = _read(client, layout.slot_coordinator_path(slot),
+                   lambda data: layout.decode_coordinator(data, layout.slot_coordinator_path(slot)))
+    epoch = _read(client, layout.slot_epoch_path(slot),
+                  lambda data: layout.decode_coordinator_epoch(data, layout.slot_epoch_path(slot)))
+    return slot, slots, server, epoch
+
+
 def describe_group(client, group: str, end_offsets: Optional[dict] = None) -> list[str]:
     """Lines describing ``group``; ``end_offsets`` maps (topic, partition) to the log end offset."""
     lines = [f"group {group}"]
+    slot, slots, server, epoch = group_coordinator(client, group)
+    where = f"slot {slot} of {slots}" + ("" if epoch is None else f", epoch {epoch}")
+    lines.append(f"  coordinator: {'server ' + server if server is not None else 'none elected'} ({where})")
     state = _read(client, layout.group_state_path(group), layout.decode_group_state)
     if state is not None:
         lines.append(f"  generation {state.generation}, strategy {state.strategy}, "

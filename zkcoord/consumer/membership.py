@@ -266,8 +266,8 @@ class GroupMembership:
             raise
         self.registrations += 1
         self.registered.set()
-        log.info("member %s registered in group %s with coordinator %d (epoch %d)",
-                 self.consumer_id, self.group, target.id, answer.coordinator_epoch)
+        log.info("member %s registered in group %s with coordinator %d (slot %d of %d, epoch %d)",
+                 self.consumer_id, self.group, target.id, metadata.slot, metadata.slots, answer.coordinator_epoch)
         return channel
 
     def _cluster_metadata(self) -> Optional[wire.ClusterMetadataResponse]:
@@ -279,7 +279,7 @@ class GroupMembership:
             except OSError:
                 continue
             try:
-                answer = channel.request(wire.ClusterMetadataRequest(), timeout=CONNECT_TIMEOUT_S)
+                answer = channel.request(wire.ClusterMetadataRequest(group_id=self.group), timeout=CONNECT_TIMEOUT_S)
             except (ZkcoordError, OSError):
                 continue
             finally:

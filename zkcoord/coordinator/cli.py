@@ -18,6 +18,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="once serving, write the bound ports here as JSON (port, broker_port)")
     p.add_argument("--no-broker", action="store_true", help="run without the embedded broker")
     p.add_argument("--zk-session-timeout-ms", type=int, default=6000)
+    p.add_argument("--coordinator-slots", type=int, default=None,
+                   help="coordinator slots the groups are spread over, each elected on its own, so that every "
+                        "server coordinates a share; set by a cluster's first server, fixed after that "
+                        "(default: the cluster's count, 1 for a new cluster)")
     p.add_argument("--max-connections", type=int, default=None,
                    help="most connections served at once (default: as many as the open-file limit allows)")
     p.add_argument("--min-session-timeout-ms", type=int, default=1000,
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         ServerConfig(
             server_id=args.id, zookeeper=args.zookeeper, host=args.host, port=args.port,
             zk_session_timeout_ms=args.zk_session_timeout_ms, max_connections=args.max_connections,
-            coordinator=coordinator, broker=broker,
+            coordinator=coordinator, broker=broker, coordinator_slots=args.coordinator_slots,
         )
     )
     server.start()

@@ -1,15 +1,16 @@
 """ClusterMetadata from memory: ZooKeeper watches keep every server's answer current.
 
-Every server answers ClusterMetadataRequest (who coordinates, at which epoch,
-which servers and brokers there are). After a failover thousands of
-consumers ask at once, so the answer must not cost ZooKeeper reads per
-request. :class:`MetadataView` keeps the last answer in memory. Watches only
-wake its refresher, which re-reads the coordinator, its epoch, the servers
-and the brokers whole, re-arming every watch as it reads (the broker's
-zkstate.py does the same: simple, and no change made while a watch was being
-re-armed is missed). Wake-ups during a read coalesce into one more read.
-Watches do not outlive a session, but kazoo fires every one when its
-session ends, so the refresher reads (and watches) again on the new one.
+Every server answers ClusterMetadataRequest (who coordinates a group's slot,
+at which epoch, which servers and brokers there are). After a failover
+thousands of consumers ask at once, so the answer must not cost ZooKeeper
+reads per request. :class:`MetadataView` keeps the last answer for every
+coordinator slot in memory. Watches only wake its refresher, which re-reads
+every slot's coordinator and epoch, the servers and the brokers whole,
+re-arming every watch as it reads (the broker's zkstate.py does the same:
+simple, and no change made while a watch was being re-armed is missed).
+Wake-ups during a read coalesce into one more read. Watches do not outlive
+a session, but kazoo fires every one when its session ends, so the
+refresher reads (and watches) again on the new one.
 
 A stale answer costs a consumer one NOT_COORDINATOR and a retry; an answer
 is never invented: until the first read succeeds, it is
@@ -25,6 +26,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from zkcoord import wire
+from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.zk import layout
 from zkcoord.zk.reads import read_nodes
 
@@ -54,14 +56,16 @@ def broker_endpoint(child: str, data: bytes) -> wire.Endpoint:
 
 
 class MetadataView:
-    """The ClusterMetadata answer, kept current by watches on ``zk``.
+    """The ClusterMetadata answers of a cluster of ``slots`` coordinator
+    slots, kept current by watches on ``zk``.
 
     Runs on ``zk``'s handler (gevent in a server, threads in a test)."""
 
-    def __init__(self, zk: KazooClient):
+    def __init__(self, zk: KazooClient, slots: int = 1):
         self.zk = zk
+        self.slots = validate_slot_count(slots)
         self.reads = 0  # refreshes done (each a handful of ZooKeeper reads): for tests and the state dump
-        self._answer = NOT_AVAILABLE
+        self._answers: Optional[list[wire.ClusterMetadataResponse]] = None  # by slot
         self._wanted = zk.handler.event_object()
         self._running = False
         self._refresher = None
@@ -79,8 +83,17 @@ class MetadataView:
         """Something changed (a watch fired, or the connection is back): read again."""
         self._wanted.set()
 
-    def answer(self) -> wire.ClusterMetadataResponse:
-        return self._answer
+    def answer(self, group_id: str = "") -> wire.ClusterMetadataResponse:
+        """The answer for ``group_id``'s slot; no group: slot 0, the seed's coordinator."""
+        answers = self._answers
+        if answers is None:
+            return NOT_AVAILABLE
+        return answers[slot_of(group_id, self.slots) if group_id else 0]
+
+    def holder(self, slot: int) -> int:
+        """The server id that coordinates ``slot`` as last read, -1 if none (or not read yet)."""
+        answers = self._answers
+        return -1 if answers is None else answers[slot].coordinator_id
 
     def _refresh_forever(self) -> None:
         while self._running:
@@ -89,41 +102,63 @@ class MetadataView:
             if not self._running:
                 return
             try:
-                self._answer = self._read()
+                self._answers = self._read()
                 self.reads += 1
             except Exception as exc:  # no connection: kazoo's errors; a reconnection wakes us
                 log.warning("cluster metadata not refreshed: %s", exc)
                 self.zk.handler.sleep_func(RETRY_S)
                 self._wanted.set()
 
-    def _read(self) -> wire.ClusterMetadataResponse:
-        coordinator = self._get(layout.COORDINATOR_PATH)
-        epoch = self._get(layout.COORDINATOR_EPOCH_PATH)
+    def _read(self) -> list[wire.ClusterMetadataResponse]:
+        paths = [path for slot in range(self.slots)
+                 for path in (layout.slot_coordinator_path(slot), layout.slot_epoch_path(slot))]
+        data = self._get_all(paths)
+        servers = self._endpoints(layout.SERVERS, server_endpoint)
+        brokers = self._endpoints(layout.BROKER_IDS, broker_endpoint)
+        return [
+            wire.ClusterMetadataResponse(
+                coordinator_id=self._coordinator_id(layout.slot_coordinator_path(slot), data),
+                coordinator_epoch=self._epoch(layout.slot_epoch_path(slot), data),
+                servers=servers, brokers=brokers, slot=slot, slots=self.slots,
+            )
+            for slot in range(self.slots)
+        ]
+
+    @staticmethod
+    def _coordinator_id(path: str, data: dict[str, Optional[bytes]]) -> int:
+        if data[path] is None:
+            return -1
         try:
-            coordinator_id = -1 if coordinator is None else int(layout.decode_coordinator(coordinator))
+            return int(layout.decode_coordinator(data[path], path))
         except (ValueError, layout.LayoutError) as exc:
             log.warning("unreadable coordinator node: %s", exc)
-            coordinator_id = -1
+            return -1
+
+    @staticmethod
+    def _epoch(path: str, data: dict[str, Optional[bytes]]) -> int:
+        if data[path] is None:
+            return -1
         try:
-            coordinator_epoch = -1 if epoch is None else layout.decode_coordinator_epoch(epoch)
+            return layout.decode_coordinator_epoch(data[path], path)
         except layout.LayoutError as exc:
             log.warning("unreadable coordinator epoch: %s", exc)
-            coordinator_epoch = -1
-        return wire.ClusterMetadataResponse(
-            coordinator_id=coordinator_id, coordinator_epoch=coordinator_epoch,
-            servers=self._endpoints(layout.SERVERS, server_endpoint),
-            brokers=self._endpoints(layout.BROKER_IDS, broker_endpoint),
-        )
+            return -1
 
-    def _get(self, path: str) -> Optional[bytes]:
-        """A node's data, watched; None if absent (then its creation is watched)."""
-        try:
-            data, _ = self.zk.get(path, watch=self.wake)
-            return data
-        except NoNodeError:
-            if self.zk.exists(path, watch=self.wake) is None:
-                return None
-            return self._get(path)  # created in between
+    def _get_all(self, paths: list[str]) -> dict[str, Optional[bytes]]:
+        """Each node's data, watched, all asked at once; None where absent
+        (then its creation is watched, and one created meanwhile wakes us)."""
+        asked = [(path, self.zk.get_async(path, watch=self.wake)) for path in paths]
+        data: dict[str, Optional[bytes]] = {}
+        for path, answer in asked:
+            try:
+                data[path] = answer.get()[0]
+            except NoNodeError:
+                data[path] = None
+        absent = [(path, self.zk.exists_async(path, watch=self.wake)) for path, value in data.items() if value is None]
+        for path, answer in absent:
+            if answer.get() is not None:
+                self.wake()  # created in between: read again
+        return data
 
     def _endpoints(self, parent: str, decode: Callable[[str, bytes], wire.Endpoint]) -> tuple:
         try:

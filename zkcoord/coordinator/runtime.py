@@ -36,7 +36,8 @@ from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core import CoordinatorCore, RebalanceReport
 from zkcoord.coordinator.group import Group
-from zkcoord.coordinator.store import CoordinatorStore, count_partitions
+from zkcoord.coordinator.store import CoordinatorStore
+from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -103,13 +104,14 @@ class _Connection:
             self._watcher = None
 
     def send(self, message: wire.Message, correlation_id: int) -> None:
-        try:
-            data = wire.encode(message, correlation_id)
-        except wire.WireError:  # a message the core built wrong: a bug, but this member's alone
-            log.exception("cannot encode %r for %s; closing it", message, self.channel.peer)
-            self.ended.set()
-            return
         if self.ended.is_set():
+            return
+        try:
+            data = self.channel.encode(message, correlation_id)
+        except wire.WireError:  # a message the core built wrong, or one the member's version cannot say
+            log.exception("cannot encode %r for %s (protocol version %s); closing it",
+                          message, self.channel.peer, self.channel.level)
+            self.ended.set()
             return
         if not self._queued:
             try:
@@ -149,10 +151,14 @@ class _Connection:
 
 
 class Coordinator:
+    """The coordinator of one slot (``store.slot``): its core, its members' connections, its timers."""
+
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
-                 clock: Callable[[], float] = lease_clock):
-        """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it)."""
+                 topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock):
+        """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
+        ``topics``: the server's partition counts (needed to start)."""
         self.store = store
+        self.topics = topics
         self.config = config
         self.epoch = epoch
         self.clock = clock
@@ -166,7 +172,6 @@ class Coordinator:
         self._operations = gevent.pool.Group()
         self._waiting_operations: collections.deque = collections.deque()
         self._stopped = False
-        self._topic_watches: set[str] = set()
 
     # -- what the server and the tests read -------------------------------------------------
 
@@ -198,7 +203,7 @@ class Coordinator:
         self.store.prove_office()
         states = self.store.group_states()
         self._apply(self.core.load(states, proven_at, self.clock()))
-        self._watch_topics()
+        self.topics.subscribe(self._partitions_changed)
         self._apply(self.core.start(self.clock()))
 
     def session_changed(self, connected: bool) -> None:
@@ -214,36 +219,17 @@ class Coordinator:
         if self.core.flushing:
             log.warning("final offset flush did not finish; the members still hold those offsets")
         self._apply(self.core.step_down(self.clock()))
+        if self.topics is not None:
+            self.topics.unsubscribe(self._partitions_changed)
         for key in list(self._timers):
             self._cancel_timer(key)
         self._waiting_operations.clear()
         self._operations.kill(block=False)
         self._stopped = True
 
-    def _watch_topics(self) -> None:
-        zk = self.store.zk
-        zk.ensure_path(layout.BROKER_TOPICS)
-
-        def on_topics(children):  # TopicChangeListener
-            if self.deposed:
-                return False
-            for topic in children:
-                if topic not in self._topic_watches:
-                    self._topic_watches.add(topic)
-                    zk.DataWatch(layout.topic_path(topic), self._partition_watch(topic))
-            return True
-
-        zk.ChildrenWatch(layout.BROKER_TOPICS, on_topics)
-
-    def _partition_watch(self, topic: str):
-        def on_change(data, stat):  # TopicPartitionChangeListener
-            if self.deposed:
-                return False
-            # The watch hands us the node's data: no read per rebalance.
-            self._event(self.core.partitions_changed, topic, count_partitions(topic, data))
-            return True
-
-        return on_change
+    def _partitions_changed(self, topic: str, partitions: int) -> None:
+        if not self.deposed:  # TopicChangeListener and TopicPartitionChangeListener, shared by the server
+            self._event(self.core.partitions_changed, topic, partitions)
 
     # -- members ------------------------------------------------------------------------------
 

@@ -1,13 +1,18 @@
 """One zkcoord server: ZooKeeper session, election, the socket server, the embedded broker.
 
 Every server registers under /zkcoord/servers/<id>, answers ClusterMetadata
-from anyone and runs the elector on /consumers/coordinator (seed 001 section 3).
-The one elected claims a new coordinator epoch and runs the
-:class:`~zkcoord.coordinator.runtime.Coordinator`; the others send consumers
-that try to register to it with NOT_COORDINATOR.
+from anyone and stands for election. The groups are spread over a fixed
+number of coordinator slots (coordinator/slots.py; the count is kept at
+/zkcoord/slots), and each slot is elected on its own, as seed 001 elects
+its one coordinator on /consumers/coordinator, which is slot 0's node. A
+server seeks vacant slots up to its fair share and hands over what it holds
+beyond it when servers join; for each slot it wins it claims a new epoch of
+that slot and runs a :class:`~zkcoord.coordinator.runtime.Coordinator`. A
+consumer that registers with a server that does not hold its group's slot
+gets NOT_COORDINATOR, naming the server that does.
 
 This module owns the ZooKeeper session: its state changes drive the
-coordinator (SUSPENDED: stop deciding; LOST: step down, and on the new
+coordinators (SUSPENDED: stop deciding; LOST: step down, and on the new
 session re-register and re-elect, seed 001's handleNewSession).
 Runs under gevent; the caller has monkey-patched the process.
 """
@@ -26,7 +31,6 @@ import gevent.event
 import gevent.pool
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError
-from zkcoord.zk.gevent_handler import GeventHandler
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
@@ -34,11 +38,14 @@ from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator.admission import GatedStreamServer
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.metadata import MetadataView
+from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
+from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, validate_slot_count
 from zkcoord.coordinator.store import CoordinatorStore
+from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.session import SessionTimeoutWitness
 
@@ -48,8 +55,19 @@ log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 60.0
 # Reconnecting to ZooKeeper: for ever, backing off to at most this between rounds.
 ZK_RECONNECT_MAX_DELAY_S = 2.0
-# Takeovers failing in a row before this server lets another one try.
+# Takeovers of a slot failing in a row before this server lets another one try.
 MAX_FAILED_TAKEOVERS = 3
+# Coordinator slots of a cluster whose first server was not told a count:
+# one, the seed's single coordinator.
+DEFAULT_SLOTS = 1
+# The elector looks again at least this often: while it holds a slot (a
+# coordinator deposed by a newer epoch gives its node up within this), and
+# after a takeover failed.
+HELD_CHECK_S = 1.0
+# ... and otherwise (watches wake it at once; this only bounds a lost one).
+IDLE_CHECK_S = 5.0
+# After handing a slot over, before the next: one slot at a time moves.
+RELEASE_PAUSE_S = 0.2
 # Open files a server keeps free beyond its members' connections and what it
 # has open at start: ZooKeeper, the embedded broker's new segments and clients.
 RESERVED_FILES = 200
@@ -70,8 +88,13 @@ class ServerConfig:
     max_frame_size: int = wire.MAX_FRAME_SIZE
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     broker: Optional[object] = None  # a BrokerConfig to embed a broker, or None
+    # Coordinator slots, for the first server of a cluster (later ones must
+    # agree); None: what the cluster has, DEFAULT_SLOTS for a new one.
+    coordinator_slots: Optional[int] = None
 
     def __post_init__(self) -> None:
+        if self.coordinator_slots is not None:
+            validate_slot_count(self.coordinator_slots)
         if not isinstance(self.server_id, int) or not 0 <= self.server_id <= 2**31 - 1:
             raise ConfigError(f"server id must be an integer in [0, 2^31-1], got {self.server_id!r}")
         if not self.zookeeper:
@@ -134,15 +157,18 @@ class Server:
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=ZK_RECONNECT_MAX_DELAY_S,
                                         sleep_func=handler.sleep_func),
         )
-        self.coordinator: Optional[Coordinator] = None
+        self.slots = config.coordinator_slots or DEFAULT_SLOTS  # the cluster's, once started
+        self.coordinators: dict[int, Coordinator] = {}  # by the slot held
         self.broker = None
+        self.metadata: Optional[MetadataView] = None
+        self.topics = TopicWatch(self.zk)
         self._stream: Optional[GatedStreamServer] = None
         self._running = False
         self._session_lost = False
         self._state_changed = gevent.event.Event()
         self._elector: Optional[gevent.Greenlet] = None
-        self._failed_takeovers = 0
-        self.metadata = MetadataView(self.zk)
+        self._election_wanted = gevent.event.Event()
+        self._failed_takeovers: dict[int, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -161,7 +187,8 @@ class Server:
             raise ServerError(f"cannot reach ZooKeeper at {self.config.zookeeper}: {detail}") from None
         try:
             check_multi_read(self.zk)
-        except ZooKeeperTooOld as exc:
+            self.slots = self._agree_slot_count()
+        except (ZooKeeperTooOld, ConfigError) as exc:
             self.zk.stop()
             self.zk.close()
             raise ServerError(str(exc)) from None
@@ -190,18 +217,23 @@ class Server:
         self._stream = GatedStreamServer(listener, self._handle, spawn=gevent.pool.Pool(limit))
         self._stream.start()
         self._register()
+        self.metadata = MetadataView(self.zk, self.slots)
         self.metadata.start()
+        self.topics.start()
         self._elector = gevent.spawn(self._elect_forever)
-        log.info("server %d listening on %s:%d", self.config.server_id, self.config.host, self.port)
+        log.info("server %d listening on %s:%d (%d coordinator slot%s)", self.config.server_id, self.config.host,
+                 self.port, self.slots, "" if self.slots == 1 else "s")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful stop: resign (flushing offsets), stop accepting, drain, close."""
         self._running = False
         self._state_changed.set()
+        self._election_wanted.set()
         if self._elector is not None:
             self._elector.kill(block=False)
-        self._resign()
-        self.metadata.stop()
+        self._resign_all()
+        if self.metadata is not None:
+            self.metadata.stop()
         if self._stream is not None:
             self._stream.stop(timeout=timeout)
         if self.broker is not None:
@@ -214,8 +246,13 @@ class Server:
         """The timeout ZooKeeper granted our session, once connected."""
         return self._zk_log.negotiated_ms
 
+    def describe_slots(self) -> str:
+        """Which slots this server coordinates, and at which epochs."""
+        held = ", ".join(f"{slot} (epoch {c.epoch})" for slot, c in sorted(self.coordinators.items()))
+        return f"coordinator slots held: {held or 'none'} of {self.slots}"
+
     def log_state(self) -> None:
-        """Log every greenlet's stack and the coordinator's groups (on SIGUSR1)."""
+        """Log every greenlet's stack and the coordinators' groups (on SIGUSR1)."""
         import gevent.util
 
         log.warning("state of server %d:\n%s", self.config.server_id, "\n".join(gevent.util.format_run_info()))
@@ -224,8 +261,9 @@ class Server:
             log.warning("hub callback queue: %.3f s behind now, %.3f s at worst; accepting paused %d time(s)%s",
                         self._stream.lag.lag_s, self._stream.lag.worst_s, self._stream.pauses,
                         " (paused now)" if self._stream.gated else "")
-        if self.coordinator is not None:
-            log.warning("groups: %s", self.coordinator.describe_groups())
+        log.warning("%s", self.describe_slots())
+        for slot, coordinator in sorted(self.coordinators.items()):
+            log.warning("groups of slot %d: %s", slot, coordinator.describe_groups())
 
     def serve_forever(self) -> None:
         """Run until stopped. Raises ServerError if the ZooKeeper client has
@@ -235,27 +273,48 @@ class Server:
             self._state_changed.wait(1.0)
             self._state_changed.clear()
             if self._running and self.zk.client_state == KeeperState.CLOSED:
-                self._resign()
+                self._resign_all()
                 raise ServerError("the ZooKeeper client closed and will not reconnect")
+
+    def _agree_slot_count(self) -> int:
+        """The cluster's slot count: created by the first server, then fixed.
+        A server told another count refuses to start rather than split the
+        groups differently from the others."""
+        wanted = self.config.coordinator_slots
+        try:
+            self.zk.create(layout.SLOTS, layout.encode_slot_count(wanted or DEFAULT_SLOTS), makepath=True)
+        except NodeExistsError:
+            pass
+        data, _ = self.zk.get(layout.SLOTS)
+        try:
+            slots = validate_slot_count(layout.decode_slot_count(data))
+        except layout.LayoutError as exc:
+            raise ConfigError(f"cannot read the cluster's coordinator slot count: {exc}") from None
+        if wanted is not None and wanted != slots:
+            raise ConfigError(f"the cluster's groups are spread over {slots} coordinator slots, "
+                              f"not {wanted}: the count is fixed once the first server has set it")
+        return slots
 
     # -- ZooKeeper session ---------------------------------------------------------------------
 
     def _on_zk_state(self, state: str) -> None:
         # Called from kazoo's handler: never block here, hand work to greenlets.
         if state == KazooState.SUSPENDED:
-            if self.coordinator is not None:
-                self.coordinator.session_changed(connected=False)
+            for coordinator in list(self.coordinators.values()):
+                coordinator.session_changed(connected=False)
         elif state == KazooState.LOST:
             self._session_lost = True
-            self.zk.handler.spawn(self._resign)
+            self.zk.handler.spawn(self._resign_all)
         elif state == KazooState.CONNECTED:
             if self._session_lost:
                 self._session_lost = False
                 self.zk.handler.spawn(self._handle_new_session)
-            elif self.coordinator is not None:
-                log.info("ZooKeeper connection back on the same session: coordinator resumes")
-                self.coordinator.session_changed(connected=True)
+            elif self.coordinators:
+                log.info("ZooKeeper connection back on the same session: coordinators resume")
+                for coordinator in list(self.coordinators.values()):
+                    coordinator.session_changed(connected=True)
         self._state_changed.set()
+        self._election_wanted.set()
 
     def _handle_new_session(self) -> None:
         """Seed 001's handleNewSession: state is gone; register again and re-elect."""
@@ -263,6 +322,7 @@ class Server:
         self._register()
         if self._elector is None or self._elector.dead:
             self._elector = gevent.spawn(self._elect_forever)
+        self._election_wanted.set()
 
     def _register(self) -> None:
         info = layout.ServerInfo(str(self.config.server_id), self.config.host, self.port)
@@ -276,90 +336,128 @@ class Server:
 
     # -- election -------------------------------------------------------------------------------
 
+    def _wake_elector(self, _event=None) -> None:
+        self._election_wanted.set()
+
     def _elect_forever(self) -> None:
-        """Elect at once; otherwise watch /consumers/coordinator and try again when it goes."""
+        """Election rounds, each when something changed (a watch, the
+        session) or a bounded while after the last."""
         while self._running:
             try:
-                self._elect_once()
+                wait = self._elect_round()
             except Exception as exc:  # connection trouble: kazoo raises its own errors; never give up
-                log.warning("election attempt failed: %s", exc)
-                gevent.sleep(0.5)
+                log.warning("election round failed: %s", exc)
+                wait = 0.5
+            self._election_wanted.wait(wait)
 
-    def _elect_once(self) -> None:
-        """One round: keep office, take it, or wait for it to fall vacant.
-        Holding the election node without a working coordinator (a takeover
-        that failed half way) is repaired here: we take office again."""
-        if self.coordinator is not None and self.coordinator.deposed:
-            self._resign()  # someone newer holds the epoch: give the node up
-            return
-        if self.coordinator is not None:
-            gone = gevent.event.Event()
-            if self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set()) is None:
-                gone.set()
-            gone.wait(1.0)
-            if self.coordinator is not None and self.coordinator.deposed:
-                self._resign()
-            return
+    def _elect_round(self) -> float:
+        """One round: give up slots whose epoch a newer coordinator took,
+        repair a slot whose node is ours without a coordinator (a takeover
+        that failed half way), take vacant slots up to this server's fair
+        share, and hand one over if it holds more (another server joined).
+        Returns how long to wait for a change before the next round."""
+        self._election_wanted.clear()  # first: a watch that fires from here on is another round
+        for slot, coordinator in list(self.coordinators.items()):
+            if coordinator.deposed:
+                self._resign(slot)  # someone newer holds the epoch: give the node up
+        servers = len(self.zk.get_children(layout.SERVERS, watch=self._wake_elector))
+        nodes = self._election_nodes()
+        session = self.zk.client_id[0]
+        failed = False
+        for slot, stat in nodes.items():
+            if stat is not None and stat.ephemeralOwner == session and slot not in self.coordinators:
+                log.warning("server %d holds the election of slot %d without a coordinator; taking office again",
+                            self.config.server_id, slot)
+                failed |= not self._take_office(slot)
+        vacant = [slot for slot, stat in nodes.items() if stat is None]
+        for slot in slots_to_seek(self.coordinators, vacant, self.slots, servers):
+            if self._stand(slot):
+                failed |= not self._take_office(slot)
+        if failed:
+            return 0.5
+        release = slot_to_release(self.coordinators, self.slots, servers)
+        if release is not None and not vacant:  # hand over only once the last one has been taken
+            log.info("server %d hands slot %d over: it holds %d of %d slots with %d servers up",
+                     self.config.server_id, release, len(self.coordinators), self.slots, servers)
+            self._resign(release)
+            return RELEASE_PAUSE_S
+        return HELD_CHECK_S if self.coordinators else IDLE_CHECK_S
+
+    def _election_nodes(self) -> dict:
+        """Every slot's election node's stat (None: vacant), watched, asked at once."""
+        asked = {slot: self.zk.exists_async(layout.slot_coordinator_path(slot), watch=self._wake_elector)
+                 for slot in range(self.slots)}
+        return {slot: answer.get() for slot, answer in asked.items()}
+
+    def _stand(self, slot: int) -> bool:
+        """Try to win ``slot``'s election: True if its node is now ours."""
         try:
-            self.zk.create(
-                layout.COORDINATOR_PATH, layout.encode_coordinator(str(self.config.server_id)),
-                ephemeral=True, makepath=True,
-            )
+            self.zk.create(layout.slot_coordinator_path(slot), layout.encode_coordinator(str(self.config.server_id)),
+                           ephemeral=True, makepath=True)
+            return True
         except NodeExistsError:
-            gone = gevent.event.Event()
-            stat = self.zk.exists(layout.COORDINATOR_PATH, watch=lambda event: gone.set())
-            if stat is None or stat.ephemeralOwner != self.zk.client_id[0]:
-                if stat is not None:
-                    gone.wait(5.0)  # bounded: re-check even if a watch was lost
-                return
-            log.warning("server %d holds the election without a coordinator; taking office again",
-                        self.config.server_id)
-        try:
-            self._become_coordinator()
-            self._failed_takeovers = 0
-        except Exception as exc:  # kazoo's connection errors too: never a zombie in office
-            self._failed_takeovers += 1
-            log.error("could not take office (attempt %d): %s: %s", self._failed_takeovers, type(exc).__name__, exc)
-            if self._failed_takeovers >= MAX_FAILED_TAKEOVERS:
-                self._give_up_election()  # let another server try
-                self._failed_takeovers = 0
-            gevent.sleep(0.5)
+            return False
 
-    def _become_coordinator(self) -> None:
-        """Claim a new epoch and start a coordinator; on any failure, nothing
-        is left running (the election node stays ours, and the next round of
-        the elector tries again)."""
-        store = CoordinatorStore(self.zk, self.config.server_id)
+    def _take_office(self, slot: int) -> bool:
+        """Become ``slot``'s coordinator, its election being ours; False if
+        that failed (after MAX_FAILED_TAKEOVERS in a row, the node is given
+        up so that another server tries)."""
+        try:
+            self._become_coordinator(slot)
+        except Exception as exc:  # kazoo's connection errors too: never a zombie in office
+            failures = self._failed_takeovers[slot] = self._failed_takeovers.get(slot, 0) + 1
+            log.error("could not take office in slot %d (attempt %d): %s: %s",
+                      slot, failures, type(exc).__name__, exc)
+            if failures >= MAX_FAILED_TAKEOVERS:
+                self._give_up_election(slot)  # let another server try
+                self._failed_takeovers.pop(slot, None)
+            return False
+        self._failed_takeovers.pop(slot, None)
+        return True
+
+    def _become_coordinator(self, slot: int) -> None:
+        """Claim a new epoch of ``slot`` and start its coordinator; on any
+        failure, nothing is left running (the election node stays ours, and
+        the next round of the elector tries again)."""
+        store = CoordinatorStore(self.zk, self.config.server_id, slot, self.slots)
         epoch = store.claim_epoch()
-        coordinator = Coordinator(store, self.config.coordinator, epoch.number, self.zk_session_timeout_ms)
+        coordinator = Coordinator(store, self.config.coordinator, epoch.number, self.zk_session_timeout_ms,
+                                  self.topics)
         # Published before it starts, so that a suspension meanwhile reaches it.
         if self.zk.state != KazooState.CONNECTED:
             coordinator.session_changed(connected=False)
-        self.coordinator = coordinator
+        self.coordinators[slot] = coordinator
         try:
             coordinator.start()
         except BaseException:
-            self.coordinator = None
+            self.coordinators.pop(slot, None)
             coordinator.stop()
             raise
-        log.info("server %d is the coordinator, epoch %d", self.config.server_id, epoch.number)
+        log.info("server %d is the coordinator of slot %d, epoch %d", self.config.server_id, slot, epoch.number)
 
-    def _give_up_election(self) -> None:
-        """Delete our election node, if it is still ours."""
+    def _give_up_election(self, slot: int) -> None:
+        """Delete ``slot``'s election node, if it is still ours."""
+        path = layout.slot_coordinator_path(slot)
         try:
-            data, stat = self.zk.get(layout.COORDINATOR_PATH)
+            data, stat = self.zk.get(path)
             if stat.ephemeralOwner == self.zk.client_id[0]:
-                self.zk.delete(layout.COORDINATOR_PATH, version=stat.version)
+                self.zk.delete(path, version=stat.version)
         except Exception:  # gone already, or no connection: the session's end removes it
             pass
 
-    def _resign(self) -> None:
-        coordinator, self.coordinator = self.coordinator, None
+    def _resign(self, slot: int) -> None:
+        """Step down in ``slot`` (its offsets flushed first) and give its election up."""
+        coordinator = self.coordinators.pop(slot, None)
         if coordinator is None:
             return
         coordinator.stop()
-        self._give_up_election()
-        log.info("server %d resigned as coordinator (epoch %d)", self.config.server_id, coordinator.epoch)
+        self._give_up_election(slot)
+        log.info("server %d resigned as coordinator of slot %d (epoch %d)",
+                 self.config.server_id, slot, coordinator.epoch)
+
+    def _resign_all(self) -> None:
+        for slot in sorted(self.coordinators):
+            self._resign(slot)
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -371,19 +469,16 @@ class Server:
                 frame = channel.receive(timeout=IDLE_TIMEOUT_S)
                 if frame is None:
                     return
+                channel.level = frame.version  # answered, and then spoken to, in its own version
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
-                    channel.send(self.cluster_metadata(), frame.correlation_id)
+                    channel.send(self.cluster_metadata(message.group_id), frame.correlation_id)
                 elif isinstance(message, wire.RegisterConsumerRequest):
-                    coordinator = self.coordinator
-                    if coordinator is None or coordinator.deposed:
-                        channel.send(
-                            wire.RegisterConsumerResponse(
-                                error_code=wire.ErrorCode.NOT_COORDINATOR,
-                                error_message=f"server {self.config.server_id} is not the coordinator",
-                            ),
-                            frame.correlation_id,
-                        )
+                    coordinator = self._coordinator_of(message.group_id)
+                    if coordinator is None:
+                        channel.send(wire.RegisterConsumerResponse(
+                            error_code=wire.ErrorCode.NOT_COORDINATOR,
+                            error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
                         return
                     coordinator.serve_member(channel, message, frame.correlation_id)
                     return
@@ -403,7 +498,21 @@ class Server:
         finally:
             channel.close()
 
-    def cluster_metadata(self) -> wire.ClusterMetadataResponse:
-        """The answer to ClusterMetadataRequest, from memory (metadata.py)."""
-        return self.metadata.answer()
+    def _coordinator_of(self, group_id: str) -> Optional[Coordinator]:
+        """The coordinator this server runs for ``group_id``'s slot, if it does and is not deposed."""
+        coordinator = self.coordinators.get(slot_of(group_id, self.slots))
+        return None if coordinator is None or coordinator.deposed else coordinator
 
+    def _not_coordinator(self, group_id: str) -> str:
+        slot = slot_of(group_id, self.slots)
+        holder = self.metadata.holder(slot) if self.metadata is not None else -1
+        where = f"slot {slot} of {self.slots}, " if self.slots > 1 else ""
+        who = f"server {holder}" if holder >= 0 and holder != self.config.server_id else "being elected"
+        return (f"server {self.config.server_id} does not coordinate group {group_id!r} "
+                f"({where}coordinator: {who})")
+
+    def cluster_metadata(self, group_id: str = "") -> wire.ClusterMetadataResponse:
+        """The answer to ClusterMetadataRequest for ``group_id``, from memory (metadata.py)."""
+        if self.metadata is None:
+            return NOT_AVAILABLE
+        return self.metadata.answer(group_id)

@@ -250,13 +250,3 @@ def split_operations(operations: list[tuple[str, str, bytes | None]],
         size += cost
     return chunks
 
-
-def count_partitions(topic: str, data: Optional[bytes]) -> int:
-    """Partitions in a /brokers/topics/<topic> node's data; 0 if absent or unreadable."""
-    if data is None:
-        return 0
-    try:
-        return len(layout.decode_topic(topic, data).partitions)
-    except layout.LayoutError as exc:
-        log.error("ignoring topic %s: %s", topic, exc)
-        return 0

@@ -39,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="servers' ZooKeeper session timeout (of the drill's own cluster; for an existing "
                         "cluster, what its servers use, for the recovery bounds)")
     p.add_argument("--rebalance-timeout-ms", type=int, default=5000)
+    p.add_argument("--coordinator-slots", type=int, default=3,
+                   help="coordinator slots of the drill's own cluster (default 3: every one of its three servers "
+                        "coordinates a slot, so that a standby kill kills another slot's coordinator)")
     p.add_argument("--max-minutes", type=float, default=60.0,
                    help="start no new fault after this many minutes (default 60)")
     p.add_argument("--zookeeper", default=None, help="an existing cluster's ZooKeeper connect string")
@@ -60,6 +63,9 @@ def settings_from(args: argparse.Namespace):
                              ("--rebalance-timeout-ms", args.rebalance_timeout_ms, 500)):
         if value < low:
             raise ConfigError(f"{name} must be at least {low}, not {value}")
+    from zkcoord.coordinator.slots import validate_slot_count
+
+    validate_slot_count(args.coordinator_slots)
     if args.max_minutes <= 0:
         raise ConfigError("--max-minutes must be positive")
     if args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
@@ -75,7 +81,8 @@ def settings_from(args: argparse.Namespace):
         directory=args.dir or Path.cwd() / time.strftime("zkcoord-drill-%Y%m%d-%H%M%S"),
         consumers=args.consumers, partitions=args.partitions, rate=args.rate,
         consumer_session_ms=args.session_timeout_ms, zk_session_ms=args.zk_session_timeout_ms,
-        rebalance_timeout_ms=args.rebalance_timeout_ms, max_minutes=args.max_minutes,
+        rebalance_timeout_ms=args.rebalance_timeout_ms, coordinator_slots=args.coordinator_slots,
+        max_minutes=args.max_minutes,
         zookeeper=args.zookeeper, bootstrap=bootstrap)
 
 

@@ -71,9 +71,11 @@ class DrillCluster:
         return partitions_of(self.cluster.zk, [self.topic])
 
     def coordinator_epoch(self) -> int:
-        from zkcoord.zk import layout
+        """The epoch of the group's coordinator slot (-1: never elected)."""
+        from zkcoord.admin.groups import group_coordinator
 
-        return layout.decode_coordinator_epoch(self.cluster.zk.get(layout.COORDINATOR_EPOCH_PATH)[0])
+        epoch = group_coordinator(self.cluster.zk, self.group)[3]
+        return -1 if epoch is None else epoch
 
     def is_whole(self, epoch_above: int = -1) -> bool:
         """Every partition owned by exactly one running member, ZooKeeper
@@ -101,11 +103,21 @@ class DrillCluster:
 
     # -- servers ------------------------------------------------------------------------------------
 
+    def coordinator_id(self) -> int:
+        """The server elected in the group's coordinator slot, once there is one."""
+        from zkcoord.admin.groups import group_coordinator
+
+        server = wait_until(lambda: group_coordinator(self.cluster.zk, self.group)[2], 30,
+                            message=f"a coordinator of group {self.group}")
+        return int(server)
+
     def coordinator(self):
-        return self.cluster.servers[self.cluster.coordinator_id()]
+        return self.cluster.servers[self.coordinator_id()]
 
     def standbys(self) -> list:
-        coordinator = self.cluster.coordinator_id()
+        """Live servers that do not coordinate the group: with several
+        coordinator slots, the coordinators of other slots."""
+        coordinator = self.coordinator_id()
         return [s for s in self.cluster.servers.values() if s.alive and s.server_id != coordinator]
 
     # -- bounds (docs/DESIGN.md, invariant 5) ---------------------------------------------------------

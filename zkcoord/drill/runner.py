@@ -45,6 +45,7 @@ class DrillSettings:
     consumer_session_ms: int = 3000
     zk_session_ms: int = 3000
     rebalance_timeout_ms: int = 5000
+    coordinator_slots: int = 3
     max_minutes: float = 60.0
     zookeeper: Optional[str] = None        # aim at an existing cluster ...
     bootstrap: Optional[tuple[str, ...]] = None  # ... whose servers are these
@@ -61,7 +62,7 @@ class DrillSettings:
     def server_args(self) -> tuple[str, ...]:
         return ("--zk-session-timeout-ms", str(self.zk_session_ms), "--min-session-timeout-ms", "1000",
                 "--rebalance-timeout-ms", str(self.rebalance_timeout_ms), "--rebalance-backoff-ms", "200",
-                "--offset-flush-interval-ms", "200")
+                "--offset-flush-interval-ms", "200", "--coordinator-slots", str(self.coordinator_slots))
 
     def consumer_args(self) -> tuple[str, ...]:
         # A slow member outlasts the rebalance timeout by a second.
@@ -72,6 +73,7 @@ class DrillSettings:
         return {"faults": self.faults, "seed": self.seed, "kinds": ",".join(self.kinds),
                 "consumers": self.consumers, "partitions": self.partitions, "rate": self.rate,
                 "consumer session ms": self.consumer_session_ms, "zk session ms": self.zk_session_ms,
+                "coordinator slots": self.coordinator_slots if self.own_cluster else "the cluster's",
                 "target": self.zookeeper or "own local cluster"}
 
 

@@ -26,8 +26,9 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("coordinator-kill", "kill -9 the coordinator; restart it once the group is whole"),
-    Kind("standby-kill", "kill -9 a standby server (and its broker); restart it after a while"),
+    Kind("coordinator-kill", "kill -9 the group's coordinator; restart it once the group is whole"),
+    Kind("standby-kill", "kill -9 a server that does not coordinate the group (the coordinator of other slots, "
+         "and its broker); restart it after a while"),
     Kind("consumer-kill", "kill -9 a consumer; restart it once the group is whole", own_cluster=False),
     Kind("consumer-pause-long", "SIGSTOP a consumer past its session timeout, then SIGCONT", own_cluster=False),
     Kind("consumer-pause-short", "SIGSTOP a consumer for a third of its session timeout", own_cluster=False),

@@ -120,21 +120,48 @@ class Message:
     def latest_version(cls):
         return max(cls.LAYOUTS)
 
+    @classmethod
+    def version_for(cls, level):
+        """The version to send this message in to a peer that speaks the
+        protocol at ``level`` (the version of its own first request): the
+        highest not above it, else the lowest there is (None: the latest).
+        A response thus answers a request in the request's version."""
+        if level is None:
+            return max(cls.LAYOUTS)
+        spoken = [v for v in cls.LAYOUTS if v <= level]
+        return max(spoken) if spoken else min(cls.LAYOUTS)
+
 
 @dataclass(frozen=True)
 class ClusterMetadataRequest(Message):
-    """Anyone to any server: who is the coordinator, and where are the
-    servers and brokers."""
+    """Anyone to any server: who coordinates ``group_id``, and where are the
+    servers and brokers. Versions 0 and 1 name no group: they ask for the
+    coordinator of slot 0, the seed's single coordinator."""
 
     TYPE = MessageType.CLUSTER_METADATA_REQUEST
-    LAYOUTS = {0: Struct(), 1: Struct()}
+    group_id: str = ""
+    LAYOUTS = {0: Struct("group_id" / Implied("")),
+               1: Struct("group_id" / Implied("")),
+               2: Struct("group_id" / String)}
+
+
+# Version 2 is version 1 plus the slot.
+_METADATA_V1 = (
+    "error_code" / ErrorCodeField,
+    "coordinator_id" / Int32,
+    "coordinator_epoch" / Int32,
+    "servers" / Array32(ENDPOINT),
+    "brokers" / Array32(ENDPOINT),
+)
 
 
 @dataclass(frozen=True)
 class ClusterMetadataResponse(Message):
     """``servers`` are coordinator-protocol endpoints (version 0's broker
     list, which the seed's consumer searches for the coordinator's id);
-    ``brokers`` are the data brokers. coordinator_id -1: none elected."""
+    ``brokers`` are the data brokers. ``coordinator_id`` and
+    ``coordinator_epoch`` are those of the asked group's slot (-1: none
+    elected); version 2 says which slot, of how many, that is."""
 
     TYPE = MessageType.CLUSTER_METADATA_RESPONSE
     error_code: int = ErrorCode.NONE
@@ -142,15 +169,16 @@ class ClusterMetadataResponse(Message):
     coordinator_epoch: int = -1
     servers: tuple = ()
     brokers: tuple = ()
+    slot: int = 0
+    slots: int = 1
     LAYOUTS = {
         0: Struct("error_code" / ErrorCodeField,
                   "coordinator_id" / Int16,
                   "servers" / Array16(ENDPOINT)),
-        1: Struct("error_code" / ErrorCodeField,
-                  "coordinator_id" / Int32,
-                  "coordinator_epoch" / Int32,
-                  "servers" / Array32(ENDPOINT),
-                  "brokers" / Array32(ENDPOINT)),
+        1: Struct(*_METADATA_V1),
+        2: Struct(*_METADATA_V1,
+                  "slot" / Int32,
+                  "slots" / Int32),
     }
 
 

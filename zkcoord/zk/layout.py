@@ -831,6 +831,19 @@ def decode_coordinator_epoch(data: bytes, where: str = COORDINATOR_EPOCH_PATH) -
     return decode_versioned(data, where, 1).integer("epoch", 0, _INT64_MAX)
 
 
+def encode_slot_count(slots: int) -> bytes:
+    """Content of /zkcoord/slots: how many coordinator slots the cluster's
+    groups are spread over (coordinator/slots.py), fixed when the first
+    server creates it."""
+    if not _is_int(slots) or not 1 <= slots <= _INT32_MAX:
+        raise LayoutError(f"a slot count must be an integer in [1, {_INT32_MAX}], got {slots!r}")
+    return encode_json({"version": 1, "slots": slots})
+
+
+def decode_slot_count(data: bytes, where: str = SLOTS) -> int:
+    return decode_versioned(data, where, 1).integer("slots", 1, _INT32_MAX)
+
+
 @dataclass(frozen=True)
 class GroupState:
     """What the coordinator persists per group so that a successor resumes from it.

@@ -1,0 +1,167 @@
+"""Several coordinators sharing the groups (coordinator slots), with real processes.
+
+Each slot is elected on its own: the servers share the slots fairly, hand
+some over when a server joins, and a kill -9 moves only the dead server's
+slots, while the groups of the others go on without a Stop or a Start. A
+consumer that reaches a server not holding its group's slot is redirected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from tests.e2e.checks import delivered_values, wait_whole
+from tests.e2e.conftest import SERVER_ARGS
+from tests.e2e.test_rebalancing import Production, exactly_once
+from zkcoord import wire
+from zkcoord.channel import Channel
+from zkcoord.coordinator.slots import slot_of
+from zkcoord.testing import ClusterError, partitions_of, wait_until
+from zkcoord.zk import layout
+
+SETTLE_S = 30
+IO_TIMEOUT_S = 5.0
+
+
+def slot_args(slots: int) -> tuple[str, ...]:
+    return (*SERVER_ARGS, "--coordinator-slots", str(slots))
+
+
+def holders(zk, slots: int) -> dict[int, int]:
+    """Slot -> the server id elected in it, for the slots that have one."""
+    held = {}
+    for slot in range(slots):
+        path = layout.slot_coordinator_path(slot)
+        if zk.exists(path):
+            try:
+                held[slot] = int(layout.decode_coordinator(zk.get(path)[0], path))
+            except Exception:  # gone between the two reads
+                pass
+    return held
+
+
+def slot_epoch(zk, slot: int) -> int:
+    path = layout.slot_epoch_path(slot)
+    return layout.decode_coordinator_epoch(zk.get(path)[0], path)
+
+
+def shared_fairly(zk, slots: int, servers: set[int]) -> dict[int, int]:
+    """Once every slot is held, each of ``servers`` holding its fair share, the holders."""
+    share = -(-slots // len(servers))
+
+    def settled():
+        held = holders(zk, slots)
+        counts = [list(held.values()).count(s) for s in servers]
+        return held if len(held) == slots and set(held.values()) <= servers and max(counts) <= share else None
+
+    return wait_until(settled, timeout=SETTLE_S, message=f"{slots} slots shared by servers {sorted(servers)}")
+
+
+def group_in_slot(slot: int, slots: int, prefix: str = "g") -> str:
+    return next(f"{prefix}{n}" for n in itertools.count() if slot_of(f"{prefix}{n}", slots) == slot)
+
+
+def events(consumer) -> list[dict]:
+    try:
+        return [json.loads(line) for line in consumer.events_path.read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def test_a_kill_9_moves_only_the_dead_servers_slots_and_the_other_groups_never_pause(cluster_factory, zk):
+    slots = 6
+    cluster = cluster_factory(3, server_args=slot_args(slots))
+    held = shared_fairly(zk, slots, {1, 2, 3})
+    victim = held[0]
+    survivors = sorted({1, 2, 3} - {victim})
+    # One group in a slot of each server; the topic lives on the survivors'
+    # brokers, so that the data outlives the kill and nothing may be lost.
+    groups = {server: group_in_slot(min(s for s, h in held.items() if h == server), slots)
+              for server in (victim, *survivors)}
+    assignment = layout.TopicAssignment({p: (survivors[p % 2],) for p in range(4)})
+    zk.create(layout.topic_path("t"), layout.encode_topic(assignment), makepath=True)
+    partitions = partitions_of(zk, ["t"])
+    members = {group: [cluster.add_consumer(group, topics=["t"]) for _ in range(2)] for group in groups.values()}
+    for group, consumers in members.items():
+        wait_whole(zk, group, consumers, partitions, timeout=SETTLE_S)
+    production = Production(cluster, "t")
+    wait_until(lambda: all(len(delivered_values(c)) > 200 for c in members.values()), timeout=SETTLE_S,
+               message="every group delivering")
+
+    calm = [g for s, g in groups.items() if s != victim]
+    before = {g: [len(events(c)) for c in members[g]] for g in calm}
+    epochs = {slot: slot_epoch(zk, slot) for slot in range(slots)}
+    cluster.servers[victim].kill()
+
+    moved = [slot for slot, server in held.items() if server == victim]
+    now = shared_fairly(zk, slots, set(survivors))
+    assert all(now[slot] == held[slot] for slot in held if slot not in moved), "a survivor's slot moved"
+    assert all(slot_epoch(zk, slot) > epochs[slot] for slot in moved)
+    wait_whole(zk, groups[victim], members[groups[victim]], partitions, timeout=SETTLE_S)
+    mark = {g: len(delivered_values(c)) for g, c in members.items()}
+    wait_until(lambda: all(len(delivered_values(c)) > mark[g] + 100 for g, c in members.items()),
+               timeout=SETTLE_S, message="every group delivering after the kill")
+    produced = production.stop()
+    for group, consumers in members.items():
+        wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=SETTLE_S,
+                   message=f"{produced} deliveries in {group}")
+        exactly_once(consumers, produced)
+    for group in calm:  # not one Stop or Start, nor a new registration, in the survivors' slots
+        assert [len(events(c)) for c in members[group]] == before[group], group
+        assert all(slot_epoch(zk, slot) == epochs[slot] for slot in held if slot not in moved)
+
+
+def test_servers_share_the_slots_and_a_consumer_at_the_wrong_one_is_redirected(cluster_factory, zk):
+    slots = 4
+    cluster = cluster_factory(1, server_args=slot_args(slots))
+    assert shared_fairly(zk, slots, {1}) == dict.fromkeys(range(slots), 1)
+    cluster.start_servers(1, first_id=2)  # a server joins: the first hands half its slots over
+    held = shared_fairly(zk, slots, {1, 2})
+    assert sorted(held.values()) == [1, 1, 2, 2]
+
+    slot = next(s for s, server in held.items() if server == 1)
+    group = group_in_slot(slot, slots)
+    wrong = cluster.servers[2]
+    channel = Channel.connect("127.0.0.1", wrong.port, IO_TIMEOUT_S)
+    try:
+        answer = channel.request(wire.RegisterConsumerRequest(group_id=group, consumer_id="c", topics=("t",)),
+                                 timeout=IO_TIMEOUT_S)
+    finally:
+        channel.close()
+    assert answer.error_code == wire.ErrorCode.NOT_COORDINATOR
+    assert f"slot {slot} of {slots}" in answer.error_message and "server 1" in answer.error_message
+
+    channel = Channel.connect("127.0.0.1", wrong.port, IO_TIMEOUT_S)
+    try:
+        metadata = channel.request(wire.ClusterMetadataRequest(group_id=group), timeout=IO_TIMEOUT_S)
+        # A client of version 1 asks for slot 0 and is answered in version 1.
+        channel.level = 1
+        channel.send(wire.ClusterMetadataRequest(), 99)
+        old = channel.receive(timeout=IO_TIMEOUT_S)
+    finally:
+        channel.close()
+    assert (metadata.coordinator_id, metadata.slot, metadata.slots) == (1, slot, slots)
+    assert metadata.coordinator_epoch == slot_epoch(zk, slot)
+    assert (old.version, old.correlation_id, old.message.coordinator_id) == (1, 99, held[0])
+
+    # A consumer told only of the wrong server finds its coordinator through it.
+    from zkcoord.admin.topics import create_topic
+
+    create_topic(zk, "t", 4)
+    consumers = [cluster.add_consumer(group, topics=["t"], bootstrap=[wrong.address]) for _ in range(2)]
+    wait_whole(zk, group, consumers, partitions_of(zk, ["t"]), timeout=SETTLE_S)
+
+
+def test_a_server_told_another_slot_count_refuses_to_start(cluster_factory, zk):
+    cluster = cluster_factory(1, server_args=slot_args(4))
+    shared_fairly(zk, 4, {1})
+    odd = cluster.add_server(2, start=False, extra=("--coordinator-slots", "3"))
+    try:
+        odd.start(timeout=20)
+    except ClusterError:
+        pass
+    else:
+        raise AssertionError("a server told 3 slots started in a cluster of 4")
+    assert "spread over 4 coordinator slots, not 3" in odd.log_tail(5000)
+    assert layout.decode_slot_count(zk.get(layout.SLOTS)[0]) == 4
