@@ -1,7 +1,8 @@
 """Scale: how many members the coordinators hold, how fast a crowd joins, and what a kill -9 costs.
 
 Brings up its own cluster on 127.0.0.1 (a ZooKeeper ensemble and
-``--coordinators`` `zkcoord server` processes, each with its embedded broker),
+``--coordinators`` `zkcoord server` processes, each with its embedded broker,
+sharing ``--slots`` coordinator slots: every server coordinates a share),
 creates one topic, and starts load generator processes
 (``python -m zkcoord.testing.loadgen``), each running up to
 ``--per-generator`` real group members over TCP. All ``--members`` start at
@@ -20,7 +21,9 @@ It measures:
   steady window (each member that lost its place and came back counts once per
   loss), plus members not registered at its end;
 - with ``--failover``, after the window: kill -9 of the busiest coordinator,
-  and the time until every group is whole again under a new coordinator epoch.
+  and the time until every group of its slots is whole again under a new
+  epoch of its slot (with several coordinators, the other groups must not
+  lose a member meanwhile).
 
 The members report no offsets and always say they have just polled. Every
 process it starts is stopped on exit, on error too; everything is bounded in
@@ -28,7 +31,7 @@ time. Prints, as its last line:
 
     members N groups G coordinators C: joined in X s; steady coordinator CPU Y% of a core; generator CPU Z% of a core; expired E
 
-    python bench/bench_scale.py --members 5000 --groups 50 [--coordinators 1] [--failover]
+    python bench/bench_scale.py --members 5000 --groups 50 [--coordinators 1] [--slots S] [--failover]
 """
 
 from gevent import monkey
@@ -46,6 +49,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -53,8 +57,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gevent  # noqa: E402
 
 from _common import Harness, quiet_logs  # noqa: E402
+from zkcoord.coordinator.slots import slot_of, validate_slot_count  # noqa: E402
+from zkcoord.errors import ConfigError  # noqa: E402
 from zkcoord.testing import cpu_seconds, exit_on_signal, wait_until  # noqa: E402
 from zkcoord.testing.loadgen import group_name  # noqa: E402
+from zkcoord.zk import layout  # noqa: E402
 
 TOPIC = "scale"
 GROUP_PREFIX = "scale"
@@ -125,10 +132,11 @@ class Load:
         """Every generator has reported since ``moment`` (time.time())."""
         return all(s.get("time", 0.0) > moment for s in self._statuses())
 
-    def whole_groups(self, min_epoch: int = -1) -> int:
+    def whole_groups(self, min_epochs: Optional[dict] = None) -> int:
         """Groups in which every member is registered and the members hold
         each partition exactly once (by count and by the sum of the partition
-        numbers), every member under ``min_epoch`` or later."""
+        numbers), every member of a group named in ``min_epochs`` under that
+        epoch or later."""
         per_group: dict[str, list[int]] = {}
         for status in self._statuses():
             for group, (registered, held, id_sum, epoch) in status.get("groups", {}).items():
@@ -143,7 +151,7 @@ class Load:
             entry = per_group.get(group_name(GROUP_PREFIX, index))
             size = self.members // self.groups + (index < self.members % self.groups)
             if entry and entry[0] == size and entry[1] == self.partitions and entry[2] == expected_sum \
-                    and entry[3] >= min_epoch:
+                    and entry[3] >= (min_epochs or {}).get(group_name(GROUP_PREFIX, index), -1):
                 whole += 1
         return whole
 
@@ -169,7 +177,8 @@ def percent(cpu_s: float, seconds: float) -> float:
 
 
 def run(args, work: Path) -> str:
-    harness = Harness(work, server_args=["--zk-session-timeout-ms", str(args.zk_session_timeout_ms)],
+    harness = Harness(work, server_args=["--zk-session-timeout-ms", str(args.zk_session_timeout_ms),
+                                         "--coordinator-slots", str(args.slots)],
                       zk_nodes=args.zk_nodes)
     load = None
     try:
@@ -177,11 +186,15 @@ def run(args, work: Path) -> str:
         harness.topic(TOPIC, args.partitions)
         bootstrap = harness.cluster.bootstrap
         capacity = server_capacity(harness, args.partitions)
-        if args.members > capacity:
+        if args.members > capacity * args.coordinators:
             raise SystemExit(f"one server here holds at most {capacity} members (its open-file limit, less "
-                             f"its broker's files and connections); asked for {args.members}")
+                             f"its broker's files and connections); asked for {args.members} over "
+                             f"{args.coordinators}")
         processes = max(1, math.ceil(args.members / args.per_generator))
-        print(f"cluster up: {args.coordinators} server(s), ZooKeeper of {args.zk_nodes}; topic {TOPIC} of "
+        wait_until(lambda: all(harness.zk.exists(layout.slot_coordinator_path(k)) for k in range(args.slots)),
+                   60, message="every coordinator slot elected")
+        print(f"cluster up: {args.coordinators} server(s) sharing {args.slots} coordinator slot(s), ZooKeeper of "
+              f"{args.zk_nodes}; topic {TOPIC} of "
               f"{args.partitions} partitions; {args.members} members in {args.groups} groups from "
               f"{processes} generator process(es)", flush=True)
 
@@ -246,23 +259,44 @@ def run(args, work: Path) -> str:
         harness.stop()
 
 
+def slot_epochs(harness: Harness, slots: int) -> dict[int, int]:
+    """Each coordinator slot's epoch now."""
+    return {k: layout.decode_coordinator_epoch(harness.zk.get(layout.slot_epoch_path(k))[0])
+            for k in range(slots)}
+
+
 def failover(harness: Harness, load: Load, victim: int, args) -> None:
-    """kill -9 of ``victim`` (a server) and the time until every group is whole under a new epoch."""
-    _, epoch = harness.coordinator()
+    """kill -9 of ``victim`` (a server), and the time until every group of
+    the slots it held is whole under a new epoch of its slot; the others'
+    registrations lost meanwhile are counted (there should be none)."""
+    groups = [group_name(GROUP_PREFIX, index) for index in range(args.groups)]
+    held = {k for k in range(args.slots)
+            if layout.decode_coordinator(harness.zk.get(layout.slot_coordinator_path(k))[0]) == str(victim)}
+    before = slot_epochs(harness, args.slots)
+    moved = [g for g in groups if slot_of(g, args.slots) in held]
     lost_before = load.lost()
     killed_at = time.time()
     harness.cluster.servers[victim].kill()
-    wait_until(lambda: harness.coordinator()[1] > epoch if harness.zk.exists(
-        "/consumers/coordinator") else False, 60, message="a new coordinator epoch", interval=0.05)
+
+    def elected() -> bool:
+        try:
+            now = slot_epochs(harness, args.slots)
+        except Exception:  # an epoch node being written: look again
+            return False
+        return all(now[k] > before[k] for k in held) and all(harness.zk.exists(layout.slot_coordinator_path(k))
+                                                             for k in held)
+
+    wait_until(elected, 60, message="new epochs in the dead server's slots", interval=0.05)
     elected_s = time.time() - killed_at
-    new_epoch = harness.coordinator()[1]
-    wait_until(lambda: load.fresh_since(killed_at) and load.whole_groups(new_epoch) == args.groups,
-               args.join_timeout_s, message="every group whole under the new epoch", interval=0.1)
+    after = slot_epochs(harness, args.slots)
+    wanted = {g: after[slot_of(g, args.slots)] for g in moved}
+    wait_until(lambda: load.fresh_since(killed_at) and load.whole_groups(wanted) == args.groups,
+               args.join_timeout_s, message="every group whole, the moved ones under their new epoch", interval=0.1)
     whole_s = time.time() - killed_at
-    print(f"failover: kill -9 of server {victim}; new epoch {new_epoch} after {elected_s:.1f} s; every group "
-          f"whole again after {whole_s:.1f} s (ZooKeeper session {args.zk_session_timeout_ms / 1000:.1f} s; "
-          f"{load.lost() - lost_before} registrations lost, as every member of a dead coordinator must)",
-          flush=True)
+    print(f"failover: kill -9 of server {victim}, holding {len(held)} of {args.slots} slot(s) and {len(moved)} of "
+          f"{args.groups} groups; new epochs after {elected_s:.1f} s; every group whole again after {whole_s:.1f} s "
+          f"(ZooKeeper session {args.zk_session_timeout_ms / 1000:.1f} s; {load.lost() - lost_before} registrations "
+          f"lost, of members of the dead coordinator as they must be)", flush=True)
 
 
 def main() -> int:
@@ -270,6 +304,8 @@ def main() -> int:
     parser.add_argument("--members", type=int, required=True)
     parser.add_argument("--groups", type=int, required=True)
     parser.add_argument("--coordinators", type=int, default=1, help="zkcoord servers (default 1)")
+    parser.add_argument("--slots", type=int, default=None,
+                        help="coordinator slots the servers share (default 1 with one server, else 12)")
     parser.add_argument("--partitions", type=int, default=100, help="partitions of the topic (default 100)")
     parser.add_argument("--session-timeout-ms", type=int, default=10_000,
                         help="members' session timeout (default 10000: a ping every 3.3 s)")
@@ -287,6 +323,12 @@ def main() -> int:
         parser.error("need 1 <= --groups <= --members and --coordinators >= 1")
     if args.partitions < 1 or args.per_generator < 1 or args.steady_s <= 0 or args.ramp_s < 0:
         parser.error("--partitions, --per-generator and --steady-s must be positive")
+    if args.slots is None:
+        args.slots = 1 if args.coordinators == 1 else 12
+    try:
+        validate_slot_count(args.slots)
+    except ConfigError as exc:
+        parser.error(str(exc))
     args.max_s = args.ramp_s + args.join_timeout_s * (3 if args.failover else 1) + args.steady_s + 120
     signal.signal(signal.SIGTERM, exit_on_signal)
     quiet_logs()
