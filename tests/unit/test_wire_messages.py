@@ -296,6 +296,7 @@ codes = st.one_of(st.sampled_from(ErrorCode), int16)
 endpoints = st.builds(Endpoint, int32, text, int32)
 tps = st.builds(TopicPartition, text, int32)
 tpos = st.builds(TPO, text, int32, int64)
+tpos_v0 = st.builds(TPO, text, st.integers(0, 2**31 - 1), int64)  # version 0 writes the partition as digits
 
 
 def tuples(elements):
@@ -419,6 +420,28 @@ def test_compiled_layouts_build_and_parse_as_the_interpreted_ones(cls, version):
         assert compiled.build(fields) == data
         parsed, reparsed = interpreted.parse(data), compiled.parse(data)
         assert {k: parsed[k] for k in fields if k in parsed} == {k: reparsed[k] for k in fields if k in reparsed}
+
+    check()
+
+
+@pytest.mark.parametrize("entry,values", [
+    ("ENDPOINT", endpoints), ("TP", tps), ("TPO", tpos), ("TPO_V0", tpos_v0),
+])
+def test_compiled_array_entries_build_and_parse_as_declared(entry, values):
+    # An entry is parsed once per partition of a Start or Stop: it runs compiled.
+    from zkcoord.wire import messages
+
+    entry = getattr(messages, entry)
+    assert entry.subcon is not entry.declared
+
+    @settings(max_examples=100, deadline=None)
+    @given(value=values)
+    def check(value):
+        fields = {name: getattr(value, name) for name in entry.names}
+        data = entry.declared.build(fields)
+        assert entry.subcon.build(fields) == data
+        parsed, reparsed = entry.declared.parse(data), entry.subcon.parse(data)
+        assert {k: parsed[k] for k in entry.names} == {k: reparsed[k] for k in entry.names}
 
     check()
 
