@@ -5,6 +5,8 @@ the interleavings around them. No sockets, no sleeps, no ZooKeeper: time
 moves only when a test says so, and ZooKeeper answers only when it is told.
 """
 
+import dataclasses
+
 import pytest
 
 from zkcoord import wire
@@ -603,3 +605,44 @@ def test_pings_due_within_a_tick_go_together_and_every_deadline_shares_one_timer
         assert timers_set.count(key) <= 5 * T / PING_TICK_S + 1
         assert timers_set.count(key) < pings / 2
     assert not any(isinstance(key, tuple) and key[0] == "answer" for key in timers_set)
+
+
+# -- a new group forming (the initial rebalance delay) -----------------------------------------
+
+FORMING = dataclasses.replace(CONFIG, initial_rebalance_delay_ms=1000)  # rebalance timeout 2 s
+
+
+def test_a_new_group_waits_for_the_crowd_and_makes_one_round():
+    h = Harness(FORMING)
+    for i, conn in enumerate(("a", "b", "c")):  # a join every 0.4 s: each one postpones the round
+        h.register(conn, conn)
+        h.advance(0.4, serve=("a", "b", "c"))
+        assert all(h.requests(c, wire.StartRequest) == [] for c in "abc")
+    h.advance(0.5, serve=("a", "b", "c"))  # 0.9 s after the last join: still waiting
+    assert all(h.requests(c, wire.StartRequest) == [] for c in "abc")
+    h.advance(0.2, serve=("a", "b", "c"))  # 1 s after it: one round, every member in it
+    assert [len(h.requests(c, wire.StartRequest)) for c in "abc"] == [1, 1, 1]
+    assert h.started("a") | h.started("b") | h.started("c") == set(P[:4])
+    assert h.core.groups["g"].generation == 1
+
+
+def test_a_crowd_that_keeps_coming_waits_no_longer_than_the_rebalance_timeout():
+    h = Harness(FORMING)
+    h.register("m0", "m0")
+    first_start = None
+    for i in range(1, 12):  # a join every 0.3 s, for 3.3 s
+        h.advance(0.3, serve=tuple(f"m{j}" for j in range(i)))
+        if first_start is None and h.requests("m0", wire.StartRequest):
+            first_start = h.now
+        h.register(f"m{i}", f"m{i}")
+    assert first_start is not None and 2.0 <= first_start <= 2.1 + 1e-9  # the rebalance timeout after the first
+
+
+def test_a_group_with_a_generation_gets_the_plain_debounce():
+    # A group a predecessor coordinated (or that has had its first round) is
+    # not forming: a join is answered after the 100 ms debounce.
+    state = layout.GroupState(3, "range", {"a": ((P[0][0], P[0][1]),)}, lease_ms=0)
+    h = Harness(FORMING, states={"g": state})
+    h.register("a", "a")
+    h.advance(0.15, serve=("a",))
+    assert h.requests("a", wire.StartRequest)

@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--offset-flush-interval-ms", type=int, default=1000)
     p.add_argument("--rebalance-delay-ms", type=int, default=100,
                    help="joins and leaves within this delay make one rebalance")
+    p.add_argument("--initial-rebalance-delay-ms", type=int, default=1000,
+                   help="a new group's first rebalance waits this long after each join, up to the rebalance "
+                        "timeout, so that members joining together make one rebalance (0: no wait)")
     p.add_argument("--rebalance-protocol", choices=("incremental", "eager"), default="incremental",
                    help="incremental: stop only what moves (default); eager: seed 001's stop-all/start-all")
     p.set_defaults(func=run)
@@ -60,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         rebalance_backoff_ms=args.rebalance_backoff_ms,
         offset_flush_interval_ms=args.offset_flush_interval_ms,
         rebalance_delay_ms=args.rebalance_delay_ms,
+        initial_rebalance_delay_ms=args.initial_rebalance_delay_ms,
         rebalance_protocol=args.rebalance_protocol,
     )
     broker = None

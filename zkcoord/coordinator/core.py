@@ -597,7 +597,10 @@ class CoordinatorCore:
         self._emit(Send(member.connection, wire.RegisterConsumerResponse(coordinator_epoch=self.epoch),
                         correlation_id))
         log.info("%s member %s registered", group.describe(), member.member_id)
-        self.request_rebalance(group, f"member {member.member_id} joined", now)
+        if group.generation == 0 and group.phase is GroupPhase.EMPTY and self.config.initial_rebalance_delay_ms:
+            self._forming(group, member, now)
+        else:
+            self.request_rebalance(group, f"member {member.member_id} joined", now)
 
     def _leave(self, member: Member, message: wire.LeaveGroupRequest, correlation_id: int, now: float) -> None:
         """A clean leave: take the final offsets (the member has stopped
@@ -795,6 +798,23 @@ class CoordinatorCore:
         group.attempts = 0
         self._schedule_round(group, now + self.config.rebalance_delay_ms / 1000.0)
 
+    def _forming(self, group: Group, member: Member, now: float) -> None:
+        """A member joined a group that never had a round (Kafka's initial
+        rebalance delay): its first round waits for the next join, up to the
+        rebalance timeout after the first, so that a crowd joining over a
+        while makes one round instead of one per debounce. Safe as any
+        debounce: nobody in the group runs anything yet."""
+        if group.forming_since is None:
+            group.forming_since = now
+        log.debug("%s rebalance requested: member %s joined (forming)", group.describe(), member.member_id)
+        group.rebalance_pending = True
+        group.attempts = 0
+        at = min(now + self.config.initial_rebalance_delay_ms / 1000.0,
+                 group.forming_since + self.config.rebalance_timeout_ms / 1000.0)
+        at = max(at, now + self.config.rebalance_delay_ms / 1000.0)
+        self._rebalance_due[group.name] = at  # later than before, unlike _schedule_round
+        self._emit(SetTimer(("rebalance", group.name), at))
+
     def _schedule_round(self, group: Group, at: float) -> None:
         due = self._rebalance_due.get(group.name)
         if due is not None and due <= at:
@@ -807,6 +827,7 @@ class CoordinatorCore:
             group.rebalance_pending = True  # runs when the connection is back
             return
         group.rebalance_pending = False  # changes from now on ask for another round
+        group.forming_since = None
         if group.recorded_owners is None:  # first round of this group in this epoch
             round_ = self._rounds[group.name] = Round(started=now)
             self._zk(partial(ReadOwners, group=group.name), partial(self._owners_read, group, round_))

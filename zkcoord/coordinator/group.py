@@ -103,6 +103,8 @@ class Group:
     # Whether its state node exists (None: not known, after a write whose outcome is unknown).
     state_exists: Optional[bool] = False
     attempts: int = 0  # rebalance rounds failed in a row since the last change asked for one
+    # When the first member of a new group joined, while its first round waits for the others.
+    forming_since: Optional[float] = None
 
     def transition(self, phase: GroupPhase) -> None:
         if phase not in _ALLOWED[self.phase]:

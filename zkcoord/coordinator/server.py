@@ -456,8 +456,10 @@ class Server:
                  self.config.server_id, slot, coordinator.epoch)
 
     def _resign_all(self) -> None:
-        for slot in sorted(self.coordinators):
-            self._resign(slot)
+        """Step down in every slot at once: each waits up to its final flush
+        (runtime.FINAL_FLUSH_S), and a server stopping without ZooKeeper
+        should not wait that long once per slot."""
+        gevent.joinall([gevent.spawn(self._resign, slot) for slot in sorted(self.coordinators)])
 
     # -- connections ----------------------------------------------------------------------------
 
