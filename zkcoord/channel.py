@@ -16,6 +16,11 @@ from zkcoord import wire
 from zkcoord.errors import ZkcoordError
 
 
+# Reads of 64 KiB one read_available makes at most: a member sending fast
+# must not hold the event loop (its watcher fires again for the rest).
+MAX_READS_AT_ONCE = 4
+
+
 class ChannelClosed(ZkcoordError):
     """The peer closed the connection, or it broke."""
 
@@ -106,6 +111,7 @@ class Channel:
         if self.peer_gone:
             raise ChannelClosed(f"{self.peer} closed the connection")
         frames, self._ready = self._ready, []
+        reads = 0
         while True:
             try:
                 data = self.sock.recv(65536)
@@ -122,8 +128,9 @@ class Channel:
                     break
                 raise ChannelClosed(f"{self.peer} closed the connection")
             frames.extend(self._decoder.feed(data))
-            if len(data) < 65536:
-                break
+            reads += 1
+            if len(data) < 65536 or reads == MAX_READS_AT_ONCE:
+                break  # the rest when the loop says it is readable again
         return frames
 
     def request(self, message: wire.Message, timeout: float) -> wire.Message:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import gevent
+import gevent.event
 import gevent.pool
 
 from zkcoord.coordinator.admission import (PAUSE_AT_LAG_S, PROBE_INTERVAL_S, RESUME_AT_LAG_S, CallbackLag,
@@ -79,3 +80,30 @@ def test_the_connection_limit_leaves_room_for_open_files_the_brokers_connections
     assert server.connection_limit(None) == 20_000 - 205 - server.RESERVED_FILES
     assert server.connection_limit(None, others=1000) == 20_000 - 205 - 1000 - server.RESERVED_FILES
     assert server.connection_limit(500, others=1000) == 500
+
+
+def test_a_server_whose_pool_is_full_when_it_catches_up_accepts_again_once_a_connection_ends():
+    release = gevent.event.Event()
+    served = []
+
+    def handle(sock, address):
+        served.append(address)
+        release.wait()
+
+    server = GatedStreamServer(("127.0.0.1", 0), handle, spawn=gevent.pool.Pool(1))
+    server.max_accept = 1
+    server.start()
+    try:
+        first = socket.create_connection(("127.0.0.1", server.server_port))
+        wait_until(lambda: len(served) == 1, 10, message="the first connection served")  # the pool is full
+        flood(2.0)
+        wait_until(lambda: server.gated, 10, message="the server to stop accepting")
+        wait_until(lambda: not server.gated, 20, message="the server to catch up, its pool still full")
+        second = socket.create_connection(("127.0.0.1", server.server_port))
+        release.set()  # the first connection ends: room in the pool
+        wait_until(lambda: len(served) == 2, 10, message="the second connection served")
+        first.close()
+        second.close()
+    finally:
+        release.set()
+        server.stop()

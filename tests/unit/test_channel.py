@@ -50,3 +50,35 @@ def test_a_bad_frame_is_a_wire_error(pair):
     peer.sendall((8).to_bytes(4, "big") + (4242).to_bytes(2, "big") + bytes(6))
     with pytest.raises(wire.UnknownMessageType):
         channel.read_available()
+
+
+def test_a_fast_sender_is_read_a_bounded_amount_at_a_time(pair):
+    import fcntl
+    import struct
+    import termios
+
+    from zkcoord.channel import MAX_READS_AT_ONCE
+    from zkcoord.testing import wait_until
+
+    channel, peer = pair
+    frame = wire.encode(wire.PingResponse(), 1)
+    bound = MAX_READS_AT_ONCE * 65536
+    channel.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * bound)
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * bound)
+    peer.setblocking(False)
+    burst = frame * (3 * bound // len(frame))
+    sent = [0]
+
+    def waiting_bytes() -> int:
+        return struct.unpack("i", fcntl.ioctl(channel.sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+    def more_than_one_read_waiting() -> bool:
+        try:
+            sent[0] += peer.send(burst[sent[0]:])
+        except BlockingIOError:
+            pass
+        return waiting_bytes() > bound + len(frame)
+
+    wait_until(more_than_one_read_waiting, timeout=5, interval=0.01, message="more than one read_available's worth")
+    first = channel.read_available()
+    assert len(first) * len(frame) <= bound and waiting_bytes() > 0  # the rest waits for the next callback

@@ -107,3 +107,16 @@ def test_at_once_on_a_result_already_set_calls_now_and_a_failing_receiver_is_con
     failing.at_once(lambda r: 1 / 0)
     failing.set_exception(KeyError("x"))  # the receiver's error is logged, not raised into kazoo
     assert isinstance(failing.exception, KeyError)
+
+
+def test_a_waiting_greenlet_and_a_receiver_both_hear_the_answer():
+    from zkcoord.zk.gevent_handler import Result
+
+    result, heard = Result(), []
+    waiting = gevent.spawn(result.get, timeout=5)
+    gevent.sleep(0)  # the greenlet is waiting in get()
+    result.at_once(lambda r: heard.append(("first", r.get(block=False))))
+    result.at_once(lambda r: heard.append(("second", r.get(block=False))))
+    result.set(42)
+    assert waiting.get(timeout=2) == 42
+    assert heard == [("first", 42), ("second", 42)]

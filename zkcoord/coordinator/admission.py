@@ -124,5 +124,8 @@ class GatedStreamServer(gevent.server.StreamServer):
                 self._warned_at = now
                 log.warning("event loop %.2f s behind: not accepting connections until it catches up "
                             "(%d pause(s) so far)", lag_s, self.pauses)
-        elif self.started and not self.full():
+        elif self.started:
+            # Even with the pool full: gevent's accept loop then links itself
+            # to the pool and resumes when a connection ends. Left stopped
+            # here, nothing would ever start it again.
             super().start_accepting()

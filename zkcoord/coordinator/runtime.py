@@ -108,7 +108,7 @@ class _Connection:
             return
         try:
             data = self.channel.encode(message, correlation_id)
-        except wire.WireError:  # a message the core built wrong, or one the member's version cannot say
+        except Exception:  # a message the core built wrong, or one the member's version cannot say
             log.exception("cannot encode %r for %s (protocol version %s); closing it",
                           message, self.channel.peer, self.channel.level)
             self.ended.set()
@@ -274,7 +274,17 @@ class Coordinator:
         except Exception:
             log.exception("the coordinator's core failed in %s; stepping down", getattr(handler, "__name__", handler))
             todo = self.core.fail(self.clock())
-        self._apply(todo)
+        try:
+            self._apply(todo)
+        except Exception:
+            # Events arrive in the hub's callbacks, where an error would be
+            # printed and lost with the rest of the decision (a timer never
+            # set again, a proof never answered): step down instead.
+            log.exception("carrying out the coordinator's decision failed; stepping down")
+            try:
+                self._apply(self.core.fail(self.clock()))
+            except Exception:
+                log.exception("stepping down failed too")
 
     def _apply(self, todo: list) -> None:
         for action in todo:

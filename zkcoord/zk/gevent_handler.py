@@ -84,6 +84,10 @@ def wait_ready(rlist, wlist, timeout: Optional[float]) -> tuple[list, list, list
     """select() that waits on the hub, woken straight from libev's watchers
     (gevent's own select wakes its greenlet through the callback queue)."""
     loop = gevent.get_hub().loop
+    # libev's clock is the start of the loop's turn, and a coordinator's turn
+    # may be long (members' frames, decisions): a timeout counts from now.
+    # (gevent's timers refresh it as they start, here too; said, not assumed.)
+    loop.update_now()
     deadline = None if timeout is None else loop.now() + timeout
     while True:
         waiter = Waiter()
@@ -94,6 +98,7 @@ def wait_ready(rlist, wlist, timeout: Optional[float]) -> tuple[list, list, list
                 watcher.start(waiter.switch, fd)
                 watchers.append(watcher)
             if deadline is not None:
+                loop.update_now()
                 timer = loop.timer(max(deadline - loop.now(), 0.0))
                 timer.start(waiter.switch, None)
                 watchers.append(timer)
@@ -170,10 +175,10 @@ class Result(gevent.event.AsyncResult):
     ZooKeeper, and behind a join storm's wake-ups each of their requests took
     seconds to come back, so the rounds never caught up with the joins."""
 
-    _at_once = None
+    _receivers: Optional[list] = None  # called the moment the result is set, in order
 
     def get(self, block: bool = True, timeout: Optional[float] = None):
-        if self.ready() or not block or self._at_once is not None or gevent.getcurrent() is gevent.get_hub():
+        if self.ready() or not block or gevent.getcurrent() is gevent.get_hub():
             return super().get(block, timeout)
         loop = gevent.get_hub().loop
         waiter = Waiter()
@@ -184,26 +189,30 @@ class Result(gevent.event.AsyncResult):
             wake.start(waiter.switch, True)
             watchers.append(wake)
 
-        self._at_once = answered
+        self.at_once(answered)
         if timeout is not None:
+            loop.update_now()  # from now, not from the start of the loop's turn
             expiry = loop.timer(timeout)
             expiry.start(waiter.switch, False)
             watchers.append(expiry)
         try:
             waiter.get()
         finally:
-            if self._at_once is answered:
-                self._at_once = None
+            if self._receivers is not None and answered in self._receivers:
+                self._receivers.remove(answered)
             for watcher in watchers:
                 watcher.close()
         return super().get(block=False)  # its value, its exception, or Timeout if none came
 
     def at_once(self, answered: Callable[["Result"], None]) -> None:
-        """Call ``answered(self)`` when the result is set; now, if it is."""
+        """Call ``answered(self)`` when the result is set; now, if it is.
+        Each receiver is called once, in the order they came."""
         if self.ready():
             answered(self)
-        else:
-            self._at_once = answered
+            return
+        if self._receivers is None:
+            self._receivers = []
+        self._receivers.append(answered)
 
     def set(self, value=None) -> None:
         super().set(value)
@@ -214,8 +223,8 @@ class Result(gevent.event.AsyncResult):
         self._answer()
 
     def _answer(self) -> None:
-        answered, self._at_once = self._at_once, None
-        if answered is not None:
+        receivers, self._receivers = self._receivers, None
+        for answered in receivers or ():
             try:
                 answered(self)
             except Exception:  # never into kazoo's connection loop, which would end
