@@ -24,7 +24,8 @@ TOPIC_COUNT = '{"pattern":"static","subscription":{"t":1}}'
 SAMPLES = [
     (ClusterMetadataRequest(), 0, "00000008 03e8 0000 00000007"),
     (ClusterMetadataRequest(), 1, "00000008 03e8 0001 00000007"),
-    (ClusterMetadataRequest(group_id="g1"), 2, "0000000c 03e8 0002 00000007 0002 6731"),
+    (ClusterMetadataRequest(group_id="g1", known_epoch=5, max_wait_ms=3000), 2,
+     "00000014 03e8 0002 00000007 0002 6731 00000005 00000bb8"),
     (ClusterMetadataResponse(coordinator_id=2,
                              servers=(Endpoint(2, "zk1", 9000),)), 0,
      "0000001b 03e9 0000 00000007 0000 0002 0001"
@@ -164,8 +165,9 @@ def test_v0_refuses_what_it_cannot_mean(message):
 def test_metadata_before_version_2_asks_for_no_group():
     # Versions 0 and 1 ask for the seed's single coordinator (slot 0).
     for version in (0, 1):
-        with pytest.raises(wire.UnsupportedVersion):
-            encode(ClusterMetadataRequest(group_id="g"), 1, version)
+        for asks in (dict(group_id="g"), dict(known_epoch=3), dict(max_wait_ms=100)):
+            with pytest.raises(wire.UnsupportedVersion):
+                encode(ClusterMetadataRequest(**asks), 1, version)
         assert decode(encode(ClusterMetadataRequest(), 1, version)[4:]).message.group_id == ""
 
 
@@ -306,7 +308,8 @@ def tuples(elements):
 MESSAGES = {
     ClusterMetadataRequest: {0: st.builds(ClusterMetadataRequest),
                              1: st.builds(ClusterMetadataRequest),
-                             2: st.builds(ClusterMetadataRequest, group_id=text)},
+                             2: st.builds(ClusterMetadataRequest, group_id=text, known_epoch=int32,
+                                          max_wait_ms=int32)},
     ClusterMetadataResponse: {
         0: st.builds(ClusterMetadataResponse, error_code=codes,
                      coordinator_id=int16, servers=tuples(endpoints)),

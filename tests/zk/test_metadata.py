@@ -88,3 +88,28 @@ def test_each_group_is_answered_with_its_own_slots_coordinator(zk, zk_connect):
         view.stop()
         client.stop()
         client.close()
+
+
+def test_an_answer_asked_for_a_newer_coordinator_comes_the_moment_one_is_elected(zk, view):
+    import threading
+    import time
+
+    zk.create(layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(4), makepath=True)
+    zk.create(layout.COORDINATOR_PATH, layout.encode_coordinator("1"), makepath=True)
+    wait_until(lambda: view.answer().coordinator_epoch == 4, message="epoch 4")
+    began = time.monotonic()
+    assert view.answer_when("", known_epoch=3, timeout=5).coordinator_epoch == 4  # newer already: at once
+    assert view.answer_when("", known_epoch=4, timeout=0.3).coordinator_epoch == 4  # none newer: the timeout
+    assert 0.25 <= time.monotonic() - began < 2
+
+    def elect_later():
+        time.sleep(0.5)  # the election this test waits for, not a synchronisation of the test
+        zk.delete(layout.COORDINATOR_PATH)
+        zk.set(layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(5))
+        zk.create(layout.COORDINATOR_PATH, layout.encode_coordinator("2"))
+
+    threading.Thread(target=elect_later, daemon=True).start()
+    began = time.monotonic()
+    answer = view.answer_when("", known_epoch=4, timeout=10)
+    assert (answer.coordinator_id, answer.coordinator_epoch) == (2, 5)
+    assert time.monotonic() - began < 5  # answered on the election, long before the 10 s

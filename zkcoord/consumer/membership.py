@@ -38,6 +38,9 @@ LEAVE_TIMEOUT_S = 5.0  # how long a leave waits for the coordinator's confirmati
 
 
 MAX_BACKOFF_S = 1.0
+# How long a member whose coordinator it could not reach lets a server hold
+# its ClusterMetadata request until a newer coordinator is elected.
+METADATA_WAIT_MS = 1000
 
 
 def backoff_s(failures: int) -> float:
@@ -124,6 +127,9 @@ class GroupMembership:
         self._leave_requested = threading.Event()
         self._evicted_at: Optional[float] = None
         self._channel: Optional[Channel] = None
+        # The epoch of a coordinator that could not be reached (None: none):
+        # the next ClusterMetadata asks to be answered once a newer one is elected.
+        self._unreachable_epoch: Optional[int] = None
         self._thread = threading.Thread(target=self._run, name=f"zkcoord-member-{self.consumer_id}", daemon=True)
         self._next_server = random.randrange(len(self.servers))
 
@@ -226,7 +232,9 @@ class GroupMembership:
             # random within the step, so that thousands of members refused at
             # once do not all come back at once.
             failures += 1
-            self._closing.wait(backoff_s(failures))
+            # A member waiting for a new coordinator waits in its next
+            # ClusterMetadata request, answered the moment one is elected.
+            self._closing.wait(backoff_s(1 if self._unreachable_epoch is not None else failures))
 
     def _wait_for_poll_after_eviction(self) -> None:
         """After removal for not polling, stay out until the application polls again."""
@@ -247,7 +255,11 @@ class GroupMembership:
         if target is None:
             self._closing.wait(0.2)  # no coordinator elected yet
             return None
-        channel = Channel.connect(target.host, target.port, CONNECT_TIMEOUT_S)
+        try:
+            channel = Channel.connect(target.host, target.port, CONNECT_TIMEOUT_S)
+        except OSError:
+            self._unreachable_epoch = metadata.coordinator_epoch  # dead, most likely: wait for its successor
+            raise
         try:
             registration = self.protocol.register(self.clock())  # the lease's first base: before sending
             answer = channel.request(registration, timeout=self.session_timeout)
@@ -256,6 +268,8 @@ class GroupMembership:
             try:
                 self.protocol.registered(answer)
             except wire.WireError as exc:
+                if isinstance(exc, (wire.NotCoordinator, wire.CoordinatorNotAvailable)):
+                    self._unreachable_epoch = metadata.coordinator_epoch  # it has moved on: wait for the news
                 if self.protocol.state is MemberState.FAILED:
                     self.error = exc
                 else:
@@ -265,6 +279,7 @@ class GroupMembership:
             channel.close()
             raise
         self.registrations += 1
+        self._unreachable_epoch = None
         self.registered.set()
         log.info("member %s registered in group %s with coordinator %d (slot %d of %d, epoch %d)",
                  self.consumer_id, self.group, target.id, metadata.slot, metadata.slots, answer.coordinator_epoch)
@@ -278,8 +293,11 @@ class GroupMembership:
                 channel = Channel.connect(host, port, CONNECT_TIMEOUT_S)
             except OSError:
                 continue
+            known = self._unreachable_epoch
+            request = wire.ClusterMetadataRequest(group_id=self.group, known_epoch=-1 if known is None else known,
+                                                  max_wait_ms=0 if known is None else METADATA_WAIT_MS)
             try:
-                answer = channel.request(wire.ClusterMetadataRequest(group_id=self.group), timeout=CONNECT_TIMEOUT_S)
+                answer = channel.request(request, timeout=CONNECT_TIMEOUT_S + request.max_wait_ms / 1000.0)
             except (ZkcoordError, OSError):
                 continue
             finally:

@@ -20,6 +20,7 @@ COORDINATOR_NOT_AVAILABLE.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable, Optional
 
 from kazoo.client import KazooClient
@@ -67,6 +68,8 @@ class MetadataView:
         self.reads = 0  # refreshes done (each a handful of ZooKeeper reads): for tests and the state dump
         self._answers: Optional[list[wire.ClusterMetadataResponse]] = None  # by slot
         self._wanted = zk.handler.event_object()
+        # Set (and replaced) by every refresh: what a held answer waits on.
+        self.changed = zk.handler.event_object()
         self._running = False
         self._refresher = None
 
@@ -78,6 +81,7 @@ class MetadataView:
     def stop(self) -> None:
         self._running = False
         self._wanted.set()
+        self.changed.set()  # nobody waits on a view that has stopped
 
     def wake(self, _event=None) -> None:
         """Something changed (a watch fired, or the connection is back): read again."""
@@ -89,6 +93,20 @@ class MetadataView:
         if answers is None:
             return NOT_AVAILABLE
         return answers[slot_of(group_id, self.slots) if group_id else 0]
+
+    def answer_when(self, group_id: str, known_epoch: int, timeout: float) -> wire.ClusterMetadataResponse:
+        """:meth:`answer`, once ``group_id``'s slot has a coordinator of an
+        epoch above ``known_epoch``, or after ``timeout`` seconds, whichever
+        comes first (the ZooKeeper handler's waits)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = self.changed  # first: a refresh from here on sets it
+            answer = self.answer(group_id)
+            left = deadline - time.monotonic()
+            if (answer.coordinator_id >= 0 and answer.coordinator_epoch > known_epoch) or left <= 0 \
+                    or not self._running:
+                return answer
+            changed.wait(left)
 
     def holder(self, slot: int) -> int:
         """The server id that coordinates ``slot`` as last read, -1 if none (or not read yet)."""
@@ -104,6 +122,8 @@ class MetadataView:
             try:
                 self._answers = self._read()
                 self.reads += 1
+                changed, self.changed = self.changed, self.zk.handler.event_object()
+                changed.set()
             except Exception as exc:  # no connection: kazoo's errors; a reconnection wakes us
                 log.warning("cluster metadata not refreshed: %s", exc)
                 self.zk.handler.sleep_func(RETRY_S)

@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 # How long a connection may sit without sending its first request.
 IDLE_TIMEOUT_S = 60.0
+# The longest a ClusterMetadata answer is held for a newer coordinator.
+MAX_METADATA_WAIT_S = 5.0
 # Reconnecting to ZooKeeper: for ever, backing off to at most this between rounds.
 ZK_RECONNECT_MAX_DELAY_S = 2.0
 # Takeovers of a slot failing in a row before this server lets another one try.
@@ -363,17 +365,15 @@ class Server:
         servers = len(self.zk.get_children(layout.SERVERS, watch=self._wake_elector))
         nodes = self._election_nodes()
         session = self.zk.client_id[0]
-        failed = False
-        for slot, stat in nodes.items():
-            if stat is not None and stat.ephemeralOwner == session and slot not in self.coordinators:
-                log.warning("server %d holds the election of slot %d without a coordinator; taking office again",
-                            self.config.server_id, slot)
-                failed |= not self._take_office(slot)
+        orphans = [slot for slot, stat in nodes.items()
+                   if stat is not None and stat.ephemeralOwner == session and slot not in self.coordinators]
+        for slot in orphans:
+            log.warning("server %d holds the election of slot %d without a coordinator; taking office again",
+                        self.config.server_id, slot)
         vacant = [slot for slot, stat in nodes.items() if stat is None]
-        for slot in slots_to_seek(self.coordinators, vacant, self.slots, servers):
-            if self._stand(slot):
-                failed |= not self._take_office(slot)
-        if failed:
+        won = [slot for slot in slots_to_seek(set(self.coordinators) | set(orphans), vacant, self.slots, servers)
+               if self._stand(slot)]
+        if not self._take_offices(orphans + won):
             return 0.5
         release = slot_to_release(self.coordinators, self.slots, servers)
         if release is not None and not vacant:  # hand over only once the last one has been taken
@@ -397,6 +397,18 @@ class Server:
             return True
         except NodeExistsError:
             return False
+
+    def _take_offices(self, slots: list[int]) -> bool:
+        """Take office in ``slots`` side by side (after a failover each
+        loads its own groups, and the members of the last should not wait
+        for the first); False if any failed."""
+        takeovers = [gevent.spawn(self._take_office, slot) for slot in slots]
+        try:
+            gevent.joinall(takeovers)
+        except BaseException:  # the elector killed (the server stopping): its takeovers with it
+            gevent.killall(takeovers)
+            raise
+        return all(takeover.value for takeover in takeovers)
 
     def _take_office(self, slot: int) -> bool:
         """Become ``slot``'s coordinator, its election being ours; False if
@@ -474,7 +486,7 @@ class Server:
                 channel.level = frame.version  # answered, and then spoken to, in its own version
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
-                    channel.send(self.cluster_metadata(message.group_id), frame.correlation_id)
+                    channel.send(self._metadata_for(message), frame.correlation_id)
                 elif isinstance(message, wire.RegisterConsumerRequest):
                     coordinator = self._coordinator_of(message.group_id)
                     if coordinator is None:
@@ -512,6 +524,14 @@ class Server:
         who = f"server {holder}" if holder >= 0 and holder != self.config.server_id else "being elected"
         return (f"server {self.config.server_id} does not coordinate group {group_id!r} "
                 f"({where}coordinator: {who})")
+
+    def _metadata_for(self, request: wire.ClusterMetadataRequest) -> wire.ClusterMetadataResponse:
+        """The answer to ``request``; held, if it asks, while its group's slot
+        has no coordinator newer than the one it knows (MAX_METADATA_WAIT_S at most)."""
+        if request.max_wait_ms <= 0 or self.metadata is None:
+            return self.cluster_metadata(request.group_id)
+        return self.metadata.answer_when(request.group_id, request.known_epoch,
+                                         min(request.max_wait_ms / 1000.0, MAX_METADATA_WAIT_S))
 
     def cluster_metadata(self, group_id: str = "") -> wire.ClusterMetadataResponse:
         """The answer to ClusterMetadataRequest for ``group_id``, from memory (metadata.py)."""

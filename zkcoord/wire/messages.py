@@ -136,13 +136,20 @@ class Message:
 class ClusterMetadataRequest(Message):
     """Anyone to any server: who coordinates ``group_id``, and where are the
     servers and brokers. Versions 0 and 1 name no group: they ask for the
-    coordinator of slot 0, the seed's single coordinator."""
+    coordinator of slot 0, the seed's single coordinator.
+
+    ``max_wait_ms`` > 0 asks the server to hold its answer (up to that long)
+    while the group's slot has no coordinator of an epoch above
+    ``known_epoch``: a member whose coordinator is gone hears of its
+    successor the moment it is elected, instead of asking again and again."""
 
     TYPE = MessageType.CLUSTER_METADATA_REQUEST
     group_id: str = ""
-    LAYOUTS = {0: Struct("group_id" / Implied("")),
-               1: Struct("group_id" / Implied("")),
-               2: Struct("group_id" / String)}
+    known_epoch: int = -1
+    max_wait_ms: int = 0
+    LAYOUTS = {0: Struct("group_id" / Implied(""), "known_epoch" / Implied(-1), "max_wait_ms" / Implied(0)),
+               1: Struct("group_id" / Implied(""), "known_epoch" / Implied(-1), "max_wait_ms" / Implied(0)),
+               2: Struct("group_id" / String, "known_epoch" / Int32, "max_wait_ms" / Int32)}
 
 
 # Version 2 is version 1 plus the slot.
