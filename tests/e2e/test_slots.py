@@ -174,3 +174,15 @@ def test_a_server_told_another_slot_count_refuses_to_start(cluster_factory, zk):
         raise AssertionError("a server told 3 slots started in a cluster of 4")
     assert "spread over 4 coordinator slots, not 3" in odd.log_tail(5000)
     assert layout.decode_slot_count(zk.get(layout.SLOTS)[0]) == 4
+
+
+def test_a_coordinator_whose_election_node_is_gone_steps_down_and_the_slot_is_elected_again(cluster_factory, zk):
+    cluster = cluster_factory(1, server_args=slot_args(2))
+    shared_fairly(zk, 2, {1})
+    before = slot_epoch(zk, 1)
+    zk.delete(layout.slot_coordinator_path(1))  # as a session's end would, with the coordinator still running
+    wait_until(lambda: holders(zk, 2).get(1) == 1 and slot_epoch(zk, 1) > before, timeout=SETTLE_S,
+               message="slot 1 elected again under a new epoch")
+    log = cluster.servers[1].log_tail(100_000)
+    assert "no longer holds the election of slot 1: stepping down" in log
+    assert "resigned as coordinator of slot 1" in log and "resigned as coordinator of slot 0" not in log

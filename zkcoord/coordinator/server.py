@@ -365,6 +365,15 @@ class Server:
         servers = len(self.zk.get_children(layout.SERVERS, watch=self._wake_elector))
         nodes = self._election_nodes()
         session = self.zk.client_id[0]
+        for slot in list(self.coordinators):
+            stat = nodes.get(slot)
+            if stat is None or stat.ephemeralOwner != session:
+                # A coordinator runs only while its election is ours (a
+                # takeover that outlived its session, a node deleted by hand):
+                # step down; the slot is elected again like any other.
+                log.warning("server %d no longer holds the election of slot %d: stepping down in it",
+                            self.config.server_id, slot)
+                self._resign(slot)
         orphans = [slot for slot, stat in nodes.items()
                    if stat is not None and stat.ephemeralOwner == session and slot not in self.coordinators]
         for slot in orphans:
