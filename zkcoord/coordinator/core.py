@@ -597,10 +597,7 @@ class CoordinatorCore:
         self._emit(Send(member.connection, wire.RegisterConsumerResponse(coordinator_epoch=self.epoch),
                         correlation_id))
         log.info("%s member %s registered", group.describe(), member.member_id)
-        if group.generation == 0 and group.phase is GroupPhase.EMPTY and self.config.initial_rebalance_delay_ms:
-            self._forming(group, member, now)
-        else:
-            self.request_rebalance(group, f"member {member.member_id} joined", now)
+        self.request_rebalance(group, f"member {member.member_id} joined", now, joined=True)
 
     def _leave(self, member: Member, message: wire.LeaveGroupRequest, correlation_id: int, now: float) -> None:
         """A clean leave: take the final offsets (the member has stopped
@@ -786,34 +783,32 @@ class CoordinatorCore:
 
     # -- rebalancing (seed sections 6 and 7) ---------------------------------------------------
 
-    def request_rebalance(self, group: Group, why: str, now: float) -> None:
+    def request_rebalance(self, group: Group, why: str, now: float, joined: bool = False) -> None:
         """Something changed: rebalance ``group`` after the debounce delay.
         Requests made meanwhile join it (seed 001's rebalance bit); one made
         during a round runs once that round has ended. Safe to merge: the
-        round that runs next honours every fence set meanwhile."""
+        round that runs next honours every fence set meanwhile.
+
+        A join into a group that never had a round (Kafka's initial
+        rebalance delay) postpones its first round instead: to the initial
+        delay after this join, but no later than the rebalance timeout after
+        the first, so that a crowd joining over a while makes one round
+        instead of one per debounce. Safe as any debounce: nobody in the
+        group runs anything yet."""
         if self.deposed:
             return
         log.debug("%s rebalance requested: %s", group.describe(), why)
         group.rebalance_pending = True
         group.attempts = 0
-        self._schedule_round(group, now + self.config.rebalance_delay_ms / 1000.0)
-
-    def _forming(self, group: Group, member: Member, now: float) -> None:
-        """A member joined a group that never had a round (Kafka's initial
-        rebalance delay): its first round waits for the next join, up to the
-        rebalance timeout after the first, so that a crowd joining over a
-        while makes one round instead of one per debounce. Safe as any
-        debounce: nobody in the group runs anything yet."""
-        if group.forming_since is None:
-            group.forming_since = now
-        log.debug("%s rebalance requested: member %s joined (forming)", group.describe(), member.member_id)
-        group.rebalance_pending = True
-        group.attempts = 0
-        at = min(now + self.config.initial_rebalance_delay_ms / 1000.0,
-                 group.forming_since + self.config.rebalance_timeout_ms / 1000.0)
-        at = max(at, now + self.config.rebalance_delay_ms / 1000.0)
-        self._rebalance_due[group.name] = at  # later than before, unlike _schedule_round
-        self._emit(SetTimer(("rebalance", group.name), at))
+        at = now + self.config.rebalance_delay_ms / 1000.0
+        if joined and group.generation == 0 and group.phase is GroupPhase.EMPTY \
+                and self.config.initial_rebalance_delay_ms:
+            if group.forming_since is None:
+                group.forming_since = now
+            at = max(at, min(now + self.config.initial_rebalance_delay_ms / 1000.0,
+                             group.forming_since + self.config.rebalance_timeout_ms / 1000.0))
+            self._rebalance_due.pop(group.name, None)  # the only round that may move later
+        self._schedule_round(group, at)
 
     def _schedule_round(self, group: Group, at: float) -> None:
         due = self._rebalance_due.get(group.name)

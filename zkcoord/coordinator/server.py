@@ -361,7 +361,9 @@ class Server:
         self._election_wanted.clear()  # first: a watch that fires from here on is another round
         for slot, coordinator in list(self.coordinators.items()):
             if coordinator.deposed:
-                self._resign(slot)  # someone newer holds the epoch: give the node up
+                # Before any read: its members go looking for the new one at
+                # once, even while ZooKeeper is out of reach.
+                self._resign(slot)
         servers = len(self.zk.get_children(layout.SERVERS, watch=self._wake_elector))
         nodes = self._election_nodes()
         session = self.zk.client_id[0]
