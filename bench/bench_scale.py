@@ -132,27 +132,31 @@ class Load:
         """Every generator has reported since ``moment`` (time.time())."""
         return all(s.get("time", 0.0) > moment for s in self._statuses())
 
-    def whole_groups(self, min_epochs: Optional[dict] = None) -> int:
-        """Groups in which every member is registered and the members hold
-        each partition exactly once (by count and by the sum of the partition
-        numbers), every member of a group named in ``min_epochs`` under that
-        epoch or later."""
-        per_group: dict[str, list[int]] = {}
+    def whole_groups(self, min_epochs: Optional[dict] = None) -> dict[str, float]:
+        """The groups in which every member is registered and the members
+        hold each partition exactly once (by count and by the sum of the
+        partition numbers), every member of a group named in ``min_epochs``
+        under that epoch or later; each with the moment (time.time()) it
+        became so: its members' last Start or Stop, as their generator noted
+        it, so that a figure does not wait for the next status line."""
+        per_group: dict[str, list] = {}
         for status in self._statuses():
-            for group, (registered, held, id_sum, epoch) in status.get("groups", {}).items():
-                entry = per_group.setdefault(group, [0, 0, 0, math.inf])
+            for group, (registered, held, id_sum, epoch, changed_at) in status.get("groups", {}).items():
+                entry = per_group.setdefault(group, [0, 0, 0, math.inf, 0.0])
                 entry[0] += registered
                 entry[1] += held
                 entry[2] += id_sum
                 entry[3] = min(entry[3], epoch)
+                entry[4] = max(entry[4], changed_at)
         expected_sum = self.partitions * (self.partitions - 1) // 2
-        whole = 0
+        whole = {}
         for index in range(self.groups):
-            entry = per_group.get(group_name(GROUP_PREFIX, index))
+            name = group_name(GROUP_PREFIX, index)
+            entry = per_group.get(name)
             size = self.members // self.groups + (index < self.members % self.groups)
             if entry and entry[0] == size and entry[1] == self.partitions and entry[2] == expected_sum \
-                    and entry[3] >= (min_epochs or {}).get(group_name(GROUP_PREFIX, index), -1):
-                whole += 1
+                    and entry[3] >= (min_epochs or {}).get(name, -1):
+                whole[name] = entry[4]
         return whole
 
     def stop(self) -> None:
@@ -209,7 +213,7 @@ def run(args, work: Path) -> str:
         def progress() -> bool:
             if any(g.proc.poll() is not None for g in generators):
                 raise RuntimeError("a load generator exited; see its log under " + str(work))
-            return load.fresh_since(began) and load.whole_groups() == args.groups
+            return load.fresh_since(began) and len(load.whole_groups()) == args.groups
 
         last_print = [0.0]
 
@@ -218,14 +222,14 @@ def run(args, work: Path) -> str:
             if time.time() - last_print[0] >= 5:
                 last_print[0] = time.time()
                 print(f"  {time.time() - began:5.1f} s: {load.registered()} registered, "
-                      f"{load.whole_groups()} of {args.groups} groups whole", flush=True)
+                      f"{len(load.whole_groups())} of {args.groups} groups whole", flush=True)
                 if time.time() - began > args.ramp_s + 10 and load.registered() < args.members:
                     print(f"    not registered, among others: {load.waiting()}", flush=True)
             return done
 
         wait_until(report_progress, args.ramp_s + args.join_timeout_s, message="every member registered and every group whole",
                    interval=0.2)
-        joined_s = time.time() - began
+        joined_s = max(load.whole_groups().values()) - began
         print(f"joined: {args.members} members, {args.groups} groups whole in {joined_s:.1f} s", flush=True)
 
         # The steady window: nobody joins or leaves.
@@ -290,9 +294,9 @@ def failover(harness: Harness, load: Load, victim: int, args) -> None:
     elected_s = time.time() - killed_at
     after = slot_epochs(harness, args.slots)
     wanted = {g: after[slot_of(g, args.slots)] for g in moved}
-    wait_until(lambda: load.fresh_since(killed_at) and load.whole_groups(wanted) == args.groups,
+    wait_until(lambda: load.fresh_since(killed_at) and len(load.whole_groups(wanted)) == args.groups,
                args.join_timeout_s, message="every group whole, the moved ones under their new epoch", interval=0.1)
-    whole_s = time.time() - killed_at
+    whole_s = max(load.whole_groups(wanted).values()) - killed_at
     print(f"failover: kill -9 of server {victim}, holding {len(held)} of {args.slots} slot(s) and {len(moved)} of "
           f"{args.groups} groups; new epochs after {elected_s:.1f} s; every group whole again after {whole_s:.1f} s "
           f"(ZooKeeper session {args.zk_session_timeout_ms / 1000:.1f} s; {load.lost() - lost_before} registrations "

@@ -638,6 +638,20 @@ def test_a_crowd_that_keeps_coming_waits_no_longer_than_the_rebalance_timeout():
     assert first_start is not None and 2.0 <= first_start <= 2.1 + 1e-9  # the rebalance timeout after the first
 
 
+def test_joins_faster_than_the_debounce_past_the_timeout_do_not_postpone_the_first_round():
+    # A join every 50 ms, for 4 s: past the cap, each join must not move the
+    # round to its own debounce (it did, and no round ran while they came).
+    h = Harness(FORMING)
+    h.register("m0", "m0")
+    first_start = None
+    for i in range(1, 80):
+        h.advance(0.05, serve=tuple(f"m{j}" for j in range(i)))
+        if first_start is None and h.requests("m0", wire.StartRequest):
+            first_start = h.now
+        h.register(f"m{i}", f"m{i}")
+    assert first_start is not None and 2.0 <= first_start <= 2.1 + 1e-9
+
+
 def test_a_group_with_a_generation_gets_the_plain_debounce():
     # A group a predecessor coordinated (or that has had its first round) is
     # not forming: a join is answered after the 100 ms debounce.

@@ -268,8 +268,14 @@ class GroupMembership:
             try:
                 self.protocol.registered(answer)
             except wire.WireError as exc:
-                if isinstance(exc, (wire.NotCoordinator, wire.CoordinatorNotAvailable)):
+                if isinstance(exc, wire.NotCoordinator) or (
+                        isinstance(exc, wire.CoordinatorNotAvailable)
+                        and answer.coordinator_epoch != metadata.coordinator_epoch):
                     self._unreachable_epoch = metadata.coordinator_epoch  # it has moved on: wait for the news
+                # Otherwise the coordinator named is the current one, still
+                # loading or cut off from ZooKeeper for a moment: try it again
+                # after the backoff, not after a newer coordinator that may
+                # never come.
                 if self.protocol.state is MemberState.FAILED:
                     self.error = exc
                 else:

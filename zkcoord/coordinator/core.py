@@ -805,9 +805,13 @@ class CoordinatorCore:
                 and self.config.initial_rebalance_delay_ms:
             if group.forming_since is None:
                 group.forming_since = now
-            at = max(at, min(now + self.config.initial_rebalance_delay_ms / 1000.0,
-                             group.forming_since + self.config.rebalance_timeout_ms / 1000.0))
-            self._rebalance_due.pop(group.name, None)  # the only round that may move later
+            # The cap is applied last: past it, a join must not move the
+            # round to its own debounce, or a steady trickle of joins would
+            # hold the first round off for as long as it lasts.
+            cap = group.forming_since + self.config.rebalance_timeout_ms / 1000.0
+            at = min(max(at, now + self.config.initial_rebalance_delay_ms / 1000.0), max(cap, now))
+            if at <= cap:
+                self._rebalance_due.pop(group.name, None)  # the only round that may move later
         self._schedule_round(group, at)
 
     def _schedule_round(self, group: Group, at: float) -> None:

@@ -23,6 +23,7 @@ import logging
 import os
 import resource
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -384,6 +385,8 @@ class Server:
         vacant = [slot for slot, stat in nodes.items() if stat is None]
         won = [slot for slot in slots_to_seek(set(self.coordinators) | set(orphans), vacant, self.slots, servers)
                if self._stand(slot)]
+        if won:
+            log.info("server %d won the election of slot(s) %s", self.config.server_id, won)
         if not self._take_offices(orphans + won):
             return 0.5
         release = slot_to_release(self.coordinators, self.slots, servers)
@@ -450,13 +453,15 @@ class Server:
         if self.zk.state != KazooState.CONNECTED:
             coordinator.session_changed(connected=False)
         self.coordinators[slot] = coordinator
+        began = time.monotonic()
         try:
             coordinator.start()
         except BaseException:
             self.coordinators.pop(slot, None)
             coordinator.stop()
             raise
-        log.info("server %d is the coordinator of slot %d, epoch %d", self.config.server_id, slot, epoch.number)
+        log.info("server %d is the coordinator of slot %d, epoch %d (loaded in %.0f ms)",
+                 self.config.server_id, slot, epoch.number, 1000 * (time.monotonic() - began))
 
     def _give_up_election(self, slot: int) -> None:
         """Delete ``slot``'s election node, if it is still ours."""

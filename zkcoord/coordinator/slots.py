@@ -6,9 +6,7 @@ is elected and fenced on its own, as each partition of Kafka's offsets topic
 has its own leader. A dead coordinator moves only its slots, and the others'
 groups never pause.
 
-This module decides; the server carries it out. Not wired into the server
-yet: the slot count, the per-slot election and fencing, ClusterMetadata
-naming a group's coordinator and redirection come in the next steps.
+This module decides; the server (coordinator/server.py) carries it out.
 """
 
 from __future__ import annotations

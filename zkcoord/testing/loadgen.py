@@ -45,18 +45,22 @@ def group_name(prefix: str, index: int) -> str:
 
 
 class SilentMember:
-    """A listener that holds what it is told and commits nothing."""
+    """A listener that holds what it is told and commits nothing, and
+    notes when that last changed."""
 
-    __slots__ = ("held",)
+    __slots__ = ("held", "changed_at")
 
     def __init__(self):
         self.held: frozenset = frozenset()
+        self.changed_at = 0.0  # time.time() of the last Start or Stop
 
     def on_start(self, partitions):
         self.held = frozenset(partitions)
+        self.changed_at = time.time()
 
     def on_stop(self, partitions):
         self.held = self.held - frozenset(partitions)
+        self.changed_at = time.time()
         return {}
 
     def offsets(self):
@@ -94,15 +98,18 @@ class Load:
         and made again (a member that lost its place and came back counts
         once per loss); ``groups``: per group [members registered, partitions
         held, sum of the partition numbers held, the oldest coordinator epoch
-        a registered member is under (-1: none registered)] (a group is whole when the
-        count and the sum are those of its topic, each partition once);
+        a registered member is under (-1: none registered), the last time.time()
+        a registered member was started or stopped] (a group is whole when the
+        count and the sum are those of its topic, each partition once; it
+        became whole at that last Start, to the instant, whatever the
+        interval between statuses);
         ``waiting``: up to WAITING_SHOWN members not registered, as [consumer
         id, group, protocol state, registrations so far]."""
         usage = resource.getrusage(resource.RUSAGE_SELF)
         groups: dict[str, list[int]] = {}
         registered = lost = 0
         for group, membership, listener in self.members:
-            entry = groups.setdefault(group, [0, 0, 0, NO_EPOCH])
+            entry = groups.setdefault(group, [0, 0, 0, NO_EPOCH, 0.0])
             lost += max(membership.registrations - 1, 0)
             if membership.registered.is_set():
                 registered += 1
@@ -110,6 +117,7 @@ class Load:
                 entry[1] += len(listener.held)
                 entry[2] += sum(p for _, p in listener.held)
                 entry[3] = membership.epoch if entry[3] == NO_EPOCH else min(entry[3], membership.epoch)
+                entry[4] = max(entry[4], listener.changed_at)
         # A few of the members not registered, with their protocol's state,
         # so that a run that never completes says who it waits for.
         waiting = [[membership.consumer_id, group, membership.protocol.state.value, membership.registrations]
