@@ -6,6 +6,7 @@ import pytest
 
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.coordinator.store import MAX_MULTI_BYTES, MAX_NODE_BYTES, CoordinatorStore, NodeTooLarge, split_operations
+from zkcoord.testing import wait_until
 from zkcoord.zk import layout
 
 PARTITIONS = 20_000
@@ -108,3 +109,43 @@ def test_a_slot_outside_the_count_is_refused(zk):
         CoordinatorStore(zk, 1, slot=2, slots=2)
     with pytest.raises(ConfigError):
         CoordinatorStore(zk, 1, slot=0, slots=0)
+
+
+def test_the_election_is_won_and_the_epoch_claimed_together_or_not_at_all(zk, zk_connect):
+    from kazoo.client import KazooClient
+
+    election = layout.slot_coordinator_path(1)
+    rival = KazooClient(hosts=zk_connect)
+    rival.start(timeout=15)
+    try:
+        won = CoordinatorStore(zk, 1, slot=1, slots=2).claim_epoch(elected_as=b"1")
+        assert won.number == 1
+        data, stat = zk.get(election)
+        assert data == b"1" and stat.ephemeralOwner == zk.client_id[0]
+        # Another session finds the election held: no epoch claimed, so the
+        # holder is not fenced out (a takeover whose session ended while it
+        # ran, its claim sent on a new session, is this case too).
+        loser = CoordinatorStore(rival, 2, slot=1, slots=2)
+        assert loser.claim_epoch(elected_as=b"2") is None and loser.epoch is None
+        assert layout.decode_coordinator_epoch(zk.get(layout.slot_epoch_path(1))[0]) == 1
+        # The holder gone, the next claim wins both.
+        zk.delete(election)
+        assert loser.claim_epoch(elected_as=b"2").number == 2
+        assert rival.get(election)[1].ephemeralOwner == rival.client_id[0]
+    finally:
+        rival.stop()
+        rival.close()
+
+
+def test_the_office_is_proven_only_on_the_session_that_claimed_the_epoch(store, monkeypatch):
+    store.prove_office()  # the claiming session: proven
+    # A later session of the same client: the epoch node is unchanged, so the
+    # epoch check alone would pass, but the election node went with the first.
+    later = store.epoch.session_id + 1
+    monkeypatch.setattr(store, "_session_id", lambda: later)
+    with pytest.raises(Deposed, match="has ended"):
+        store.prove_office()
+    answers = []
+    store.prove_office_async(answers.append)
+    wait_until(lambda: answers, 10, message="the proof's answer")
+    assert isinstance(answers[0], Deposed)

@@ -130,8 +130,13 @@ class MetadataView:
                 self._wanted.set()
 
     def _read(self) -> list[wire.ClusterMetadataResponse]:
-        paths = [path for slot in range(self.slots)
-                 for path in (layout.slot_coordinator_path(slot), layout.slot_epoch_path(slot))]
+        # Epochs first: ZooKeeper answers one session's reads in order, so a
+        # takeover made between the two reads pairs the new coordinator with
+        # the old epoch (a held answer waits on for the epoch's watch), never
+        # the old coordinator with the new epoch (a waiting member would be
+        # sent to the dead one as if it were the news).
+        paths = [layout.slot_epoch_path(slot) for slot in range(self.slots)] + \
+                [layout.slot_coordinator_path(slot) for slot in range(self.slots)]
         data = self._get_all(paths)
         servers = self._endpoints(layout.SERVERS, server_endpoint)
         brokers = self._endpoints(layout.BROKER_IDS, broker_endpoint)

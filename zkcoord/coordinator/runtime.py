@@ -203,6 +203,8 @@ class Coordinator:
         self.store.prove_office()
         states = self.store.group_states()
         self._apply(self.core.load(states, proven_at, self.clock()))
+        if self.deposed:  # stopped while it loaded (its session ended, say): watch nothing
+            return
         self.topics.subscribe(self._partitions_changed)
         self._apply(self.core.start(self.clock()))
 
@@ -212,13 +214,15 @@ class Coordinator:
 
     def stop(self) -> None:
         """Step down: write what offsets can be written, close every member's connection, stop."""
-        self._apply(self.core.flush_all(self.clock()))
-        deadline = self.clock() + FINAL_FLUSH_S
-        while self.core.flushing and not self.core.deposed and self.clock() < deadline:
-            gevent.sleep(0.01)
-        if self.core.flushing:
-            log.warning("final offset flush did not finish; the members still hold those offsets")
-        self._apply(self.core.step_down(self.clock()))
+        try:
+            self._apply(self.core.flush_all(self.clock()))
+            deadline = self.clock() + FINAL_FLUSH_S
+            while self.core.flushing and not self.core.deposed and self.clock() < deadline:
+                gevent.sleep(0.01)
+            if self.core.flushing:
+                log.warning("final offset flush did not finish; the members still hold those offsets")
+        finally:  # killed while it flushed (its server stopping) too: it must never act again
+            self._apply(self.core.step_down(self.clock()))
         if self.topics is not None:
             self.topics.unsubscribe(self._partitions_changed)
         for key in list(self._timers):

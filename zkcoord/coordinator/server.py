@@ -58,8 +58,6 @@ IDLE_TIMEOUT_S = 60.0
 MAX_METADATA_WAIT_S = 5.0
 # Reconnecting to ZooKeeper: for ever, backing off to at most this between rounds.
 ZK_RECONNECT_MAX_DELAY_S = 2.0
-# Takeovers of a slot failing in a row before this server lets another one try.
-MAX_FAILED_TAKEOVERS = 3
 # Coordinator slots of a cluster whose first server was not told a count:
 # one, the seed's single coordinator.
 DEFAULT_SLOTS = 1
@@ -171,7 +169,6 @@ class Server:
         self._state_changed = gevent.event.Event()
         self._elector: Optional[gevent.Greenlet] = None
         self._election_wanted = gevent.event.Event()
-        self._failed_takeovers: dict[int, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -228,12 +225,17 @@ class Server:
                  self.port, self.slots, "" if self.slots == 1 else "s")
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Graceful stop: resign (flushing offsets), stop accepting, drain, close."""
+        """Graceful stop: leave the servers the others count, resign
+        (flushing offsets), stop accepting, drain, close."""
         self._running = False
         self._state_changed.set()
         self._election_wanted.set()
         if self._elector is not None:
-            self._elector.kill(block=False)
+            self._elector.kill()  # and its takeovers: nothing takes office from here on
+        # Counted out first, so that as its slots fall vacant the others'
+        # fair share has room for them (at their share, they would not seek
+        # them until this process has gone).
+        self._unregister()
         self._resign_all()
         if self.metadata is not None:
             self.metadata.stop()
@@ -307,7 +309,14 @@ class Server:
                 coordinator.session_changed(connected=False)
         elif state == KazooState.LOST:
             self._session_lost = True
-            self.zk.handler.spawn(self._resign_all)
+            # Detached here and now, not when a greenlet gets its turn: the
+            # elector may run on the new session first, and its coordinators
+            # are not these. Nothing here may act again: suspended, they
+            # send nothing, and no CONNECTED will resume them.
+            lost, self.coordinators = self.coordinators, {}
+            for coordinator in lost.values():
+                coordinator.session_changed(connected=False)
+            self.zk.handler.spawn(self._step_down_all, lost)
         elif state == KazooState.CONNECTED:
             if self._session_lost:
                 self._session_lost = False
@@ -326,6 +335,16 @@ class Server:
         if self._elector is None or self._elector.dead:
             self._elector = gevent.spawn(self._elect_forever)
         self._election_wanted.set()
+
+    def _unregister(self) -> None:
+        """Delete this server's node, if it is this session's (best effort:
+        the session's end removes it anyway)."""
+        try:
+            _, stat = self.zk.get(layout.server_path(str(self.config.server_id)))
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.zk.delete(layout.server_path(str(self.config.server_id)), version=stat.version)
+        except Exception:  # gone already, or no connection
+            pass
 
     def _register(self) -> None:
         info = layout.ServerInfo(str(self.config.server_id), self.config.host, self.port)
@@ -355,17 +374,25 @@ class Server:
 
     def _elect_round(self) -> float:
         """One round: give up slots whose epoch a newer coordinator took,
-        repair a slot whose node is ours without a coordinator (a takeover
-        that failed half way), take vacant slots up to this server's fair
-        share, and hand one over if it holds more (another server joined).
-        Returns how long to wait for a change before the next round."""
+        and a node of ours with no coordinator (a takeover that failed half
+        way), register this server again if its node is missing, take
+        vacant slots up to this server's fair share, and hand one over if it
+        holds more (another server joined). Returns how long to wait for a
+        change before the next round."""
         self._election_wanted.clear()  # first: a watch that fires from here on is another round
         for slot, coordinator in list(self.coordinators.items()):
             if coordinator.deposed:
                 # Before any read: its members go looking for the new one at
                 # once, even while ZooKeeper is out of reach.
                 self._resign(slot)
-        servers = len(self.zk.get_children(layout.SERVERS, watch=self._wake_elector))
+        servers = self.zk.get_children(layout.SERVERS, watch=self._wake_elector)
+        if str(self.config.server_id) not in servers:
+            # Its registration failed on a new session (the connection
+            # flapping as it was made): members could not find this server,
+            # and the others would count it out of the fair share.
+            self._register()
+            return 0.0
+        servers = len(servers)
         nodes = self._election_nodes()
         session = self.zk.client_id[0]
         for slot in list(self.coordinators):
@@ -377,17 +404,20 @@ class Server:
                 log.warning("server %d no longer holds the election of slot %d: stepping down in it",
                             self.config.server_id, slot)
                 self._resign(slot)
-        orphans = [slot for slot, stat in nodes.items()
-                   if stat is not None and stat.ephemeralOwner == session and slot not in self.coordinators]
-        for slot in orphans:
-            log.warning("server %d holds the election of slot %d without a coordinator; taking office again",
-                        self.config.server_id, slot)
+        for slot, stat in nodes.items():
+            if stat is not None and stat.ephemeralOwner == session and slot not in self.coordinators:
+                # Ours without a coordinator: a takeover failed after its
+                # claim and could not give the node up then. Give it up now;
+                # the slot is elected again like any vacant one.
+                log.warning("server %d holds the election of slot %d without a coordinator; giving it up",
+                            self.config.server_id, slot)
+                self._give_up_election(slot)
         vacant = [slot for slot, stat in nodes.items() if stat is None]
-        won = [slot for slot in slots_to_seek(set(self.coordinators) | set(orphans), vacant, self.slots, servers)
-               if self._stand(slot)]
+        won = [store for store in map(self._stand, slots_to_seek(self.coordinators, vacant, self.slots, servers))
+               if store is not None]
         if won:
-            log.info("server %d won the election of slot(s) %s", self.config.server_id, won)
-        if not self._take_offices(orphans + won):
+            log.info("server %d won the election of slot(s) %s", self.config.server_id, [w.slot for w in won])
+        if not self._take_offices(won):
             return 0.5
         release = slot_to_release(self.coordinators, self.slots, servers)
         if release is not None and not vacant:  # hand over only once the last one has been taken
@@ -403,20 +433,20 @@ class Server:
                  for slot in range(self.slots)}
         return {slot: answer.get() for slot, answer in asked.items()}
 
-    def _stand(self, slot: int) -> bool:
-        """Try to win ``slot``'s election: True if its node is now ours."""
-        try:
-            self.zk.create(layout.slot_coordinator_path(slot), layout.encode_coordinator(str(self.config.server_id)),
-                           ephemeral=True, makepath=True)
-            return True
-        except NodeExistsError:
-            return False
+    def _stand(self, slot: int) -> Optional[CoordinatorStore]:
+        """Try to win ``slot``'s election: its election node created and its
+        epoch claimed at once (store.claim_epoch); the store that holds the
+        new epoch, or None if another server won."""
+        store = CoordinatorStore(self.zk, self.config.server_id, slot, self.slots)
+        if store.claim_epoch(elected_as=layout.encode_coordinator(str(self.config.server_id))) is None:
+            return None
+        return store
 
-    def _take_offices(self, slots: list[int]) -> bool:
-        """Take office in ``slots`` side by side (after a failover each
-        loads its own groups, and the members of the last should not wait
-        for the first); False if any failed."""
-        takeovers = [gevent.spawn(self._take_office, slot) for slot in slots]
+    def _take_offices(self, won: list[CoordinatorStore]) -> bool:
+        """Take office in the slots ``won`` side by side (after a failover
+        each loads its own groups, and the members of the last should not
+        wait for the first); False if any failed."""
+        takeovers = [gevent.spawn(self._take_office, store) for store in won]
         try:
             gevent.joinall(takeovers)
         except BaseException:  # the elector killed (the server stopping): its takeovers with it
@@ -424,30 +454,23 @@ class Server:
             raise
         return all(takeover.value for takeover in takeovers)
 
-    def _take_office(self, slot: int) -> bool:
-        """Become ``slot``'s coordinator, its election being ours; False if
-        that failed (after MAX_FAILED_TAKEOVERS in a row, the node is given
-        up so that another server tries)."""
+    def _take_office(self, store: CoordinatorStore) -> bool:
+        """Start the coordinator of the slot ``store`` won; False if that
+        failed, and then the election is given up, so that the slot is
+        elected again (by this server or another) with a new epoch."""
         try:
-            self._become_coordinator(slot)
+            self._become_coordinator(store)
         except Exception as exc:  # kazoo's connection errors too: never a zombie in office
-            failures = self._failed_takeovers[slot] = self._failed_takeovers.get(slot, 0) + 1
-            log.error("could not take office in slot %d (attempt %d): %s: %s",
-                      slot, failures, type(exc).__name__, exc)
-            if failures >= MAX_FAILED_TAKEOVERS:
-                self._give_up_election(slot)  # let another server try
-                self._failed_takeovers.pop(slot, None)
+            log.error("could not take office in slot %d: %s: %s", store.slot, type(exc).__name__, exc)
+            self._give_up_election(store.slot)
             return False
-        self._failed_takeovers.pop(slot, None)
         return True
 
-    def _become_coordinator(self, slot: int) -> None:
-        """Claim a new epoch of ``slot`` and start its coordinator; on any
-        failure, nothing is left running (the election node stays ours, and
-        the next round of the elector tries again)."""
-        store = CoordinatorStore(self.zk, self.config.server_id, slot, self.slots)
-        epoch = store.claim_epoch()
-        coordinator = Coordinator(store, self.config.coordinator, epoch.number, self.zk_session_timeout_ms,
+    def _become_coordinator(self, store: CoordinatorStore) -> None:
+        """Start the coordinator of the slot ``store`` won, at its epoch; on
+        any failure, nothing is left running."""
+        slot = store.slot
+        coordinator = Coordinator(store, self.config.coordinator, store.epoch.number, self.zk_session_timeout_ms,
                                   self.topics)
         # Published before it starts, so that a suspension meanwhile reaches it.
         if self.zk.state != KazooState.CONNECTED:
@@ -457,11 +480,12 @@ class Server:
         try:
             coordinator.start()
         except BaseException:
-            self.coordinators.pop(slot, None)
+            if self.coordinators.get(slot) is coordinator:
+                del self.coordinators[slot]
             coordinator.stop()
             raise
         log.info("server %d is the coordinator of slot %d, epoch %d (loaded in %.0f ms)",
-                 self.config.server_id, slot, epoch.number, 1000 * (time.monotonic() - began))
+                 self.config.server_id, slot, store.epoch.number, 1000 * (time.monotonic() - began))
 
     def _give_up_election(self, slot: int) -> None:
         """Delete ``slot``'s election node, if it is still ours."""
@@ -488,6 +512,15 @@ class Server:
         (runtime.FINAL_FLUSH_S), and a server stopping without ZooKeeper
         should not wait that long once per slot."""
         gevent.joinall([gevent.spawn(self._resign, slot) for slot in sorted(self.coordinators)])
+
+    def _step_down_all(self, lost: dict) -> None:
+        """Stop the coordinators of a session that has ended, at once. Their
+        election nodes went with the session; whatever holds those paths now
+        is another session's and is left alone."""
+        gevent.joinall([gevent.spawn(coordinator.stop) for coordinator in lost.values()])
+        for slot, coordinator in sorted(lost.items()):
+            log.info("server %d resigned as coordinator of slot %d (epoch %d): its ZooKeeper session ended",
+                     self.config.server_id, slot, coordinator.epoch)
 
     # -- connections ----------------------------------------------------------------------------
 

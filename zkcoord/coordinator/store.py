@@ -47,6 +47,11 @@ class Epoch:
 
     number: int
     fence_version: int
+    # The ZooKeeper session that claimed it (and won the election with it).
+    # The office is proven only on that session: the epoch check alone would
+    # pass on a later session of the same client, whose election node went
+    # with the first, while a successor may already be elected.
+    session_id: int
 
 
 class NodeTooLarge(ZkcoordError):
@@ -70,9 +75,20 @@ class CoordinatorStore:
 
     # -- election --------------------------------------------------------------------
 
-    def claim_epoch(self) -> Epoch:
-        """Bump the coordinator epoch (compare-and-set); called once elected."""
+    def claim_epoch(self, elected_as: Optional[bytes] = None) -> Optional[Epoch]:
+        """Bump the slot's coordinator epoch (compare-and-set).
+
+        With ``elected_as`` (the election node's data) the election is won
+        in the same multi-operation: the slot's ephemeral election node is
+        created and the epoch bumped together, or neither. None means
+        another server holds the election. No claim can then be made on a
+        session that does not hold the election (a takeover whose session
+        ended while it ran, its next call sent on the new one), which would
+        fence out the rightful coordinator while its members still obey it.
+        Without ``elected_as`` (a store's own tests) the epoch alone is bumped."""
+        election = layout.slot_coordinator_path(self.slot)
         self.zk.ensure_path(self.epoch_path.rsplit("/", 1)[0])
+        self.zk.ensure_path(election.rsplit("/", 1)[0])
         while True:
             try:
                 data, stat = self.zk.get(self.epoch_path)
@@ -87,12 +103,30 @@ class CoordinatorStore:
             except layout.LayoutError as exc:
                 # Guessing an epoch could let two coordinators share one.
                 raise Deposed(f"refusing to claim an epoch: {exc}") from None
-            try:
-                new_stat = self.zk.set(self.epoch_path, layout.encode_coordinator_epoch(number), version=stat.version)
-            except BadVersionError:
-                continue  # someone else moved it; read again
-            self.epoch = Epoch(number, new_stat.version)
+            session_id = self._session_id()
+            transaction = self.zk.transaction()
+            if elected_as is not None:
+                transaction.create(election, elected_as, ephemeral=True)
+            transaction.set_data(self.epoch_path, layout.encode_coordinator_epoch(number), version=stat.version)
+            results = transaction.commit()
+            if elected_as is not None and isinstance(results[0], NodeExistsError):
+                return None  # another server won the election
+            failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)),
+                           None)
+            if isinstance(failure, BadVersionError):
+                continue  # someone else moved the epoch; read again
+            if failure is not None:
+                raise failure
+            self.epoch = Epoch(number, results[-1].version, session_id)
+            if self._session_id() != session_id:
+                # Sent on a later session than it was asked on: whatever it
+                # won is that session's, and this store's proofs would fail.
+                raise Deposed(f"the ZooKeeper session changed while slot {self.slot}'s epoch was claimed")
             return self.epoch
+
+    def _session_id(self) -> Optional[int]:
+        client_id = self.zk.client_id
+        return client_id[0] if client_id else None
 
     # -- reads -------------------------------------------------------------------------
 
@@ -192,6 +226,9 @@ class CoordinatorStore:
     def _fence_outcome(self, results: list) -> None:
         failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if not failures:
+            if self._session_id() != self.epoch.session_id:
+                raise Deposed(f"the ZooKeeper session that claimed epoch {self.epoch.number} of slot {self.slot} "
+                              "has ended")
             return
         if isinstance(results[0], BadVersionError):
             slot = f" of slot {self.slot}" if self.slots > 1 else ""
