@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from zkcoord.coordinator import store as store_module
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.coordinator.store import MAX_MULTI_BYTES, MAX_NODE_BYTES, CoordinatorStore, NodeTooLarge, split_operations
 from zkcoord.testing import wait_until
@@ -142,7 +143,7 @@ def test_the_office_is_proven_only_on_the_session_that_claimed_the_epoch(store, 
     # A later session of the same client: the epoch node is unchanged, so the
     # epoch check alone would pass, but the election node went with the first.
     later = store.epoch.session_id + 1
-    monkeypatch.setattr(store, "_session_id", lambda: later)
+    monkeypatch.setattr(store_module, "session_id", lambda zk: later)
     with pytest.raises(Deposed, match="has ended"):
         store.prove_office()
     answers = []

@@ -14,11 +14,12 @@ import time
 from typing import Callable, NamedTuple, Optional
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from zkcoord.broker.handlers import BrokerAddress, ClusterView, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.session import delete_if_owned
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +83,7 @@ class ZkState:
             self.register()
 
     def unregister(self) -> None:
-        try:
-            _, stat = self.client.get(self._path)
-            if stat.ephemeralOwner == self.client.client_id[0]:
-                self.client.delete(self._path, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
+        delete_if_owned(self.client, self._path)
 
     def read(self) -> Snapshot:
         """The whole cluster view, re-arming watches on every node read."""

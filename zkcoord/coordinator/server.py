@@ -48,7 +48,7 @@ from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
-from zkcoord.zk.session import SessionTimeoutWitness
+from zkcoord.zk.session import SessionTimeoutWitness, delete_if_owned
 
 log = logging.getLogger(__name__)
 
@@ -337,14 +337,8 @@ class Server:
         self._election_wanted.set()
 
     def _unregister(self) -> None:
-        """Delete this server's node, if it is this session's (best effort:
-        the session's end removes it anyway)."""
-        try:
-            _, stat = self.zk.get(layout.server_path(str(self.config.server_id)))
-            if stat.ephemeralOwner == self.zk.client_id[0]:
-                self.zk.delete(layout.server_path(str(self.config.server_id)), version=stat.version)
-        except Exception:  # gone already, or no connection
-            pass
+        """Delete this server's node, if it is this session's."""
+        self._delete_if_owned(layout.server_path(str(self.config.server_id)))
 
     def _register(self) -> None:
         info = layout.ServerInfo(str(self.config.server_id), self.config.host, self.port)
@@ -489,13 +483,15 @@ class Server:
 
     def _give_up_election(self, slot: int) -> None:
         """Delete ``slot``'s election node, if it is still ours."""
-        path = layout.slot_coordinator_path(slot)
+        self._delete_if_owned(layout.slot_coordinator_path(slot))
+
+    def _delete_if_owned(self, path: str) -> None:
+        """Best effort: with no connection the node stays, and goes when
+        this session ends."""
         try:
-            data, stat = self.zk.get(path)
-            if stat.ephemeralOwner == self.zk.client_id[0]:
-                self.zk.delete(path, version=stat.version)
-        except Exception:  # gone already, or no connection: the session's end removes it
-            pass
+            delete_if_owned(self.zk, path)
+        except Exception as exc:  # kazoo's connection errors
+            log.debug("could not delete %s: %s", path, exc)
 
     def _resign(self, slot: int) -> None:
         """Step down in ``slot`` (its offsets flushed first) and give its election up."""

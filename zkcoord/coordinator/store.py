@@ -21,6 +21,7 @@ from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.reads import read_nodes
+from zkcoord.zk.session import session_id
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class CoordinatorStore:
             except layout.LayoutError as exc:
                 # Guessing an epoch could let two coordinators share one.
                 raise Deposed(f"refusing to claim an epoch: {exc}") from None
-            session_id = self._session_id()
+            claimed_on = session_id(self.zk)
             transaction = self.zk.transaction()
             if elected_as is not None:
                 transaction.create(election, elected_as, ephemeral=True)
@@ -117,16 +118,12 @@ class CoordinatorStore:
                 continue  # someone else moved the epoch; read again
             if failure is not None:
                 raise failure
-            self.epoch = Epoch(number, results[-1].version, session_id)
-            if self._session_id() != session_id:
+            self.epoch = Epoch(number, results[-1].version, claimed_on)
+            if session_id(self.zk) != claimed_on:
                 # Sent on a later session than it was asked on: whatever it
                 # won is that session's, and this store's proofs would fail.
                 raise Deposed(f"the ZooKeeper session changed while slot {self.slot}'s epoch was claimed")
             return self.epoch
-
-    def _session_id(self) -> Optional[int]:
-        client_id = self.zk.client_id
-        return client_id[0] if client_id else None
 
     # -- reads -------------------------------------------------------------------------
 
@@ -226,7 +223,7 @@ class CoordinatorStore:
     def _fence_outcome(self, results: list) -> None:
         failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if not failures:
-            if self._session_id() != self.epoch.session_id:
+            if session_id(self.zk) != self.epoch.session_id:
                 raise Deposed(f"the ZooKeeper session that claimed epoch {self.epoch.number} of slot {self.slot} "
                               "has ended")
             return

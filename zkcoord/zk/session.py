@@ -1,4 +1,6 @@
-"""The session timeout ZooKeeper granted, which kazoo does not expose.
+"""What belongs to this client's ZooKeeper session: its id, the ephemeral
+nodes it owns, and the session timeout ZooKeeper granted (which kazoo
+does not expose).
 
 ZooKeeper may grant a session a shorter timeout than the one asked for (at
 most its maxSessionTimeout, 20 ticks by default), and the coordinator dates
@@ -14,6 +16,9 @@ from __future__ import annotations
 
 import logging
 from typing import Optional
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError
 
 KAZOO_LOGGER = "kazoo.client"
 # kazoo's record: "Session created, session_id: %r session_passwd: %s\n
@@ -37,3 +42,21 @@ class SessionTimeoutWitness(logging.LoggerAdapter):
 
     def warn(self, msg, *args, **kwargs):  # kazoo still calls the old name
         self.warning(msg, *args, **kwargs)
+
+
+def session_id(zk: KazooClient) -> Optional[int]:
+    """The id of the client's current session (None before the first)."""
+    client_id = zk.client_id
+    return client_id[0] if client_id else None
+
+
+def delete_if_owned(zk: KazooClient, path: str) -> None:
+    """Delete the ephemeral node at ``path`` if this session owns it; a node
+    gone already, or changed meanwhile, is left as it is. Connection errors
+    are the caller's (a node left behind goes with its session anyway)."""
+    try:
+        _, stat = zk.get(path)
+        if stat.ephemeralOwner == session_id(zk):
+            zk.delete(path, version=stat.version)
+    except (NoNodeError, BadVersionError):
+        pass
