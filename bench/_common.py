@@ -22,6 +22,7 @@ import gevent
 from kazoo.client import KazooClient
 from zkcoord.zk.gevent_handler import GeventHandler
 
+from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.testing import LocalCluster, start_ensemble, wait_until
 from zkcoord.zk import layout
@@ -90,9 +91,9 @@ class Member:
     def __init__(self, bootstrap, group: str, topic: str, session_timeout_ms: int,
                  recorder: Optional[Recorder] = None, strategies: Sequence[str] = ("range",)):
         self.recorder = recorder if recorder is not None else Recorder()
-        self.membership = GroupMembership(bootstrap, group, self.recorder, topics=[topic],
-                                          session_timeout_ms=session_timeout_ms,
-                                          assignment_strategies=strategies)
+        self.membership = GroupMembership(bootstrap, MemberConfig(
+            group=group, topics=(topic,), session_timeout_ms=session_timeout_ms,
+            assignment_strategies=strategies), self.recorder)
         self.recorder.membership = self.membership
         self.started_at = time.perf_counter()
         self.registered_at = 0.0

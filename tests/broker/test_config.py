@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from zkcoord.broker.config import BrokerConfig
+from zkcoord.broker.config import BrokerConfig, LogConfig
 from zkcoord.broker.protocol import ProtocolError, SUPPORTED, api_versions_response, decode_request
 from zkcoord.errors import ConfigError
 
@@ -13,17 +13,26 @@ from zkcoord.errors import ConfigError
 def test_defaults_bind_loopback_and_validate():
     config = BrokerConfig(broker_id=0, data_dir="d")
     assert (config.host, config.port, config.advertised) == ("127.0.0.1", 0, "127.0.0.1")
-    assert config.log_config().segment_bytes == config.segment_bytes
+    assert config.log == LogConfig()
 
 
 @pytest.mark.parametrize("bad", [
     {"broker_id": -1}, {"broker_id": 2**31}, {"data_dir": ""}, {"host": "localhost"},
     {"port": 70000}, {"max_request_bytes": 10}, {"max_connections": 0},
-    {"segment_bytes": 100}, {"flush_ms": 0}, {"retention_bytes": -2}, {"sendfile_threshold": -1},
+    {"sendfile_threshold": -1}, {"log": None}, {"broker_id": True}, {"advertised_host": ""},
 ])
 def test_bad_values_raise_config_error(bad):
     with pytest.raises(ConfigError):
         BrokerConfig(**{"broker_id": 1, "data_dir": "d", **bad})
+
+
+@pytest.mark.parametrize("bad", [
+    {"segment_bytes": 100}, {"flush_ms": 0}, {"flush_messages": 0}, {"retention_bytes": -2}, {"retention_ms": -2},
+    {"index_interval_bytes": 0},
+])
+def test_bad_log_values_raise_config_error(bad):
+    with pytest.raises(ConfigError):
+        LogConfig(**bad)
 
 
 def test_config_is_frozen():

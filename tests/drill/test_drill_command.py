@@ -64,8 +64,8 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--kinds", "consumer-kill,bogus"], "unknown fault kind"),
-    (["--faults", "0"], "--faults must be positive"),
-    (["--faults", "-2"], "--faults must be positive"),
+    (["--faults", "0"], "--faults must be at least 1"),
+    (["--faults", "-2"], "--faults must be at least 1"),
     (["--consumers", "0"], "--consumers must be at least 1"),
     (["--zookeeper", "127.0.0.1:1"], "both --zookeeper and --bootstrap"),
     (["--zookeeper", "127.0.0.1:1", "--bootstrap", "nonsense"], "not host:port"),

@@ -21,6 +21,7 @@ import pytest
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.zk import layout
 from tests.e2e.checks import wait_whole
@@ -321,8 +322,8 @@ def start(epoch: int, generation: int, *partitions: int) -> wire.StartRequest:
 def scripted():
     coordinator = ScriptedCoordinator(epoch=5)
     recorder = Recorder()
-    member = GroupMembership([f"127.0.0.1:{coordinator.port}"], "g", recorder, topics=["t"],
-                             session_timeout_ms=3000)
+    member = GroupMembership([f"127.0.0.1:{coordinator.port}"],
+                             MemberConfig(group="g", topics=("t",), session_timeout_ms=3000), recorder)
     member.start()
     yield coordinator, member, recorder
     coordinator.close()

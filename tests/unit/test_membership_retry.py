@@ -18,6 +18,7 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import METADATA_WAIT_MS, GroupMembership
 from zkcoord.testing import wait_until
 
@@ -91,7 +92,7 @@ class ScriptedCoordinator:
 
 def metadata_after_refusal(refusal: wire.RegisterConsumerResponse) -> wire.ClusterMetadataRequest:
     server = ScriptedCoordinator(refusal)
-    member = GroupMembership([f"127.0.0.1:{server.port}"], "g", Listener(), topics=["t"])
+    member = GroupMembership([f"127.0.0.1:{server.port}"], MemberConfig(group="g", topics=("t",)), Listener())
     member.start()
     try:
         first = server.metadata_requests.get(timeout=10)

@@ -15,31 +15,31 @@ def register(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+# Kafka's own port: a broker started alone listens where Kafka's clients look
+# first (a server's embedded broker picks a free port unless told).
+KAFKA_PORT = 9092
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--id", type=int, required=True, help="broker id (as in /brokers/ids)")
+    from zkcoord import settings
+    from zkcoord.broker.config import BrokerConfig, LogConfig
+
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
-    parser.add_argument("--data-dir", required=True, help="directory of the partition logs")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=9092, help="port; 0 picks a free one")
-    parser.add_argument("--advertised-host", help="host name to publish instead of --host")
-    parser.add_argument("--rack")
-    parser.add_argument("--segment-bytes", type=int, default=128 * 1024 * 1024)
-    parser.add_argument("--retention-bytes", type=int, default=-1)
-    parser.add_argument("--retention-ms", type=int, default=7 * 24 * 3600 * 1000)
-    parser.add_argument("--retention-check-ms", type=int, default=60_000)
-    parser.add_argument("--flush-messages", type=int)
-    parser.add_argument("--flush-ms", type=int)
-    parser.add_argument("--max-request-bytes", type=int, default=100 * 1024 * 1024)
-    parser.add_argument("--max-connections", type=int, default=1000)
-    parser.add_argument("--idle-timeout-ms", type=int, default=600_000,
-                        help="close connections idle this long")
+    settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT})
+    settings.add_options(parser, LogConfig)
     parser.add_argument("--port-file", help="write the bound port here once serving")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
-                        help="seconds to wait for ZooKeeper at start")
+                        help="seconds to wait for ZooKeeper at start (default 15)")
     parser.add_argument("--zk-session-timeout", type=float, default=10.0,
-                        help="ZooKeeper session timeout in seconds")
-    parser.add_argument("--register-timeout-ms", type=int, default=30_000,
-                        help="how long to wait for a crashed predecessor's registration to expire")
+                        help="ZooKeeper session timeout in seconds (default 10)")
+
+
+def config_from(args: argparse.Namespace):
+    """The BrokerConfig the command line describes."""
+    from zkcoord import settings
+    from zkcoord.broker.config import BrokerConfig, LogConfig
+
+    return settings.from_args(BrokerConfig, args, log=settings.from_args(LogConfig, args))
 
 
 def run(args) -> int:
@@ -56,21 +56,13 @@ def run(args) -> int:
     from kazoo.client import KazooClient
     from zkcoord.zk.gevent_handler import GeventHandler
 
-    from zkcoord.broker.config import BrokerConfig
     from zkcoord.broker.server import Broker
     from zkcoord.readiness import write_port_file
     from zkcoord.errors import ZkcoordError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        config = BrokerConfig(
-            broker_id=args.id, data_dir=args.data_dir, host=args.host, port=args.port,
-            advertised_host=args.advertised_host, rack=args.rack, segment_bytes=args.segment_bytes,
-            retention_bytes=args.retention_bytes, retention_ms=args.retention_ms,
-            retention_check_ms=args.retention_check_ms, flush_messages=args.flush_messages,
-            flush_ms=args.flush_ms, max_request_bytes=args.max_request_bytes,
-            register_timeout_ms=args.register_timeout_ms, max_connections=args.max_connections,
-            idle_timeout_ms=args.idle_timeout_ms)
+        config = config_from(args)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2

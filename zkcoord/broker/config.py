@@ -1,80 +1,64 @@
-"""The broker's configuration: one validated, immutable value."""
+"""The broker's settings, and its partition logs': validated, immutable values.
+
+Nothing here imports the broker's networking, so a command can declare its
+options (zkcoord.settings) before gevent patches the process.
+"""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Optional
 
-from zkcoord.broker.log import LogConfig
-from zkcoord.errors import ConfigError
+from zkcoord.settings import INT32_MAX, NODE_ID, PORT, bind_address, check, setting
 
-_INT32_MAX = 2**31 - 1
+
+@dataclass(frozen=True)
+class LogConfig:
+    """How one partition log stores, flushes and expires its data (the same for every partition)."""
+
+    segment_bytes: int = setting(128 * 1024 * 1024, "size at which a partition's log rolls to a new segment",
+                                 minimum=1024, maximum=INT32_MAX)
+    index_interval_bytes: int = setting(4096, "bytes of log between two entries of a segment's index", minimum=1,
+                                        cli=False)
+    # None leaves flushing to the operating system, as Kafka does by default.
+    flush_messages: Optional[int] = setting(None, "fsync a partition after this many records "
+                                                  "(default: leave it to the operating system)", minimum=1)
+    flush_ms: Optional[int] = setting(None, "fsync a partition this long after its last fsync "
+                                            "(default: leave it to the operating system)", minimum=1)
+    retention_bytes: int = setting(-1, "delete a partition's oldest segments beyond this size (-1: keep all)",
+                                   minimum=-1)
+    retention_ms: int = setting(7 * 24 * 3600 * 1000, "delete segments older than this (-1: keep all)",
+                                minimum=-1)
+
+    def __post_init__(self):
+        check(self)
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """Everything a broker needs besides its ZooKeeper client.
+    """Everything a broker needs besides its ZooKeeper client."""
 
-    ``idle_timeout_ms``: a connection that sends nothing for this long is
-    closed (Kafka's connections.max.idle.ms). ``register_timeout_ms``: how long to wait at start for the registration
-    of a crashed predecessor with the same id to expire. ``host`` is the address bound and advertised (127.0.0.1 unless told
-    otherwise); ``port`` 0 picks a free port. ``advertised_host`` overrides what
-    goes into ZooKeeper when clients must use another name. Flush and retention
-    settings are those of :class:`LogConfig`, applied to every partition.
-    """
-
-    broker_id: int
-    data_dir: str
-    host: str = "127.0.0.1"
-    port: int = 0
-    advertised_host: Optional[str] = None
-    rack: Optional[str] = None
-    segment_bytes: int = 128 * 1024 * 1024
-    index_interval_bytes: int = 4096
-    flush_messages: Optional[int] = None
-    flush_ms: Optional[int] = None
-    retention_bytes: int = -1
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_check_ms: int = 60_000
-    max_request_bytes: int = 100 * 1024 * 1024
-    max_connections: int = 1000
-    sendfile_threshold: int = 64 * 1024
-    max_fetch_wait_ms: int = 30_000
-    register_timeout_ms: int = 30_000
-    idle_timeout_ms: int = 600_000
+    broker_id: int = setting(help="broker id, as in /brokers/ids", flag="--id", **NODE_ID)
+    data_dir: str = setting(help="directory of the partition logs", non_empty=True)
+    host: str = bind_address()
+    port: int = setting(0, "the Kafka protocol's port (0: a free one)", **PORT)
+    advertised_host: Optional[str] = setting(None, "name to publish in ZooKeeper instead of the host, "
+                                                   "when clients must use another name", non_empty=True)
+    rack: Optional[str] = setting(None, "the broker's rack, published in its registration")
+    log: LogConfig = setting(help="storage of every partition", factory=LogConfig, cli=False)
+    retention_check_ms: int = setting(60_000, "how often retention looks for segments to delete", minimum=1)
+    max_request_bytes: int = setting(100 * 1024 * 1024, "largest request accepted", minimum=1024)
+    max_connections: int = setting(1000, "most client connections served at once", minimum=1)
+    sendfile_threshold: int = setting(64 * 1024, "fetch responses this large go out with sendfile", minimum=0,
+                                      cli=False)
+    max_fetch_wait_ms: int = setting(30_000, "longest a fetch may wait for data, whatever it asks", minimum=1)
+    register_timeout_ms: int = setting(30_000, "how long to wait at start for a crashed predecessor's "
+                                               "registration to expire", minimum=1)
+    # Kafka's connections.max.idle.ms.
+    idle_timeout_ms: int = setting(600_000, "close a connection that sends nothing for this long", minimum=1)
 
     def __post_init__(self):
-        if not isinstance(self.broker_id, int) or not 0 <= self.broker_id <= _INT32_MAX:
-            raise ConfigError(f"broker id must be an integer in [0, {_INT32_MAX}], got {self.broker_id!r}")
-        if not isinstance(self.data_dir, str) or not self.data_dir:
-            raise ConfigError("data_dir must be a non-empty path")
-        try:
-            ipaddress.ip_address(self.host)
-        except ValueError:
-            raise ConfigError(f"host must be an IP address to bind, got {self.host!r}") from None
-        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be in [0, 65535], got {self.port!r}")
-        for name in ("max_request_bytes", "max_connections", "retention_check_ms", "max_fetch_wait_ms",
-                     "register_timeout_ms", "idle_timeout_ms"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.max_request_bytes < 1024:
-            raise ConfigError("max_request_bytes must be at least 1024")
-        if not isinstance(self.sendfile_threshold, int) or self.sendfile_threshold < 0:
-            raise ConfigError("sendfile_threshold must be >= 0")
-        self.log_config()  # validates the storage settings
-
-    def log_config(self) -> LogConfig:
-        return LogConfig(
-            segment_bytes=self.segment_bytes,
-            index_interval_bytes=self.index_interval_bytes,
-            flush_messages=self.flush_messages,
-            flush_ms=self.flush_ms,
-            retention_bytes=self.retention_bytes,
-            retention_ms=self.retention_ms,
-        )
+        check(self)
 
     @property
     def advertised(self) -> str:

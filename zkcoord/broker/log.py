@@ -15,14 +15,14 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
 from kafka.record.default_records import DefaultRecordBatch
 
 from zkcoord.broker import formats
+from zkcoord.broker.config import LogConfig
 from zkcoord.broker.formats import CorruptBatchError
-from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.errors import ZkcoordError
 
 log = logging.getLogger(__name__)
 
@@ -49,37 +49,6 @@ class InvalidProducerEpochError(LogError):
 
 class RecordTooLargeError(LogError):
     """A batch is larger than a whole segment may be."""
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    """How one partition log stores, flushes and expires its data.
-
-    ``flush_messages``/``flush_ms``: fsync after this many records / this long
-    since the last fsync (None leaves it to the operating system, as Kafka
-    does by default). ``retention_bytes``/``retention_ms``: -1 keeps forever.
-    """
-
-    segment_bytes: int = 128 * 1024 * 1024
-    index_interval_bytes: int = 4096
-    flush_messages: Optional[int] = None
-    flush_ms: Optional[int] = None
-    retention_bytes: int = -1
-    retention_ms: int = 7 * 24 * 3600 * 1000
-
-    def __post_init__(self):
-        if self.segment_bytes < 1024:
-            raise ConfigError(f"segment_bytes must be at least 1024, got {self.segment_bytes}")
-        if self.index_interval_bytes < 1:
-            raise ConfigError("index_interval_bytes must be positive")
-        for name in ("flush_messages", "flush_ms"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be positive or None, got {value}")
-        for name in ("retention_bytes", "retention_ms"):
-            value = getattr(self, name)
-            if value < -1:
-                raise ConfigError(f"{name} must be -1 (unlimited) or >= 0, got {value}")
 
 
 class AppendResult(NamedTuple):

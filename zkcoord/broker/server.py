@@ -170,7 +170,7 @@ class Broker:
                 topic, partition = key
                 directory = os.path.join(self.config.data_dir, f"{topic}-{partition}")
                 try:
-                    plog = PartitionLog(directory, self.config.log_config(), time.time, epoch)
+                    plog = PartitionLog(directory, self.config.log, time.time, epoch)
                 except (OSError, ZkcoordError) as exc:
                     # One unusable directory must not keep the others offline.
                     log.error("broker %d cannot open %s: %s", self.config.broker_id, directory, exc)

@@ -36,21 +36,15 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from zkcoord.wire import OFFSET_RESETS
+    from zkcoord import settings
+    from zkcoord.consumer.config import ConsumerConfig
 
     p = subparsers.add_parser("consume", help="consume a topic as a member of a group")
     p.add_argument("--bootstrap", required=True, help="zkcoord servers, host:port[,host:port...]")
-    p.add_argument("--group", required=True)
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--topic", action="append", help="topic to consume (repeatable)")
-    which.add_argument("--pattern", help="regular expression over topic names")
-    p.add_argument("--consumer-id", default=None, help="a fixed id makes the member static")
-    p.add_argument("--session-timeout-ms", type=int, default=10_000)
-    p.add_argument("--max-poll-interval-ms", type=int, default=300_000)
-    p.add_argument("--max-poll-records", type=int, default=500)
-    p.add_argument("--offset-reset", choices=OFFSET_RESETS, default="smallest")
-    p.add_argument("--strategy", action="append", default=None,
-                   help="assignment strategy in order of preference (repeatable; default range)")
+    settings.add_options(which, ConsumerConfig, only=("topics", "pattern"))
+    # Offsets are always auto-committed here (see above).
+    settings.add_options(p, ConsumerConfig, exclude=("topics", "pattern", "auto_commit"))
     p.add_argument("--max-messages", type=int, default=0, help="stop after this many (0: never)")
     p.add_argument("--output", type=Path, default=None, help="append records here as JSON lines (default stdout)")
     p.add_argument("--status", type=Path, default=None, help="keep the member's assignment in this JSON file")
@@ -59,6 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--slow-ms", type=int, default=0,
                    help="after SIGUSR1, take this long over the next Start or Stop (fault drills)")
     p.set_defaults(func=run)
+
+
+def config_from(args: argparse.Namespace):
+    """The ConsumerConfig the command line describes."""
+    from zkcoord import settings
+    from zkcoord.consumer.config import ConsumerConfig
+
+    return settings.from_args(ConsumerConfig, args)
 
 
 _status_lock = threading.Lock()
@@ -150,11 +152,7 @@ def run(args: argparse.Namespace) -> int:
 
     hooked = args.status is not None or args.events is not None
     consumer = (SlowToObey if args.slow_ms else Consumer)(
-        args.bootstrap.split(","), group=args.group, topics=args.topic or (), pattern=args.pattern,
-        consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
-        max_poll_records=args.max_poll_records, auto_offset_reset=args.offset_reset,
-        assignment_strategies=tuple(args.strategy or ("range",)),
-        max_poll_interval_ms=args.max_poll_interval_ms,
+        args.bootstrap.split(","), config_from(args),
         on_assign=(lambda partitions: observe("start", partitions)) if hooked else None,
         on_revoke=(lambda partitions: observe("stop", partitions)) if hooked else None,
     )

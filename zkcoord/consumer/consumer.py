@@ -17,15 +17,18 @@ while the member holds its lease (docs/DESIGN.md, the lease rule).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
 from typing import Callable, Iterator, Optional, Sequence
 
+from zkcoord import wire
 from zkcoord.consumer.buffer import RecordBuffer
+from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.consumer.protocol import NO_OFFSET, TopicPartition
-from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.errors import ZkcoordError
 from zkcoord.records import Record
 
 log = logging.getLogger(__name__)
@@ -55,25 +58,21 @@ class Consumer:
     def __init__(
         self,
         bootstrap: Sequence[str],
-        group: str,
-        topics: Sequence[str] = (),
-        pattern: Optional[str] = None,
-        consumer_id: Optional[str] = None,
-        session_timeout_ms: int = 10_000,
-        max_poll_interval_ms: int = 300_000,
-        auto_commit: bool = True,
-        auto_offset_reset: str = "smallest",
-        max_poll_records: int = 500,
-        assignment_strategies: Sequence[str] = ("range",),
+        config: Optional[ConsumerConfig] = None,
+        /,
+        *,
         on_assign: Optional[Callable[[set[TopicPartition]], None]] = None,
         on_revoke: Optional[Callable[[set[TopicPartition]], None]] = None,
         fetcher_factory: Callable[[str, str], object] = kafka_fetcher_factory,
+        **settings,
     ):
-        if not isinstance(max_poll_records, int) or max_poll_records < 1:
-            raise ConfigError(f"max_poll_records must be a positive integer, not {max_poll_records!r}")
-        self.max_poll_records = max_poll_records
-        self.auto_commit = auto_commit
-        self.auto_offset_reset = auto_offset_reset
+        """``config``, or the settings of a :class:`ConsumerConfig` as keywords
+        (``group=``, ``topics=`` ...), which also override a given config's."""
+        if config is None:
+            config = ConsumerConfig(**settings)
+        elif settings:
+            config = dataclasses.replace(config, **settings)
+        self.config = config
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._fetcher_factory = fetcher_factory
@@ -86,12 +85,7 @@ class Consumer:
         # Application callbacks owed, in order: ("assign" | "revoke", partitions).
         self._callbacks: collections.deque[tuple[str, set[TopicPartition]]] = collections.deque()
         self._closed = False
-        self.membership = GroupMembership(
-            bootstrap, group, self, topics=topics, pattern=pattern, consumer_id=consumer_id,
-            session_timeout_ms=session_timeout_ms, max_poll_interval_ms=max_poll_interval_ms,
-            auto_commit=auto_commit, auto_offset_reset=auto_offset_reset,
-            assignment_strategies=assignment_strategies,
-        )
+        self.membership = GroupMembership(bootstrap, config, self)
         self.membership.start()
 
     # -- application API ---------------------------------------------------------------------
@@ -133,15 +127,15 @@ class Consumer:
 
     def _take_records(self, deadline: float) -> list[Record]:
         # Prefetch only while fewer than max_poll_records are buffered (seed 003).
-        if self._fetcher is not None and len(self._buffer) < self.max_poll_records:
+        if self._fetcher is not None and len(self._buffer) < self.config.max_poll_records:
             wait = min(FETCH_SLICE_S, max(0.0, deadline - time.monotonic()))
-            self._buffer.add(self._fetcher.fetch(self.max_poll_records - len(self._buffer), wait))
+            self._buffer.add(self._fetcher.fetch(self.config.max_poll_records - len(self._buffer), wait))
         if not self.membership.holds_lease():
             # Past the lease (a long pause, a lost coordinator): the partitions
             # may be another member's already. Nothing is handed out and no
             # position moves; the network thread stops everything and drops the buffer.
             return []
-        records = self._buffer.take(self.max_poll_records)
+        records = self._buffer.take(self.config.max_poll_records)
         for record in records:
             self._positions[(record.topic, record.partition)] = record.offset + 1
         return records
@@ -214,11 +208,11 @@ class Consumer:
     def _reset_offset(self) -> int:
         from zkcoord.fetch.kafka_fetcher import EARLIEST, LATEST
 
-        return EARLIEST if self.auto_offset_reset == "smallest" else LATEST
+        return EARLIEST if self.config.auto_offset_reset == wire.SMALLEST else LATEST
 
     def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
         with self._lock:
-            source = self._positions if self.auto_commit else self._committed
+            source = self._positions if self.config.auto_commit else self._committed
             final = {tp: source[tp] for tp in partitions if tp in source}
             try:
                 if self._fetcher is not None:
@@ -233,7 +227,7 @@ class Consumer:
 
     def offsets(self) -> Optional[dict[TopicPartition, int]]:
         with self._lock:
-            return dict(self._positions if self.auto_commit else self._committed)
+            return dict(self._positions if self.config.auto_commit else self._committed)
 
     def last_poll_ms_ago(self) -> int:
         if self._last_poll is None:

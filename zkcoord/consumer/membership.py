@@ -27,6 +27,7 @@ from typing import Callable, Optional, Sequence
 from zkcoord import wire
 from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel
+from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState, TopicPartition
 from zkcoord.errors import ConfigError, ZkcoordError
 
@@ -82,43 +83,23 @@ class GroupMembership:
     # closes one by one (the load generator) raises it to save the wake-ups.
     close_check_s = LEAVE_CHECK_S
 
-    def __init__(
-        self,
-        bootstrap: Sequence[str],
-        group: str,
-        listener: MembershipListener,
-        *,
-        topics: Sequence[str] = (),
-        pattern: Optional[str] = None,
-        consumer_id: Optional[str] = None,
-        session_timeout_ms: int = 10_000,
-        max_poll_interval_ms: int = 300_000,
-        auto_commit: bool = True,
-        auto_offset_reset: str = "smallest",
-        assignment_strategies: Sequence[str] = ("range",),
-        clock: Callable[[], float] = lease_clock,
-    ):
-        if not group:
-            raise ConfigError("a group id is required")
-        if not topics and not pattern:
-            raise ConfigError("subscribe to topics or to a pattern")
-        if auto_offset_reset not in wire.OFFSET_RESETS:
-            raise ConfigError(f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {auto_offset_reset!r}")
-        if session_timeout_ms <= 0 or max_poll_interval_ms <= 0:
-            raise ConfigError("session_timeout_ms and max_poll_interval_ms must be positive")
+    def __init__(self, bootstrap: Sequence[str], config: MemberConfig, listener: MembershipListener, *,
+                 clock: Callable[[], float] = lease_clock):
         self.servers = parse_bootstrap(bootstrap)
-        self.group = group
+        self.config = config
+        self.group = config.group
         self.listener = listener
         self.clock = clock
-        self.is_static = consumer_id is not None
-        self.consumer_id = consumer_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+        self.is_static = config.is_static
+        self.consumer_id = config.consumer_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
         self.protocol = MemberProtocol(wire.RegisterConsumerRequest(
-            group_id=group, consumer_id=self.consumer_id, topics=tuple(topics), pattern=pattern or "",
-            auto_commit=auto_commit, auto_offset_reset=auto_offset_reset,
-            session_timeout_ms=session_timeout_ms, max_poll_interval_ms=max_poll_interval_ms,
-            is_static=self.is_static, assignment_strategies=tuple(assignment_strategies),
+            group_id=config.group, consumer_id=self.consumer_id, topics=config.topics,
+            pattern=config.pattern or "", auto_commit=config.auto_commit,
+            auto_offset_reset=config.auto_offset_reset, session_timeout_ms=config.session_timeout_ms,
+            max_poll_interval_ms=config.max_poll_interval_ms, is_static=self.is_static,
+            assignment_strategies=config.assignment_strategies,
         ), listener)
-        self.session_timeout = session_timeout_ms / 1000.0
+        self.session_timeout = config.session_timeout_ms / 1000.0
         self.brokers: list[wire.Endpoint] = []
         self.error: Optional[ZkcoordError] = None  # raised to the application by the next poll()
         self.registered = threading.Event()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
+from zkcoord import wire
+from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.errors import ConfigError
+from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")
 
@@ -13,34 +17,52 @@ REBALANCE_PROTOCOLS = ("incremental", "eager")
 class CoordinatorConfig:
     """The coordinator's knobs (seed 001 section 2), validated on creation."""
 
-    min_session_timeout_ms: int = 1000
-    max_session_timeout_ms: int = 60_000
-    max_rebalance_retries: int = 4
-    rebalance_backoff_ms: int = 500
-    rebalance_timeout_ms: int = 10_000  # wait for every Stop and Start answer
-    offset_flush_interval_ms: int = 1000
-    lease_margin_ms: int = 200  # slack for the members' clocks running slower than ours
-    rebalance_delay_ms: int = 100  # joins and leaves within this delay make one rebalance
-    # A new group's first round waits this long after each join (up to the
-    # rebalance timeout after the first), so that a crowd joining at once
-    # makes one round rather than one per join (Kafka's group.initial.rebalance.delay.ms).
-    initial_rebalance_delay_ms: int = 1000
-    rebalance_protocol: str = "incremental"  # or "eager": seed 001's stop-all/start-all
+    min_session_timeout_ms: int = setting(1000, "smallest consumer session timeout accepted", minimum=1)
+    max_session_timeout_ms: int = setting(60_000, "largest consumer session timeout accepted", minimum=1)
+    max_rebalance_retries: int = setting(4, "rebalance attempts after the first fails, before the group "
+                                            "is marked failed", minimum=0)
+    rebalance_backoff_ms: int = setting(500, "wait between a failed rebalance and the next attempt", minimum=0)
+    rebalance_timeout_ms: int = setting(10_000, "how long a rebalance waits for every member's Stop and "
+                                                "Start answers", minimum=1)
+    offset_flush_interval_ms: int = setting(1000, "how often the offsets members report are written to "
+                                                  "ZooKeeper", minimum=1)
+    lease_margin_ms: int = setting(200, "slack for members' clocks running slower than the coordinator's",
+                                   minimum=0)
+    rebalance_delay_ms: int = setting(100, "joins and leaves within this delay make one rebalance", minimum=0)
+    # Kafka's group.initial.rebalance.delay.ms.
+    initial_rebalance_delay_ms: int = setting(
+        1000, "a new group's first rebalance waits this long after each join, up to the rebalance timeout, "
+              "so that members joining together make one rebalance (0: no wait)", minimum=0)
+    rebalance_protocol: str = setting("incremental", "incremental: stop only what moves; eager: seed 001's "
+                                                     "stop-all/start-all", choices=REBALANCE_PROTOCOLS)
 
     def __post_init__(self) -> None:
-        if self.rebalance_protocol not in REBALANCE_PROTOCOLS:
-            raise ConfigError(f"rebalance_protocol must be one of {REBALANCE_PROTOCOLS}, "
-                              f"not {self.rebalance_protocol!r}")
-        positive = (
-            "min_session_timeout_ms", "max_session_timeout_ms",
-            "rebalance_timeout_ms", "offset_flush_interval_ms",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
-        for name in ("max_rebalance_retries", "rebalance_backoff_ms", "lease_margin_ms", "rebalance_delay_ms",
-                     "initial_rebalance_delay_ms"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
+        check(self)
         if self.min_session_timeout_ms > self.max_session_timeout_ms:
             raise ConfigError("min_session_timeout_ms exceeds max_session_timeout_ms")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One server: where it listens, its ZooKeeper, its coordinator's knobs and its embedded broker."""
+
+    server_id: int = setting(help="server id, unique in the cluster", flag="--id", **NODE_ID)
+    zookeeper: str = setting(help="ZooKeeper connect string (host:port,...[/chroot])", non_empty=True)
+    host: str = bind_address()
+    port: int = setting(0, "the coordinator protocol's port (0: a free one)", **PORT)
+    zk_session_timeout_ms: int = setting(6000, "ZooKeeper session timeout asked for", minimum=500)
+    max_connections: Optional[int] = setting(None, "most connections served at once (default: as many as "
+                                                   "the open-file limit allows)", minimum=1)
+    max_frame_size: int = setting(wire.MAX_FRAME_SIZE, "largest coordinator-protocol frame accepted",
+                                  minimum=1024, cli=False)
+    coordinator: CoordinatorConfig = setting(help="the coordinator's knobs", factory=CoordinatorConfig, cli=False)
+    # A zkcoord.broker.config.BrokerConfig (not imported here: it is the
+    # broker's business), or None for a server without a broker.
+    broker: Optional[object] = setting(None, "the embedded broker's settings (None: no broker)", cli=False)
+    coordinator_slots: Optional[int] = setting(
+        None, "coordinator slots the groups are spread over, each elected on its own, so that every server "
+              "coordinates a share; set by a cluster's first server, fixed after that (default: the cluster's "
+              "count, 1 for a new cluster)", validate=validate_slot_count)
+
+    def __post_init__(self) -> None:
+        check(self)

@@ -24,7 +24,6 @@ import os
 import resource
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import Optional
 
 import gevent
@@ -38,7 +37,7 @@ from kazoo.retry import KazooRetry
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator.admission import GatedStreamServer
-from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.config import ServerConfig
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, validate_slot_count
@@ -76,36 +75,6 @@ RESERVED_FILES = 200
 
 class ServerError(ZkcoordError):
     """The server could not start: ZooKeeper unreachable, its port taken."""
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    server_id: int
-    zookeeper: str
-    host: str = "127.0.0.1"
-    port: int = 0
-    zk_session_timeout_ms: int = 6000
-    max_connections: Optional[int] = None  # None: as many as the open-file limit leaves room for
-    max_frame_size: int = wire.MAX_FRAME_SIZE
-    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
-    broker: Optional[object] = None  # a BrokerConfig to embed a broker, or None
-    # Coordinator slots, for the first server of a cluster (later ones must
-    # agree); None: what the cluster has, DEFAULT_SLOTS for a new one.
-    coordinator_slots: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if self.coordinator_slots is not None:
-            validate_slot_count(self.coordinator_slots)
-        if not isinstance(self.server_id, int) or not 0 <= self.server_id <= 2**31 - 1:
-            raise ConfigError(f"server id must be an integer in [0, 2^31-1], got {self.server_id!r}")
-        if not self.zookeeper:
-            raise ConfigError("a ZooKeeper connect string is required")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be in [0, 65535], got {self.port}")
-        if self.zk_session_timeout_ms < 500:
-            raise ConfigError("zk_session_timeout_ms must be at least 500")
-        if (self.max_connections is not None and self.max_connections < 1) or self.max_frame_size < 1024:
-            raise ConfigError("max_connections must be positive and max_frame_size at least 1024")
 
 
 def open_files() -> int:

@@ -21,9 +21,10 @@ from typing import Optional, Sequence
 from zkcoord.admin import zookeeper_session
 from zkcoord.drill import faults as fault_actions
 from zkcoord.drill.checker import Verdict, check
+from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.history import FAULTS, History, append_lines
 from zkcoord.drill.report import write_reports
-from zkcoord.drill.schedule import KINDS, PlannedFault, Timing, plan
+from zkcoord.drill.schedule import KINDS, PlannedFault, plan
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
 from zkcoord.testing import LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
@@ -31,50 +32,6 @@ from zkcoord.testing import LocalCluster, ProxiedEnsemble, netns, start_ensemble
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 90.0
-
-
-@dataclasses.dataclass(frozen=True)
-class DrillSettings:
-    faults: int
-    seed: int
-    kinds: tuple[str, ...]
-    directory: Path
-    consumers: int = 4
-    partitions: int = 12
-    rate: int = 300
-    consumer_session_ms: int = 3000
-    zk_session_ms: int = 3000
-    rebalance_timeout_ms: int = 5000
-    coordinator_slots: int = 3
-    max_minutes: float = 60.0
-    zookeeper: Optional[str] = None        # aim at an existing cluster ...
-    bootstrap: Optional[tuple[str, ...]] = None  # ... whose servers are these
-
-    @property
-    def own_cluster(self) -> bool:
-        return self.zookeeper is None
-
-    @property
-    def timing(self) -> Timing:
-        return Timing(consumer_session_s=self.consumer_session_ms / 1000, zk_session_s=self.zk_session_ms / 1000,
-                      rebalance_timeout_s=self.rebalance_timeout_ms / 1000)
-
-    def server_args(self) -> tuple[str, ...]:
-        return ("--zk-session-timeout-ms", str(self.zk_session_ms), "--min-session-timeout-ms", "1000",
-                "--rebalance-timeout-ms", str(self.rebalance_timeout_ms), "--rebalance-backoff-ms", "200",
-                "--offset-flush-interval-ms", "200", "--coordinator-slots", str(self.coordinator_slots))
-
-    def consumer_args(self) -> tuple[str, ...]:
-        # A slow member outlasts the rebalance timeout by a second.
-        return ("--strategy", "sticky", "--strategy", "range", "--max-poll-records", "100",
-                "--slow-ms", str(self.rebalance_timeout_ms + 1000))
-
-    def shown(self) -> dict:
-        return {"faults": self.faults, "seed": self.seed, "kinds": ",".join(self.kinds),
-                "consumers": self.consumers, "partitions": self.partitions, "rate": self.rate,
-                "consumer session ms": self.consumer_session_ms, "zk session ms": self.zk_session_ms,
-                "coordinator slots": self.coordinator_slots if self.own_cluster else "the cluster's",
-                "target": self.zookeeper or "own local cluster"}
 
 
 def runnable_kinds(settings: DrillSettings) -> tuple[list[str], dict[str, str]]:

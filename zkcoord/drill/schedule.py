@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from zkcoord.errors import ConfigError
 
@@ -81,13 +81,18 @@ def parse_kinds(text: str) -> list[str]:
     """``a,b,c`` (or ``all``) to known kind names; a ConfigError names any unknown one."""
     if text.strip() == "all":
         return list(KINDS)
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    return known_kinds(name.strip() for name in text.split(",") if name.strip())
+
+
+def known_kinds(names: Iterable[str]) -> list[str]:
+    """``names`` without repeats, once each is known to be a kind; a ConfigError names any unknown one."""
+    names = list(dict.fromkeys(names))
     unknown = [name for name in names if name not in KINDS]
     if unknown:
         raise ConfigError(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
     if not names:
         raise ConfigError("no fault kind given")
-    return list(dict.fromkeys(names))
+    return names
 
 
 def hold_time(kind: str, timing: Timing, rng: random.Random) -> float:

@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Iterator, Optional
 
+from zkcoord import wire
+from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.consumer.protocol import NO_OFFSET
 from zkcoord.spark.errors import SparkSourceError
@@ -55,12 +57,11 @@ class GroupPlanner:
         if not servers:
             raise SparkSourceError("no zkcoord server is registered under /zkcoord/servers; "
                                    "give the option 'servers'")
-        self._membership = GroupMembership(
-            servers, self.options.group, self,
-            topics=self.options.topics, pattern=self.options.pattern,
+        self._membership = GroupMembership(servers, MemberConfig(
+            group=self.options.group, topics=self.options.topics, pattern=self.options.pattern,
             session_timeout_ms=self.options.session_timeout_ms,
-            auto_offset_reset="smallest" if self.options.starting == EARLIEST else "largest",
-        )
+            auto_offset_reset=wire.SMALLEST if self.options.starting == EARLIEST else wire.LARGEST,
+        ), self)
         self._membership.start()
         log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)
 

@@ -15,6 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
+from zkcoord import settings
+from zkcoord.consumer.config import MemberConfig
+from zkcoord.consumer.membership import parse_bootstrap
+from zkcoord.errors import ConfigError
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.offsets import PartitionOffsets, parse_offsets_json
 from zkcoord.zk import layout
@@ -47,7 +51,7 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     group: Optional[str] = None
     servers: tuple[str, ...] = ()  # coordinator endpoints; empty: read /zkcoord/servers
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = settings.default(MemberConfig, "session_timeout_ms")  # a group member's, as any
     handoff_timeout_ms: int = 8_000
 
     def matches(self, topic: str) -> bool:
@@ -90,25 +94,29 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         if starting == LATEST:
             raise SourceOptionError("startingOffsets cannot be 'latest' in a batch query")
     servers = tuple(s.strip() for s in (opts.get("servers") or "").split(",") if s.strip())
-    for entry in servers:
-        host, sep, port = entry.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise SourceOptionError(f"option 'servers': {entry!r} is not host:port")
+    if servers:
+        try:
+            parse_bootstrap(servers)
+        except ConfigError as exc:
+            raise SourceOptionError(f"option 'servers': {exc}") from None
+    # Options not given keep SourceOptions' defaults.
+    given = {name: value for name, value in (
+        ("max_offsets_per_trigger", _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")),
+        ("min_partitions", _positive(opts, "minpartitions", "minPartitions")),
+        ("poll_timeout_ms", _positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")),
+        ("session_timeout_ms", _positive(opts, "sessiontimeoutms", "sessionTimeoutMs")),
+        ("handoff_timeout_ms", _positive(opts, "handofftimeoutms", "handoffTimeoutMs")),
+    ) if value is not None}
     return SourceOptions(
         zookeeper=zookeeper,
         topics=topics,
         pattern=pattern,
         starting=starting,
         ending=ending,
-        max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
-        min_partitions=_positive(opts, "minpartitions", "minPartitions"),
         fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
-        poll_timeout_ms=_positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
-        or 120_000,
         group=group,
         servers=servers,
-        session_timeout_ms=_positive(opts, "sessiontimeoutms", "sessionTimeoutMs") or 10_000,
-        handoff_timeout_ms=_positive(opts, "handofftimeoutms", "handoffTimeoutMs") or 8_000,
+        **given,
     )
 
 

@@ -30,6 +30,7 @@ import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 import gevent.os  # noqa: E402
 
+from zkcoord.consumer.config import MemberConfig  # noqa: E402
 from zkcoord.consumer.membership import GroupMembership  # noqa: E402
 
 # A member blocked on its connection wakes this often when no request comes:
@@ -79,8 +80,9 @@ class Load:
         for i in range(first, last + 1):
             group = group_name(prefix, i % groups)
             listener = SilentMember()
-            membership = GroupMembership(bootstrap, group, listener, topics=[topic],
-                                         session_timeout_ms=session_timeout_ms, assignment_strategies=strategies)
+            membership = GroupMembership(bootstrap, MemberConfig(
+                group=group, topics=(topic,), session_timeout_ms=session_timeout_ms,
+                assignment_strategies=strategies), listener)
             membership.close_check_s = CLOSE_CHECK_S
             self.members.append((group, membership, listener))
 

@@ -21,7 +21,7 @@ from zkcoord.wire.errors import (
     UnknownMessageType, UnsupportedVersion, WireError, code_for, error_for,
 )
 from zkcoord.wire.messages import (
-    OFFSET_RESETS, REGISTRY, RESPONSES, ClusterMetadataRequest, ClusterMetadataResponse,
+    LARGEST, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest, ClusterMetadataResponse,
     Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
     RegisterConsumerRequest, RegisterConsumerResponse, RestartFetcherResponse,
@@ -39,7 +39,7 @@ __all__ = [
     "SessionTimeoutTooLow", "StaleEpoch", "StaleGeneration", "UnknownError",
     "UnknownMessageType", "UnsupportedVersion", "WireError", "code_for",
     "error_for",
-    "OFFSET_RESETS", "REGISTRY", "RESPONSES", "ClusterMetadataRequest",
+    "LARGEST", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
     "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",

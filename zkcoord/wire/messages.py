@@ -204,8 +204,11 @@ _REGISTER_V1 = (
 )
 
 
-# The values of RegisterConsumerRequest.auto_offset_reset (Kafka 0.8's names).
-OFFSET_RESETS = ("smallest", "largest")
+# The values of RegisterConsumerRequest.auto_offset_reset (Kafka 0.8's names
+# for earliest and latest).
+SMALLEST = "smallest"
+LARGEST = "largest"
+OFFSET_RESETS = (SMALLEST, LARGEST)
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,7 @@ class RegisterConsumerRequest(Message):
     topics: tuple = ()
     pattern: str = ""
     auto_commit: bool = True
-    auto_offset_reset: str = "largest"
+    auto_offset_reset: str = LARGEST
     session_timeout_ms: int = 30000
     max_poll_interval_ms: int = 300000
     is_static: bool = False

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from zkcoord.zk.ensemble import VALID_SIZES, LocalEnsemble
+from zkcoord import settings
+from zkcoord.zk.ensemble import EnsembleConfig, LocalEnsemble
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,10 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = zk.add_subparsers(dest="zk_action", required=True, metavar="ACTION")
 
     up = actions.add_parser("up", help="start an ensemble and wait for its quorum")
-    up.add_argument("--nodes", type=int, default=3, choices=VALID_SIZES)
     up.add_argument("--dir", type=Path, required=True, help="directory that holds the ensemble")
-    up.add_argument("--base-port", type=int, default=None, help="first client port (default: a free one)")
-    up.add_argument("--tick-ms", type=int, default=500, help="ZooKeeper tickTime in ms (default 500)")
+    settings.add_options(up, EnsembleConfig)
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the quorum")
     up.set_defaults(func=_up)
 
@@ -45,7 +44,7 @@ def _print_status(ensemble: LocalEnsemble) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    ensemble = LocalEnsemble.create(args.dir, nodes=args.nodes, base_port=args.base_port, tick_ms=args.tick_ms)
+    ensemble = LocalEnsemble.create(args.dir, settings.from_args(EnsembleConfig, args))
     ensemble.start(timeout=args.timeout)
     _print_status(ensemble)
     print(ensemble.connect_string)

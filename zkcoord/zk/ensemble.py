@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from zkcoord.errors import ConfigError, EnsembleError
+from zkcoord.settings import check, setting
 
 VALID_SIZES = (1, 3, 5)
 STATE_FILE = "ensemble.json"
@@ -74,6 +75,19 @@ def validate_base_port(base_port: int) -> int:
             f"{ELECTION_PORT_OFFSET + max(VALID_SIZES)} ports above it, from 1024"
         )
     return base_port
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleConfig:
+    """A local ensemble's shape: how many nodes, their ports and their tick."""
+
+    nodes: int = setting(3, "ZooKeeper servers in the ensemble", choices=VALID_SIZES)
+    base_port: Optional[int] = setting(None, "first client port (default: a free one)",
+                                       validate=validate_base_port)
+    tick_ms: int = setting(500, "ZooKeeper's tickTime", minimum=50, maximum=10_000)
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def _port_free(port: int) -> bool:
@@ -145,13 +159,11 @@ class LocalEnsemble:
     # -- creation and persistence -------------------------------------------------
 
     @classmethod
-    def create(
-        cls, directory: Path, nodes: int = 3, base_port: Optional[int] = None, tick_ms: int = 500
-    ) -> "LocalEnsemble":
-        """Lay out a new ensemble in ``directory`` (which must not hold a running one)."""
-        validate_size(nodes)
-        if not 50 <= tick_ms <= 10_000:
-            raise ConfigError(f"tick time {tick_ms} ms out of range 50..10000")
+    def create(cls, directory: Path, config: Optional[EnsembleConfig] = None, **settings) -> "LocalEnsemble":
+        """Lay out a new ensemble in ``directory`` (which must not hold a running
+        one), as ``config`` or the :class:`EnsembleConfig` settings given as keywords say."""
+        config = config or EnsembleConfig(**settings)
+        nodes, base_port, tick_ms = config.nodes, config.base_port, config.tick_ms
         directory = Path(directory)
         if (directory / STATE_FILE).exists():
             existing = cls.load(directory)

@@ -1,0 +1,198 @@
+"""Each setting is defined once: its default, its check and its help live in
+its config dataclass, and every command-line option either stands for such a
+setting (and agrees with it) or is one of a command's own process options."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from zkcoord import settings
+from zkcoord.broker.cli import KAFKA_PORT
+from zkcoord.broker.cli import config_from as broker_config_from
+from zkcoord.broker.config import BrokerConfig, LogConfig
+from zkcoord.cli import build_parser
+from zkcoord.consumer.cli import config_from as consumer_config_from
+from zkcoord.consumer.config import ConsumerConfig, MemberConfig
+from zkcoord.coordinator.cli import config_from as server_config_from
+from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
+from zkcoord.drill.cli import settings_from as drill_settings_from
+from zkcoord.drill.config import DrillSettings
+from zkcoord.drill.schedule import KINDS
+from zkcoord.errors import ConfigError
+from zkcoord.zk.ensemble import EnsembleConfig
+
+CONFIGS = (BrokerConfig, LogConfig, ConsumerConfig, MemberConfig, CoordinatorConfig, ServerConfig, DrillSettings,
+           EnsembleConfig)
+
+# Options that are not settings of a config but of the command's own run:
+# where to write, what to wait for, how to reach ZooKeeper before anything.
+PROCESS_OPTIONS = {
+    ("broker",): {"--zookeeper", "--port-file", "--zk-timeout", "--zk-session-timeout"},
+    ("server",): {"--no-broker", "--port-file"},
+    ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms"},
+    ("drill",): {"--seed", "--kinds", "--dir", "--zookeeper", "--bootstrap"},
+    ("zk", "up"): {"--dir", "--timeout"},
+}
+# Where a command's default differs from the program's, on purpose.
+COMMAND_DEFAULTS = {(("broker",), "--port"): KAFKA_PORT}
+
+
+def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from subcommands(sub, path + (name,))
+    if path:
+        yield path, parser
+
+
+def options(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            yield max(action.option_strings, key=len), action
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
+def test_every_field_of_a_config_is_a_setting_with_help(config):
+    names = {f.name for f, _, _ in settings.fields(config)}
+    assert names == {f.name for f in dataclasses.fields(config)}
+    assert all(spec.help for _, spec, _ in settings.fields(config))
+
+
+def test_every_option_of_a_settings_command_matches_its_setting():
+    checked = 0
+    for path, parser in subcommands(build_parser()):
+        if path not in PROCESS_OPTIONS:
+            continue
+        for flag, action in options(parser):
+            if not hasattr(action, "setting"):
+                assert flag in PROCESS_OPTIONS[path], f"{' '.join(path)} {flag} is neither a setting nor declared"
+                assert action.help, f"{' '.join(path)} {flag} has no help"
+                continue
+            cls, name = action.setting
+            f = next(f for f in dataclasses.fields(cls) if f.name == name)
+            spec = f.metadata["zkcoord.setting"]
+            default = COMMAND_DEFAULTS.get((path, flag), settings.default_of(f))
+            if action.nargs is None and action.const is None and not isinstance(action, argparse._AppendAction):
+                expected = None if default is dataclasses.MISSING else default
+                assert action.default == expected, f"{' '.join(path)} {flag}: {action.default!r} != {expected!r}"
+            assert action.help.startswith(spec.help), f"{' '.join(path)} {flag}"
+            if spec.choices is not None:
+                assert tuple(action.choices) == spec.choices
+            checked += 1
+    assert checked >= 40  # the settings commands really were walked
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def test_a_minimal_server_command_line_gives_the_default_configs(tmp_path):
+    config = server_config_from(parse("server", "--id", "3", "--zookeeper", "zk:2181", "--data-dir", "d"))
+    assert config == ServerConfig(server_id=3, zookeeper="zk:2181",
+                                  broker=BrokerConfig(broker_id=3, data_dir="d"))
+    assert server_config_from(parse("server", "--id", "3", "--zookeeper", "zk:2181", "--no-broker")).broker is None
+
+
+def test_server_options_reach_the_nested_configs():
+    config = server_config_from(parse(
+        "server", "--id", "3", "--zookeeper", "zk", "--data-dir", "d", "--host", "127.0.0.2", "--broker-port", "7",
+        "--rebalance-protocol", "eager", "--segment-bytes", "4096", "--coordinator-slots", "4"))
+    assert config.coordinator.rebalance_protocol == "eager" and config.coordinator_slots == 4
+    assert (config.broker.host, config.broker.port, config.broker.log.segment_bytes) == ("127.0.0.2", 7, 4096)
+
+
+def test_a_minimal_broker_command_line_gives_the_default_config():
+    config = broker_config_from(parse("broker", "--id", "1", "--zookeeper", "zk", "--data-dir", "d"))
+    assert config == BrokerConfig(broker_id=1, data_dir="d", port=KAFKA_PORT)
+
+
+def test_a_minimal_consume_command_line_gives_the_default_config():
+    config = consumer_config_from(parse("consume", "--bootstrap", "h:1", "--group", "g", "--topic", "t"))
+    assert config == ConsumerConfig(group="g", topics=("t",))
+    config = consumer_config_from(parse("consume", "--bootstrap", "h:1", "--group", "g", "--topic", "t",
+                                        "--topic", "u", "--strategy", "sticky", "--strategy", "range"))
+    assert config.topics == ("t", "u") and config.assignment_strategies == ("sticky", "range")
+
+
+def test_a_minimal_drill_command_line_gives_the_default_settings(tmp_path):
+    got = drill_settings_from(parse("drill", "--seed", "5", "--dir", str(tmp_path / "d")))
+    assert got == DrillSettings(seed=5, kinds=tuple(KINDS), directory=tmp_path / "d")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("server", "--id", "1", "--zookeeper", "zk", "--data-dir", "d", "--rebalance-timeout-ms", "0"),
+     "--rebalance-timeout-ms must be at least 1, not 0"),
+    (("server", "--id", "1", "--zookeeper", "zk", "--data-dir", "d", "--host", "localhost"),
+     "host must be an IP address"),
+    (("server", "--id", "1", "--zookeeper", "zk"), "--data-dir is required"),
+    (("broker", "--id", "-1", "--zookeeper", "zk", "--data-dir", "d"), "--id must be at least 0, not -1"),
+    (("broker", "--id", "1", "--zookeeper", "zk", "--data-dir", "d", "--segment-bytes", "10"),
+     "--segment-bytes must be at least 1024, not 10"),
+    (("consume", "--bootstrap", "h:1", "--group", "", "--topic", "t"), "--group must not be empty"),
+    (("consume", "--bootstrap", "h:1", "--group", "g", "--topic", "t", "--max-poll-records", "0"),
+     "--max-poll-records must be at least 1"),
+])
+def test_a_bad_option_is_a_config_error_naming_the_flag(argv, message):
+    config_from = {"server": server_config_from, "broker": broker_config_from,
+                   "consume": consumer_config_from}[argv[0]]
+    with pytest.raises(ConfigError, match=message):
+        config_from(parse(*argv))
+
+
+# -- the checks themselves -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    count: int = settings.setting(1, "a count", minimum=0, maximum=9)
+    ratio: float = settings.setting(0.5, "a ratio")
+    name: Optional[str] = settings.setting(None, "a name", non_empty=True)
+    kinds: tuple[str, ...] = settings.setting(("a",), "kinds", choices=("a", "b"))
+    path: Path = settings.setting(Path("."), "a path")
+    flag: bool = settings.setting(False, "a flag")
+
+    def __post_init__(self):
+        settings.check(self)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"count": -1}, "count must be at least 0, not -1"),
+    ({"count": 10}, "count must be at most 9, not 10"),
+    ({"count": True}, "count must be an integer, not True"),
+    ({"count": "1"}, "count must be an integer"),
+    ({"ratio": "x"}, "ratio must be a number"),
+    ({"name": ""}, "name must not be empty"),
+    ({"kinds": ("c",)}, r"kinds must be one of \('a', 'b'\), not 'c'"),
+    ({"kinds": "ab"}, "kinds must be a sequence of strings"),
+    ({"path": "."}, "path must be a path"),
+    ({"flag": 1}, "flag must be true or false"),
+])
+def test_a_bad_value_is_refused_with_the_setting_named(bad, message):
+    with pytest.raises(ConfigError, match=message):
+        Example(**bad)
+
+
+def test_a_sequence_given_as_a_list_is_kept_as_a_tuple():
+    assert Example(kinds=["a", "b"]).kinds == ("a", "b")
+    assert Example(ratio=1).ratio == 1  # an integer is a number
+
+
+def test_a_setting_without_help_is_a_programming_error():
+    with pytest.raises(TypeError):
+        settings.setting(1)
+
+
+def test_options_and_back():
+    parser = argparse.ArgumentParser()
+    settings.add_options(parser, Example, exclude=("path",))
+    assert settings.from_args(Example, parser.parse_args([])) == Example()
+    args = parser.parse_args(["--count", "3", "--kinds", "b", "--kinds", "a", "--flag", "--name", "n"])
+    assert settings.from_args(Example, args) == Example(count=3, kinds=("b", "a"), flag=True, name="n")
+    with pytest.raises(ConfigError, match="--count must be at most 9"):
+        settings.from_args(Example, parser.parse_args(["--count", "30"]))

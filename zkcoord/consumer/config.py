@@ -1,0 +1,54 @@
+"""A group member's settings: what it subscribes to and how it behaves.
+
+:class:`MemberConfig` is what the membership sends the coordinator when it
+registers; :class:`ConsumerConfig` adds what only the :class:`Consumer`'s
+application side uses. One object travels from the Consumer to its
+membership, so a setting is defined, checked and documented once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from zkcoord import wire
+from zkcoord.errors import ConfigError
+from zkcoord.settings import check, setting
+
+
+@dataclass(frozen=True)
+class MemberConfig:
+    """A member's subscription and its terms with the coordinator (seed 001's RegisterConsumer)."""
+
+    group: str = setting(help="the consumer group's id", non_empty=True)
+    topics: tuple[str, ...] = setting((), "a topic to consume (repeatable)", flag="--topic")
+    pattern: Optional[str] = setting(None, "a regular expression over topic names to consume", non_empty=True)
+    consumer_id: Optional[str] = setting(None, "a fixed member id, which makes the member static: its "
+                                               "partitions wait for it through a restart", non_empty=True)
+    session_timeout_ms: int = setting(10_000, "how long the coordinator waits for an answer before it "
+                                              "drops the member", minimum=1)
+    max_poll_interval_ms: int = setting(300_000, "longest the application may go between two poll() calls",
+                                        minimum=1)
+    auto_commit: bool = setting(True, "report the offsets of records poll() returned, without commit()")
+    auto_offset_reset: str = setting(wire.SMALLEST, "where to start a partition that has no committed offset",
+                                     choices=wire.OFFSET_RESETS, flag="--offset-reset")
+    assignment_strategies: tuple[str, ...] = setting(("range",), "an assignment strategy, in order of "
+                                                                "preference (repeatable)", flag="--strategy",
+                                                     non_empty=True)
+
+    def __post_init__(self) -> None:
+        check(self)
+        if not self.topics and not self.pattern:
+            raise ConfigError("subscribe to topics or to a pattern")
+
+    @property
+    def is_static(self) -> bool:
+        return self.consumer_id is not None
+
+
+@dataclass(frozen=True)
+class ConsumerConfig(MemberConfig):
+    """A :class:`Consumer`'s settings: its membership's, and how poll() hands out records."""
+
+    # Seed 003 (max.poll.records): also what the consumer prefetches.
+    max_poll_records: int = setting(500, "most records one poll() returns", minimum=1)

@@ -1,0 +1,73 @@
+"""A drill's settings: how many faults, the workload, and the cluster's timeouts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from zkcoord.coordinator.slots import validate_slot_count
+from zkcoord.drill.schedule import Timing, known_kinds
+from zkcoord.errors import ConfigError
+from zkcoord.settings import check, setting
+
+
+def _positive(value: float) -> None:
+    if value <= 0:
+        raise ConfigError(f"max_minutes must be positive, not {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DrillSettings:
+    seed: int = setting(help="seed of the schedule", cli=False)
+    kinds: tuple[str, ...] = setting(help="the fault kinds to draw from", non_empty=True, validate=known_kinds,
+                                     cli=False)
+    directory: Path = setting(help="directory of the history and reports", cli=False)
+    faults: int = setting(20, "how many faults to inject", minimum=1)
+    consumers: int = setting(4, "consumer processes in the group", minimum=1)
+    partitions: int = setting(12, "partitions of the drill's topic", minimum=1)
+    rate: int = setting(300, "records produced per second", minimum=1)
+    consumer_session_ms: int = setting(3000, "consumers' session timeout", minimum=500,
+                                       flag="--session-timeout-ms")
+    zk_session_ms: int = setting(3000, "servers' ZooKeeper session timeout (of the drill's own cluster; for an "
+                                       "existing cluster, what its servers use, for the recovery bounds)",
+                                 minimum=500, flag="--zk-session-timeout-ms")
+    rebalance_timeout_ms: int = setting(5000, "the servers' rebalance timeout", minimum=500)
+    coordinator_slots: int = setting(3, "coordinator slots of the drill's own cluster (3: every one of its "
+                                        "three servers coordinates a slot, so that a standby kill kills another "
+                                        "slot's coordinator)", validate=validate_slot_count)
+    max_minutes: float = setting(60.0, "start no new fault after this many minutes", validate=_positive)
+    # An existing cluster to aim at: its ZooKeeper and its servers (None: the drill's own).
+    zookeeper: Optional[str] = setting(None, "an existing cluster's ZooKeeper connect string", cli=False)
+    bootstrap: Optional[tuple[str, ...]] = setting(None, "an existing cluster's servers", cli=False)
+
+    def __post_init__(self) -> None:
+        check(self)
+        if (self.zookeeper is None) != (self.bootstrap is None):
+            raise ConfigError("aim at an existing cluster with both --zookeeper and --bootstrap, or neither")
+
+    @property
+    def own_cluster(self) -> bool:
+        return self.zookeeper is None
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(consumer_session_s=self.consumer_session_ms / 1000, zk_session_s=self.zk_session_ms / 1000,
+                      rebalance_timeout_s=self.rebalance_timeout_ms / 1000)
+
+    def server_args(self) -> tuple[str, ...]:
+        return ("--zk-session-timeout-ms", str(self.zk_session_ms), "--min-session-timeout-ms", "1000",
+                "--rebalance-timeout-ms", str(self.rebalance_timeout_ms), "--rebalance-backoff-ms", "200",
+                "--offset-flush-interval-ms", "200", "--coordinator-slots", str(self.coordinator_slots))
+
+    def consumer_args(self) -> tuple[str, ...]:
+        # A slow member outlasts the rebalance timeout by a second.
+        return ("--strategy", "sticky", "--strategy", "range", "--max-poll-records", "100",
+                "--slow-ms", str(self.rebalance_timeout_ms + 1000))
+
+    def shown(self) -> dict:
+        return {"faults": self.faults, "seed": self.seed, "kinds": ",".join(self.kinds),
+                "consumers": self.consumers, "partitions": self.partitions, "rate": self.rate,
+                "consumer session ms": self.consumer_session_ms, "zk session ms": self.zk_session_ms,
+                "coordinator slots": self.coordinator_slots if self.own_cluster else "the cluster's",
+                "target": self.zookeeper or "own local cluster"}
