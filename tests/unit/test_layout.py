@@ -22,6 +22,7 @@ from zkcoord.zk.layout import (
     ServerInfo,
     TopicAssignment,
 )
+from zkcoord.zk.layout.kafka import _ZK_BAD_CHARS
 
 PLAIN = "PLAINTEXT"
 
@@ -591,7 +592,7 @@ def test_topic_round_trip(topic, assignment):
         st.lists(ids, max_size=5).map(tuple),
     ),
     st.integers(0, 2**63 - 1),
-    st.text(min_size=1).filter(lambda s: not L._ZK_BAD_CHARS.search(s)),
+    st.text(min_size=1).filter(lambda s: not _ZK_BAD_CHARS.search(s)),
 )
 def test_partition_state_offset_owner_round_trip(state, offset, owner):
     assert L.decode_partition_state(L.encode_partition_state(state)) == state
