@@ -22,7 +22,7 @@ from zkcoord.zk.layout import (
     ServerInfo,
     TopicAssignment,
 )
-from zkcoord.zk.layout.kafka import _ZK_BAD_CHARS
+from zkcoord.zk.layout.names import _ZK_BAD_CHARS
 
 PLAIN = "PLAINTEXT"
 
