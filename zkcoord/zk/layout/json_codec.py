@@ -9,7 +9,8 @@ the nodes Kafka builds from Scala hash maps, comes from :func:`_scala_map_order`
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping
 
 from zkcoord.zk.layout.names import _INT32_MAX, _INT32_MIN, LayoutError, _is_int
 
@@ -91,6 +92,16 @@ class _Fields:
         if not 1 <= version <= known:
             raise self.fail("version", f"is {version}; versions 1 to {known} are known")
         return version
+
+
+@contextmanager
+def _prefix_errors(where: str) -> Iterator[None]:
+    """Put ``where`` (the node, perhaps a field) in front of a LayoutError raised
+    inside: the checks of a value built from a node's fields do not know the node."""
+    try:
+        yield
+    except LayoutError as exc:
+        raise LayoutError(f"{where}: {exc}") from None
 
 
 # Kafka builds its nodes' JSON objects from Scala hash maps, so the key order Jackson

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from zkcoord.zk.layout.json_codec import _Fields, _load, _scala_map_order, encode_json
+from zkcoord.zk.layout.json_codec import _Fields, _load, _prefix_errors, _scala_map_order, encode_json
 from zkcoord.zk.layout.names import (
     _INT32_MAX,
     _INT32_MIN,
@@ -79,10 +79,8 @@ def _parse_endpoint(text: object, protocols: Mapping[str, str] | None, where: st
         raise LayoutError(
             f"{where}: listener {listener!r} is not in field 'listener_security_protocol_map'"
         )
-    try:
+    with _prefix_errors(f"{where}: field 'endpoints'"):
         return Endpoint(listener, protocol, host, int(port))
-    except LayoutError as exc:
-        raise LayoutError(f"{where}: field 'endpoints': {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -228,19 +226,15 @@ def decode_broker(broker_id: int, data: bytes, where: str | None = None) -> Brok
             raise fields.fail("endpoints", f"must be a list, got {listed!r}")
         endpoints = tuple(_parse_endpoint(text, protocols, where) for text in listed)
     features = _features(fields) if fields.has("features") else {}
-    try:
+    with _prefix_errors(where):
         return BrokerRegistration(
             broker_id, host, port, endpoints, rack, jmx_port, timestamp, version, features
         )
-    except LayoutError as exc:
-        raise LayoutError(f"{where}: {exc}") from None
 
 
 def _endpoint(fields: _Fields, listener: str, host: str, port: int) -> Endpoint:
-    try:
+    with _prefix_errors(fields.where):
         return Endpoint(listener, listener, host, port)
-    except LayoutError as exc:
-        raise LayoutError(f"{fields.where}: {exc}") from None
 
 
 def _timestamp(fields: _Fields) -> int:
@@ -426,7 +420,7 @@ def decode_partition_state(data: bytes, where: str = "partition state") -> Parti
     version = fields.version(PARTITION_STATE_VERSION)
     if fields.has("leader_recovery_state"):
         fields.integer("leader_recovery_state", 0, 1)
-    try:
+    with _prefix_errors(where):
         return PartitionState(
             fields.integer("leader", -2),
             fields.integer("leader_epoch", 0),
@@ -434,5 +428,3 @@ def decode_partition_state(data: bytes, where: str = "partition state") -> Parti
             fields.ints("isr"),
             version,
         )
-    except LayoutError as exc:
-        raise LayoutError(f"{where}: {exc}") from None

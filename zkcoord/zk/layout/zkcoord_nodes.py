@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from zkcoord.zk.layout.json_codec import _Fields, _load, encode_json
+from zkcoord.zk.layout.json_codec import _Fields, _load, _prefix_errors, encode_json
 from zkcoord.zk.layout.names import (
     _INT32_MAX,
     _INT64_MAX,
@@ -76,10 +76,8 @@ def encode_server(info: ServerInfo) -> bytes:
 def decode_server(server_id: str, data: bytes, where: str | None = None) -> ServerInfo:
     where = where or server_path(server_id)
     fields = decode_versioned(data, where, 1)
-    try:
+    with _prefix_errors(where):
         return ServerInfo(server_id, fields.string("host"), fields.integer("port", 1, 65535))
-    except LayoutError as exc:
-        raise LayoutError(f"{where}: {exc}") from None
 
 
 def encode_coordinator_epoch(epoch: int) -> bytes:
@@ -214,12 +212,10 @@ def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
     if version >= 2:  # members left out run exactly their assignment
         running = {**{m: pairs for m, pairs in assignment.items() if m not in running}, **running}
     running = {m: pairs for m, pairs in running.items() if pairs}
-    try:
+    with _prefix_errors(where):
         lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
         return GroupState(fields.integer("generation", 0), fields.string("strategy"), assignment,
                           lease_ms=lease_ms, running=running)
-    except LayoutError as exc:
-        raise LayoutError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True)
