@@ -6,6 +6,7 @@ differently; we write the 2.13 order and read both).
 """
 
 import json
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -22,40 +23,40 @@ from zkcoord.zk.layout import (
     ServerInfo,
     TopicAssignment,
 )
+from zkcoord.zk.layout.names import _ZK_BAD_CHARS
 
 PLAIN = "PLAINTEXT"
 
 # --- brokers ----------------------------------------------------------------
+
+
+def _one_plaintext_listener(host, jmx_port, timestamp_ms, version, rack=None):
+    """Broker 7 as every sample below registers it: one PLAINTEXT listener on port 9092."""
+    return BrokerRegistration(
+        7, host, 9092, (Endpoint(PLAIN, PLAIN, host, 9092),), rack, jmx_port, timestamp_ms, version
+    )
+
 
 # (kafka era, bytes, expected registration, written by us byte for byte?)
 BROKERS = [
     (
         "0.8/0.9 v1",
         b'{"jmx_port":-1,"timestamp":"1447157138058","host":"192.168.3.5","version":1,"port":9092}',
-        BrokerRegistration(
-            7, "192.168.3.5", 9092, (Endpoint(PLAIN, PLAIN, "192.168.3.5", 9092),),
-            None, -1, 1447157138058, 1,
-        ),
+        _one_plaintext_listener("192.168.3.5", -1, 1447157138058, 1),
         False,
     ),
     (
         "0.9 v2",
         b'{"jmx_port":-1,"timestamp":"1453969745721","endpoints":["PLAINTEXT://localhost:9092"],'
         b'"host":"localhost","version":2,"port":9092}',
-        BrokerRegistration(
-            7, "localhost", 9092, (Endpoint(PLAIN, PLAIN, "localhost", 9092),),
-            None, -1, 1453969745721, 2,
-        ),
+        _one_plaintext_listener("localhost", -1, 1453969745721, 2),
         False,
     ),
     (
         "0.10.0 v3",
         b'{"jmx_port":9999,"timestamp":"1576064681798","endpoints":["PLAINTEXT://10.10.10.100:9092"],'
         b'"host":"10.10.10.100","version":3,"port":9092}',
-        BrokerRegistration(
-            7, "10.10.10.100", 9092, (Endpoint(PLAIN, PLAIN, "10.10.10.100", 9092),),
-            None, 9999, 1576064681798, 3,
-        ),
+        _one_plaintext_listener("10.10.10.100", 9999, 1576064681798, 3),
         False,
     ),
     (
@@ -63,10 +64,7 @@ BROKERS = [
         b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
         b'"endpoints":["PLAINTEXT://172.21.52.195:9092"],"rack":"us-east-1a","jmx_port":9999,'
         b'"host":"172.21.52.195","timestamp":"1519911707766","port":9092,"version":4}',
-        BrokerRegistration(
-            7, "172.21.52.195", 9092, (Endpoint(PLAIN, PLAIN, "172.21.52.195", 9092),),
-            "us-east-1a", 9999, 1519911707766, 4,
-        ),
+        _one_plaintext_listener("172.21.52.195", 9999, 1519911707766, 4, rack="us-east-1a"),
         False,
     ),
     (
@@ -74,10 +72,7 @@ BROKERS = [
         b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
         b'"endpoints":["PLAINTEXT://localhost:9092"],"jmx_port":-1,"port":9092,"host":"localhost",'
         b'"version":4,"timestamp":"1603608218902"}',
-        BrokerRegistration(
-            7, "localhost", 9092, (Endpoint(PLAIN, PLAIN, "localhost", 9092),),
-            None, -1, 1603608218902, 4,
-        ),
+        _one_plaintext_listener("localhost", -1, 1603608218902, 4),
         True,
     ),
     (
@@ -85,10 +80,7 @@ BROKERS = [
         b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
         b'"endpoints":["PLAINTEXT://node01:9092"],"jmx_port":-1,"features":{},"host":"node01",'
         b'"timestamp":"1643692590218","port":9092,"version":5}',
-        BrokerRegistration(
-            7, "node01", 9092, (Endpoint(PLAIN, PLAIN, "node01", 9092),),
-            None, -1, 1643692590218, 5,
-        ),
+        _one_plaintext_listener("node01", -1, 1643692590218, 5),
         False,
     ),
     (
@@ -96,10 +88,7 @@ BROKERS = [
         b'{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
         b'"endpoints":["PLAINTEXT://macro-VirtualBox:9092"],"jmx_port":-1,"port":9092,'
         b'"host":"macro-VirtualBox","version":5,"timestamp":"1692025259506"}',
-        BrokerRegistration(
-            7, "macro-VirtualBox", 9092, (Endpoint(PLAIN, PLAIN, "macro-VirtualBox", 9092),),
-            None, -1, 1692025259506, 5,
-        ),
+        _one_plaintext_listener("macro-VirtualBox", -1, 1692025259506, 5),
         True,
     ),
 ]
@@ -190,14 +179,6 @@ BAD_BROKERS = [
 ]
 
 
-@pytest.mark.parametrize("data,needle", BAD_BROKERS)
-def test_bad_broker_registration_is_a_layout_error(data, needle):
-    with pytest.raises(LayoutError) as info:
-        L.decode_broker(4, data)
-    assert "/brokers/ids/4" in str(info.value)
-    assert needle in str(info.value)
-
-
 # --- topics -----------------------------------------------------------------
 
 TOPICS = [
@@ -277,11 +258,22 @@ BAD_TOPICS = [
 ]
 
 
-@pytest.mark.parametrize("data,needle", BAD_TOPICS)
-def test_bad_topic_is_a_layout_error(data, needle):
+# (node path, its decoder, bad bytes, what the error names besides the path)
+BAD_KAFKA_NODES = [
+    *[("/brokers/ids/4", partial(L.decode_broker, 4), data, needle) for data, needle in BAD_BROKERS],
+    *[("/brokers/topics/orders", partial(L.decode_topic, "orders"), data, needle) for data, needle in BAD_TOPICS],
+]
+
+
+@pytest.mark.parametrize(
+    "path,decode,data,needle",
+    BAD_KAFKA_NODES,
+    ids=[f"broker-{i}" for i in range(len(BAD_BROKERS))] + [f"topic-{i}" for i in range(len(BAD_TOPICS))],
+)
+def test_bad_broker_registration_or_topic_is_a_layout_error_naming_the_node(path, decode, data, needle):
     with pytest.raises(LayoutError) as info:
-        L.decode_topic("orders", data)
-    assert "/brokers/topics/orders" in str(info.value)
+        decode(data)
+    assert path in str(info.value)
     assert needle in str(info.value)
 
 
@@ -591,7 +583,7 @@ def test_topic_round_trip(topic, assignment):
         st.lists(ids, max_size=5).map(tuple),
     ),
     st.integers(0, 2**63 - 1),
-    st.text(min_size=1).filter(lambda s: not L._ZK_BAD_CHARS.search(s)),
+    st.text(min_size=1).filter(lambda s: not _ZK_BAD_CHARS.search(s)),
 )
 def test_partition_state_offset_owner_round_trip(state, offset, owner):
     assert L.decode_partition_state(L.encode_partition_state(state)) == state
