@@ -672,3 +672,14 @@ def test_slot_count_round_trips_and_refuses_what_is_not_a_count():
     for data in (b'{"version":1,"slots":0}', b'{"version":2,"slots":4}', b'{"version":1}', b"16"):
         with pytest.raises(LayoutError):
             L.decode_slot_count(data)
+
+
+@pytest.mark.parametrize("decode, data, where", [
+    (L.decode_partition_state, b'{"version":1,"leader_epoch":0,"controller_epoch":0,"isr":[]}', "partition state"),
+    (partial(L.decode_server, "7"), b'{"version":1,"port":5}', "/zkcoord/servers/7"),
+    (L.decode_group_state, b'{"version":2,"strategy":"range","assignment":{}}', "group state"),
+])
+def test_a_missing_field_is_reported_naming_the_node_once(decode, data, where):
+    with pytest.raises(LayoutError) as info:
+        decode(data)
+    assert str(info.value).count(where) == 1 and "is missing" in str(info.value), str(info.value)

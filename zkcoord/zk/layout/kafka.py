@@ -420,11 +420,8 @@ def decode_partition_state(data: bytes, where: str = "partition state") -> Parti
     version = fields.version(PARTITION_STATE_VERSION)
     if fields.has("leader_recovery_state"):
         fields.integer("leader_recovery_state", 0, 1)
+    # The fields are read first: their errors name the node already.
+    leader, leader_epoch = fields.integer("leader", -2), fields.integer("leader_epoch", 0)
+    controller_epoch, isr = fields.integer("controller_epoch", 0), fields.ints("isr")
     with _prefix_errors(where):
-        return PartitionState(
-            fields.integer("leader", -2),
-            fields.integer("leader_epoch", 0),
-            fields.integer("controller_epoch", 0),
-            fields.ints("isr"),
-            version,
-        )
+        return PartitionState(leader, leader_epoch, controller_epoch, isr, version)

@@ -76,8 +76,9 @@ def encode_server(info: ServerInfo) -> bytes:
 def decode_server(server_id: str, data: bytes, where: str | None = None) -> ServerInfo:
     where = where or server_path(server_id)
     fields = decode_versioned(data, where, 1)
+    host, port = fields.string("host"), fields.integer("port", 1, 65535)  # errors that name the node
     with _prefix_errors(where):
-        return ServerInfo(server_id, fields.string("host"), fields.integer("port", 1, 65535))
+        return ServerInfo(server_id, host, port)
 
 
 def encode_coordinator_epoch(epoch: int) -> bytes:
@@ -212,10 +213,11 @@ def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
     if version >= 2:  # members left out run exactly their assignment
         running = {**{m: pairs for m, pairs in assignment.items() if m not in running}, **running}
     running = {m: pairs for m, pairs in running.items() if pairs}
+    # The fields are read first: their errors name the node already.
+    lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
+    generation, strategy = fields.integer("generation", 0), fields.string("strategy")
     with _prefix_errors(where):
-        lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
-        return GroupState(fields.integer("generation", 0), fields.string("strategy"), assignment,
-                          lease_ms=lease_ms, running=running)
+        return GroupState(generation, strategy, assignment, lease_ms=lease_ms, running=running)
 
 
 @dataclass(frozen=True)
