@@ -24,9 +24,10 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from zkcoord.consumer.buffer import RecordBuffer
 from zkcoord.consumer.membership import GroupMembership
-from zkcoord.consumer.protocol import NO_OFFSET, TopicPartition
+from zkcoord.consumer.protocol import NO_OFFSET
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.records import Record
+from zkcoord.records import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ from typing import Callable, Optional, Sequence
 from zkcoord import wire
 from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel
-from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState, TopicPartition
+from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.records import TopicPartition
 
 log = logging.getLogger(__name__)
 

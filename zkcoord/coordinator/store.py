@@ -19,13 +19,13 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, Roll
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ZkcoordError
+from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 from zkcoord.zk.reads import read_nodes
 from zkcoord.zk.session import session_id
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 # ZooKeeper refuses a request larger than its jute.maxbuffer (1 MB by
 # default) and drops the connection that sent it, so a write of more is
 # split into multi-operations of at most this much, each fenced on its own.

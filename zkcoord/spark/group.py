@@ -29,9 +29,10 @@ from typing import Iterator, Optional
 
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.consumer.protocol import NO_OFFSET
+from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import SparkSourceError
 from zkcoord.spark.metadata import ClusterView
-from zkcoord.spark.offsets import PartitionOffsets, StreamOffset, TopicPartition
+from zkcoord.spark.offsets import PartitionOffsets, StreamOffset
 from zkcoord.spark.options import EARLIEST, SourceOptions
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,9 @@ import logging
 import threading
 from typing import Iterable, Optional
 
+from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
-from zkcoord.spark.offsets import PartitionOffsets, TopicPartition
+from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SourceOptions
 from zkcoord.zk import layout
 

@@ -24,12 +24,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from zkcoord.records import TopicPartition
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.offsets import (
     OffsetRange,
     PartitionOffsets,
     StreamOffset,
-    TopicPartition,
     batch_ranges,
     limit_offsets,
     split_ranges,

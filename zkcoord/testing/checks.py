@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from zkcoord.records import TopicPartition
 from zkcoord.testing.cluster import ConsumerProcess
 from zkcoord.testing.process import ClusterError
-
-TopicPartition = tuple[str, int]
 
 
 class OwnershipViolation(ClusterError):
