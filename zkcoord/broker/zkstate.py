@@ -19,6 +19,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from zkcoord.broker.handlers import BrokerAddress, ClusterView, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.nodes import read_brokers
 from zkcoord.zk.session import delete_if_owned
 
 log = logging.getLogger(__name__)
@@ -88,19 +89,10 @@ class ZkState:
     def read(self) -> Snapshot:
         """The whole cluster view, re-arming watches on every node read."""
         view = ClusterView()
-        for child in self.client.get_children(layout.BROKER_IDS, watch=self._watch):
-            if not child.isdigit():
-                continue
-            try:
-                data, _ = self.client.get(f"{layout.BROKER_IDS}/{child}")
-                reg = layout.decode_broker(int(child), data)
-                host, port = reg.plaintext_address()
-            except NoNodeError:
-                continue
-            except layout.LayoutError as exc:
-                log.warning("ignoring broker %s: %s", child, exc)
-                continue
-            view.brokers[reg.broker_id] = BrokerAddress(host or "127.0.0.1", port, reg.rack)
+        # Brokers come and go with their ephemeral nodes: the listing is watched, not each registration.
+        for broker_id, registration in read_brokers(self.client, watch=self._watch).items():
+            host, port = registration.plaintext_address()
+            view.brokers[broker_id] = BrokerAddress(host or "127.0.0.1", port, registration.rack)
         led: dict[tuple[str, int], int] = {}
         for topic in self.client.get_children(layout.BROKER_TOPICS, watch=self._watch):
             try:
