@@ -1,4 +1,4 @@
-"""The broker's side of ZooKeeper: its ephemeral registration, the cluster view
+"""The broker's side of ZooKeeper: its ephemeral registration, its metadata cache
 read from Kafka's layout, and the partition state nodes of what it leads.
 
 Watches only wake the broker; each wake-up re-reads brokers and topics whole
@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple, Optional
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkcoord.broker.handlers import BrokerAddress, ClusterView, PartitionInfo
+from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_brokers
@@ -34,7 +34,7 @@ class BrokerIdInUseError(ZkcoordError):
 
 
 class Snapshot(NamedTuple):
-    view: ClusterView
+    metadata_cache: MetadataCache
     # (topic, partition) -> leader epoch, for the partitions this broker leads
     led: dict[tuple[str, int], int]
 
@@ -87,12 +87,12 @@ class ZkState:
         delete_if_owned(self.client, self._path)
 
     def read(self) -> Snapshot:
-        """The whole cluster view, re-arming watches on every node read."""
-        view = ClusterView()
+        """The whole metadata cache, re-arming watches on every node read."""
+        cache = MetadataCache()
         # Brokers come and go with their ephemeral nodes: the listing is watched, not each registration.
         for broker_id, registration in read_brokers(self.client, watch=self._watch).items():
             host, port = registration.plaintext_address()
-            view.brokers[broker_id] = BrokerAddress(host or "127.0.0.1", port, registration.rack)
+            cache.brokers[broker_id] = BrokerAddress(host or "127.0.0.1", port, registration.rack)
         led: dict[tuple[str, int], int] = {}
         for topic in self.client.get_children(layout.BROKER_TOPICS, watch=self._watch):
             try:
@@ -117,8 +117,8 @@ class ZkState:
                 else:
                     partitions[index] = PartitionInfo(state.leader, state.leader_epoch, replicas,
                                                       state.isr)
-            view.topics[topic] = partitions
-        return Snapshot(view, led)
+            cache.topics[topic] = partitions
+        return Snapshot(cache, led)
 
     def _partition_state(self, topic: str, partition: int) -> Optional[layout.PartitionState]:
         try:
