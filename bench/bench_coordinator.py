@@ -78,7 +78,7 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.0f} ms"
 
 
-class Bench(Harness):
+class CoordinatorBench(Harness):
     def __init__(self, work: Path, sizes: Sizes):
         super().__init__(work)
         self.sizes = sizes
@@ -273,7 +273,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, exit_on_signal)
 
     work = Path(tempfile.mkdtemp(prefix="bench-coordinator-"))
-    bench = Bench(work, sizes)
+    bench = CoordinatorBench(work, sizes)
     began = time.perf_counter()
     try:
         print(f"zkcoord coordinator benchmark ({'quick' if args.quick else 'full'}); {os.cpu_count()} cpus; "

@@ -145,7 +145,7 @@ def fmt_ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f}"
 
 
-class Bench(Harness):
+class RebalanceBench(Harness):
     def __init__(self, work: Path, protocol: str, args):
         super().__init__(work, ("--rebalance-protocol", protocol))
         self.protocol = protocol
@@ -246,13 +246,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-rebalance-"))
     began = time.perf_counter()
     rows: list[Row] = []
-    bench: Optional[Bench] = None
+    bench: Optional[RebalanceBench] = None
     try:
         print(f"zkcoord rebalance benchmark: {args.members} members + 1 joining, {args.partitions} partitions, "
               f"{args.repeats} join(s) per protocol and strategy list; {os.cpu_count()} cpus; "
               f"members in this process as gevent greenlets; fd limit {fds}", flush=True)
         for protocol in PROTOCOLS:
-            bench = Bench(work / protocol, protocol, args)
+            bench = RebalanceBench(work / protocol, protocol, args)
             bench.start()
             topic = bench.topic("join", args.partitions)
             for variant in variants:

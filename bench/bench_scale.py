@@ -103,7 +103,7 @@ class Generator:
         self.log.close()
 
 
-class Load:
+class Fleet:
     """The generators of one run, and what their statuses say together."""
 
     def __init__(self, generators: list[Generator], groups: int, members: int, partitions: int):
@@ -184,7 +184,7 @@ def run(args, work: Path) -> str:
     harness = Harness(work, server_args=["--zk-session-timeout-ms", str(args.zk_session_timeout_ms),
                                          "--coordinator-slots", str(args.slots)],
                       zk_nodes=args.zk_nodes)
-    load = None
+    fleet = None
     try:
         harness.start(servers=args.coordinators)
         harness.topic(TOPIC, args.partitions)
@@ -208,12 +208,12 @@ def run(args, work: Path) -> str:
             first = index * args.members // processes
             last = (index + 1) * args.members // processes - 1
             generators.append(Generator(index, bootstrap, first, last, args, work))
-        load = Load(generators, args.groups, args.members, args.partitions)
+        fleet = Fleet(generators, args.groups, args.members, args.partitions)
 
         def progress() -> bool:
             if any(g.proc.poll() is not None for g in generators):
                 raise RuntimeError("a load generator exited; see its log under " + str(work))
-            return load.fresh_since(began) and len(load.whole_groups()) == args.groups
+            return fleet.fresh_since(began) and len(fleet.whole_groups()) == args.groups
 
         last_print = [0.0]
 
@@ -221,35 +221,35 @@ def run(args, work: Path) -> str:
             done = progress()
             if time.time() - last_print[0] >= 5:
                 last_print[0] = time.time()
-                print(f"  {time.time() - began:5.1f} s: {load.registered()} registered, "
-                      f"{len(load.whole_groups())} of {args.groups} groups whole", flush=True)
-                if time.time() - began > args.ramp_s + 10 and load.registered() < args.members:
-                    print(f"    not registered, among others: {load.waiting()}", flush=True)
+                print(f"  {time.time() - began:5.1f} s: {fleet.registered()} registered, "
+                      f"{len(fleet.whole_groups())} of {args.groups} groups whole", flush=True)
+                if time.time() - began > args.ramp_s + 10 and fleet.registered() < args.members:
+                    print(f"    not registered, among others: {fleet.waiting()}", flush=True)
             return done
 
         wait_until(report_progress, args.ramp_s + args.join_timeout_s, message="every member registered and every group whole",
                    interval=0.2)
-        joined_s = max(load.whole_groups().values()) - began
+        joined_s = max(fleet.whole_groups().values()) - began
         print(f"joined: {args.members} members, {args.groups} groups whole in {joined_s:.1f} s", flush=True)
 
         # The steady window: nobody joins or leaves.
         servers = {sid: s for sid, s in harness.cluster.servers.items()}
         window_began = time.time()
         server_cpu = {sid: s.cpu_seconds() for sid, s in servers.items()}
-        generator_cpu = load.cpu_s()
+        generator_cpu = fleet.cpu_s()
         gevent.sleep(args.steady_s)
         window = time.time() - window_began
         server_pct = {sid: percent(s.cpu_seconds() - server_cpu[sid], window) for sid, s in servers.items()}
-        generator_pct = percent(load.cpu_s() - generator_cpu, window)
+        generator_pct = percent(fleet.cpu_s() - generator_cpu, window)
         busiest = max(server_pct, key=server_pct.get)
         for sid, pct in sorted(server_pct.items()):
             print(f"  server {sid}: {pct:.1f}% of a core over {window:.0f} s", flush=True)
         print(f"  generators: {generator_pct:.1f}% of a core in all ({processes} processes)", flush=True)
 
         # Counted before any failover, whose losses are by design.
-        expired = load.lost() + (args.members - load.registered())
+        expired = fleet.lost() + (args.members - fleet.registered())
         if args.failover:
-            failover(harness, load, busiest, args)
+            failover(harness, fleet, busiest, args)
 
         return (f"members {args.members} groups {args.groups} coordinators {args.coordinators}: "
                 f"joined in {joined_s:.1f} s; steady coordinator CPU {server_pct[busiest]:.1f}% of a core; "
@@ -258,8 +258,8 @@ def run(args, work: Path) -> str:
         harness.dump_logs()
         raise
     finally:
-        if load is not None:
-            load.stop()
+        if fleet is not None:
+            fleet.stop()
         harness.stop()
 
 
@@ -269,7 +269,7 @@ def slot_epochs(harness: Harness, slots: int) -> dict[int, int]:
             for k in range(slots)}
 
 
-def failover(harness: Harness, load: Load, victim: int, args) -> None:
+def failover(harness: Harness, fleet: Fleet, victim: int, args) -> None:
     """kill -9 of ``victim`` (a server), and the time until every group of
     the slots it held is whole under a new epoch of its slot; the others'
     registrations lost meanwhile are counted (there should be none)."""
@@ -278,7 +278,7 @@ def failover(harness: Harness, load: Load, victim: int, args) -> None:
             if layout.decode_coordinator(harness.zk.get(layout.slot_coordinator_path(k))[0]) == str(victim)}
     before = slot_epochs(harness, args.slots)
     moved = [g for g in groups if slot_of(g, args.slots) in held]
-    lost_before = load.lost()
+    lost_before = fleet.lost()
     killed_at = time.time()
     harness.cluster.servers[victim].kill()
 
@@ -294,12 +294,12 @@ def failover(harness: Harness, load: Load, victim: int, args) -> None:
     elected_s = time.time() - killed_at
     after = slot_epochs(harness, args.slots)
     wanted = {g: after[slot_of(g, args.slots)] for g in moved}
-    wait_until(lambda: load.fresh_since(killed_at) and len(load.whole_groups(wanted)) == args.groups,
+    wait_until(lambda: fleet.fresh_since(killed_at) and len(fleet.whole_groups(wanted)) == args.groups,
                args.join_timeout_s, message="every group whole, the moved ones under their new epoch", interval=0.1)
-    whole_s = max(load.whole_groups(wanted).values()) - killed_at
+    whole_s = max(fleet.whole_groups(wanted).values()) - killed_at
     print(f"failover: kill -9 of server {victim}, holding {len(held)} of {args.slots} slot(s) and {len(moved)} of "
           f"{args.groups} groups; new epochs after {elected_s:.1f} s; every group whole again after {whole_s:.1f} s "
-          f"(ZooKeeper session {args.zk_session_timeout_ms / 1000:.1f} s; {load.lost() - lost_before} registrations "
+          f"(ZooKeeper session {args.zk_session_timeout_ms / 1000:.1f} s; {fleet.lost() - lost_before} registrations "
           f"lost, of members of the dead coordinator as they must be)", flush=True)
 
 

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
     from kazoo.client import KazooClient
 
-    from zkcoord.admin.groups import read_offsets
+    from zkcoord.zk.nodes import read_offsets
     from zkcoord.admin.topics import create_topic
     from zkcoord.errors import ConfigError
     from zkcoord.testing import LocalCluster, group_is_whole, wait_until

@@ -1,6 +1,17 @@
-"""The record a consumer hands to the application, whatever fetched it."""
+"""The plain values every part of zkcoord shares: a partition's identity and
+the record a consumer hands to the application, whatever fetched it."""
 
 from typing import NamedTuple, Optional
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic. A tuple: ``topic, partition = tp`` works,
+    and it equals (and hashes as) the plain ``(topic, partition)``, so either
+    form finds the same dict entry. The coordinator protocol carries it as
+    an array entry (wire/messages.py)."""
+
+    topic: str
+    partition: int
 
 
 class Record(NamedTuple):

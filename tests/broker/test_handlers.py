@@ -13,19 +13,19 @@ from kafka.protocol.producer import ProduceRequest
 
 from tests.broker.batches import make_batch, read_values
 from zkcoord.broker import handlers, protocol
-from zkcoord.broker.handlers import BrokerAddress, ClusterView, Handlers, PartitionInfo
+from zkcoord.broker.handlers import BrokerAddress, Handlers, MetadataCache, PartitionInfo
 from zkcoord.broker.log import LogConfig, PartitionLog
 
 
 @pytest.fixture
 def state(tmp_path):
-    view = ClusterView(
+    cache = MetadataCache(
         brokers={1: BrokerAddress("127.0.0.1", 9001, None), 2: BrokerAddress("127.0.0.1", 9002, "r2")},
         topics={"t": {0: PartitionInfo(1, 0, (1,), (1,)), 1: PartitionInfo(1, 0, (1,), (1,)),
                       2: PartitionInfo(2, 3, (2,), (2,)), 3: PartitionInfo(7, 0, (7,), (7,))}})
     logs = {("t", p): PartitionLog(str(tmp_path / f"t-{p}"), LogConfig(), time.time) for p in (0, 1)}
     ids = iter(range(100, 200))
-    yield Handlers(1, view, logs, lambda: next(ids), sendfile_threshold=1000), logs
+    yield Handlers(1, cache, logs, lambda: next(ids), sendfile_threshold=1000), logs
     for plog in logs.values():
         plog.close()
 

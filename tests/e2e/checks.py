@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from zkcoord.admin.groups import read_owners
+from zkcoord.zk.nodes import read_owners
 from zkcoord.testing import ConsumerProcess, LocalCluster, group_is_whole  # noqa: F401
 
 

@@ -26,7 +26,7 @@ from zkcoord.consumer.membership import GroupMembership
 from zkcoord.zk import layout
 from tests.e2e.checks import wait_whole
 from zkcoord.testing import partitions_of
-from zkcoord.admin.groups import read_owners
+from zkcoord.zk.nodes import read_owners
 from zkcoord.testing import wait_until
 
 SETTLE_S = 20

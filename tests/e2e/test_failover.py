@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 
 from tests.e2e.checks import delivered_values, produce, wait_whole
 from zkcoord.testing import partitions_of
-from zkcoord.admin.groups import read_offsets, read_owners
+from zkcoord.zk.nodes import read_offsets, read_owners
 from zkcoord.testing import wait_until
 from zkcoord.admin.topics import create_topic
 from zkcoord.zk import layout

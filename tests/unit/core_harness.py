@@ -61,7 +61,9 @@ class FakeZooKeeper:
         return None
 
 
-class Harness:
+class CoreHarness:
+    """A CoordinatorCore with this module's clock, timers, ZooKeeper and members around it."""
+
     def __init__(self, config: CoordinatorConfig = CONFIG, epoch: int = 1, states=None,
                  zk: Optional[FakeZooKeeper] = None, partitions=None):
         self.now = 0.0

@@ -16,16 +16,16 @@ from zkcoord.coordinator.core import CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.group import GroupPhase, IllegalTransition
 from zkcoord.zk import layout
 
-from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, ZK_SESSION_MS, Harness
+from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, ZK_SESSION_MS, CoreHarness
 
 T = T_MS / 1000.0
 MARGIN = MARGIN_MS / 1000.0
 P = [("t", i) for i in range(4)]
 
 
-def two_members() -> Harness:
+def two_members() -> CoreHarness:
     """a runs t-0 and t-1, b runs t-2 and t-3 (range), everything written."""
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     h.register("b", "b")
     h.stable(["a", "b"])
@@ -33,7 +33,7 @@ def two_members() -> Harness:
     return h
 
 
-def assert_fenced(h: Harness, dropped_conn, partitions, lease_from: float, serve=("a",), horizon: float = 8.0):
+def assert_fenced(h: CoreHarness, dropped_conn, partitions, lease_from: float, serve=("a",), horizon: float = 8.0):
     """Nobody else is started on ``partitions`` before the dropped member's
     lease (from its last request, ``lease_from``) plus the margin has passed;
     someone is, once it has."""
@@ -44,7 +44,7 @@ def assert_fenced(h: Harness, dropped_conn, partitions, lease_from: float, serve
 
 
 def test_a_handoff_stops_and_writes_before_it_starts():
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     h.stable(["a"])
     h.register("b", "b")
@@ -90,7 +90,7 @@ def drop_by_static_timeout(h):
 @pytest.mark.parametrize("drop", [drop_by_silence, drop_by_reset_on_our_side, drop_by_error, drop_by_not_polling,
                                   drop_by_static_timeout])
 def test_a_dropped_member_is_fenced_until_its_lease_has_ended(drop):
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     h.register("b", "b", is_static=drop is drop_by_static_timeout)
     h.stable(["a", "b"])
@@ -150,7 +150,7 @@ def test_a_member_dropped_during_a_round_keeps_its_fence():
 
 def test_a_round_ends_only_when_every_request_it_sent_is_settled():
     config = CoordinatorConfig(**{**CONFIG.__dict__, "rebalance_protocol": "eager"})
-    h = Harness(config=config)
+    h = CoreHarness(config=config)
     for conn in "ab":
         h.register(conn, conn)
     h.stable(["a", "b"])
@@ -187,7 +187,7 @@ def test_a_late_answer_after_the_timeout_changes_nothing():
 # -- finding 5: offsets are validated, and a bad one harms nothing -------------------------------
 
 def test_bad_offsets_are_refused_and_the_group_keeps_writing():
-    h = Harness()
+    h = CoreHarness()
     h.zk.offsets["g"][P[1]] = 40
     h.register("a", "a")
     h.register("b", "b")
@@ -211,7 +211,7 @@ def test_bad_offsets_are_refused_and_the_group_keeps_writing():
 # -- finding 6: the coordinator's own state -------------------------------------------------------
 
 def test_a_write_refused_for_a_newer_epoch_deposes_the_core_and_it_sends_nothing_more():
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     h.advance(0.1, settle=False)
     h.complete(actions.ReadOwners, result={})
@@ -223,7 +223,7 @@ def test_a_write_refused_for_a_newer_epoch_deposes_the_core_and_it_sends_nothing
 
 
 def test_illegal_state_moves_fail_loudly():
-    h = Harness()
+    h = CoreHarness()
     h.apply(h.core.step_down(h.now))
     with pytest.raises(IllegalTransition):
         h.core._become(CoordinatorState.ACTIVE)
@@ -237,14 +237,14 @@ def persisted(**kwargs) -> dict:
 
 
 def test_after_a_failover_everything_the_last_generation_ran_stays_fenced():
-    h = Harness(states=persisted())
+    h = CoreHarness(states=persisted())
     h.register("c", "c")
     assert_fenced(h, "a", set(P), 0.0, serve=("c",))
     assert h.core.groups["g"].generation > 5
 
 
 def test_a_returning_member_hands_over_exact_offsets_before_it_is_answered():
-    h = Harness(states=persisted())
+    h = CoreHarness(states=persisted())
     h.register("a", "a", offsets=(wire.TopicPartitionOffset("t", 0, 50), wire.TopicPartitionOffset("t", 1, 60),
                                   wire.TopicPartitionOffset("t", 2, 70)))  # t-2 was b's: not a's to hand over
     assert h.sent["a"] == []  # no answer before the handover is durable
@@ -305,10 +305,10 @@ def test_a_start_sent_makes_earlier_handovers_stale_even_if_it_is_never_acknowle
     assert h.zk.offsets["g"] == {P[0]: 30, P[1]: 31, P[2]: 15}
 
 
-def round_about_to_start_what_b_ran() -> Harness:
+def round_about_to_start_what_b_ran() -> CoreHarness:
     """After a failover, b's fence has lapsed and the round under way will
     start all of b's partitions on a; it is reading the offsets its Starts carry."""
-    h = Harness(states=persisted())
+    h = CoreHarness(states=persisted())
     h.register("a2", "a")
     h.advance(T + 1.0, settle=False, serve=("a2",))
     while not any(isinstance(op, actions.ReadOffsets) for op in h.operations.values()):
@@ -476,7 +476,7 @@ def test_a_change_during_a_round_runs_another_round_after_it():
 
 
 def test_a_static_member_back_on_a_new_connection_waits_for_its_old_lease():
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     h.register("s1", "s", is_static=True)
     h.stable(["a", "s1"])
@@ -490,7 +490,7 @@ def test_a_static_member_back_on_a_new_connection_waits_for_its_old_lease():
 
 
 def test_a_group_that_keeps_failing_is_marked_failed_and_recovers_on_the_next_change():
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     for _ in range(CONFIG.max_rebalance_retries + 1):
         h.advance(5.0, settle=False, serve=("a",))
@@ -537,7 +537,7 @@ def test_nobody_is_admitted_and_no_round_runs_before_the_predecessors_state_is_l
 
 
 def test_a_member_that_leaves_during_a_round_is_started_on_nothing():
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     h.stable(["a"])
     h.register("b", "b")
@@ -555,7 +555,7 @@ def test_a_member_that_leaves_during_a_round_is_started_on_nothing():
 
 
 def test_a_static_member_back_hands_over_what_its_old_connection_ran():
-    h = Harness()
+    h = CoreHarness()
     h.register("a", "a")
     h.register("s1", "s", is_static=True)
     h.stable(["a", "s1"])
@@ -566,7 +566,7 @@ def test_a_static_member_back_hands_over_what_its_old_connection_ran():
 
 def test_a_flush_asked_for_during_a_write_writes_what_arrived_meanwhile():
     config = CoordinatorConfig(**{**CONFIG.__dict__, "offset_flush_interval_ms": 60_000})
-    h = Harness(config=config)
+    h = CoreHarness(config=config)
     h.register("a", "a")
     h.stable(["a"])
     for offset in (5, 6):
@@ -578,7 +578,7 @@ def test_a_flush_asked_for_during_a_write_writes_what_arrived_meanwhile():
 
 
 def test_a_read_that_ends_late_never_lowers_a_committed_offset_we_wrote():
-    h = Harness()
+    h = CoreHarness()
     h.core.committed["g"] = {P[0]: 50}
     h.core._offsets_read("g", {P[0]}, {P[0]: 40})
     assert h.core.committed["g"][P[0]] == 50
@@ -587,7 +587,7 @@ def test_a_read_that_ends_late_never_lowers_a_committed_offset_we_wrote():
 def test_pings_due_within_a_tick_go_together_and_every_deadline_shares_one_timer():
     from zkcoord.coordinator.core import ANSWERS_TIMER, PING_TICK_S, PING_TIMER
 
-    h = Harness()
+    h = CoreHarness()
     members = [f"m{i}" for i in range(40)]
     for i, name in enumerate(members):  # joins spread over a second: pings fall due apart
         h.register(name, name, group=f"g{i % 4}")
@@ -613,7 +613,7 @@ FORMING = dataclasses.replace(CONFIG, initial_rebalance_delay_ms=1000)  # rebala
 
 
 def test_a_new_group_waits_for_the_crowd_and_makes_one_round():
-    h = Harness(FORMING)
+    h = CoreHarness(FORMING)
     for i, conn in enumerate(("a", "b", "c")):  # a join every 0.4 s: each one postpones the round
         h.register(conn, conn)
         h.advance(0.4, serve=("a", "b", "c"))
@@ -627,7 +627,7 @@ def test_a_new_group_waits_for_the_crowd_and_makes_one_round():
 
 
 def test_a_crowd_that_keeps_coming_waits_no_longer_than_the_rebalance_timeout():
-    h = Harness(FORMING)
+    h = CoreHarness(FORMING)
     h.register("m0", "m0")
     first_start = None
     for i in range(1, 12):  # a join every 0.3 s, for 3.3 s
@@ -641,7 +641,7 @@ def test_a_crowd_that_keeps_coming_waits_no_longer_than_the_rebalance_timeout():
 def test_joins_faster_than_the_debounce_past_the_timeout_do_not_postpone_the_first_round():
     # A join every 50 ms, for 4 s: past the cap, each join must not move the
     # round to its own debounce (it did, and no round ran while they came).
-    h = Harness(FORMING)
+    h = CoreHarness(FORMING)
     h.register("m0", "m0")
     first_start = None
     for i in range(1, 80):
@@ -656,7 +656,7 @@ def test_a_group_with_a_generation_gets_the_plain_debounce():
     # A group a predecessor coordinated (or that has had its first round) is
     # not forming: a join is answered after the 100 ms debounce.
     state = layout.GroupState(3, "range", {"a": ((P[0][0], P[0][1]),)}, lease_ms=0)
-    h = Harness(FORMING, states={"g": state})
+    h = CoreHarness(FORMING, states={"g": state})
     h.register("a", "a")
     h.advance(0.15, serve=("a",))
     assert h.requests("a", wire.StartRequest)

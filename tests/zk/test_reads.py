@@ -8,7 +8,7 @@ from kazoo.client import KazooClient
 from zkcoord.zk import reads
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.layout import LayoutError
-from zkcoord.zk.reads import READ_BATCH, read_nodes
+from zkcoord.zk.reads import KEEP, READ_BATCH, read_nodes
 
 NODES = READ_BATCH * 2 + 50  # three batches, the last one short
 
@@ -38,9 +38,9 @@ def test_multi_read_gives_what_one_read_per_node_gives_missing_and_unreadable_no
     real_call = client._call
     client._call = lambda request, answer: calls.append(type(request).__name__) or real_call(request, answer)
 
-    together = read_nodes(client, paths, decode, "test node", small=True, keep_unreadable=True)
+    together = read_nodes(client, paths, decode, "test node", small=True, unreadable=KEEP)
     assert calls == ["MultiRead"] * 3  # one request per batch
-    one_each = read_nodes(client, paths, decode, "test node", keep_unreadable=True)
+    one_each = read_nodes(client, paths, decode, "test node", unreadable=KEEP)
     assert together == one_each
     assert together[0] == 0 and together[12] == 120 and 3 not in together and together[5] is None
     assert len(together) == NODES - len([i for i in range(NODES) if i % 7 == 3])

@@ -19,6 +19,7 @@ from kazoo.exceptions import NoNodeError
 from zkcoord.admin import zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.nodes import read_brokers, read_offsets, read_owners
 
 
 def list_groups(client) -> list[str]:
@@ -32,42 +33,11 @@ def list_groups(client) -> list[str]:
     return sorted(names)
 
 
-def _children(client, path: str) -> list[str]:
-    try:
-        return client.get_children(path)
-    except NoNodeError:
-        return []
-
-
 def _read(client, path: str, decode):
     try:
         return decode(client.get(path)[0])
     except NoNodeError:
         return None
-
-
-def _per_partition(client, parent, leaf, decode) -> dict[tuple[str, int], object]:
-    """Decode every ``leaf(topic, partition)`` node under ``parent(topic)``."""
-    result = {}
-    for topic in _children(client, parent(None)):
-        for partition in _children(client, parent(topic)):
-            if partition.isdigit():
-                value = _read(client, leaf(topic, int(partition)), decode)
-                if value is not None:
-                    result[(topic, int(partition))] = value
-    return result
-
-
-def read_owners(client, group: str) -> dict[tuple[str, int], str]:
-    """/consumers/<group>/owners as {(topic, partition): consumer id}."""
-    return _per_partition(client, lambda t: layout.owners_path(group, t),
-                          lambda t, p: layout.owner_path(group, t, p), layout.decode_owner)
-
-
-def read_offsets(client, group: str) -> dict[tuple[str, int], int]:
-    """/consumers/<group>/offsets as {(topic, partition): next offset to consume}."""
-    return _per_partition(client, lambda t: layout.offsets_path(group, t),
-                          lambda t, p: layout.offset_path(group, t, p), layout.decode_offset)
 
 
 def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Optional[int]]:
@@ -120,13 +90,7 @@ def log_end_offsets(client, partitions) -> dict:
     """Each partition's log end offset, asked of the brokers registered in ZooKeeper."""
     from confluent_kafka import Consumer, TopicPartition
 
-    brokers = []
-    for child in _children(client, layout.BROKER_IDS):
-        try:
-            reg = layout.decode_broker(int(child), client.get(layout.broker_path(int(child)))[0])
-            brokers.append("%s:%d" % reg.plaintext_address())
-        except (NoNodeError, ValueError, layout.LayoutError):
-            continue
+    brokers = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
     if not brokers:
         return {}
     consumer = Consumer({"bootstrap.servers": ",".join(brokers), "group.id": "zkcoord-admin",

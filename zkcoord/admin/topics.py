@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 from zkcoord.admin import zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.nodes import broker_ids
 
 MAX_PARTITIONS = 2**31 - 1
 
@@ -59,12 +60,6 @@ def check_count(value: int, what: str) -> int:
     return value
 
 
-def _live_brokers(client) -> list[int]:
-    if client.exists(layout.BROKER_IDS) is None:
-        return []
-    return sorted(int(c) for c in client.get_children(layout.BROKER_IDS) if c.isdigit())
-
-
 def create_topic(client, topic: str, partitions: int) -> dict[int, tuple[int, ...]]:
     """Write ``/brokers/topics/<topic>``; returns the assignment written."""
     try:
@@ -74,7 +69,7 @@ def create_topic(client, topic: str, partitions: int) -> dict[int, tuple[int, ..
     check_count(partitions, "--partitions")
     from kazoo.exceptions import NodeExistsError
 
-    assignment = plan_partitions(_live_brokers(client), 0, partitions)
+    assignment = plan_partitions(broker_ids(client), 0, partitions)
     client.ensure_path(layout.BROKER_TOPICS)
     try:
         client.create(layout.topic_path(topic), layout.encode_topic(layout.TopicAssignment(assignment)))
@@ -107,7 +102,7 @@ def add_partitions(client, topic: str, total: int) -> dict[int, tuple[int, ...]]
     if total <= current:
         raise TopicArgumentError(
             f"topic {topic!r} has {current} partitions; the new count must be larger, got {total}")
-    added = plan_partitions(_live_brokers(client), current, total - current, start_index=current)
+    added = plan_partitions(broker_ids(client), current, total - current, start_index=current)
     merged = {**assignment.partitions, **added}
     updated = layout.TopicAssignment(merged, assignment.version, assignment.topic_id)
     client.set(layout.topic_path(topic), layout.encode_topic(updated), version=stat.version)

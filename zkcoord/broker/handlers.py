@@ -69,8 +69,9 @@ class PartitionInfo(NamedTuple):
 
 
 @dataclass
-class ClusterView:
-    """The cluster as the broker last read it from ZooKeeper."""
+class MetadataCache:
+    """The cluster as the broker last read it from ZooKeeper: what its
+    Metadata answers say (Kafka's name for a broker's copy of it)."""
 
     brokers: dict[int, BrokerAddress] = field(default_factory=dict)
     topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
@@ -89,19 +90,19 @@ class FetchOutcome(NamedTuple):
 
 class Handlers:
     """Answers requests for one broker. ``logs`` holds the partitions this
-    broker leads; ``view`` everything else it knows about the cluster."""
+    broker leads; ``metadata_cache`` everything else it knows about the cluster."""
 
-    def __init__(self, broker_id: int, view: ClusterView, logs: dict[tuple[str, int], PartitionLog],
+    def __init__(self, broker_id: int, metadata_cache: MetadataCache, logs: dict[tuple[str, int], PartitionLog],
                  allocate_producer_id: Callable[[], int], sendfile_threshold: int):
         self.broker_id = broker_id
-        self.view = view
+        self.metadata_cache = metadata_cache
         self.logs = logs
         self._allocate_producer_id = allocate_producer_id
         self._sendfile_threshold = sendfile_threshold
 
     def _missing_error(self, topic: str, partition: int) -> int:
         """Why this broker has no log for the partition."""
-        partitions = self.view.topics.get(topic)
+        partitions = self.metadata_cache.topics.get(topic)
         if partitions is None or partition not in partitions:
             return UNKNOWN_TOPIC_OR_PARTITION
         return NOT_LEADER_OR_FOLLOWER
@@ -116,27 +117,27 @@ class Handlers:
         brokers = [
             MetadataResponse.MetadataResponseBroker(node_id=node, host=addr.host, port=addr.port,
                                                     rack=addr.rack)
-            for node, addr in sorted(self.view.brokers.items())
+            for node, addr in sorted(self.metadata_cache.brokers.items())
         ]
         if request.topics is None or (version == 0 and not request.topics):
-            names = sorted(self.view.topics)
+            names = sorted(self.metadata_cache.topics)
         else:
             # Lookups by topic id alone (v10+) are not served: ids are not kept.
             names = [t.name for t in request.topics if t.name is not None]
         topics = [self._topic_metadata(name) for name in names]
         return MetadataResponse(version=version, throttle_time_ms=0, brokers=brokers,
-                                cluster_id=self.view.cluster_id, controller_id=self.broker_id,
+                                cluster_id=self.metadata_cache.cluster_id, controller_id=self.broker_id,
                                 topics=topics)
 
     def _topic_metadata(self, name):
         Topic = MetadataResponse.MetadataResponseTopic
-        partitions = self.view.topics.get(name)
+        partitions = self.metadata_cache.topics.get(name)
         if partitions is None:
             return Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
                          partitions=[])
         out = []
         for index, info in sorted(partitions.items()):
-            alive = info.leader in self.view.brokers
+            alive = info.leader in self.metadata_cache.brokers
             out.append(Topic.MetadataResponsePartition(
                 error_code=NONE if alive else LEADER_NOT_AVAILABLE,
                 partition_index=index,
@@ -144,7 +145,7 @@ class Handlers:
                 leader_epoch=info.leader_epoch,
                 replica_nodes=list(info.replicas),
                 isr_nodes=list(info.isr),
-                offline_replicas=[r for r in info.replicas if r not in self.view.brokers]))
+                offline_replicas=[r for r in info.replicas if r not in self.metadata_cache.brokers]))
         return Topic(error_code=NONE, name=name, is_internal=False, partitions=out)
 
     def init_producer_id(self, request):

@@ -26,7 +26,7 @@ from kazoo.protocol.states import KazooState
 
 from zkcoord.broker import protocol
 from zkcoord.broker.config import BrokerConfig
-from zkcoord.broker.handlers import ClusterView, Handlers
+from zkcoord.broker.handlers import Handlers, MetadataCache
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
@@ -58,10 +58,10 @@ class Broker:
         self.config = config
         self.zk = zk_client
         self.logs: dict[tuple[str, int], PartitionLog] = {}
-        self.view = ClusterView()
+        self.metadata_cache = MetadataCache()
         self._pid_counter = 0
         self._pid_base = int(time.time()) << 32
-        self.handlers = Handlers(config.broker_id, self.view, self.logs, self._next_producer_id,
+        self.handlers = Handlers(config.broker_id, self.metadata_cache, self.logs, self._next_producer_id,
                                  config.sendfile_threshold)
         self._appended = gevent.event.Event()
         self._wake = gevent.event.Event()
@@ -162,8 +162,8 @@ class Broker:
 
     def _reconcile(self) -> None:
         snapshot = self._zkstate.read()
-        self.view.brokers = snapshot.view.brokers
-        self.view.topics = snapshot.view.topics
+        self.metadata_cache.brokers = snapshot.metadata_cache.brokers
+        self.metadata_cache.topics = snapshot.metadata_cache.topics
         for key, epoch in snapshot.led.items():
             plog = self.logs.get(key)
             if plog is None:

@@ -1,4 +1,4 @@
-"""The broker's side of ZooKeeper: its ephemeral registration, the cluster view
+"""The broker's side of ZooKeeper: its ephemeral registration, its metadata cache
 read from Kafka's layout, and the partition state nodes of what it leads.
 
 Watches only wake the broker; each wake-up re-reads brokers and topics whole
@@ -16,9 +16,10 @@ from typing import Callable, NamedTuple, Optional
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkcoord.broker.handlers import BrokerAddress, ClusterView, PartitionInfo
+from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
+from zkcoord.zk.nodes import read_brokers
 from zkcoord.zk.session import delete_if_owned
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class BrokerIdInUseError(ZkcoordError):
 
 
 class Snapshot(NamedTuple):
-    view: ClusterView
+    metadata_cache: MetadataCache
     # (topic, partition) -> leader epoch, for the partitions this broker leads
     led: dict[tuple[str, int], int]
 
@@ -86,21 +87,12 @@ class ZkState:
         delete_if_owned(self.client, self._path)
 
     def read(self) -> Snapshot:
-        """The whole cluster view, re-arming watches on every node read."""
-        view = ClusterView()
-        for child in self.client.get_children(layout.BROKER_IDS, watch=self._watch):
-            if not child.isdigit():
-                continue
-            try:
-                data, _ = self.client.get(f"{layout.BROKER_IDS}/{child}")
-                reg = layout.decode_broker(int(child), data)
-                host, port = reg.plaintext_address()
-            except NoNodeError:
-                continue
-            except layout.LayoutError as exc:
-                log.warning("ignoring broker %s: %s", child, exc)
-                continue
-            view.brokers[reg.broker_id] = BrokerAddress(host or "127.0.0.1", port, reg.rack)
+        """The whole metadata cache, re-arming watches on every node read."""
+        cache = MetadataCache()
+        # Brokers come and go with their ephemeral nodes: the listing is watched, not each registration.
+        for broker_id, registration in read_brokers(self.client, watch=self._watch).items():
+            host, port = registration.plaintext_address()
+            cache.brokers[broker_id] = BrokerAddress(host or "127.0.0.1", port, registration.rack)
         led: dict[tuple[str, int], int] = {}
         for topic in self.client.get_children(layout.BROKER_TOPICS, watch=self._watch):
             try:
@@ -125,8 +117,8 @@ class ZkState:
                 else:
                     partitions[index] = PartitionInfo(state.leader, state.leader_epoch, replicas,
                                                       state.isr)
-            view.topics[topic] = partitions
-        return Snapshot(view, led)
+            cache.topics[topic] = partitions
+        return Snapshot(cache, led)
 
     def _partition_state(self, topic: str, partition: int) -> Optional[layout.PartitionState]:
         try:

@@ -18,9 +18,7 @@ import itertools
 from collections import deque
 from typing import Iterable, Optional
 
-from zkcoord.records import Record
-
-TopicPartition = tuple[str, int]
+from zkcoord.records import Record, TopicPartition
 
 
 class RecordBuffer:

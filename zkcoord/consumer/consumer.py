@@ -27,9 +27,9 @@ from zkcoord import wire
 from zkcoord.consumer.buffer import RecordBuffer
 from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.consumer.membership import GroupMembership
-from zkcoord.consumer.protocol import NO_OFFSET, TopicPartition
+from zkcoord.consumer.protocol import NO_OFFSET
 from zkcoord.errors import ZkcoordError
-from zkcoord.records import Record
+from zkcoord.records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
 

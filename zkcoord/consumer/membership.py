@@ -28,8 +28,9 @@ from zkcoord import wire
 from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel
 from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState, TopicPartition
+from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.records import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from typing import Optional, Protocol
 
 from zkcoord import wire
 from zkcoord.errors import ZkcoordError
+from zkcoord.records import TopicPartition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 NO_OFFSET = -1  # in a Start: no committed offset, apply auto_offset_reset
 # Registration refusals worth retrying: the coordinator moved or is starting,
 # or our previous connection is still registered until the coordinator sees it close.

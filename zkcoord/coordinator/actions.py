@@ -17,9 +17,8 @@ from typing import Hashable, Mapping, Optional
 
 from zkcoord import wire
 from zkcoord.errors import ZkcoordError
+from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
-
-TopicPartition = tuple[str, int]
 
 
 class Deposed(ZkcoordError):

@@ -21,8 +21,8 @@ from collections import deque
 from typing import Mapping, Optional, Protocol, Sequence
 
 from zkcoord.errors import ZkcoordError
+from zkcoord.records import TopicPartition
 
-TopicPartition = tuple[str, int]
 Assignment = dict[str, frozenset[TopicPartition]]
 Subscriptions = Mapping[str, "frozenset[str] | set[str]"]
 Current = Optional[Mapping[str, frozenset[TopicPartition]]]

@@ -53,11 +53,10 @@ from zkcoord.coordinator.planner import (
 )
 from zkcoord.coordinator.schedule import PingSchedule
 from zkcoord.errors import ZkcoordError
+from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 # Timer keys: ("answers",), ("rebalance", group), ("static", conn),
 # ("ping",), ("flush",), ("office",).
@@ -898,7 +897,7 @@ class CoordinatorCore:
         # A member that left meanwhile stopped with its connection; it needs no Stop.
         self._send_all(group, round_, plan.revoke, lambda partitions: wire.StopRequest(
             coordinator_epoch=self.epoch, generation=group.generation, revoke_all=plan.revoke_all,
-            partitions=tuple(wire.TopicPartition(t, p) for t, p in sorted(partitions))), self._stopped, now)
+            partitions=tuple(TopicPartition(t, p) for t, p in sorted(partitions))), self._stopped, now)
 
     def _send_all(self, group: Group, round_: Round, per_member: Mapping[str, frozenset[TopicPartition]],
                   make_request: Callable, on_answer: Callable, now: float) -> None:

@@ -13,8 +13,7 @@ from typing import Any, Optional
 from zkcoord.coordinator.lease import Fences
 from zkcoord.coordinator.planner import Subscription
 from zkcoord.errors import ZkcoordError
-
-TopicPartition = tuple[str, int]
+from zkcoord.records import TopicPartition
 
 
 class IllegalTransition(ZkcoordError):

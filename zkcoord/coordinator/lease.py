@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-TopicPartition = tuple[str, int]
+from zkcoord.records import TopicPartition
 
 
 def lease_end(last_sent: float, session_timeout_ms: int, margin_ms: int) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -29,7 +29,7 @@ from kazoo.exceptions import NoNodeError
 from zkcoord import wire
 from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.zk import layout
-from zkcoord.zk.reads import read_nodes
+from zkcoord.zk.nodes import read_brokers, read_servers
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +45,21 @@ def _node_id(child: str) -> int:
     return int(child)
 
 
-def server_endpoint(child: str, data: bytes) -> wire.Endpoint:
-    info = layout.decode_server(child, data)
-    return wire.Endpoint(_node_id(info.server_id), info.host, info.port)
+def server_endpoints(servers: dict[str, layout.ServerInfo]) -> tuple[wire.Endpoint, ...]:
+    """The servers as the protocol names them: by a numeric id. One whose
+    id is not a number is logged and left out, as an unreadable node is."""
+    endpoints = []
+    for server_id, info in servers.items():
+        try:
+            endpoints.append(wire.Endpoint(_node_id(server_id), info.host, info.port))
+        except layout.LayoutError as exc:
+            log.error("server %s left out of cluster metadata: %s", server_id, exc)
+    return tuple(endpoints)
 
 
-def broker_endpoint(child: str, data: bytes) -> wire.Endpoint:
-    registration = layout.decode_broker(_node_id(child), data)
-    host, port = registration.plaintext_address()
-    return wire.Endpoint(registration.broker_id, host, port)
+def broker_endpoints(brokers: dict[int, layout.BrokerRegistration]) -> tuple[wire.Endpoint, ...]:
+    return tuple(wire.Endpoint(broker_id, *registration.plaintext_address())
+                 for broker_id, registration in brokers.items())
 
 
 class MetadataView:
@@ -138,8 +144,8 @@ class MetadataView:
         paths = [layout.slot_epoch_path(slot) for slot in range(self.slots)] + \
                 [layout.slot_coordinator_path(slot) for slot in range(self.slots)]
         data = self._get_all(paths)
-        servers = self._endpoints(layout.SERVERS, server_endpoint)
-        brokers = self._endpoints(layout.BROKER_IDS, broker_endpoint)
+        servers = server_endpoints(read_servers(self.zk, watch=self.wake, watch_data=True))
+        brokers = broker_endpoints(read_brokers(self.zk, watch=self.wake, watch_data=True))
         return [
             wire.ClusterMetadataResponse(
                 coordinator_id=self._coordinator_id(layout.slot_coordinator_path(slot), data),
@@ -184,14 +190,3 @@ class MetadataView:
             if answer.get() is not None:
                 self.wake()  # created in between: read again
         return data
-
-    def _endpoints(self, parent: str, decode: Callable[[str, bytes], wire.Endpoint]) -> tuple:
-        try:
-            children = self.zk.get_children(parent, watch=self.wake)
-        except NoNodeError:
-            self.zk.exists(parent, watch=self.wake)
-            return ()
-        # A node gone since the listing is left out; the children watch fires.
-        endpoints = read_nodes(self.zk, {child: f"{parent}/{child}" for child in sorted(children)}, decode,
-                               parent, watch=self.wake)
-        return tuple(endpoints.values())

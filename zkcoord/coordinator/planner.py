@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from zkcoord.coordinator.assignors import ASSIGNORS, Assignment, TopicPartition
+from zkcoord.coordinator.assignors import ASSIGNORS, Assignment
+from zkcoord.records import TopicPartition
 
 
 @dataclass(frozen=True)

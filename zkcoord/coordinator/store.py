@@ -19,13 +19,14 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, Roll
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ZkcoordError
+from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
-from zkcoord.zk.reads import read_nodes
+from zkcoord.zk.nodes import read_offsets, read_owners
+from zkcoord.zk.reads import KEEP, read_nodes
 from zkcoord.zk.session import session_id
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 # ZooKeeper refuses a request larger than its jute.maxbuffer (1 MB by
 # default) and drops the connection that sent it, so a write of more is
 # split into multi-operations of at most this much, each fenced on its own.
@@ -128,17 +129,14 @@ class CoordinatorStore:
     # -- reads -------------------------------------------------------------------------
 
     def owners(self, group: str) -> dict[TopicPartition, str]:
-        paths = {(topic, int(p)): layout.owner_path(group, topic, int(p))
-                 for topic in self._children(layout.owners_path(group))
-                 for p in self._children(layout.owners_path(group, topic)) if p.isdigit()}
-        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_owner(data), f"[group {group}] owner",
-                          small=True)
+        """The group's owner nodes. One that cannot be read is logged and
+        left out (so are offsets, below): the coordinator goes on with the
+        rest of the group."""
+        return read_owners(self.zk, group, strict=False, multi_read=True)
 
     def offsets(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Committed offsets of ``partitions`` that have one."""
-        paths = {(t, p): layout.offset_path(group, t, p) for t, p in partitions}
-        return read_nodes(self.zk, paths, lambda _tp, data: layout.decode_offset(data), f"[group {group}] offset",
-                          small=True)
+        return read_offsets(self.zk, group, partitions, strict=False, multi_read=True)
 
     def group_states(self) -> dict[str, Optional[layout.GroupState]]:
         """Every persisted state of this slot's groups (None: unreadable, the
@@ -146,7 +144,7 @@ class CoordinatorStore:
         paths = {name: layout.group_state_path(name) for name in sorted(self._children(layout.GROUPS))
                  if self.slots == 1 or slot_of(name, self.slots) == self.slot}
         return read_nodes(self.zk, paths, lambda _name, data: layout.decode_group_state(data), "group state",
-                          keep_unreadable=True)
+                          unreadable=KEEP)
 
     def _children(self, path: str) -> list[str]:
         try:

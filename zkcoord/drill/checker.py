@@ -34,7 +34,8 @@ import dataclasses
 from collections import defaultdict
 from typing import Optional
 
-from zkcoord.drill.history import Delivery, FaultRecord, History, OwnershipEvent, Sample, TopicPartition
+from zkcoord.drill.history import Delivery, FaultRecord, History, OwnershipEvent, Sample
+from zkcoord.records import TopicPartition
 
 
 @dataclasses.dataclass(frozen=True)

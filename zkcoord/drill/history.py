@@ -22,9 +22,8 @@ import json
 from pathlib import Path
 from typing import Iterable, Optional
 
+from zkcoord.records import TopicPartition
 from zkcoord.testing.cluster import ConsumerProcess, read_json_lines
-
-TopicPartition = tuple[str, int]
 
 PRODUCED = "produced.jsonl"
 SAMPLES = "samples.jsonl"

@@ -229,13 +229,9 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
 
 def _broker_list(cluster: LocalCluster) -> str:
     """Every broker registered in ZooKeeper, as a Kafka bootstrap string."""
-    from zkcoord.zk import layout
+    from zkcoord.zk.nodes import read_brokers
 
-    addresses = []
-    for child in cluster.zk.get_children(layout.BROKER_IDS):
-        if child.isdigit():
-            registration = layout.decode_broker(int(child), cluster.zk.get(layout.broker_path(int(child)))[0])
-            addresses.append("%s:%d" % registration.plaintext_address())
+    addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(cluster.zk).values()]
     if not addresses:
         raise ZkcoordError("no broker is registered in ZooKeeper")
     return ",".join(addresses)
@@ -244,9 +240,9 @@ def _broker_list(cluster: LocalCluster) -> str:
 def _drain(ctx: fault_actions.DrillCluster, workers: Sequence, progress: Progress) -> None:
     """Stop producing, bring the group back to full strength, and wait until
     every acknowledged record is committed (so every one was delivered)."""
-    from zkcoord.admin.groups import read_offsets
     from zkcoord.drill.history import PRODUCED
     from zkcoord.testing import read_json_lines
+    from zkcoord.zk.nodes import read_offsets
 
     producer = workers[0]
     producer.stop()

@@ -29,7 +29,8 @@ from collections import defaultdict
 from typing import Optional
 
 from zkcoord.drill.checker import Duplicate, Verdict
-from zkcoord.drill.history import FaultRecord, History, TopicPartition, tp_key
+from zkcoord.drill.history import FaultRecord, History, tp_key
+from zkcoord.records import TopicPartition
 
 # -- layout, in pixels -----------------------------------------------------------------------------
 

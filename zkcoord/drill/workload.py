@@ -99,7 +99,7 @@ class Sampler(threading.Thread):
         from kazoo.client import KazooClient
         from kazoo.retry import KazooRetry
 
-        from zkcoord.admin.groups import read_offsets, read_owners
+        from zkcoord.zk.nodes import read_offsets, read_owners
 
         # Retry connecting for ever: the drill takes ZooKeeper's quorum away on purpose.
         client = KazooClient(hosts=self.zookeeper, connection_retry=KazooRetry(max_tries=-1, max_delay=1))

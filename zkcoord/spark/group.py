@@ -2,7 +2,7 @@
 consistent region (consumer groups inside a checkpointing stream processor)
 on Spark.
 
-:class:`GroupPlanner` is the :class:`MembershipListener` of the query's
+:class:`QueryMember` is the :class:`MembershipListener` of the query's
 :class:`GroupMembership`. The coordinator grants partitions (Start) and takes
 them away (Stop); the query plans micro-batches only over what is granted.
 
@@ -31,15 +31,19 @@ from zkcoord import wire
 from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.consumer.protocol import NO_OFFSET
+from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import SparkSourceError
 from zkcoord.spark.metadata import ClusterView
-from zkcoord.spark.offsets import PartitionOffsets, StreamOffset, TopicPartition
+from zkcoord.spark.offsets import PartitionOffsets, StreamOffset
 from zkcoord.spark.options import EARLIEST, SourceOptions
 
 log = logging.getLogger(__name__)
 
 
-class GroupPlanner:
+class QueryMember:
+    """The query's driver as one member of its group: what the coordinator
+    granted, what Spark has committed, and the batch in flight."""
+
     def __init__(self, options: SourceOptions, view: ClusterView):
         self.options = options
         self.view = view
@@ -152,30 +156,30 @@ class GroupPlanner:
 
 
 class _Plan:
-    """The planner's state as one ``latestOffset`` call sees it (lock held)."""
+    """The member's state as one ``latestOffset`` call sees it (lock held)."""
 
-    def __init__(self, planner: GroupPlanner):
-        self.planner = planner
+    def __init__(self, member: QueryMember):
+        self.member = member
 
     def owned(self, start: StreamOffset) -> dict[TopicPartition, Optional[int]]:
         """Granted partitions -> where they begin (None: where ``start`` left
         them, or per startingOffsets if it has none). Marks ``start`` as
         committed: Spark plans the next batch only after committing this one."""
-        p = self.planner
-        p._in_flight = None
+        m = self.member
+        m._in_flight = None
         for tp, offset in start.next.items():
-            if offset > p._committed.get(tp, -1):
-                p._committed[tp] = offset
-        p._cond.notify_all()
+            if offset > m._committed.get(tp, -1):
+                m._committed[tp] = offset
+        m._cond.notify_all()
         owned: dict[TopicPartition, Optional[int]] = {}
-        for tp in sorted(p._granted):
-            offset = p._fresh.get(tp, NO_OFFSET)
+        for tp in sorted(m._granted):
+            offset = m._fresh.get(tp, NO_OFFSET)
             owned[tp] = None if offset == NO_OFFSET else offset
         return owned
 
     def planned(self, end: StreamOffset, *, reading: set[TopicPartition]) -> None:
         """``end`` is the next batch's end; ``reading`` the partitions it reads."""
-        p = self.planner
-        p._fresh = {tp: o for tp, o in p._fresh.items() if tp not in end.starts and tp not in reading
+        m = self.member
+        m._fresh = {tp: o for tp, o in m._fresh.items() if tp not in end.starts and tp not in reading
                     and end.next.get(tp) != o}
-        p._in_flight = frozenset(reading) or None
+        m._in_flight = frozenset(reading) or None

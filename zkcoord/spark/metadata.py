@@ -13,8 +13,9 @@ import logging
 import threading
 from typing import Iterable, Optional
 
+from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
-from zkcoord.spark.offsets import PartitionOffsets, TopicPartition
+from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SourceOptions
 from zkcoord.zk import layout
 
@@ -85,20 +86,12 @@ class ClusterView:
 
     def brokers(self) -> dict[int, str]:
         """Live broker id -> "host:port" of its PLAINTEXT listener."""
-        from kazoo.exceptions import NoNodeError
+        from zkcoord.zk.nodes import read_brokers
 
-        if self.zk.exists(layout.BROKER_IDS) is None:
-            return {}
         found = {}
-        for child in self.zk.get_children(layout.BROKER_IDS):
-            if not child.isdigit():
-                continue
-            try:
-                data, _ = self.zk.get(layout.broker_path(int(child)))
-            except NoNodeError:
-                continue
-            host, port = layout.decode_broker(int(child), data).plaintext_address()
-            found[int(child)] = f"{host or '127.0.0.1'}:{port}"
+        for broker_id, registration in read_brokers(self.zk).items():
+            host, port = registration.plaintext_address()
+            found[broker_id] = f"{host or '127.0.0.1'}:{port}"
         return found
 
     def leaders(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, str]:
@@ -131,32 +124,15 @@ class ClusterView:
 
     def committed(self, group: str, partitions: Iterable[TopicPartition]) -> PartitionOffsets:
         """The group's committed offsets (Kafka 0.8 nodes); absent ones left out."""
-        from kazoo.exceptions import NoNodeError
+        from zkcoord.zk.nodes import read_offsets
 
-        result = {}
-        for topic, partition in partitions:
-            try:
-                data, _ = self.zk.get(layout.offset_path(group, topic, partition))
-            except NoNodeError:
-                continue
-            result[(topic, partition)] = layout.decode_offset(data)
-        return result
+        return read_offsets(self.zk, group, partitions)
 
     def servers(self) -> list[str]:
         """Coordinator-protocol endpoints of the live zkcoord servers."""
-        from kazoo.exceptions import NoNodeError
+        from zkcoord.zk.nodes import read_servers
 
-        if self.zk.exists(layout.SERVERS) is None:
-            return []
-        found = []
-        for child in sorted(self.zk.get_children(layout.SERVERS)):
-            try:
-                data, _ = self.zk.get(layout.server_path(child))
-            except NoNodeError:
-                continue
-            info = layout.decode_server(child, data)
-            found.append(f"{info.host}:{info.port}")
-        return found
+        return [f"{info.host}:{info.port}" for info in read_servers(self.zk).values()]
 
     # -- brokers -------------------------------------------------------------------------
 

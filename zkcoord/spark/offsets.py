@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import OffsetFormatError
 
-TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
 
 EARLIEST_OFFSET = -2

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import DataLossError, OffsetFormatError, UnknownPartitionError
-from zkcoord.spark.offsets import EARLIEST_OFFSET, LATEST_OFFSET, PartitionOffsets, TopicPartition
+from zkcoord.spark.offsets import EARLIEST_OFFSET, LATEST_OFFSET, PartitionOffsets
 from zkcoord.spark.options import COMMITTED, EARLIEST, LATEST, Position
 
 Bounds = Mapping[TopicPartition, tuple[int, int]]

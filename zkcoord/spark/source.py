@@ -24,12 +24,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from zkcoord.records import TopicPartition
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.offsets import (
     OffsetRange,
     PartitionOffsets,
     StreamOffset,
-    TopicPartition,
     batch_ranges,
     limit_offsets,
     split_ranges,
@@ -118,7 +118,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Optional[PartitionOffsets] = None  # Trigger.AvailableNow's end
         self._lock = threading.Lock()
 
-    # Only the options travel; the planner and executors rebuild the rest.
+    # Only the options travel; the driver and executors rebuild the rest.
     def __getstate__(self):
         return {"options": self.options}
 
@@ -129,9 +129,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _members(self):
         with self._lock:
             if self.options.group and self._group is None:
-                from zkcoord.spark.group import GroupPlanner
+                from zkcoord.spark.group import QueryMember
 
-                self._group = GroupPlanner(self.options, self._view)
+                self._group = QueryMember(self.options, self._view)
                 self._group.start()
             return self._group
 

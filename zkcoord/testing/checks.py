@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from zkcoord.records import TopicPartition
 from zkcoord.testing.cluster import ConsumerProcess
 from zkcoord.testing.process import ClusterError
-
-TopicPartition = tuple[str, int]
 
 
 class OwnershipViolation(ClusterError):
@@ -34,7 +33,7 @@ def group_is_whole(zk, group: str, consumers: Sequence[ConsumerProcess], partiti
     same. Paused members and members cut off the network do not count (their
     files are frozen or about to change). Raises OwnershipViolation if two
     reachable members hold one partition."""
-    from zkcoord.admin.groups import read_owners
+    from zkcoord.zk.nodes import read_owners
 
     held: dict[TopicPartition, str] = {}
     for consumer in (c for c in consumers if c.reachable):

@@ -190,7 +190,7 @@ def Array16(entry):
 
 
 class Entry(Adapter):
-    """An array entry: a Struct whose fields are those of a dataclass."""
+    """An array entry: a Struct whose fields are those of a dataclass or a NamedTuple."""
 
     def __init__(self, cls, *fields):
         declared = Struct(*fields)
@@ -206,7 +206,8 @@ class Entry(Adapter):
         except (SyntaxError, NotImplementedError, ConstructError):
             pass
         self.cls = cls
-        self.names = [f.name for f in dataclasses.fields(cls)]
+        # A dataclass's fields, or a NamedTuple's (records.TopicPartition).
+        self.names = list(getattr(cls, "_fields", None) or (f.name for f in dataclasses.fields(cls)))
 
     def _decode(self, obj, context, path):
         return self.cls(**{name: obj[name] for name in self.names})

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from construct import Computed, Rebuild, Struct, If, this
 
+from zkcoord.records import TopicPartition
 from zkcoord.wire.errors import ErrorCode
 from zkcoord.wire.fields import (
     Array16, Array32, Bool, Entry, ErrorCodeField, Implied, Int16, Int32,
@@ -58,12 +59,6 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-
-@dataclass(frozen=True)
 class TopicPartitionOffset:
     """A partition and an offset: the next offset to consume (-1 in a Start
     means "the committed offset, else auto_offset_reset")."""
@@ -85,6 +80,7 @@ def offsets_of(entries) -> dict:
 
 
 ENDPOINT = Entry(Endpoint, "id" / Int32, "host" / String, "port" / Int32)
+# The partition identity every part of zkcoord uses (records.py), as it goes on the wire.
 TP = Entry(TopicPartition, "topic" / String, "partition" / Int32)
 TPO = Entry(TopicPartitionOffset,
             "topic" / String, "partition" / Int32, "offset" / Int64)

@@ -1,4 +1,4 @@
-"""Reading many ZooKeeper nodes at once, for the coordinator's store and the servers' metadata view.
+"""Reading many ZooKeeper nodes at once: for the coordinator's store, and under every reader of zk/nodes.py.
 
 Small nodes (offsets, owners) are read many to a request with ZooKeeper's
 multiRead (3.6 and later): a coordinator taking over 500 groups of 100
@@ -75,15 +75,25 @@ class MultiRead(namedtuple("MultiRead", "paths")):
         return results
 
 
+# What read_nodes does with a node whose data ``decode`` refuses (LayoutError).
+SKIP = "skip"  # log it and leave it out
+KEEP = "keep"  # log it and give it the value None
+RAISE = "raise"  # raise the LayoutError
+UNREADABLE = (SKIP, KEEP, RAISE)
+
+
 def read_nodes(zk: KazooClient, paths: Mapping[K, str], decode: Callable[[K, bytes], V], what: str, *,
-               watch: Optional[Callable] = None, keep_unreadable: bool = False,
+               watch: Optional[Callable] = None, unreadable: str = SKIP,
                small: bool = False) -> dict[K, Optional[V]]:
     """``decode(key, data)`` of every node in ``paths`` (key -> path), with
     many requests in flight together, each watched with ``watch`` if given.
-    Absent nodes are left out, and so are those ``decode`` refuses with a
-    LayoutError (logged as ``what``), unless ``keep_unreadable`` (then their
-    value is None). ``small``: the nodes are a few bytes each, so a batch
-    goes as one multiRead (not with ``watch``, which multiRead cannot set)."""
+    Absent nodes are left out. A node ``decode`` refuses with a LayoutError
+    is logged as ``what`` and left out, kept as None, or raised, as
+    ``unreadable`` says (SKIP, KEEP, RAISE). ``small``: the nodes are a few
+    bytes each, so a batch goes as one multiRead (not with ``watch``, which
+    multiRead cannot set)."""
+    if unreadable not in UNREADABLE:
+        raise ValueError(f"unreadable must be one of {UNREADABLE}, got {unreadable!r}")
     result: dict = {}
     items = list(paths.items())
     for start in range(0, len(items), READ_BATCH):
@@ -99,8 +109,10 @@ def read_nodes(zk: KazooClient, paths: Mapping[K, str], decode: Callable[[K, byt
             except NoNodeError:
                 continue  # gone since it was listed
             except layout.LayoutError as exc:
+                if unreadable == RAISE:
+                    raise
                 log.error("%s of %s unreadable: %s", what, key, exc)
-                if keep_unreadable:
+                if unreadable == KEEP:
                     result[key] = None
     return result
 

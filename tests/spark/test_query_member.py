@@ -1,4 +1,4 @@
-"""The consistent-region handoff of GroupPlanner, driven directly (no Spark,
+"""The consistent-region handoff of QueryMember, driven directly (no Spark,
 no sockets): a Stop waits for the batch in flight and answers with the
 offsets of the last committed batch."""
 
@@ -6,53 +6,53 @@ from __future__ import annotations
 
 import threading
 
-from zkcoord.spark.group import GroupPlanner
+from zkcoord.spark.group import QueryMember
 from zkcoord.spark.offsets import StreamOffset
 from zkcoord.spark.options import parse_options
 
 A, B = ("t", 0), ("t", 1)
 
 
-def planner(handoff_ms: int = 5000) -> GroupPlanner:
+def member(handoff_ms: int = 5000) -> QueryMember:
     options = parse_options({"zookeeper": "unused:1", "subscribe": "t", "group": "g",
                              "handoffTimeoutMs": str(handoff_ms)}, streaming=True)
-    return GroupPlanner(options, view=None)
+    return QueryMember(options, view=None)
 
 
 def test_stop_waits_for_the_batch_in_flight_then_hands_over_its_end():
-    p = planner()
-    p.on_start({A: 5, B: -1})
-    with p.planning() as plan:
+    m = member()
+    m.on_start({A: 5, B: -1})
+    with m.planning() as plan:
         assert plan.owned(StreamOffset({})) == {A: 5, B: None}
         plan.planned(StreamOffset({A: 9, B: 4}, {A: 5, B: 0}), reading={A, B})
     answer = {}
-    stopper = threading.Thread(target=lambda: answer.update(p.on_stop(frozenset({A}))))
+    stopper = threading.Thread(target=lambda: answer.update(m.on_stop(frozenset({A}))))
     stopper.start()
     stopper.join(0.3)
     assert stopper.is_alive(), "the Stop must wait while a batch reading A is in flight"
-    with p.planning() as plan:  # Spark plans the next batch: the one ending at A=9 is committed
+    with m.planning() as plan:  # Spark plans the next batch: the one ending at A=9 is committed
         owned = plan.owned(StreamOffset({A: 9, B: 4}))
         plan.planned(StreamOffset({A: 9, B: 6}), reading={B})
     stopper.join(5)
     assert answer == {A: 9}
     assert owned == {B: None}, "a partition being stopped is no longer planned"
-    assert p.offsets() == {B: 4}
+    assert m.offsets() == {B: 4}
 
 
 def test_stop_of_a_partition_never_planned_returns_the_granted_offset():
-    p = planner()
-    p.on_start({A: 7, B: -1})
-    assert p.on_stop(frozenset({A, B})) == {A: 7}
-    assert p.granted() == set()
+    m = member()
+    m.on_start({A: 7, B: -1})
+    assert m.on_stop(frozenset({A, B})) == {A: 7}
+    assert m.granted() == set()
 
 
 def test_stop_gives_up_waiting_after_the_handoff_timeout():
-    p = planner(handoff_ms=200)
-    p.on_start({A: 0})
-    with p.planning() as plan:
+    m = member(handoff_ms=200)
+    m.on_start({A: 0})
+    with m.planning() as plan:
         plan.owned(StreamOffset({A: 3}))
         plan.planned(StreamOffset({A: 8}), reading={A})
-    assert p.on_stop(frozenset({A})) == {A: 3}  # the last committed batch, not the one in flight
+    assert m.on_stop(frozenset({A})) == {A: 3}  # the last committed batch, not the one in flight
 
 
 def test_readers_pickle_without_their_connections():
@@ -64,7 +64,7 @@ def test_readers_pickle_without_their_connections():
     options = parse_options({"zookeeper": "unused:1", "subscribe": "t", "group": "g"}, streaming=True)
     reader = StreamReader(options)
     reader._view._zk = th.Lock()  # stands for a live session: unpicklable
-    reader._group = planner()
+    reader._groum = member()
     copy = pickle.loads(pickle.dumps(reader))
     assert copy.options == options and copy._group is None and copy._view._zk is None
     batch = BatchReader(parse_options({"zookeeper": "unused:1", "subscribe": "t"}, streaming=False))

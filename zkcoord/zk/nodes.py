@@ -1,0 +1,160 @@
+"""The ZooKeeper nodes that several parts of zkcoord read, one reader each:
+the live brokers (/brokers/ids), the zkcoord servers (/zkcoord/servers), and
+a group's owners and committed offsets in Kafka 0.8's layout
+(/consumers/<group>/owners and /offsets).
+
+Each reader owns what every caller must meet alike. A parent that does not
+exist yet reads as empty. A node listed but gone before it is read is left
+out (it has left; a watch on the listing fires for it). A name or data that
+does not fit the layout (zk/layout.py) is logged and left out, because one
+broker's or server's bad registration must not hide the others; a group's
+owners and offsets take ``strict`` instead: True (the default, for tools and
+the Spark source) raises the LayoutError, since a committed offset that
+cannot be read must not quietly read as none (its partition would start
+over from the reset policy); the coordinator passes False and carries on
+with the rest of the group.
+
+The readers use only kazoo's client calls, so they serve a threaded client
+(the Spark driver, tools, tests) and a gevent one (servers, brokers) alike.
+``watch`` is set on the listing of brokers or servers (and, while the
+parent is absent, on its creation), so a node that comes or goes fires it;
+``watch_data`` sets it on every node read as well, so a registration that
+changes fires it too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Iterable, Optional
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from zkcoord.records import TopicPartition
+from zkcoord.zk import layout
+from zkcoord.zk.reads import RAISE, SKIP, read_nodes
+
+log = logging.getLogger(__name__)
+
+
+# -- /brokers/ids -----------------------------------------------------------------------
+
+
+def broker_ids(zk: KazooClient, *, watch: Optional[Callable] = None) -> list[int]:
+    """The ids of the brokers registered now, ascending."""
+    ids = []
+    for name in _children(zk, layout.BROKER_IDS, watch):
+        path = f"{layout.BROKER_IDS}/{name}"
+        try:
+            ids.append(_number(path, layout.broker_path))
+        except layout.LayoutError as exc:
+            _misfit(path, exc, strict=False)
+    return sorted(ids)
+
+
+def read_brokers(zk: KazooClient, *, watch: Optional[Callable] = None,
+                 watch_data: bool = False) -> dict[int, layout.BrokerRegistration]:
+    """Every registered broker's registration, by id, ascending. A
+    registration that names no endpoint says nowhere to reach its broker,
+    so it is unreadable like one that is not JSON."""
+    paths = {broker_id: layout.broker_path(broker_id) for broker_id in broker_ids(zk, watch=watch)}
+    return read_nodes(zk, paths, _decode_broker, "broker", watch=watch if watch_data else None)
+
+
+def _decode_broker(broker_id: int, data: bytes) -> layout.BrokerRegistration:
+    registration = layout.decode_broker(broker_id, data)
+    try:
+        registration.plaintext_address()
+    except layout.LayoutError as exc:  # it names no endpoint
+        raise layout.LayoutError(f"{layout.broker_path(broker_id)}: {exc}") from None
+    return registration
+
+
+# -- /zkcoord/servers -------------------------------------------------------------------
+
+
+def read_servers(zk: KazooClient, *, watch: Optional[Callable] = None,
+                 watch_data: bool = False) -> dict[str, layout.ServerInfo]:
+    """Every live zkcoord server's ServerInfo, by server id, in the order of the ids as text."""
+    paths = {name: layout.server_path(name) for name in sorted(_children(zk, layout.SERVERS, watch))}
+    return read_nodes(zk, paths, layout.decode_server, "server", watch=watch if watch_data else None)
+
+
+# -- /consumers/<group>/owners and /offsets ---------------------------------------------
+
+
+def read_owners(zk: KazooClient, group: str, *, strict: bool = True,
+                multi_read: bool = False) -> dict[TopicPartition, str]:
+    """/consumers/<group>/owners: the consumer id that owns each partition.
+    ``multi_read``: many nodes to a request (ZooKeeper 3.6 or later, zk/reads.py)."""
+    paths = _partitions_under(zk, layout.owners_path(group), lambda topic: layout.owners_path(group, topic),
+                              lambda topic, partition: layout.owner_path(group, topic, partition), strict)
+    return read_nodes(zk, paths, lambda tp, data: layout.decode_owner(data, paths[tp]),
+                      f"[group {group}] owner", unreadable=RAISE if strict else SKIP, small=multi_read)
+
+
+def read_offsets(zk: KazooClient, group: str, partitions: Optional[Iterable[tuple[str, int]]] = None, *,
+                 strict: bool = True, multi_read: bool = False) -> dict[TopicPartition, int]:
+    """The group's committed offsets (the next offset to consume) of
+    ``partitions`` that have one; without ``partitions``, of every partition
+    under /consumers/<group>/offsets."""
+    if partitions is None:
+        paths = _partitions_under(zk, layout.offsets_path(group), lambda topic: layout.offsets_path(group, topic),
+                                  lambda topic, partition: layout.offset_path(group, topic, partition), strict)
+    else:
+        paths = {TopicPartition(topic, partition): layout.offset_path(group, topic, partition)
+                 for topic, partition in partitions}
+    return read_nodes(zk, paths, lambda tp, data: layout.decode_offset(data, paths[tp]),
+                      f"[group {group}] offset", unreadable=RAISE if strict else SKIP, small=multi_read)
+
+
+def _partitions_under(zk: KazooClient, root: str, branch: Callable[[str], str],
+                      leaf: Callable[[str, int], str], strict: bool) -> dict[TopicPartition, str]:
+    """Every ``root/<topic>/<partition>`` node, as {(topic, partition): path};
+    ``branch(topic)`` and ``leaf(topic, partition)`` are the layout's paths."""
+    paths = {}
+    for topic in _children(zk, root):
+        try:
+            topic_path = branch(topic)  # LayoutError: a name Kafka would refuse as a topic
+        except layout.LayoutError as exc:
+            _misfit(f"{root}/{topic}", exc, strict)
+            continue
+        for name in _children(zk, topic_path):
+            path = f"{topic_path}/{name}"
+            try:
+                paths[TopicPartition(topic, _number(path, lambda partition: leaf(topic, partition)))] = path
+            except layout.LayoutError as exc:
+                _misfit(path, exc, strict)
+    return paths
+
+
+# -- listing --------------------------------------------------------------------------
+
+
+def _children(zk: KazooClient, parent: str, watch: Optional[Callable] = None) -> list[str]:
+    """The children of ``parent``, none if it does not exist. With ``watch``,
+    the listing is watched, or, while ``parent`` is absent, its creation."""
+    while True:
+        try:
+            return zk.get_children(parent, watch=watch)
+        except NoNodeError:
+            if watch is None or zk.exists(parent, watch=watch) is None:
+                return []
+            # created between the two calls: list it after all
+
+
+def _number(path: str, path_of: Callable[[int], str]) -> int:
+    """The broker id or partition a node is named by. The layout names
+    such a node by the number in decimal, so ``path_of(number)`` gives
+    ``path`` back; a name that does not ("07", "x") raises LayoutError, as
+    ``path_of`` does for a number out of range."""
+    name = path.rsplit("/", 1)[1]
+    if name.isascii() and name.isdigit() and path_of(int(name)) == path:
+        return int(name)
+    raise layout.LayoutError(f"{name!r} is not a decimal id")
+
+
+def _misfit(path: str, exc: layout.LayoutError, strict: bool) -> None:
+    if strict:
+        raise layout.LayoutError(f"{path}: {exc}") from None
+    log.error("%s left out: %s", path, exc)
