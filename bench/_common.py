@@ -89,11 +89,10 @@ class Recorder:
 
 class Member:
     def __init__(self, bootstrap, group: str, topic: str, session_timeout_ms: int,
-                 recorder: Optional[Recorder] = None, strategies: Sequence[str] = ("range",)):
+                 recorder: Optional[Recorder] = None, **member_settings):
         self.recorder = recorder if recorder is not None else Recorder()
         self.membership = GroupMembership(bootstrap, MemberConfig(
-            group=group, topics=(topic,), session_timeout_ms=session_timeout_ms,
-            assignment_strategies=strategies), self.recorder)
+            group=group, topics=(topic,), session_timeout_ms=session_timeout_ms, **member_settings), self.recorder)
         self.recorder.membership = self.membership
         self.started_at = time.perf_counter()
         self.registered_at = 0.0

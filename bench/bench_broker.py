@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from zkcoord.fetch.kafka_fetcher import KafkaFetcher  # noqa: E402
-from zkcoord.testing import (BrokerProcess, LocalCluster, cpu_seconds, exit_on_signal, fresh_chroot,  # noqa: E402
+from zkcoord.testing import (BrokerProcess, cluster_in_chroot, cpu_seconds, exit_on_signal,  # noqa: E402
                              start_ensemble)
 from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
 
@@ -148,10 +148,7 @@ def main() -> int:
     try:
         # The 500 ms tick the published figures ran with; no fault drill here needs a faster one.
         ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
-        # The broker runs under a chroot, as a deployment sharing ZooKeeper would.
-        # The cluster closes (the broker stops) before the chroot is deleted.
-        with fresh_chroot(ensemble.connect_string, "bench") as (connect, _), \
-                LocalCluster(connect, work / "cluster") as cluster:
+        with cluster_in_chroot(ensemble.connect_string, work / "cluster", "bench") as cluster:
             broker = cluster.add_broker(0)
             cluster.create_topic("bench", 2)
             return run(args, work, broker)

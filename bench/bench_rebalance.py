@@ -157,7 +157,7 @@ class RebalanceBench(Harness):
         group = f"join-{variant.replace(',', '-')}"
         events: list[Event] = []
         members = [Member(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
-                          recorder=Timeline(events), strategies=strategies) for _ in range(args.members)]
+                          recorder=Timeline(events), assignment_strategies=strategies) for _ in range(args.members)]
         wait_until(lambda: complete(members, args.partitions), args.timeout,
                    message=f"a group of {args.members} to form", interval=0.05)
         row = Row(self.protocol, variant, "?", [], [], [])
@@ -168,7 +168,7 @@ class RebalanceBench(Harness):
                 events.clear()
                 trigger = time.perf_counter()
                 newcomer = Member(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
-                                  recorder=Timeline(events), strategies=strategies)
+                                  recorder=Timeline(events), assignment_strategies=strategies)
                 grown = members + [newcomer]
                 wait_until(lambda: complete(grown, args.partitions), args.timeout,
                            message=f"the group to take member {args.members + 1}", interval=0.01)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import ipaddress
+import re
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -168,6 +169,16 @@ def check(instance: Any) -> None:
             spec.validate(value)
 
 
+def of(cls: type, config: Any, settings: Mapping[str, Any]) -> Any:
+    """``config`` (an instance of ``cls``) with ``settings`` replaced, or a
+    new ``cls`` of ``settings`` alone: for constructors that take either."""
+    if config is None:
+        return cls(**settings)
+    if not isinstance(config, cls):
+        raise TypeError(f"expected a {cls.__name__}, got {config!r}")
+    return dataclasses.replace(config, **settings) if settings else config
+
+
 # -- the command line -------------------------------------------------------------------------
 
 
@@ -240,12 +251,18 @@ def from_args(cls: type, args: argparse.Namespace, **fixed: Any) -> Any:
         return cls(**values)
     except ConfigError as exc:
         # Name the flag the user typed, not the field behind it.
-        text = str(exc)
+        text = original = str(exc)
         for dest, flag in (getattr(args, _FLAGS, None) or {}).items():
             name = dest.partition(".")[2]
-            if dest.startswith(cls.__name__ + ".") and text.startswith(name + " "):
-                raise ConfigError(flag + text[len(name):]) from None
-        raise
+            if not dest.startswith(cls.__name__ + "."):
+                continue
+            if text.startswith(name + " "):
+                text = flag + text[len(name):]
+            if "_" in name:  # unmistakably a field's name wherever it stands
+                text = re.sub(rf"\b{name}\b", flag, text)
+        if text == original:
+            raise
+        raise ConfigError(text) from None
 
 
-__all__ = ["INT32_MAX", "NODE_ID", "PORT", "Spec", "bind_address", "ip_address", "add_options", "check", "default", "default_of", "fields", "flag_of", "from_args", "help_of", "setting"]
+__all__ = ["INT32_MAX", "NODE_ID", "PORT", "Spec", "bind_address", "ip_address", "add_options", "check", "default", "default_of", "fields", "flag_of", "from_args", "help_of", "of", "setting"]

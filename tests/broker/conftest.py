@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from zkcoord.testing import BrokerProcess, LocalCluster, fresh_chroot
+from zkcoord.testing import BrokerProcess, LocalCluster, cluster_in_chroot
 
 
 class BrokerCluster(LocalCluster):
@@ -27,7 +27,6 @@ def cluster(zk_connect, tmp_path: Path) -> Iterator[BrokerCluster]:
 @pytest.fixture(scope="module")
 def shared_cluster(zk_ensemble, tmp_path_factory) -> Iterator[BrokerCluster]:
     """One broker for a whole module of read/write tests that do not disturb it."""
-    with fresh_chroot(zk_ensemble.connect_string, "m") as (connect, _client):
-        with BrokerCluster(connect, tmp_path_factory.mktemp("broker")) as c:
-            c.start_broker(0)
-            yield c
+    with cluster_in_chroot(zk_ensemble.connect_string, tmp_path_factory.mktemp("broker"), "m", BrokerCluster) as c:
+        c.start_broker(0)
+        yield c

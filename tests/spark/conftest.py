@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from zkcoord.testing import LocalCluster, fresh_chroot
+from zkcoord.testing import LocalCluster, cluster_in_chroot
 
 
 def configure_spark_env() -> None:
@@ -65,7 +65,7 @@ def cluster(zk_connect, tmp_path) -> Iterator[SparkCluster]:
 @pytest.fixture(scope="module")
 def shared_cluster(zk_ensemble, tmp_path_factory) -> Iterator[SparkCluster]:
     """One server for a module of tests that each use their own topics."""
-    with fresh_chroot(zk_ensemble.connect_string, "s") as (connect, _client):
-        with SparkCluster(connect, tmp_path_factory.mktemp("spark-cluster")) as c:
-            c.start(1)
-            yield c
+    with cluster_in_chroot(zk_ensemble.connect_string, tmp_path_factory.mktemp("spark-cluster"), "s",
+                           SparkCluster) as c:
+        c.start(1)
+        yield c

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
+import zkcoord
 from zkcoord import settings
 from zkcoord.broker.cli import KAFKA_PORT
 from zkcoord.broker.cli import config_from as broker_config_from
@@ -196,3 +200,32 @@ def test_options_and_back():
     assert settings.from_args(Example, args) == Example(count=3, kinds=("b", "a"), flag=True, name="n")
     with pytest.raises(ConfigError, match="--count must be at most 9"):
         settings.from_args(Example, parser.parse_args(["--count", "30"]))
+
+
+def test_a_message_naming_two_settings_names_both_flags():
+    with pytest.raises(ConfigError, match="--min-session-timeout-ms exceeds --max-session-timeout-ms"):
+        server_config_from(parse("server", "--id", "1", "--zookeeper", "zk", "--no-broker",
+                                 "--min-session-timeout-ms", "9000", "--max-session-timeout-ms", "8000"))
+
+
+def test_a_config_or_its_settings_or_both():
+    base = ConsumerConfig(group="g", topics=("t",))
+    assert ConsumerConfig.of(base) is base
+    assert ConsumerConfig.of(base, max_poll_records=7) == ConsumerConfig(group="g", topics=("t",), max_poll_records=7)
+    assert ConsumerConfig.of(group="g", topics=["t"]) == base
+    with pytest.raises(TypeError, match="expected a ConsumerConfig"):
+        ConsumerConfig.of("g")
+    with pytest.raises(ConfigError):
+        ConsumerConfig.of(base, max_poll_records=0)
+
+
+def test_building_the_parser_loads_nothing_gevent_must_patch_first():
+    # `zkcoord server` and `zkcoord broker` patch the process with gevent
+    # once their command runs; what the parser imports before that must not
+    # have loaded ssl or a networking client.
+    script = ("import sys\nfrom zkcoord.cli import build_parser\nbuild_parser()\n"
+              "print(' '.join(m for m in ('ssl', 'kazoo.client', 'kafka', 'gevent', 'pyspark') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(zkcoord.__file__).resolve().parent.parent)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []

@@ -5,13 +5,13 @@ Names are imported lazily so that ``zkcoord.broker.cli`` can be imported (to
 add its subcommand) before the process has done gevent's monkey patching.
 """
 
-__all__ = ["Broker", "BrokerConfig", "BrokerError", "BrokerIdInUseError"]
+__all__ = ["Broker", "BrokerConfig", "BrokerError", "BrokerIdInUseError", "LogConfig"]
 
 
 def __getattr__(name):
-    if name == "BrokerConfig":
-        from zkcoord.broker.config import BrokerConfig
-        return BrokerConfig
+    if name in ("BrokerConfig", "LogConfig"):
+        from zkcoord.broker import config
+        return getattr(config, name)
     if name in ("Broker", "BrokerError"):
         from zkcoord.broker import server
         return getattr(server, name)

@@ -13,7 +13,7 @@ from typing import Optional
 
 from zkcoord import wire
 from zkcoord.errors import ConfigError
-from zkcoord.settings import check, setting
+from zkcoord.settings import check, of, setting
 
 
 @dataclass(frozen=True)
@@ -52,3 +52,7 @@ class ConsumerConfig(MemberConfig):
 
     # Seed 003 (max.poll.records): also what the consumer prefetches.
     max_poll_records: int = setting(500, "most records one poll() returns", minimum=1)
+
+    @classmethod
+    def of(cls, config: Optional["ConsumerConfig"] = None, **settings) -> "ConsumerConfig":
+        return of(cls, config, settings)

@@ -17,7 +17,6 @@ while the member holds its lease (docs/DESIGN.md, the lease rule).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import threading
 import time
@@ -59,7 +58,6 @@ class Consumer:
         self,
         bootstrap: Sequence[str],
         config: Optional[ConsumerConfig] = None,
-        /,
         *,
         on_assign: Optional[Callable[[set[TopicPartition]], None]] = None,
         on_revoke: Optional[Callable[[set[TopicPartition]], None]] = None,
@@ -68,11 +66,7 @@ class Consumer:
     ):
         """``config``, or the settings of a :class:`ConsumerConfig` as keywords
         (``group=``, ``topics=`` ...), which also override a given config's."""
-        if config is None:
-            config = ConsumerConfig(**settings)
-        elif settings:
-            config = dataclasses.replace(config, **settings)
-        self.config = config
+        self.config = ConsumerConfig.of(config, **settings)
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._fetcher_factory = fetcher_factory

@@ -13,7 +13,7 @@ only through this package.
 
 from zkcoord.testing.checks import OwnershipViolation, group_is_whole, partitions_of
 from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluster, ServerProcess,
-                                     read_json_lines)
+                                     cluster_in_chroot, read_json_lines)
 from zkcoord.testing.faults import ProxiedEnsemble, TcpProxy, expire_session
 from zkcoord.testing.process import ClusterError, ManagedProcess, cpu_seconds, exit_on_signal, zkcoord_command
 from zkcoord.testing.waiting import WaitTimeout, wait_until
@@ -21,7 +21,7 @@ from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, start_ensemble
 
 __all__ = [
     "BrokerProcess", "ClusterError", "ConsumerProcess", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
-    "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "TcpProxy", "WaitTimeout", "cpu_seconds",
-    "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines", "start_ensemble",
+    "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "TcpProxy", "WaitTimeout", "cluster_in_chroot",
+    "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines", "start_ensemble",
     "wait_until", "zkcoord_command",
 ]

@@ -11,12 +11,14 @@ benchmarks all run on it, so what they exercise is what a user deploys.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from zkcoord.testing.process import ClusterError, ManagedProcess, zkcoord_command
 from zkcoord.testing.waiting import wait_until
+from zkcoord.testing.zookeeper import fresh_chroot
 
 
 class ServerProcess(ManagedProcess):
@@ -354,4 +356,15 @@ class LocalCluster:
         self.close()
 
 
-__all__ = ["BrokerProcess", "ClusterError", "ConsumerProcess", "LocalCluster", "ServerProcess", "read_json_lines"]
+@contextlib.contextmanager
+def cluster_in_chroot(connect: str, directory: Path, prefix: str = "t",
+                      cluster_type: type[LocalCluster] = LocalCluster) -> Iterator[LocalCluster]:
+    """A cluster of ``cluster_type`` in a fresh chroot of the ensemble at
+    ``connect``, as a deployment sharing ZooKeeper would run; the cluster
+    closes (its processes stop) before the chroot is deleted."""
+    with fresh_chroot(connect, prefix) as (chrooted, _client), cluster_type(chrooted, directory) as cluster:
+        yield cluster
+
+
+__all__ = ["BrokerProcess", "ClusterError", "ConsumerProcess", "LocalCluster", "ServerProcess", "cluster_in_chroot",
+           "read_json_lines"]

@@ -30,7 +30,9 @@ import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 import gevent.os  # noqa: E402
 
+from zkcoord import settings  # noqa: E402
 from zkcoord.consumer.config import MemberConfig  # noqa: E402
+from zkcoord.errors import ConfigError  # noqa: E402
 from zkcoord.consumer.membership import GroupMembership  # noqa: E402
 
 # A member blocked on its connection wakes this often when no request comes:
@@ -74,15 +76,14 @@ class SilentMember:
 class Load:
     """Members ``first`` to ``last`` of a load spread over ``groups`` groups."""
 
-    def __init__(self, bootstrap, prefix: str, groups: int, first: int, last: int, topic: str,
-                 session_timeout_ms: int, strategies=("range",)):
+    def __init__(self, bootstrap, prefix: str, groups: int, first: int, last: int, topic: str, **member_settings):
+        """``member_settings``: every member's MemberConfig settings besides its group and topic."""
         self.members: list[tuple[str, GroupMembership, SilentMember]] = []
         for i in range(first, last + 1):
             group = group_name(prefix, i % groups)
             listener = SilentMember()
-            membership = GroupMembership(bootstrap, MemberConfig(
-                group=group, topics=(topic,), session_timeout_ms=session_timeout_ms,
-                assignment_strategies=strategies), listener)
+            membership = GroupMembership(bootstrap, MemberConfig(group=group, topics=(topic,), **member_settings),
+                                         listener)
             membership.close_check_s = CLOSE_CHECK_S
             self.members.append((group, membership, listener))
 
@@ -136,7 +137,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--first", type=int, required=True, help="the first member this process runs")
     p.add_argument("--last", type=int, required=True, help="the last member this process runs (inclusive)")
     p.add_argument("--prefix", default="load", help="group names are <prefix>-NNNN (default load)")
-    p.add_argument("--session-timeout-ms", type=int, default=10_000)
+    settings.add_options(p, MemberConfig, only=("session_timeout_ms", "assignment_strategies"))
     p.add_argument("--start-over-s", type=float, default=0.0,
                    help="start the members evenly over this many seconds (default 0: all at once)")
     p.add_argument("--report-s", type=float, default=1.0, help="seconds between status lines (default 1)")
@@ -144,16 +145,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.groups < 1 or args.first < 0 or args.last < args.first:
         p.error("need --groups >= 1 and 0 <= --first <= --last")
-    if args.report_s <= 0 or args.max_s <= 0 or args.session_timeout_ms <= 0 or args.start_over_s < 0:
-        p.error("--report-s, --max-s and --session-timeout-ms must be positive")
+    if args.report_s <= 0 or args.max_s <= 0 or args.start_over_s < 0:
+        p.error("--report-s and --max-s must be positive, --start-over-s not negative")
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    try:
+        template = settings.from_args(MemberConfig, args, group="template", topics=(args.topic,))
+    except ConfigError as exc:
+        print(f"loadgen: {exc}", file=sys.stderr)
+        return 2
     load = Load(args.bootstrap, args.prefix, args.groups, args.first, args.last, args.topic,
-                args.session_timeout_ms)
+                session_timeout_ms=template.session_timeout_ms, assignment_strategies=template.assignment_strategies)
     done = gevent.event.Event()
     gevent.signal_handler(signal.SIGTERM, done.set)
     gevent.signal_handler(signal.SIGINT, done.set)

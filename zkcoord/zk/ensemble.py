@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from zkcoord.errors import ConfigError, EnsembleError
-from zkcoord.settings import check, setting
+from zkcoord.settings import check, of, setting
 
 VALID_SIZES = (1, 3, 5)
 STATE_FILE = "ensemble.json"
@@ -162,7 +162,7 @@ class LocalEnsemble:
     def create(cls, directory: Path, config: Optional[EnsembleConfig] = None, **settings) -> "LocalEnsemble":
         """Lay out a new ensemble in ``directory`` (which must not hold a running
         one), as ``config`` or the :class:`EnsembleConfig` settings given as keywords say."""
-        config = config or EnsembleConfig(**settings)
+        config = of(EnsembleConfig, config, settings)
         nodes, base_port, tick_ms = config.nodes, config.base_port, config.tick_ms
         directory = Path(directory)
         if (directory / STATE_FILE).exists():

@@ -6,7 +6,7 @@ a group's owners and committed offsets in Kafka 0.8's layout
 Each reader owns what every caller must meet alike. A parent that does not
 exist yet reads as empty. A node listed but gone before it is read is left
 out (it has left; a watch on the listing fires for it). A name or data that
-does not fit the layout (zk/layout.py) is logged and left out, because one
+does not fit the layout (zk/layout/) is logged and left out, because one
 broker's or server's bad registration must not hide the others; a group's
 owners and offsets take ``strict`` instead: True (the default, for tools and
 the Spark source) raises the LayoutError, since a committed offset that
@@ -25,10 +25,13 @@ changes fires it too.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+
+if TYPE_CHECKING:  # only named here: importing kazoo.client loads ssl, which a command
+    # that gevent patches must not have loaded before it patches
+    from kazoo.client import KazooClient
 
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout

@@ -17,12 +17,15 @@ import logging
 import re
 from collections import namedtuple
 from functools import partial
-from typing import Callable, Hashable, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Optional, TypeVar
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import EXCEPTIONS, NoNodeError
 from kazoo.protocol.serialization import GetData, MultiHeader, int_struct, read_buffer, stat_struct
 from kazoo.protocol.states import ZnodeStat
+
+if TYPE_CHECKING:  # only named here: importing kazoo.client loads ssl, which a command
+    # that gevent patches must not have loaded before it patches
+    from kazoo.client import KazooClient
 
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
