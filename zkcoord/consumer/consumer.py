@@ -79,7 +79,7 @@ class Consumer:
         # Application callbacks owed, in order: ("assign" | "revoke", partitions).
         self._callbacks: collections.deque[tuple[str, set[TopicPartition]]] = collections.deque()
         self._closed = False
-        self.membership = GroupMembership(bootstrap, config, self)
+        self.membership = GroupMembership(bootstrap, self.config, self)
         self.membership.start()
 
     # -- application API ---------------------------------------------------------------------
