@@ -19,6 +19,7 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402 - after monkey-patching, as gevent requires
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import resource  # noqa: E402
@@ -76,14 +77,13 @@ class SilentMember:
 class Load:
     """Members ``first`` to ``last`` of a load spread over ``groups`` groups."""
 
-    def __init__(self, bootstrap, prefix: str, groups: int, first: int, last: int, topic: str, **member_settings):
-        """``member_settings``: every member's MemberConfig settings besides its group and topic."""
+    def __init__(self, bootstrap, prefix: str, groups: int, first: int, last: int, member: MemberConfig):
+        """``member``: every member's settings; each takes its own group's name in place of its group."""
         self.members: list[tuple[str, GroupMembership, SilentMember]] = []
         for i in range(first, last + 1):
             group = group_name(prefix, i % groups)
             listener = SilentMember()
-            membership = GroupMembership(bootstrap, MemberConfig(group=group, topics=(topic,), **member_settings),
-                                         listener)
+            membership = GroupMembership(bootstrap, dataclasses.replace(member, group=group), listener)
             membership.close_check_s = CLOSE_CHECK_S
             self.members.append((group, membership, listener))
 
@@ -154,12 +154,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     try:
-        template = settings.from_args(MemberConfig, args, group="template", topics=(args.topic,))
+        member = settings.from_args(MemberConfig, args, group=group_name(args.prefix, 0), topics=(args.topic,))
     except ConfigError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 2
-    load = Load(args.bootstrap, args.prefix, args.groups, args.first, args.last, args.topic,
-                session_timeout_ms=template.session_timeout_ms, assignment_strategies=template.assignment_strategies)
+    load = Load(args.bootstrap, args.prefix, args.groups, args.first, args.last, member)
     done = gevent.event.Event()
     gevent.signal_handler(signal.SIGTERM, done.set)
     gevent.signal_handler(signal.SIGINT, done.set)
