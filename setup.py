@@ -1,7 +1,14 @@
 """Packaging for zkcoord. Versions are pinned where an API is young or where we
 depend on library internals (protocol classes, construct's declarations)."""
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
+
+# The compiled record-batch decoder (zkcoord/fetch/_recordbatch.c). Optional:
+# where no C compiler is found, zkcoord.fetch.records falls back to its
+# pure-Python decoder, which returns the same columns, slower.
+RECORD_DECODER = Extension("zkcoord.fetch._recordbatch", ["zkcoord/fetch/_recordbatch.c"],
+                           extra_compile_args=["-O2", "-std=c11", "-Wall", "-Werror=implicit-function-declaration"],
+                           optional=True)
 
 setup(
     name="zkcoord",
@@ -9,6 +16,7 @@ setup(
     description="A ZooKeeper-elected, server-pushed consumer-group coordinator",
     python_requires=">=3.11",
     packages=find_packages(include=["zkcoord", "zkcoord.*"]),
+    ext_modules=[RECORD_DECODER],
     install_requires=[
         "kazoo==2.11.0",
         "gevent>=24.2",
@@ -16,6 +24,10 @@ setup(
         "kafka-python==3.0.12",
         "confluent-kafka==2.16.1",
         "crc32c>=2.4",
+        # The codecs of compressed record batches, through kafka-python's kafka.codec.
+        "python-snappy>=0.7",
+        "lz4>=4",
+        "zstandard>=0.22",
     ],
     extras_require={
         "test": [

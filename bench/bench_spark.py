@@ -122,6 +122,9 @@ def main(argv=None) -> int:
         for name, seconds in results.items():
             print(f"{name:>10}: {seconds:7.2f} s  {args.records / seconds:12,.0f} rows/s  "
                   f"ratio to json {results['json'] / seconds:5.2f}")
+        rate = {name: args.records / seconds for name, seconds in results.items()}
+        print(f"batch {rate['batch']:,.0f} rows/s ({rate['batch'] / rate['json']:.2f}× json); "
+              f"streaming {rate['streaming']:,.0f} rows/s ({rate['streaming'] / rate['json']:.2f}× json)")
         spark.stop()
     finally:
         cluster.close()

@@ -2,7 +2,7 @@
 their leaders from ZooKeeper (Kafka's layout), offset bounds from the
 brokers, committed group offsets and coordinator servers from ZooKeeper.
 
-A :class:`ClusterView` opens its ZooKeeper session and Kafka client on first
+A :class:`ClusterView` opens its ZooKeeper session and broker connections on first
 use and never travels: Spark pickles readers to executors, and executors get
 only plain values (topic, partition, range, broker address) from the plan.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Iterable, Optional
+from typing import Iterable
 
 from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
@@ -29,9 +29,9 @@ class ClusterView:
     def __init__(self, zookeeper: str):
         self.zookeeper = zookeeper
         self._zk = None
-        self._kafka = None
-        self._kafka_bootstrap: Optional[str] = None
+        self._brokers: dict[str, object] = {}  # address -> BrokerConnection, for offset bounds
         self._lock = threading.Lock()
+        self._brokers_lock = threading.Lock()
 
     # Never pickled: a reader that holds a view sends only its connect string.
     def __getstate__(self):
@@ -56,9 +56,8 @@ class ClusterView:
 
     def close(self) -> None:
         with self._lock:
-            if self._kafka is not None:
-                self._kafka.close()
-                self._kafka = None
+            for address in list(self._brokers):
+                self._drop_broker(address)
             if self._zk is not None:
                 self._zk.stop()
                 self._zk.close()
@@ -94,8 +93,10 @@ class ClusterView:
             found[broker_id] = f"{host or '127.0.0.1'}:{port}"
         return found
 
-    def leaders(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, str]:
-        """Where each partition is read: its leader's address."""
+    def leaders(self, partitions: Iterable[TopicPartition], *,
+                skip_unavailable: bool = False) -> dict[TopicPartition, str]:
+        """Where each partition is read: its leader's address. With
+        ``skip_unavailable``, a partition without a live leader (or gone) is left out."""
         from kazoo.exceptions import NoNodeError
 
         live = self.brokers()
@@ -111,13 +112,19 @@ class ClusterView:
                     try:
                         data, _ = self.zk.get(layout.topic_path(topic))
                     except NoNodeError:
+                        if skip_unavailable:
+                            continue
                         raise UnknownPartitionError(f"topic {topic!r} does not exist") from None
                     assignments[topic] = layout.decode_topic(topic, data)
                 replicas = assignments[topic].partitions.get(partition)
                 if replicas is None:
+                    if skip_unavailable:
+                        continue
                     raise UnknownPartitionError(f"topic {topic!r} has no partition {partition}") from None
                 leader = next((r for r in replicas if r in live), None)
             if leader not in live:
+                if skip_unavailable:
+                    continue
                 raise NoLeaderError(f"{topic}-{partition}: no live leader (broker {leader})")
             result[(topic, partition)] = live[leader]
         return result
@@ -141,36 +148,43 @@ class ClusterView:
         """(earliest, latest) offset of each partition, asked of its leader.
         With ``skip_unavailable``, partitions without an answer (just created,
         no leader yet) are left out instead of failing the call."""
-        from confluent_kafka import KafkaException, TopicPartition as KafkaTP
+        from zkcoord.fetch.connection import (
+            EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerConnectionError, PartitionError,
+        )
 
         partitions = list(partitions)
         result = {}
-        for topic, partition in partitions:
-            for attempt in (1, 2):
-                consumer = self._kafka_client(fresh=attempt == 2)
-                try:
-                    result[(topic, partition)] = consumer.get_watermark_offsets(
-                        KafkaTP(topic, partition), timeout=KAFKA_TIMEOUT_S, cached=False)
-                    break
-                except KafkaException as exc:
-                    # The client's metadata may predate the partition: ask again afresh.
-                    if attempt == 2 and not skip_unavailable:
-                        raise NoLeaderError(f"{topic}-{partition}: cannot list offsets: {exc}") from None
+        with self._brokers_lock:
+            leaders = self.leaders(partitions, skip_unavailable=True)
+            for tp in partitions:
+                for attempt in (1, 2):
+                    if attempt == 2:  # the leader may have moved
+                        leaders.update(self.leaders([tp], skip_unavailable=True))
+                    leader = leaders.get(tp)
+                    try:
+                        if leader is None:
+                            raise NoLeaderError(f"{tp[0]}-{tp[1]}: no live leader")
+                        connection = self._broker(leader)
+                        result[tp] = (connection.list_offset(tp[0], tp[1], EARLIEST_TIMESTAMP),
+                                      connection.list_offset(tp[0], tp[1], LATEST_TIMESTAMP))
+                        break
+                    except (BrokerConnectionError, PartitionError, NoLeaderError) as exc:
+                        if leader is not None:
+                            self._drop_broker(leader)
+                        if attempt == 2 and not skip_unavailable:
+                            raise NoLeaderError(f"{tp[0]}-{tp[1]}: cannot list offsets: {exc}") from None
         return result
 
-    def _kafka_client(self, fresh: bool = False):
-        bootstrap = ",".join(sorted(self.brokers().values()))
-        if not bootstrap:
-            raise NoLeaderError("no live brokers under /brokers/ids")
-        with self._lock:
-            if fresh or self._kafka is None or bootstrap != self._kafka_bootstrap:
-                from confluent_kafka import Consumer
+    def _broker(self, address: str):
+        connection = self._brokers.get(address)
+        if connection is None:
+            from zkcoord.fetch.connection import BrokerConnection
 
-                if self._kafka is not None:
-                    self._kafka.close()
-                self._kafka = Consumer({
-                    "bootstrap.servers": bootstrap, "group.id": "zkcoord-spark-metadata",
-                    "enable.auto.commit": False, "log_level": 3,
-                })
-                self._kafka_bootstrap = bootstrap
-            return self._kafka
+            connection = self._brokers[address] = BrokerConnection(address, client_id="zkcoord-spark-planner",
+                                                                   timeout_s=KAFKA_TIMEOUT_S)
+        return connection
+
+    def _drop_broker(self, address: str) -> None:
+        connection = self._brokers.pop(address, None)
+        if connection is not None:
+            connection.close()

@@ -1,145 +1,160 @@
 """The executor's side: read one offset range straight from its partition's
-broker over the Kafka protocol, as Arrow record batches in the columns of
+leader over the Kafka protocol, as Arrow record batches in the columns of
 Spark's Kafka source.
 
-Each call opens its own Kafka client in assign mode and closes it when the
-range is done: nothing is shared between tasks, nothing is pickled.
+Each Fetch response's record batches are decoded into Arrow buffers in one
+pass (:mod:`zkcoord.fetch.records`), so no Python object is made per record.
+Each call opens its own connection and closes it when the range is done:
+nothing is shared between tasks, nothing is pickled but the plain ReadTask.
+A task Spark retries after its broker died finds the partition's new leader
+through the other brokers the plan knew.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Optional
 
-from zkcoord.spark.errors import DataLossError, ReadTimeoutError
+from zkcoord.fetch.connection import (
+    EARLIEST_TIMESTAMP, OFFSET_OUT_OF_RANGE, BrokerConnection, BrokerConnectionError, PartitionError,
+)
+from zkcoord.fetch.records import decode_batches
+from zkcoord.spark.errors import DataLossError, ReadTimeoutError, SparkSourceError
 from zkcoord.spark.offsets import OffsetRange
 
 SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
               "timestamp TIMESTAMP, timestampType INT")
-ROWS_PER_BATCH = 8192
-CONSUME_CHUNK = 1000
-
-# confluent-kafka's timestamp type -> Kafka's TimestampType id, which is what
-# Spark's Kafka source shows (-1 none, 0 CreateTime, 1 LogAppendTime).
-_TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}
+FETCH_BYTES = 8 * 1024 * 1024  # per request: large enough to amortise a round trip
+MAX_FETCH_BYTES = 256 * 1024 * 1024  # a single batch larger than this is not read
+FETCH_WAIT_MS = 100  # how long the broker holds a fetch that finds nothing yet
+RETRY_BACKOFF_S = (0.05, 1.0)  # first and longest pause between failed attempts
 
 
 @dataclass(frozen=True)
 class ReadTask:
-    """A planned range and where to read it; plain values only."""
+    """A planned range and where to read it; plain values only. ``brokers``
+    are every broker the plan knew, to find a new leader through."""
 
     range: OffsetRange
     broker: str
     poll_timeout_ms: int = 120_000
     fail_on_data_loss: bool = True
-
-
-def arrow_schema():
-    import pyarrow as pa
-
-    return pa.schema([
-        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-        ("partition", pa.int32()), ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
-    ])
+    brokers: tuple[str, ...] = ()
 
 
 def read_task(task: ReadTask) -> Iterator:
     """Record batches holding exactly the offsets ``[start, end)`` that exist
     (transaction markers and compacted-away offsets leave gaps)."""
-    import pyarrow as pa
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
     r = task.range
     if r.start >= r.end:
         return
-    schema = arrow_schema()
-    consumer = Consumer({
-        "bootstrap.servers": task.broker, "group.id": "zkcoord-spark-reader",
-        "enable.auto.commit": False, "enable.partition.eof": True,
-        "auto.offset.reset": "error", "log_level": 3, "fetch.wait.max.ms": 20,
-        "max.partition.fetch.bytes": 8 * 1024 * 1024,
-    })
-    columns = _empty_columns()
+    reader = _RangeReader(task)
     try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-        position = r.start
-        deadline = time.monotonic() + task.poll_timeout_ms / 1000.0
-        while position < r.end:
-            # Never ask for more than the range holds: consume() waits for
-            # the whole count until its timeout.
-            messages = consumer.consume(min(CONSUME_CHUNK, r.end - position), timeout=0.5)
-            progressed = False
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                        position = _on_data_loss(consumer, task, position)
-                        progressed = True
-                        break
-                    if not error.retriable():
-                        raise ReadTimeoutError(f"{r.topic}-{r.partition}: {error.str()}")
-                    continue
-                offset = message.offset()
-                if offset >= r.end:
-                    position = r.end
-                    break
-                if offset < position:
-                    continue
-                kind, ts = message.timestamp()
-                columns[0].append(message.key())
-                columns[1].append(message.value())
-                columns[4].append(offset)
-                columns[5].append(ts * 1000 if kind else None)
-                columns[6].append(_TIMESTAMP_TYPES.get(kind, -1))
-                position = offset + 1
-                progressed = True
-                if len(columns[0]) >= ROWS_PER_BATCH:
-                    yield _batch(pa, schema, columns, r)
-                    columns = _empty_columns()
-            if position < r.end and not progressed:
-                # Only gaps left (markers, compaction): the fetch position tells.
-                fetched = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
-                if fetched >= r.end:
-                    break
-            if progressed:
-                deadline = time.monotonic() + task.poll_timeout_ms / 1000.0
-            elif time.monotonic() > deadline:
-                raise ReadTimeoutError(
-                    f"{r.topic}-{r.partition}: no record at offset {position} from {task.broker} "
-                    f"within {task.poll_timeout_ms} ms (range {r.start}..{r.end})")
-        if columns[0]:
-            yield _batch(pa, schema, columns, r)
+        yield from reader.batches()
     finally:
-        consumer.close()
+        reader.close()
 
 
-def _on_data_loss(consumer, task: ReadTask, position: int) -> int:
-    from confluent_kafka import TopicPartition
+class _RangeReader:
+    def __init__(self, task: ReadTask):
+        self.task = task
+        self.range = task.range
+        self.leader = task.broker
+        self.connection: Optional[BrokerConnection] = None
+        self.fetch_bytes = FETCH_BYTES
+        self.backoff = RETRY_BACKOFF_S[0]
 
-    r = task.range
-    low, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=10, cached=False)
-    if task.fail_on_data_loss or low <= position:
-        raise DataLossError(
-            f"{r.topic}-{r.partition}: offset {position} is gone (the log starts at {low}); "
-            "set failOnDataLoss=false to skip lost records")
-    consumer.assign([TopicPartition(r.topic, r.partition, low)])
-    return low
+    def batches(self) -> Iterator:
+        r = self.range
+        position = r.start
+        deadline = self._deadline()
+        last_problem = "no answer"
+        while position < r.end:
+            try:
+                connection = self._connect()
+                fetched = connection.fetch(r.topic, r.partition, position, max_wait_ms=FETCH_WAIT_MS,
+                                           partition_max_bytes=self.fetch_bytes)
+            except PartitionError as exc:
+                if exc.code == OFFSET_OUT_OF_RANGE:
+                    position = self._on_data_loss(position)
+                    deadline = self._deadline()
+                    continue
+                if not exc.retriable:
+                    raise SparkSourceError(f"reading {r.topic}-{r.partition} from {self.leader}: {exc}") from None
+                last_problem = str(exc)
+                self._lost_leader()
+                self._pause(deadline, position, last_problem)
+                continue
+            except BrokerConnectionError as exc:
+                last_problem = str(exc)
+                self._lost_leader()
+                self._pause(deadline, position, last_problem)
+                continue
+            columns = decode_batches(fetched.records, start=position, end=r.end)
+            if columns.rows:
+                yield columns.to_arrow(r.topic, r.partition)
+            if columns.next_offset > position:
+                position = columns.next_offset
+                deadline = self._deadline()
+                self.backoff = RETRY_BACKOFF_S[0]
+                continue
+            if len(fetched.records) and columns.consumed == 0:
+                # One batch is larger than the fetch size: ask for more.
+                if self.fetch_bytes >= MAX_FETCH_BYTES:
+                    raise SparkSourceError(f"{r.topic}-{r.partition}: the record batch at offset {position} "
+                                           f"is larger than {MAX_FETCH_BYTES} bytes")
+                self.fetch_bytes *= 2
+                continue
+            last_problem = f"the log ends at {fetched.high_watermark}"
+            if time.monotonic() > deadline:
+                self._timeout(position, last_problem)
 
+    def _deadline(self) -> float:
+        return time.monotonic() + self.task.poll_timeout_ms / 1000.0
 
-def _empty_columns() -> list[list]:
-    return [[], [], None, None, [], [], []]
+    def _timeout(self, position: int, problem: str) -> None:
+        r = self.range
+        raise ReadTimeoutError(
+            f"{r.topic}-{r.partition}: no record at offset {position} from {self.leader} "
+            f"within {self.task.poll_timeout_ms} ms (range {r.start}..{r.end}; {problem})")
 
+    def _pause(self, deadline: float, position: int, problem: str) -> None:
+        if time.monotonic() + self.backoff > deadline:
+            self._timeout(position, problem)
+        time.sleep(self.backoff)
+        self.backoff = min(self.backoff * 2, RETRY_BACKOFF_S[1])
 
-def _batch(pa, schema, columns, r: OffsetRange):
-    n = len(columns[0])
-    arrays = [
-        pa.array(columns[0], pa.binary()), pa.array(columns[1], pa.binary()),
-        pa.array([r.topic] * n, pa.string()), pa.array([r.partition] * n, pa.int32()),
-        pa.array(columns[4], pa.int64()), pa.array(columns[5], pa.timestamp("us", tz="UTC")),
-        pa.array(columns[6], pa.int32()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    def _connect(self) -> BrokerConnection:
+        if self.connection is None:
+            self.connection = BrokerConnection(self.leader, client_id="zkcoord-spark-reader")
+        return self.connection
+
+    def _lost_leader(self) -> None:
+        """The leader failed us: drop the connection and ask every broker
+        the plan knew where the partition is led now."""
+        self.close()
+        r = self.range
+        for address in dict.fromkeys((self.leader, *self.task.brokers)):
+            try:
+                with BrokerConnection(address, client_id="zkcoord-spark-reader", timeout_s=5.0) as probe:
+                    leader = probe.leader(r.topic, r.partition)
+            except BrokerConnectionError:
+                continue
+            if leader is not None:
+                self.leader = leader
+                return
+
+    def _on_data_loss(self, position: int) -> int:
+        r = self.range
+        low = self._connect().list_offset(r.topic, r.partition, EARLIEST_TIMESTAMP)
+        if self.task.fail_on_data_loss or low <= position:
+            raise DataLossError(
+                f"{r.topic}-{r.partition}: offset {position} is gone (the log starts at {low}); "
+                "set failOnDataLoss=false to skip lost records")
+        return low
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None

@@ -58,8 +58,9 @@ def _read(partition: InputPartition) -> Iterator:
 def _tasks(view: ClusterView, options: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
     ranges = split_ranges(ranges, options.min_partitions)
     leaders = view.leaders(sorted({(r.topic, r.partition) for r in ranges}))
+    brokers = tuple(sorted(view.brokers().values()))  # where a retried task looks for a new leader
     return [RangePartition(ReadTask(r, leaders[(r.topic, r.partition)], options.poll_timeout_ms,
-                                    options.fail_on_data_loss)) for r in ranges]
+                                    options.fail_on_data_loss, brokers)) for r in ranges]
 
 
 class ZkcoordDataSource(DataSource):

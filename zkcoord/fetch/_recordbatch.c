@@ -1,0 +1,401 @@
+/* The compiled record-batch decoder: Kafka record batches (magic 2) straight
+ * into Arrow-layout column buffers, one pass, no Python object per record.
+ *
+ * zkcoord/fetch/records.py holds the pure-Python decoder that does the same
+ * work; that module documents the contract (arguments, the returned buffers,
+ * errors) and tests/unit/test_record_decoder.py pins the two together byte for
+ * byte. Decompression and the CRC are Python callables passed in, so every
+ * codec and the checksum have one implementation shared by both decoders.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *corrupt_error = NULL; /* set by configure(): CorruptRecordsError */
+
+/* A growable byte buffer. */
+typedef struct {
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *data = PyMem_Realloc(b->data, cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    if (n)
+        memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static void buf_free(Buf *b) {
+    PyMem_Free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+static PyObject *buf_bytes(Buf *b) {
+    return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len);
+}
+
+/* A nullable binary column in Arrow's layout: validity bitmap (LSB first),
+ * int32 offsets starting at 0, and the data. */
+typedef struct {
+    Buf validity;
+    Buf offsets;
+    Buf data;
+    Py_ssize_t rows;
+    Py_ssize_t nulls;
+} BinaryColumn;
+
+static int column_init(BinaryColumn *c) {
+    int32_t zero = 0;
+    memset(c, 0, sizeof(*c));
+    return buf_put(&c->offsets, &zero, 4);
+}
+
+static void column_free(BinaryColumn *c) {
+    buf_free(&c->validity);
+    buf_free(&c->offsets);
+    buf_free(&c->data);
+}
+
+/* Append one value; ptr == NULL appends a null. */
+static int column_append(BinaryColumn *c, const char *ptr, Py_ssize_t n) {
+    if (c->rows % 8 == 0) {
+        char zero = 0;
+        if (buf_put(&c->validity, &zero, 1) < 0)
+            return -1;
+    }
+    if (ptr != NULL) {
+        c->validity.data[c->rows / 8] |= (char)(1 << (c->rows % 8));
+        if (c->data.len + n > INT32_MAX) {
+            PyErr_SetString(corrupt_error, "decoded records exceed 2 GiB in one call");
+            return -1;
+        }
+        if (buf_put(&c->data, ptr, n) < 0)
+            return -1;
+    } else {
+        c->nulls++;
+    }
+    int32_t end = (int32_t)c->data.len;
+    c->rows++;
+    return buf_put(&c->offsets, &end, 4);
+}
+
+static PyObject *column_validity(BinaryColumn *c) {
+    if (c->nulls == 0)
+        Py_RETURN_NONE;
+    return buf_bytes(&c->validity);
+}
+
+/* Everything decoded so far. */
+typedef struct {
+    Buf offsets;     /* int64 per record */
+    Buf timestamps;  /* int64 ms per record */
+    Buf ts_types;    /* int32 per record: 0 CreateTime, 1 LogAppendTime */
+    BinaryColumn keys;
+    BinaryColumn values;
+    Buf header_offsets; /* int32, rows + 1: where each record's headers begin */
+    BinaryColumn header_keys;
+    BinaryColumn header_values;
+    Py_ssize_t rows;
+    int32_t headers;
+} Columns;
+
+static int columns_init(Columns *c) {
+    int32_t zero = 0;
+    memset(c, 0, sizeof(*c));
+    if (column_init(&c->keys) < 0 || column_init(&c->values) < 0 || column_init(&c->header_keys) < 0 ||
+        column_init(&c->header_values) < 0)
+        return -1;
+    return buf_put(&c->header_offsets, &zero, 4);
+}
+
+static void columns_free(Columns *c) {
+    buf_free(&c->offsets);
+    buf_free(&c->timestamps);
+    buf_free(&c->ts_types);
+    column_free(&c->keys);
+    column_free(&c->values);
+    buf_free(&c->header_offsets);
+    column_free(&c->header_keys);
+    column_free(&c->header_values);
+}
+
+/* A cursor over the bytes of one batch's records. */
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} Cursor;
+
+static int corrupt(const char *what, long long offset) {
+    PyErr_Format(corrupt_error, "corrupt record batch at offset %lld: %s", offset, what);
+    return -1;
+}
+
+/* A zigzag varint of at most max_bytes bytes (5 for int32, 10 for int64). */
+static int read_varint(Cursor *c, int max_bytes, int64_t *out) {
+    uint64_t value = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (c->p >= c->end)
+            return -1;
+        unsigned char byte = *c->p++;
+        value |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
+            return 0;
+        }
+        shift += 7;
+    }
+    return -1;
+}
+
+/* A length-prefixed field: -1 is null, anything else must fit in the record. */
+static int read_field(Cursor *c, const char **ptr, Py_ssize_t *len) {
+    int64_t n;
+    if (read_varint(c, 5, &n) < 0)
+        return -1;
+    if (n == -1) {
+        *ptr = NULL;
+        *len = 0;
+        return 0;
+    }
+    if (n < 0 || n > c->end - c->p)
+        return -1;
+    *ptr = (const char *)c->p;
+    *len = (Py_ssize_t)n;
+    c->p += n;
+    return 0;
+}
+
+static inline uint64_t be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+enum { DONE_BATCH = 0, DONE_ALL = 1 };
+
+/* Decode the records of one batch; returns DONE_BATCH, DONE_ALL (reached
+ * `end`) or -1 with an exception set. */
+static int decode_records(Columns *out, const unsigned char *p, Py_ssize_t n, int64_t count, int64_t base_offset,
+                          int64_t first_timestamp, int64_t max_timestamp, int32_t ts_type, int64_t start,
+                          int64_t end) {
+    Cursor c = {p, p + n};
+    for (int64_t i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, header_count;
+        if (read_varint(&c, 5, &length) < 0 || length < 0 || length > c.end - c.p)
+            return corrupt("a record's length runs past the batch", base_offset);
+        Cursor r = {c.p, c.p + length};
+        c.p += length;
+        if (r.p >= r.end)
+            return corrupt("an empty record", base_offset);
+        r.p++; /* attributes: unused */
+        if (read_varint(&r, 10, &ts_delta) < 0 || read_varint(&r, 5, &offset_delta) < 0)
+            return corrupt("a record's timestamp or offset delta is malformed", base_offset);
+        int64_t offset = base_offset + offset_delta;
+        if (end >= 0 && offset >= end)
+            return DONE_ALL;
+        int wanted = offset >= start;
+        const char *key, *value;
+        Py_ssize_t key_len, value_len;
+        if (read_field(&r, &key, &key_len) < 0 || read_field(&r, &value, &value_len) < 0 ||
+            read_varint(&r, 5, &header_count) < 0 || header_count < 0)
+            return corrupt("a record's key, value or header count is malformed", offset);
+        for (int64_t h = 0; h < header_count; h++) {
+            const char *hkey, *hvalue;
+            Py_ssize_t hkey_len, hvalue_len;
+            if (read_field(&r, &hkey, &hkey_len) < 0 || hkey == NULL || read_field(&r, &hvalue, &hvalue_len) < 0)
+                return corrupt("a record header is malformed", offset);
+            if (wanted) {
+                if (column_append(&out->header_keys, hkey, hkey_len) < 0 ||
+                    column_append(&out->header_values, hvalue, hvalue_len) < 0)
+                    return -1;
+                if (out->headers == INT32_MAX)
+                    return corrupt("too many headers", offset);
+                out->headers++;
+            }
+        }
+        if (r.p != r.end)
+            return corrupt("a record has bytes past its last header", offset);
+        if (!wanted)
+            continue;
+        int64_t timestamp = ts_type == 1 ? max_timestamp : first_timestamp + ts_delta;
+        if (buf_put(&out->offsets, &offset, 8) < 0 || buf_put(&out->timestamps, &timestamp, 8) < 0 ||
+            buf_put(&out->ts_types, &ts_type, 4) < 0 || column_append(&out->keys, key, key_len) < 0 ||
+            column_append(&out->values, value, value_len) < 0 ||
+            buf_put(&out->header_offsets, &out->headers, 4) < 0)
+            return -1;
+        out->rows++;
+    }
+    if (c.p != c.end)
+        return corrupt("a batch has bytes past its last record", base_offset);
+    return DONE_BATCH;
+}
+
+#define LOG_OVERHEAD 12
+#define HEADER_SIZE 61
+#define CRC_START 21
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long start, end;
+    PyObject *decompress, *check_crc;
+    if (corrupt_error == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*LLOO", &view, &start, &end, &decompress, &check_crc))
+        return NULL;
+    Columns out;
+    PyObject *result = NULL;
+    if (columns_init(&out) < 0)
+        goto done;
+    const unsigned char *data = view.buf;
+    Py_ssize_t size = view.len, pos = 0;
+    int64_t next_offset = start;
+    while (size - pos >= LOG_OVERHEAD + 5) { /* enough to see the length and magic */
+        const unsigned char *b = data + pos;
+        int64_t base_offset = (int64_t)be(b, 8);
+        int64_t batch_length = (int32_t)be(b + 8, 4);
+        int magic = (signed char)b[16];
+        if (magic != 2) {
+            PyErr_Format(corrupt_error, "record batch at offset %lld has magic %d; only magic 2 is read",
+                         (long long)base_offset, magic);
+            goto done;
+        }
+        if (batch_length < HEADER_SIZE - LOG_OVERHEAD) {
+            corrupt("its length is shorter than a batch header", base_offset);
+            goto done;
+        }
+        if (size - pos < LOG_OVERHEAD + batch_length)
+            break; /* a partial batch at the end of a fetch: not an error */
+        uint32_t crc = (uint32_t)be(b + 17, 4);
+        int attributes = (int)be(b + 21, 2);
+        int64_t last_offset_delta = (int32_t)be(b + 23, 4);
+        int64_t first_timestamp = (int64_t)be(b + 27, 8);
+        int64_t max_timestamp = (int64_t)be(b + 35, 8);
+        int64_t count = (int32_t)be(b + 57, 4);
+        Py_ssize_t batch_end = pos + LOG_OVERHEAD + batch_length;
+        if (check_crc != Py_None) {
+            PyObject *region = PyMemoryView_FromMemory((char *)b + CRC_START, LOG_OVERHEAD + batch_length - CRC_START,
+                                                       PyBUF_READ);
+            if (region == NULL)
+                goto done;
+            PyObject *actual = PyObject_CallOneArg(check_crc, region);
+            Py_DECREF(region);
+            if (actual == NULL)
+                goto done;
+            unsigned long value = PyLong_AsUnsignedLong(actual);
+            Py_DECREF(actual);
+            if (value == (unsigned long)-1 && PyErr_Occurred())
+                goto done;
+            if ((uint32_t)value != crc) {
+                PyErr_Format(corrupt_error, "record batch at offset %lld fails its CRC (stored %u, computed %u)",
+                             (long long)base_offset, crc, (uint32_t)value);
+                goto done;
+            }
+        }
+        if (count < 0) {
+            corrupt("a negative record count", base_offset);
+            goto done;
+        }
+        int64_t batch_next = base_offset + last_offset_delta + 1;
+        int control = attributes & 0x20;
+        int codec = attributes & 0x07;
+        int32_t ts_type = (attributes & 0x08) ? 1 : 0;
+        int stop = DONE_BATCH;
+        /* Control batches (transaction markers) hold no application records,
+         * and a batch wholly below `start` needs no decompressing. */
+        if (!control && batch_next > start) {
+            const unsigned char *records = b + HEADER_SIZE;
+            Py_ssize_t records_len = LOG_OVERHEAD + batch_length - HEADER_SIZE;
+            if (codec == 0) {
+                stop = decode_records(&out, records, records_len, count, base_offset, first_timestamp,
+                                      max_timestamp, ts_type, start, end);
+            } else {
+                PyObject *payload = PyMemoryView_FromMemory((char *)records, records_len, PyBUF_READ);
+                if (payload == NULL)
+                    goto done;
+                PyObject *plain = PyObject_CallFunction(decompress, "iO", codec, payload);
+                Py_DECREF(payload);
+                if (plain == NULL)
+                    goto done;
+                Py_buffer inner;
+                if (PyObject_GetBuffer(plain, &inner, PyBUF_SIMPLE) < 0) {
+                    Py_DECREF(plain);
+                    goto done;
+                }
+                stop = decode_records(&out, inner.buf, inner.len, count, base_offset, first_timestamp,
+                                      max_timestamp, ts_type, start, end);
+                PyBuffer_Release(&inner);
+                Py_DECREF(plain);
+            }
+            if (stop < 0)
+                goto done;
+        }
+        pos = batch_end;
+        if (stop == DONE_ALL || (end >= 0 && batch_next >= end)) {
+            next_offset = end;
+            break;
+        }
+        if (batch_next > next_offset)
+            next_offset = batch_next;
+    }
+    /* The order of fields in records.py's RawColumns. */
+    result = Py_BuildValue("(nNNN" "NnNN" "NnNN" "N" "NN" "NnNN" "Ln)",
+                           out.rows, buf_bytes(&out.offsets), buf_bytes(&out.timestamps), buf_bytes(&out.ts_types),
+                           column_validity(&out.keys), out.keys.nulls, buf_bytes(&out.keys.offsets),
+                           buf_bytes(&out.keys.data),
+                           column_validity(&out.values), out.values.nulls, buf_bytes(&out.values.offsets),
+                           buf_bytes(&out.values.data),
+                           buf_bytes(&out.header_offsets),
+                           buf_bytes(&out.header_keys.offsets), buf_bytes(&out.header_keys.data),
+                           column_validity(&out.header_values), out.header_values.nulls,
+                           buf_bytes(&out.header_values.offsets), buf_bytes(&out.header_values.data),
+                           (long long)next_offset, pos);
+done:
+    columns_free(&out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *configure(PyObject *self, PyObject *error_class) {
+    if (!PyType_Check(error_class) || !PyType_IsSubtype((PyTypeObject *)error_class, (PyTypeObject *)PyExc_Exception)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes an exception class");
+        return NULL;
+    }
+    Py_XSETREF(corrupt_error, Py_NewRef(error_class));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS, "decode(data, start, end, decompress, check_crc) -> tuple of column buffers"},
+    {"configure", configure, METH_O, "configure(error_class): the exception raised for corrupt records"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_recordbatch", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__recordbatch(void) { return PyModule_Create(&module); }

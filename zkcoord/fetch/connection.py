@@ -1,0 +1,236 @@
+"""One blocking connection to a Kafka broker, for reading: Fetch, ListOffsets
+and where a partition's leader is (Metadata).
+
+The bytes of every request and response are kafka-python's message classes
+(the broker uses the same ones); this module only frames them, negotiates
+versions with ApiVersions when it connects, and hands a Fetch response's
+records over as a view into the received frame, so the decoder
+(:mod:`zkcoord.fetch.records`) reads them where they landed. One request is
+in flight at a time; a connection is used by one thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import NamedTuple, Optional
+
+from kafka.errors import for_code
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+
+from zkcoord.errors import ZkcoordError
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+# The versions this client speaks: Fetch from 4 (record batches, log start
+# offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
+FETCH_VERSIONS = (4, 12)
+LIST_OFFSETS_VERSIONS = (1, 7)
+METADATA_VERSION = 1  # topics by name, leaders, no flexible encoding: every broker since 0.10
+MAX_FRAME = 1 << 30  # larger than any response we ask for: a corrupt size prefix
+
+
+class BrokerConnectionError(ZkcoordError):
+    """The broker cannot be reached, closed the connection or sent bytes we
+    cannot read. Retriable: a new connection may work."""
+
+    retriable = True
+
+
+class PartitionError(ZkcoordError):
+    """The broker answered for a partition with a Kafka error code."""
+
+    def __init__(self, topic: str, partition: int, code: int):
+        error = for_code(code)
+        self.code = code
+        self.retriable = bool(getattr(error, "retriable", False)) or code in _RETRIABLE
+        super().__init__(f"{topic}-{partition}: {error.__name__} (Kafka error {code})")
+
+
+# Leadership moving or not yet known: asking again (maybe elsewhere) helps.
+_RETRIABLE = {3, 5, 6, 9, 56, 74, 75, 78}
+
+
+class Fetched(NamedTuple):
+    """One partition of a Fetch response."""
+
+    high_watermark: int
+    log_start_offset: int
+    records: memoryview  # record batches; may end in a partial batch
+
+
+class BrokerConnection:
+    """A connection to ``host:port``; raises BrokerConnectionError when it
+    cannot be opened or negotiated."""
+
+    def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0):
+        host, _, port = address.rpartition(":")
+        self.address = address
+        self._client_id = client_id
+        self._correlation = 0
+        try:
+            self._sock: Optional[socket.socket] = socket.create_connection((host, int(port)), timeout=timeout_s)
+        except (OSError, ValueError) as exc:
+            raise BrokerConnectionError(f"cannot connect to broker {address}: {exc}") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            offered = self._request(ApiVersionsRequest(version=0), ApiVersionsResponse, 0)
+            if offered.error_code != NONE:
+                raise BrokerConnectionError(f"broker {address} refused ApiVersions: error {offered.error_code}")
+            ranges = {api.api_key: (api.min_version, api.max_version) for api in offered.api_keys}
+            self._fetch_version = self._pick(ranges, FetchRequest.API_KEY, FETCH_VERSIONS, "Fetch")
+            self._list_offsets_version = self._pick(ranges, ListOffsetsRequest.API_KEY, LIST_OFFSETS_VERSIONS,
+                                                    "ListOffsets")
+        except BaseException:
+            self.close()
+            raise
+
+    def _pick(self, offered: dict, api_key: int, ours: tuple[int, int], name: str) -> int:
+        low, high = offered.get(api_key, (None, None))
+        if low is None or max(low, ours[0]) > min(high, ours[1]):
+            raise BrokerConnectionError(f"broker {self.address} offers {name} versions {low}..{high}; "
+                                        f"this client speaks {ours[0]}..{ours[1]}")
+        return min(high, ours[1])
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int, partition_max_bytes: int,
+              min_bytes: int = 1) -> Fetched:
+        """Records of one partition from ``offset``. Raises PartitionError for
+        a partition-level error (OFFSET_OUT_OF_RANGE among them)."""
+        version = self._fetch_version
+        request = FetchRequest(
+            version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+            max_bytes=partition_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
+                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=partition_max_bytes)])],
+            forgotten_topics_data=[], rack_id="")
+        response = self._request(request, FetchResponse, version)
+        if response.error_code != NONE:
+            raise PartitionError(topic, partition, response.error_code)
+        for topic_data in response.responses:
+            for part in topic_data.partitions:
+                if topic_data.topic == topic and part.partition_index == partition:
+                    if part.error_code != NONE:
+                        raise PartitionError(topic, partition, part.error_code)
+                    records = part.records if part.records is not None else b""
+                    return Fetched(part.high_watermark, part.log_start_offset, memoryview(records))
+        raise BrokerConnectionError(f"broker {self.address} answered a fetch of {topic}-{partition} without it")
+
+    def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
+        """The offset for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms)."""
+        version = self._list_offsets_version
+        request = ListOffsetsRequest(
+            version=version, replica_id=-1, isolation_level=0,
+            topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                    partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])])
+        response = self._request(request, ListOffsetsResponse, version)
+        for topic_data in response.topics:
+            for part in topic_data.partitions:
+                if topic_data.name == topic and part.partition_index == partition:
+                    if part.error_code != NONE:
+                        raise PartitionError(topic, partition, part.error_code)
+                    return part.offset
+        raise BrokerConnectionError(f"broker {self.address} answered ListOffsets of {topic}-{partition} without it")
+
+    def leader(self, topic: str, partition: int) -> Optional[str]:
+        """The address of the partition's leader as this broker knows it, or
+        None while it has none (or does not know the partition)."""
+        request = MetadataRequest(version=METADATA_VERSION,
+                                  topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+        response = self._request(request, MetadataResponse, METADATA_VERSION)
+        addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
+        for topic_data in response.topics:
+            if topic_data.name != topic:
+                continue
+            for part in topic_data.partitions:
+                if part.partition_index == partition and part.error_code == NONE:
+                    return addresses.get(part.leader_id)
+        return None
+
+    # -- framing -----------------------------------------------------------------------------
+
+    def _request(self, request, response_class, version: int):
+        sock = self._socket()
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        request.with_header(correlation_id=self._correlation, client_id=self._client_id)
+        try:
+            sock.sendall(request.encode(version=version, header=True, framed=True))
+            size = struct.unpack(">i", self._receive(4))[0]
+            if not 4 <= size <= MAX_FRAME:
+                raise BrokerConnectionError(f"broker {self.address} sent a frame of {size} bytes")
+            frame = memoryview(self._receive(size))
+        except OSError as exc:
+            self.close()
+            raise BrokerConnectionError(f"broker {self.address}: {exc}") from None
+        correlation = struct.unpack_from(">i", frame)[0]
+        if correlation != self._correlation:
+            self.close()
+            raise BrokerConnectionError(f"broker {self.address} answered request {correlation}, "
+                                        f"not {self._correlation}")
+        pos = 4
+        # ApiVersions answers with the old header whatever its version.
+        if response_class.flexible_version_q(version) and response_class is not ApiVersionsResponse:
+            pos = _skip_tagged_fields(frame, pos)
+        try:
+            return response_class.decode(frame[pos:], version=version)
+        except Exception as exc:  # the library raises many types on bad bytes
+            self.close()
+            raise BrokerConnectionError(f"broker {self.address} sent a response we cannot decode: "
+                                        f"{type(exc).__name__}: {exc}") from None
+
+    def _receive(self, n: int) -> bytearray:
+        buffer = bytearray(n)
+        view = memoryview(buffer)
+        got = 0
+        while got < n:
+            count = self._sock.recv_into(view[got:])
+            if count == 0:
+                raise OSError("connection closed by the broker")
+            got += count
+        return buffer
+
+    def _socket(self) -> socket.socket:
+        if self._sock is None:
+            raise BrokerConnectionError(f"connection to {self.address} is closed")
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            sock.close()
+
+    def __enter__(self) -> "BrokerConnection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    """Past a flexible response header's tagged fields (none are used)."""
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = _uvarint(frame, pos)
+        size, pos = _uvarint(frame, pos)
+        pos += size
+    return pos
+
+
+def _uvarint(data: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise BrokerConnectionError("a response header's tagged fields are malformed")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7

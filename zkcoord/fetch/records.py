@@ -1,0 +1,411 @@
+"""Kafka record batches (magic 2) decoded into columns, once per batch.
+
+A Fetch response carries each partition's records as a run of record batches.
+:func:`decode_batches` turns such a run into :class:`RecordColumns`: the
+records' offsets, timestamps, keys, values and headers in Arrow's memory
+layout (validity bitmaps, int32 offsets, one data buffer per column), so that
+an Arrow record batch is built from them without touching a record in Python
+(:meth:`RecordColumns.to_arrow`), and :class:`~zkcoord.records.Record` tuples
+only when an application asks for them (:meth:`RecordColumns.records`).
+
+Two decoders do this work: the compiled one (``_recordbatch.c``, built by the
+project's install step) and :func:`decode_python`, the pure-Python fallback
+used when the extension is not built. They take the same arguments and return
+the same bytes; ``tests/unit/test_record_decoder.py`` holds them to it, and both
+to kafka-python's reader, over every codec, control batches, compacted gaps,
+headers and null keys and values. Decompression (kafka-python's codecs) and
+the CRC (crc32c) are shared by both.
+
+What a decode returns, for records with ``start <= offset < end``:
+
+- control batches (transaction markers) yield no records, but their offsets
+  count as read;
+- offsets a compaction removed are simply absent;
+- ``next_offset`` is the offset after the last batch read (every offset
+  below it was either returned or does not exist), ``end`` once the run
+  reached ``end``; ``consumed`` is how many bytes of ``data`` that took. A
+  partial batch at the end of the data (a fetch cut at its byte limit) is
+  left unread, without error.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from typing import NamedTuple, Optional
+
+from crc32c import crc32c
+
+from zkcoord.errors import ZkcoordError
+from zkcoord.records import Record
+
+GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
+CODEC_NAMES = {0: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+
+LOG_OVERHEAD = 12  # base offset and batch length: what the batch length leaves out
+HEADER_SIZE = 61  # the whole v2 batch header
+CRC_START = 21  # the CRC covers the attributes to the end of the batch
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CONTROL = 0x20
+_LOG_APPEND = 0x08
+_CODEC_MASK = 0x07
+_INT32_MAX = 2**31 - 1
+
+
+class CorruptRecordsError(ZkcoordError):
+    """Bytes that should hold record batches do not: a bad CRC, lengths that
+    run past their batch, an unknown codec or undecompressable payload, or a
+    message format older than magic 2."""
+
+
+def decompress(codec: int, payload) -> bytes:
+    """The records of a compressed batch, with kafka-python's codecs."""
+    from kafka import codec as codecs
+
+    decoders = {GZIP: codecs.gzip_decode, SNAPPY: codecs.snappy_decode, LZ4: codecs.lz4_decode,
+                ZSTD: codecs.zstd_decode}
+    decoder = decoders.get(codec)
+    if decoder is None:
+        raise CorruptRecordsError(f"unknown compression codec {codec}")
+    try:
+        return decoder(bytes(payload))
+    except Exception as exc:  # each library raises its own types on bad input
+        raise CorruptRecordsError(f"cannot decompress {CODEC_NAMES[codec]} records: {exc}") from None
+
+
+class RecordColumns(NamedTuple):
+    """Decoded records of one partition, as column buffers in Arrow's layout.
+
+    Binary columns are (validity bitmap or None when nothing is null, null
+    count, int32 offsets of rows + 1 entries, data). Headers are a list per
+    record: ``header_offsets`` (int32, rows + 1) index the header keys
+    (never null) and values (nullable)."""
+
+    rows: int
+    offsets: bytes  # int64 per record
+    timestamps: bytes  # int64 milliseconds per record
+    timestamp_types: bytes  # int32 per record: CREATE_TIME or LOG_APPEND_TIME
+    key_validity: Optional[bytes]
+    key_nulls: int
+    key_offsets: bytes
+    key_data: bytes
+    value_validity: Optional[bytes]
+    value_nulls: int
+    value_offsets: bytes
+    value_data: bytes
+    header_offsets: bytes
+    header_key_offsets: bytes
+    header_key_data: bytes
+    header_value_validity: Optional[bytes]
+    header_value_nulls: int
+    header_value_offsets: bytes
+    header_value_data: bytes
+    next_offset: int
+    consumed: int
+
+    def offset_list(self) -> list[int]:
+        return array("q", self.offsets).tolist()
+
+    def records(self, topic: str, partition: int) -> list[Record]:
+        """One :class:`Record` per decoded record."""
+        keys = _binary_values(self.rows, self.key_validity, self.key_offsets, self.key_data)
+        values = _binary_values(self.rows, self.value_validity, self.value_offsets, self.value_data)
+        new = tuple.__new__
+        return [new(Record, (topic, partition, offset, key, value, timestamp))
+                for offset, key, value, timestamp in zip(self.offset_list(), keys, values,
+                                                         array("q", self.timestamps).tolist())]
+
+    def headers(self) -> list[list[tuple[str, Optional[bytes]]]]:
+        """Each record's headers as (key, value) pairs, in order."""
+        starts = array("i", self.header_offsets).tolist()
+        count = starts[-1]
+        keys = [k.decode("utf-8", "replace") for k in _binary_values(count, None, self.header_key_offsets,
+                                                                     self.header_key_data)]
+        values = _binary_values(count, self.header_value_validity, self.header_value_offsets,
+                                self.header_value_data)
+        pairs = list(zip(keys, values))
+        return [pairs[a:b] for a, b in zip(starts, starts[1:])]
+
+    def to_arrow(self, topic: str, partition: int, *, include_headers: bool = False):
+        """A ``pyarrow.RecordBatch`` in the columns of Spark's Kafka source
+        (:func:`arrow_schema`), built on the buffers without copying them."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = self.rows
+        buffer = pa.py_buffer
+        millis = pa.Array.from_buffers(pa.int64(), n, [None, buffer(self.timestamps)])
+        columns = [
+            _arrow_binary(pa.binary(), n, self.key_validity, self.key_nulls, self.key_offsets, self.key_data),
+            _arrow_binary(pa.binary(), n, self.value_validity, self.value_nulls, self.value_offsets,
+                          self.value_data),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, buffer(self.offsets)]),
+            pc.multiply(millis, 1000).view(pa.timestamp("us", tz="UTC")),
+            pa.Array.from_buffers(pa.int32(), n, [None, buffer(self.timestamp_types)]),
+        ]
+        if include_headers:
+            count = array("i", self.header_offsets)[-1]
+            header_type = _header_type()
+            entries = pa.StructArray.from_arrays(
+                [_arrow_binary(pa.string(), count, None, 0, self.header_key_offsets, self.header_key_data),
+                 _arrow_binary(pa.binary(), count, self.header_value_validity, self.header_value_nulls,
+                               self.header_value_offsets, self.header_value_data)],
+                fields=list(header_type))
+            columns.append(pa.ListArray.from_buffers(pa.list_(header_type), n,
+                                                     [None, buffer(self.header_offsets)], children=[entries]))
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def _arrow_binary(type_, n: int, validity: Optional[bytes], nulls: int, offsets: bytes, data: bytes):
+    import pyarrow as pa
+
+    bitmap = pa.py_buffer(validity) if validity is not None else None
+    return pa.Array.from_buffers(type_, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _binary_values(n: int, validity: Optional[bytes], offsets: bytes, data: bytes) -> list[Optional[bytes]]:
+    bounds = array("i", offsets).tolist()
+    values = [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    if validity is not None:
+        for i in range(n):
+            if not validity[i >> 3] & (1 << (i & 7)):
+                values[i] = None
+    return values
+
+
+def _header_type():
+    import pyarrow as pa
+
+    return pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+
+
+def arrow_schema(include_headers: bool = False):
+    """The columns of Spark's Kafka source; ``headers`` last when asked for."""
+    import pyarrow as pa
+
+    fields = [
+        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(("headers", pa.list_(_header_type())))
+    return pa.schema(fields)
+
+
+# -- decoding --------------------------------------------------------------------------------
+
+def decode_batches(data, *, start: int = 0, end: Optional[int] = None, check_crcs: bool = True,
+                   compiled: Optional[bool] = None) -> RecordColumns:
+    """The records with ``start <= offset < end`` in a run of record batches.
+
+    ``compiled`` picks the decoder: True requires the compiled one, False
+    takes the pure-Python one, None (the default) the compiled one when it
+    is built."""
+    decoder = _pick(compiled)
+    return RecordColumns._make(decoder(data, start, -1 if end is None else end, decompress,
+                                      crc32c if check_crcs else None))
+
+
+def _pick(compiled: Optional[bool]):
+    if compiled is False:
+        return decode_python
+    if _compiled is None:
+        if compiled:
+            raise ImportError("the compiled record decoder (zkcoord.fetch._recordbatch) is not built; "
+                              "run scripts/install.sh")
+        return decode_python
+    return _compiled.decode
+
+
+def compiled_decoder_built() -> bool:
+    return _compiled is not None
+
+
+class _Column:
+    """A nullable binary column being built (the pure-Python decoder's)."""
+
+    __slots__ = ("validity", "nulls", "offsets", "data", "rows")
+
+    def __init__(self) -> None:
+        self.validity = bytearray()
+        self.nulls = 0
+        self.offsets = array("i", [0])
+        self.data = bytearray()
+        self.rows = 0
+
+    def append(self, value) -> None:
+        if self.rows % 8 == 0:
+            self.validity.append(0)
+        if value is None:
+            self.nulls += 1
+        else:
+            self.validity[self.rows >> 3] |= 1 << (self.rows & 7)
+            if len(self.data) + len(value) > _INT32_MAX:
+                raise CorruptRecordsError("decoded records exceed 2 GiB in one call")
+            self.data += value
+        self.offsets.append(len(self.data))
+        self.rows += 1
+
+    def parts(self, with_validity: bool = True) -> tuple:
+        validity = bytes(self.validity) if self.nulls else None
+        head = (validity, self.nulls) if with_validity else ()
+        return head + (self.offsets.tobytes(), bytes(self.data))
+
+
+class _Cursor:
+    __slots__ = ("data", "pos", "end")
+
+    def __init__(self, data, pos: int, end: int) -> None:
+        self.data, self.pos, self.end = data, pos, end
+
+    def varint(self, max_bytes: int) -> Optional[int]:
+        value = shift = 0
+        for _ in range(max_bytes):
+            if self.pos >= self.end:
+                return None
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return (value >> 1) ^ -(value & 1)
+            shift += 7
+        return None
+
+    def field(self):
+        """(ok, value): a length-prefixed field, None for length -1."""
+        n = self.varint(5)
+        if n is None:
+            return False, None
+        if n == -1:
+            return True, None
+        if n < 0 or n > self.end - self.pos:
+            return False, None
+        value = bytes(self.data[self.pos:self.pos + n])
+        self.pos += n
+        return True, value
+
+
+def _corrupt(what: str, offset: int) -> CorruptRecordsError:
+    return CorruptRecordsError(f"corrupt record batch at offset {offset}: {what}")
+
+
+class _Columns:
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.timestamps = array("q")
+        self.types = array("i")
+        self.keys = _Column()
+        self.values = _Column()
+        self.header_offsets = array("i", [0])
+        self.header_keys = _Column()
+        self.header_values = _Column()
+
+
+def _decode_records(out: _Columns, data, count: int, base_offset: int, first_timestamp: int,
+                    max_timestamp: int, ts_type: int, start: int, end: int) -> bool:
+    """Append one batch's records; True once ``end`` is reached."""
+    c = _Cursor(data, 0, len(data))
+    for _ in range(count):
+        length = c.varint(5)
+        if length is None or length < 0 or length > c.end - c.pos:
+            raise _corrupt("a record's length runs past the batch", base_offset)
+        r = _Cursor(data, c.pos, c.pos + length)
+        c.pos += length
+        if r.pos >= r.end:
+            raise _corrupt("an empty record", base_offset)
+        r.pos += 1  # attributes: unused
+        ts_delta = r.varint(10)
+        offset_delta = r.varint(5) if ts_delta is not None else None
+        if offset_delta is None:
+            raise _corrupt("a record's timestamp or offset delta is malformed", base_offset)
+        offset = base_offset + offset_delta
+        if end >= 0 and offset >= end:
+            return True
+        wanted = offset >= start
+        ok_key, key = r.field()
+        ok_value, value = r.field() if ok_key else (False, None)
+        header_count = r.varint(5) if ok_value else None
+        if header_count is None or header_count < 0:
+            raise _corrupt("a record's key, value or header count is malformed", offset)
+        for _ in range(header_count):
+            ok, hkey = r.field()
+            ok_value, hvalue = r.field() if ok and hkey is not None else (False, None)
+            if not ok_value:
+                raise _corrupt("a record header is malformed", offset)
+            if wanted:
+                out.header_keys.append(hkey)
+                out.header_values.append(hvalue)
+        if r.pos != r.end:
+            raise _corrupt("a record has bytes past its last header", offset)
+        if not wanted:
+            continue
+        out.offsets.append(offset)
+        out.timestamps.append(max_timestamp if ts_type == LOG_APPEND_TIME else first_timestamp + ts_delta)
+        out.types.append(ts_type)
+        out.keys.append(key)
+        out.values.append(value)
+        out.header_offsets.append(out.header_keys.rows)
+    if c.pos != c.end:
+        raise _corrupt("a batch has bytes past its last record", base_offset)
+    return False
+
+
+def decode_python(data, start: int, end: int, decompress_, check_crc) -> tuple:
+    """The pure-Python decoder: the compiled one's arguments and result."""
+    view = memoryview(data).cast("B")
+    out = _Columns()
+    pos, size = 0, len(view)
+    next_offset = start
+    while size - pos >= LOG_OVERHEAD + 5:
+        base_offset, batch_length = struct.unpack_from(">qi", view, pos)
+        magic = struct.unpack_from(">b", view, pos + 16)[0]
+        if magic != 2:
+            raise CorruptRecordsError(f"record batch at offset {base_offset} has magic {magic}; "
+                                      "only magic 2 is read")
+        if batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise _corrupt("its length is shorter than a batch header", base_offset)
+        if size - pos < LOG_OVERHEAD + batch_length:
+            break  # a partial batch at the end of a fetch: not an error
+        (_, _, _, _, crc, attributes, last_offset_delta, first_timestamp, max_timestamp,
+         _, _, _, count) = _HEADER.unpack_from(view, pos)
+        batch_end = pos + LOG_OVERHEAD + batch_length
+        if check_crc is not None:
+            actual = check_crc(view[pos + CRC_START:batch_end])
+            if actual != crc:
+                raise CorruptRecordsError(f"record batch at offset {base_offset} fails its CRC "
+                                          f"(stored {crc}, computed {actual})")
+        if count < 0:
+            raise _corrupt("a negative record count", base_offset)
+        batch_next = base_offset + last_offset_delta + 1
+        ts_type = LOG_APPEND_TIME if attributes & _LOG_APPEND else CREATE_TIME
+        codec = attributes & _CODEC_MASK
+        stop = False
+        # Control batches (transaction markers) hold no application records,
+        # and a batch wholly below `start` needs no decompressing.
+        if not attributes & _CONTROL and batch_next > start:
+            records = view[pos + HEADER_SIZE:batch_end]
+            if codec:
+                records = memoryview(decompress_(codec, records)).cast("B")
+            stop = _decode_records(out, records, count, base_offset, first_timestamp, max_timestamp,
+                                   ts_type, start, end)
+        pos = batch_end
+        if stop or (end >= 0 and batch_next >= end):
+            next_offset = end
+            break
+        next_offset = max(next_offset, batch_next)
+    return ((len(out.offsets), out.offsets.tobytes(), out.timestamps.tobytes(), out.types.tobytes())
+            + out.keys.parts() + out.values.parts() + (out.header_offsets.tobytes(),)
+            + out.header_keys.parts(with_validity=False) + out.header_values.parts()
+            + (next_offset, pos))
+
+
+try:
+    from zkcoord.fetch import _recordbatch as _compiled
+
+    _compiled.configure(CorruptRecordsError)
+except ImportError:  # not built: the pure-Python decoder does the work
+    _compiled = None
