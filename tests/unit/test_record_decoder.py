@@ -218,6 +218,15 @@ def test_lengths_past_their_batch_are_refused():
     assert "bytes past its last record" in errors_of_both(bytes(data), check_crcs=False)
 
 
+def test_offsets_and_timestamps_that_overflow_are_refused():
+    data = bytearray(build(simple(3)))
+    struct.pack_into(">q", data, 0, 2**63 - 2)  # base offset: the third record's offset overflows
+    assert "overflows" in errors_of_both(bytes(data))
+    data = bytearray(build(simple(3)))
+    struct.pack_into(">q", data, 27, 2**63 - 1)  # first timestamp: the second record's overflows
+    assert "overflows" in errors_of_both(bytes(data), check_crcs=False)
+
+
 # -- every shape hypothesis can think of -------------------------------------------------------
 
 blobs = st.one_of(st.none(), st.binary(max_size=40))

@@ -214,7 +214,9 @@ static int decode_records(Columns *out, const unsigned char *p, Py_ssize_t n, in
         r.p++; /* attributes: unused */
         if (read_varint(&r, 10, &ts_delta) < 0 || read_varint(&r, 5, &offset_delta) < 0)
             return corrupt("a record's timestamp or offset delta is malformed", base_offset);
-        int64_t offset = base_offset + offset_delta;
+        int64_t offset;
+        if (__builtin_add_overflow(base_offset, offset_delta, &offset))
+            return corrupt("an offset or timestamp overflows", base_offset);
         if (end >= 0 && offset >= end)
             return DONE_ALL;
         int wanted = offset >= start;
@@ -241,7 +243,9 @@ static int decode_records(Columns *out, const unsigned char *p, Py_ssize_t n, in
             return corrupt("a record has bytes past its last header", offset);
         if (!wanted)
             continue;
-        int64_t timestamp = ts_type == 1 ? max_timestamp : first_timestamp + ts_delta;
+        int64_t timestamp = max_timestamp;
+        if (ts_type != 1 && __builtin_add_overflow(first_timestamp, ts_delta, &timestamp))
+            return corrupt("an offset or timestamp overflows", offset);
         if (buf_put(&out->offsets, &offset, 8) < 0 || buf_put(&out->timestamps, &timestamp, 8) < 0 ||
             buf_put(&out->ts_types, &ts_type, 4) < 0 || column_append(&out->keys, key, key_len) < 0 ||
             column_append(&out->values, value, value_len) < 0 ||
@@ -321,7 +325,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             corrupt("a negative record count", base_offset);
             goto done;
         }
-        int64_t batch_next = base_offset + last_offset_delta + 1;
+        int64_t batch_next;
+        if (__builtin_add_overflow(base_offset, last_offset_delta + 1, &batch_next)) {
+            corrupt("an offset or timestamp overflows", base_offset);
+            goto done;
+        }
         int control = attributes & 0x20;
         int codec = attributes & 0x07;
         int32_t ts_type = (attributes & 0x08) ? 1 : 0;

@@ -51,6 +51,7 @@ _CONTROL = 0x20
 _LOG_APPEND = 0x08
 _CODEC_MASK = 0x07
 _INT32_MAX = 2**31 - 1
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 
 class CorruptRecordsError(ZkcoordError):
@@ -323,6 +324,8 @@ def _decode_records(out: _Columns, data, count: int, base_offset: int, first_tim
         if offset_delta is None:
             raise _corrupt("a record's timestamp or offset delta is malformed", base_offset)
         offset = base_offset + offset_delta
+        if not _INT64_MIN <= offset <= _INT64_MAX:
+            raise _corrupt("an offset or timestamp overflows", base_offset)
         if end >= 0 and offset >= end:
             return True
         wanted = offset >= start
@@ -343,8 +346,11 @@ def _decode_records(out: _Columns, data, count: int, base_offset: int, first_tim
             raise _corrupt("a record has bytes past its last header", offset)
         if not wanted:
             continue
+        timestamp = max_timestamp if ts_type == LOG_APPEND_TIME else first_timestamp + ts_delta
+        if not _INT64_MIN <= timestamp <= _INT64_MAX:
+            raise _corrupt("an offset or timestamp overflows", offset)
         out.offsets.append(offset)
-        out.timestamps.append(max_timestamp if ts_type == LOG_APPEND_TIME else first_timestamp + ts_delta)
+        out.timestamps.append(timestamp)
         out.types.append(ts_type)
         out.keys.append(key)
         out.values.append(value)
@@ -381,6 +387,8 @@ def decode_python(data, start: int, end: int, decompress_, check_crc) -> tuple:
         if count < 0:
             raise _corrupt("a negative record count", base_offset)
         batch_next = base_offset + last_offset_delta + 1
+        if batch_next > _INT64_MAX:
+            raise _corrupt("an offset or timestamp overflows", base_offset)
         ts_type = LOG_APPEND_TIME if attributes & _LOG_APPEND else CREATE_TIME
         codec = attributes & _CODEC_MASK
         stop = False
