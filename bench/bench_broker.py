@@ -1,6 +1,6 @@
 """Broker throughput: produce and fetch 100-byte messages with confluent-kafka
 and with kcat, the broker's CPU per GB served, and one consumer's messages/s
-through the consumers' fetcher (zkcoord.fetch.kafka_fetcher).
+through the consumers' fetcher (zkcoord.fetch.columnar).
 
 Starts its own one-node ZooKeeper and a broker process on 127.0.0.1 through
 zkcoord.testing, bounded in message count (--messages) and in time
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from zkcoord.fetch.kafka_fetcher import KafkaFetcher  # noqa: E402
+from zkcoord.fetch.columnar import ColumnarFetcher  # noqa: E402
 from zkcoord.testing import (BrokerProcess, cluster_in_chroot, cpu_seconds, exit_on_signal,  # noqa: E402
                              start_ensemble)
 from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
@@ -84,7 +84,7 @@ def consume_raw(bootstrap, topic, partition, count, deadline):
 
 
 def consume_fetcher(bootstrap, topic, partition, count, deadline):
-    fetcher = KafkaFetcher(bootstrap, client_id="bench")
+    fetcher = ColumnarFetcher(bootstrap, client_id="bench")
     fetcher.assign({(topic, partition): 0})
     got = 0
     while got < count and time.monotonic() < deadline:
@@ -126,7 +126,7 @@ def run(args, work: Path, broker: BrokerProcess) -> int:
     gb = got * VALUE_SIZE / 1e9
     phase.report(got, f"  cpu/GB {phase.cpu / gb:.2f} s")
 
-    with Phase("fetch KafkaFetcher -> Records (p0)", broker.pid) as phase:
+    with Phase("fetch ColumnarFetcher -> Records (p0)", broker.pid) as phase:
         got = consume_fetcher(bootstrap, "bench", 0, n, time.monotonic() + args.phase_timeout)
     phase.report(got, f"  cpu/GB {phase.cpu / gb:.2f} s")
     size = sum(f.stat().st_size for f in broker.data_dir.rglob("*.log"))

@@ -1,24 +1,30 @@
-"""What the thin consumer costs: zkcoord.Consumer.poll() against the raw fetcher.
+"""What the thin consumer costs: one zkcoord Consumer's records/s through its
+public APIs, against its fetcher alone, and what the broker spends serving it.
 
-Starts its own one-node ZooKeeper and one `zkcoord server` (coordinator and
-embedded broker) on 127.0.0.1, produces --messages 100-byte messages once
-over --partitions partitions, then reads all of them back, for each batch
-size, two ways:
+Starts its own one-node ZooKeeper, one standalone `zkcoord broker` and one
+`zkcoord server --no-broker` (the coordinator) on 127.0.0.1, produces
+--messages 100-byte messages once over --partitions partitions, then reads all
+of them back, for each batch size, three ways:
 
-- raw: KafkaFetcher.fetch(batch) in a loop, every partition assigned at offset 0;
-- Consumer: Consumer.poll() with max_poll_records=batch in a fresh group, so
-  the coordinator registers the member and assigns it every partition.
+- fetcher: ColumnarFetcher.fetch_chunks(batch) in a loop, every partition
+  assigned at offset 0 (decoded columns, no Record objects);
+- poll: Consumer.poll() with max_poll_records=batch in a fresh group (the
+  coordinator registers the member and assigns it every partition), a
+  Record tuple per record;
+- poll_batch: Consumer.poll_batch(), the same as one Arrow record batch per call.
 
-For each it prints the time to the first record (for the Consumer:
-registration and rebalance until on_assign, then the fetcher's start), the
-rate from the first record to the last, and the Consumer's rate as a
-fraction of the raw one, per run and as the median over --rounds rounds
-(the paths alternate within a round, so load from elsewhere on the machine
-falls on both). --profile runs the first round's Consumer loops under
-cProfile and prints where the application thread spends its time.
+For each it prints the time to the first record (for a Consumer:
+registration and rebalance until on_assign, then the first fetch), the
+rate from the first record to the last, the broker's CPU over that window
+(utime+stime from /proc, in % of one core and per million records/s), and
+the median over --rounds rounds (the paths alternate within a round, so load
+from elsewhere on the machine falls on all). --profile runs the first round's
+Consumer loops under cProfile.
 
-Bounded in count (--messages) and in time (--phase-timeout per phase);
-everything started is stopped on exit, on error too.
+The last line is `consumer X records/s; broker CPU Y% of a core`: the
+median poll_batch rate at the largest batch size, and the broker's CPU while
+serving it. Bounded in count (--messages) and in time (--phase-timeout per
+phase); everything started is stopped on exit, on error too.
 
     python bench/bench_consumer.py [--messages 1000000] [--batches 500,5000]
 """
@@ -45,27 +51,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_broker import VALUE_SIZE, produce_confluent  # noqa: E402
 from zkcoord.consumer.consumer import Consumer  # noqa: E402
-from zkcoord.fetch.kafka_fetcher import KafkaFetcher  # noqa: E402
-from zkcoord.testing import LocalCluster, exit_on_signal, start_ensemble  # noqa: E402
+from zkcoord.fetch.columnar import ColumnarFetcher  # noqa: E402
+from zkcoord.testing import LocalCluster, cpu_seconds, exit_on_signal, start_ensemble  # noqa: E402
 from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
 
 TOPIC = "bench"
-WAIT_S = 0.5  # how long one fetch() or poll() may wait for data
-RAW = "raw KafkaFetcher.fetch"
-CONSUMER = "zkcoord Consumer.poll"
+WAIT_S = 0.5  # how long one fetch or poll may wait for data
+FETCHER = "fetcher"
+POLL = "poll"
+POLL_BATCH = "poll_batch"
 
 
 @dataclass
 class Run:
-    """One pass over every message: when it began, saw its first and its last record."""
+    """One pass over every message: when it began, saw its first and its last
+    record, and the broker's CPU seconds at the first and the last."""
 
     path: str
     batch: int
     expected: int
+    broker_pid: int
     got: int = 0
     start: float = 0.0
     first: Optional[float] = None
     last: Optional[float] = None
+    cpu_first: float = 0.0
+    cpu_last: float = 0.0
     assigned: Optional[float] = None  # Consumer only: on_assign ran
     first_batch: int = 0  # records in the first non-empty batch
 
@@ -81,34 +92,44 @@ class Run:
             return 0.0
         return (self.got - self.first_batch) / (self.last - self.first)
 
+    @property
+    def broker_cpu(self) -> float:
+        """The broker's CPU from the first record to the last, in % of one core."""
+        if self.first is None or self.last is None or self.last <= self.first:
+            return float("nan")
+        return (self.cpu_last - self.cpu_first) / (self.last - self.first) * 100
 
-def read_all(run: Run, next_batch: Callable[[], list], deadline: float) -> Run:
-    """Call ``next_batch`` until every expected record has come or the deadline passes."""
+
+def read_all(run: Run, next_batch: Callable[[], int], deadline: float) -> Run:
+    """Call ``next_batch`` (it returns how many records it got) until every
+    expected record has come or the deadline passes."""
     while run.got < run.expected and time.monotonic() < deadline:
-        batch = next_batch()
-        if batch:
+        count = next_batch()
+        if count:
             now = time.perf_counter()
             if run.first is None:
-                run.first, run.first_batch = now, len(batch)
+                run.first, run.first_batch = now, count
+                run.cpu_first = cpu_seconds(run.broker_pid)
             run.last = now
-            run.got += len(batch)
+            run.got += count
+    run.cpu_last = cpu_seconds(run.broker_pid)
     return run
 
 
-def raw_run(brokers: str, counts: dict[int, int], batch: int, deadline: float) -> Run:
-    run = Run(RAW, batch, sum(counts.values()))
+def fetcher_run(brokers: str, counts: dict[int, int], batch: int, broker_pid: int, deadline: float) -> Run:
+    run = Run(FETCHER, batch, sum(counts.values()), broker_pid)
     run.start = time.perf_counter()
-    fetcher = KafkaFetcher(brokers, client_id=f"bench-raw-{batch}")
+    fetcher = ColumnarFetcher(brokers, client_id=f"bench-fetcher-{batch}")
     try:
         fetcher.assign({(TOPIC, p): 0 for p in counts})
-        return read_all(run, lambda: fetcher.fetch(batch, WAIT_S), deadline)
+        return read_all(run, lambda: sum(map(len, fetcher.fetch_chunks(batch, WAIT_S))), deadline)
     finally:
         fetcher.close()
 
 
-def consumer_run(bootstrap: list[str], counts: dict[int, int], batch: int, group: str, deadline: float,
-                 profile: Optional[cProfile.Profile]) -> Run:
-    run = Run(CONSUMER, batch, sum(counts.values()))
+def consumer_run(path: str, bootstrap: list[str], counts: dict[int, int], batch: int, group: str,
+                 broker_pid: int, deadline: float, profile: Optional[cProfile.Profile]) -> Run:
+    run = Run(path, batch, sum(counts.values()), broker_pid)
 
     def on_assign(partitions) -> None:
         if run.assigned is None:
@@ -117,10 +138,16 @@ def consumer_run(bootstrap: list[str], counts: dict[int, int], batch: int, group
     run.start = time.perf_counter()
     consumer = Consumer(bootstrap, group=group, topics=[TOPIC], max_poll_records=batch,
                         auto_offset_reset="smallest", on_assign=on_assign)
+    if path == POLL:
+        def next_batch() -> int:
+            return len(consumer.poll(int(WAIT_S * 1000)))
+    else:
+        def next_batch() -> int:
+            return consumer.poll_batch(int(WAIT_S * 1000)).num_rows
     try:
         if profile is not None:
             profile.enable()
-        read_all(run, lambda: consumer.poll(int(WAIT_S * 1000)), deadline)
+        read_all(run, next_batch, deadline)
         if profile is not None:
             profile.disable()
         # Every partition read to its end, each offset once: the positions
@@ -136,38 +163,45 @@ def consumer_run(bootstrap: list[str], counts: dict[int, int], batch: int, group
 
 def print_table(runs: list[Run]) -> None:
     """One line per run, then the median of each path and batch size over the rounds."""
-    print(f"\n{'path':<24} {'batch':>6} {'messages':>10} {'to assign s':>11} {'to 1st rec s':>12} "
-          f"{'1st->last s':>11} {'msg/s':>11} {'MB/s':>7}")
+    print(f"\n{'path':<11} {'batch':>6} {'messages':>10} {'to assign s':>11} {'to 1st rec s':>12} "
+          f"{'1st->last s':>11} {'msg/s':>11} {'MB/s':>7} {'broker %':>8}")
     for r in runs:
         assign = f"{r.assigned - r.start:11.3f}" if r.assigned is not None else f"{'-':>11}"
         to_first = r.first - r.start if r.first is not None else float("nan")
         span = r.last - r.first if r.first is not None else float("nan")
         flag = "" if r.complete else f"  INCOMPLETE ({r.got:,} of {r.expected:,})"
-        print(f"{r.path:<24} {r.batch:>6} {r.got:>10,} {assign} {to_first:12.3f} {span:11.3f} "
-              f"{r.rate:>11,.0f} {r.rate * VALUE_SIZE / 1e6:7.1f}{flag}")
+        print(f"{r.path:<11} {r.batch:>6} {r.got:>10,} {assign} {to_first:12.3f} {span:11.3f} "
+              f"{r.rate:>11,.0f} {r.rate * VALUE_SIZE / 1e6:7.1f} {r.broker_cpu:8.1f}{flag}")
     groups: dict[tuple[int, str], list[Run]] = {}
     for r in runs:
         groups.setdefault((r.batch, r.path), []).append(r)
     rounds = max(len(g) for g in groups.values())
     print(f"\nmedian of {rounds} round(s):")
-    print(f"{'path':<24} {'batch':>6} {'to assign s':>11} {'to 1st rec s':>12} {'msg/s':>11} {'vs raw':>7}")
-    raw = {batch: statistics.median(r.rate for r in g) for (batch, path), g in groups.items()
-           if path == RAW}
+    print(f"{'path':<11} {'batch':>6} {'to assign s':>11} {'to 1st rec s':>12} {'msg/s':>11} "
+          f"{'vs fetcher':>10} {'broker %':>8} {'% per M/s':>9}")
+    fetcher = {batch: statistics.median(r.rate for r in g) for (batch, path), g in groups.items()
+               if path == FETCHER}
     for (batch, path), g in groups.items():
-        rate = statistics.median(r.rate for r in g)
+        rate, cpu = median_rate_and_cpu(g)
         assigned = [r.assigned - r.start for r in g if r.assigned is not None]
         assign = f"{statistics.median(assigned):11.3f}" if assigned else f"{'-':>11}"
         to_first = statistics.median(r.first - r.start for r in g if r.first is not None)
-        ratio = rate / raw[batch] if raw.get(batch) else float("nan")
-        print(f"{path:<24} {batch:>6} {assign} {to_first:12.3f} {rate:>11,.0f} {ratio:7.2f}")
+        ratio = rate / fetcher[batch] if fetcher.get(batch) else float("nan")
+        per_million = cpu / (rate / 1e6) if rate else float("nan")
+        print(f"{path:<11} {batch:>6} {assign} {to_first:12.3f} {rate:>11,.0f} {ratio:10.2f} "
+              f"{cpu:8.1f} {per_million:9.1f}")
 
 
-def print_profile(profile: cProfile.Profile, batch: int, lines: int = 14) -> None:
+def median_rate_and_cpu(runs: list[Run]) -> tuple[float, float]:
+    return statistics.median(r.rate for r in runs), statistics.median(r.broker_cpu for r in runs)
+
+
+def print_profile(profile: cProfile.Profile, what: str, batch: int, lines: int = 14) -> None:
     out = io.StringIO()
     pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(lines)
     text = out.getvalue()
     start = text.find("   ncalls")
-    print(f"\ncProfile of the Consumer.poll loop, max_poll_records={batch} (by own time):")
+    print(f"\ncProfile of the {what} loop, max_poll_records={batch} (by own time):")
     print(text[start:].rstrip() if start >= 0 else text.rstrip())
 
 
@@ -183,7 +217,7 @@ def main() -> int:
                         help="comma-separated fetch sizes = max_poll_records (default 500,5000)")
     parser.add_argument("--rounds", type=int, default=3, help="passes over every path (median reported)")
     parser.add_argument("--phase-timeout", type=float, default=120.0)
-    parser.add_argument("--profile", action="store_true", help="cProfile the Consumer loops")
+    parser.add_argument("--profile", action="store_true", help="cProfile the Consumer loops of the first round")
     args = parser.parse_args()
     if not 1_000 <= args.messages <= 10_000_000:
         parser.error("--messages must be in [1000, 10000000]")
@@ -206,7 +240,10 @@ def main() -> int:
         # The 500 ms tick the published figures ran with; no fault drill here needs a faster one.
         ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
         cluster = LocalCluster(ensemble.connect_string, work / "cluster")
-        cluster.start_servers(1, timeout=60)  # waits until its broker is registered too
+        # The broker in a process of its own, so that its CPU is the broker's alone.
+        broker = cluster.add_broker(0)
+        cluster.add_server(1, extra=["--no-broker"])
+        cluster.wait_for_coordinator(timeout=60)
         cluster.create_topic(TOPIC, args.partitions)
         counts = spread(args.messages, args.partitions)
         print(f"{args.messages:,} messages of {VALUE_SIZE} bytes over {args.partitions} partitions; "
@@ -224,15 +261,23 @@ def main() -> int:
         runs: list[Run] = []
         for round_ in range(args.rounds):
             for batch in batches:
-                runs.append(raw_run(cluster.broker_list, counts, batch, time.monotonic() + args.phase_timeout))
-                profile = cProfile.Profile() if args.profile and round_ == 0 else None
-                runs.append(consumer_run(cluster.bootstrap, counts, batch, f"bench-{round_}-{batch}",
-                                         time.monotonic() + args.phase_timeout, profile))
-                if profile is not None:
-                    print_profile(profile, batch)
+                runs.append(fetcher_run(cluster.broker_list, counts, batch, broker.pid,
+                                        time.monotonic() + args.phase_timeout))
+                for path in (POLL, POLL_BATCH):
+                    profile = cProfile.Profile() if args.profile and round_ == 0 else None
+                    runs.append(consumer_run(path, cluster.bootstrap, counts, batch,
+                                             f"bench-{path}-{round_}-{batch}", broker.pid,
+                                             time.monotonic() + args.phase_timeout, profile))
+                    if profile is not None:
+                        print_profile(profile, f"Consumer.{path}", batch)
         print_table(runs)
         print(f"load average {os.getloadavg()[0]:.2f} at end")
-        return 0 if all(r.complete for r in runs) else 1
+        if not all(r.complete for r in runs):
+            print("INCOMPLETE: some runs did not read every message in time")
+            return 1
+        rate, cpu = median_rate_and_cpu([r for r in runs if r.path == POLL_BATCH and r.batch == max(batches)])
+        print(f"consumer {rate:,.0f} records/s; broker CPU {cpu:.1f}% of a core")
+        return 0
     finally:
         if cluster is not None:
             cluster.close()

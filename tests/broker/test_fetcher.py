@@ -1,5 +1,5 @@
-"""The consumers' fetcher (confluent-kafka in assign mode) against a real
-broker: explicit offsets, EARLIEST/LATEST, revocation, re-assignment, errors."""
+"""The consumers' fetcher against a real broker: explicit offsets,
+EARLIEST/LATEST, revocation, re-assignment, errors, chunks of columns."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Producer
 
 from zkcoord.testing import wait_until
-from zkcoord.fetch.kafka_fetcher import (
-    EARLIEST, LATEST, FetchError, FetcherClosedError, KafkaFetcher, OffsetOutOfRangeError,
+from zkcoord.fetch.columnar import (
+    EARLIEST, LATEST, ColumnarFetcher, FetchError, FetcherClosedError, OffsetOutOfRangeError,
     UnknownPartitionError,
 )
 from zkcoord.records import Record
@@ -60,7 +60,7 @@ def topic(shared_cluster):
 
 @pytest.fixture
 def fetcher(shared_cluster):
-    f = KafkaFetcher(shared_cluster.brokers[0].bootstrap, client_id=f"t-{uuid.uuid4().hex[:6]}")
+    f = ColumnarFetcher(shared_cluster.brokers[0].bootstrap, client_id=f"t-{uuid.uuid4().hex[:6]}")
     yield f
     f.close()
 
@@ -118,8 +118,7 @@ def test_reassign_to_a_later_offset_never_goes_back(shared_cluster, topic, fetch
 
 def test_out_of_range_with_reset_error(shared_cluster, topic):
     produce(shared_cluster.brokers[0].bootstrap, topic, {0: 5})
-    f = KafkaFetcher(shared_cluster.brokers[0].bootstrap, client_id="oor",
-                     config={"auto.offset.reset": "error"})
+    f = ColumnarFetcher(shared_cluster.brokers[0].bootstrap, client_id="oor", offset_reset="error")
     try:
         f.assign({(topic, 0): 1000})
         assert isinstance(first_error(f), OffsetOutOfRangeError)
@@ -133,7 +132,7 @@ def test_unknown_partition_is_a_typed_error(shared_cluster, fetcher):
 
 
 def test_misuse(shared_cluster):
-    f = KafkaFetcher(shared_cluster.brokers[0].bootstrap, client_id="misuse")
+    f = ColumnarFetcher(shared_cluster.brokers[0].bootstrap, client_id="misuse")
     with pytest.raises(FetchError):
         f.assign({("t", 0): -7})
     with pytest.raises(FetchError):
@@ -142,7 +141,9 @@ def test_misuse(shared_cluster):
     with pytest.raises(FetcherClosedError):
         f.fetch(10, 0.1)
     with pytest.raises(FetchError):
-        KafkaFetcher("127.0.0.1:1", client_id="x", config={"no.such.setting": 1})
+        ColumnarFetcher("127.0.0.1:1", client_id="x", offset_reset="smallest")
+    with pytest.raises(FetchError):
+        ColumnarFetcher(" , ", client_id="x")
 
 
 def test_revoke_from_another_thread(shared_cluster, topic, fetcher):
@@ -170,3 +171,24 @@ def test_revoke_from_another_thread(shared_cluster, topic, fetcher):
     thread.join(timeout=10)
     after = [r for started, batch in calls if started > revoked_at for r in batch]
     assert all(r.partition == 0 for r in after)
+
+
+def test_out_of_range_resets_to_the_log_start_by_default(shared_cluster, topic, fetcher):
+    sent = produce(shared_cluster.brokers[0].bootstrap, topic, {0: 30})
+    fetcher.assign({(topic, 0): 1000})
+    got = drain(fetcher, 30)
+    assert [r.value for r in got] == sent[0]
+
+
+def test_chunks_are_the_records_in_columns(shared_cluster, topic, fetcher):
+    sent = produce(shared_cluster.brokers[0].bootstrap, topic, {0: 700, 1: 300})
+    fetcher.assign({(topic, 0): 100, (topic, 1): 0})
+    chunks = []
+    wait_until(lambda: chunks.extend(fetcher.fetch_chunks(250, 0.1)) or sum(map(len, chunks)) >= 900,
+               timeout=20, interval=0, message="900 records")
+    assert all(len(c) <= 250 for c in chunks)
+    values = {p: [v for c in chunks if c.partition == p for v in c.to_arrow().column("value").to_pylist()]
+              for p in (0, 1)}
+    assert values == {0: sent[0][100:], 1: sent[1]}
+    assert [r.offset for c in chunks if c.partition == 0 for r in c.records()] == list(range(100, 700))
+    assert fetcher.position((topic, 0)) == 700 and fetcher.position((topic, 1)) == 300

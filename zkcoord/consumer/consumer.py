@@ -35,10 +35,10 @@ log = logging.getLogger(__name__)
 FETCH_SLICE_S = 0.05  # longest a poll() holds the lock while waiting for data
 
 
-def kafka_fetcher_factory(brokers: str, client_id: str):
-    from zkcoord.fetch.kafka_fetcher import KafkaFetcher
+def columnar_fetcher_factory(brokers: str, client_id: str):
+    from zkcoord.fetch.columnar import ColumnarFetcher
 
-    return KafkaFetcher(brokers, client_id=client_id)
+    return ColumnarFetcher(brokers, client_id=client_id)
 
 
 class Consumer:
@@ -61,7 +61,7 @@ class Consumer:
         *,
         on_assign: Optional[Callable[[set[TopicPartition]], None]] = None,
         on_revoke: Optional[Callable[[set[TopicPartition]], None]] = None,
-        fetcher_factory: Callable[[str, str], object] = kafka_fetcher_factory,
+        fetcher_factory: Callable[[str, str], object] = columnar_fetcher_factory,
         **settings,
     ):
         """``config``, or the settings of a :class:`ConsumerConfig` as keywords
@@ -100,6 +100,25 @@ class Consumer:
         Returns nothing while the member does not hold its lease, and raises
         the error that ended the membership, if one did.
         """
+        return [record for run in self._poll_runs(timeout_ms) for record in run.records()]
+
+    def poll_batch(self, timeout_ms: int = 1000, *, include_headers: bool = False):
+        """:meth:`poll` as one ``pyarrow.RecordBatch`` in the columns of
+        Spark's Kafka source (key, value, topic, partition, offset, timestamp,
+        timestampType, and headers when asked for): the records are decoded
+        straight into its buffers, with no Python object per record. Same
+        callbacks, lease rule, offsets and commit() as poll(); pyarrow must be
+        installed."""
+        import pyarrow as pa
+
+        from zkcoord.fetch.records import arrow_schema
+
+        batches = [run.to_arrow(include_headers) for run in self._poll_runs(timeout_ms)]
+        if not batches:
+            return pa.RecordBatch.from_pylist([], schema=arrow_schema(include_headers))
+        return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+    def _poll_runs(self, timeout_ms: int) -> list:
         if self._closed:
             raise ZkcoordError("poll() on a closed consumer")
         self._last_poll = time.monotonic()
@@ -113,26 +132,31 @@ class Consumer:
             with self._lock:
                 if self._callbacks:
                     continue  # a change came in meanwhile: its callback first
-                records = self._take_records(deadline)
-            if records or time.monotonic() >= deadline:
-                return records
+                runs = self._take_runs(deadline)
+            if runs or time.monotonic() >= deadline:
+                return runs
             if self._fetcher is None:
                 time.sleep(min(FETCH_SLICE_S, max(0.0, deadline - time.monotonic())))
 
-    def _take_records(self, deadline: float) -> list[Record]:
+    def _take_runs(self, deadline: float) -> list:
         # Prefetch only while fewer than max_poll_records are buffered (seed 003).
         if self._fetcher is not None and len(self._buffer) < self.config.max_poll_records:
             wait = min(FETCH_SLICE_S, max(0.0, deadline - time.monotonic()))
-            self._buffer.add(self._fetcher.fetch(self.config.max_poll_records - len(self._buffer), wait))
+            wanted = self.config.max_poll_records - len(self._buffer)
+            fetch_chunks = getattr(self._fetcher, "fetch_chunks", None)
+            if fetch_chunks is not None:
+                self._buffer.add_runs(fetch_chunks(wanted, wait))
+            else:  # a fetcher that hands out Records
+                self._buffer.add(self._fetcher.fetch(wanted, wait))
         if not self.membership.holds_lease():
             # Past the lease (a long pause, a lost coordinator): the partitions
             # may be another member's already. Nothing is handed out and no
             # position moves; the network thread stops everything and drops the buffer.
             return []
-        records = self._buffer.take(self.config.max_poll_records)
-        for record in records:
-            self._positions[(record.topic, record.partition)] = record.offset + 1
-        return records
+        runs = self._buffer.take_runs(self.config.max_poll_records)
+        for run in runs:
+            self._positions[run.topic_partition] = run.next_offset
+        return runs
 
     def _run_callbacks(self) -> None:
         while self._callbacks:
@@ -200,7 +224,7 @@ class Consumer:
             self._callbacks.append(("assign", set(added)))
 
     def _reset_offset(self) -> int:
-        from zkcoord.fetch.kafka_fetcher import EARLIEST, LATEST
+        from zkcoord.fetch.columnar import EARLIEST, LATEST
 
         return EARLIEST if self.config.auto_offset_reset == wire.SMALLEST else LATEST
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 from kafka.errors import for_code
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
@@ -102,25 +102,48 @@ class BrokerConnection:
               min_bytes: int = 1) -> Fetched:
         """Records of one partition from ``offset``. Raises PartitionError for
         a partition-level error (OFFSET_OUT_OF_RANGE among them)."""
+        result = self.fetch_partitions({(topic, partition): offset}, max_wait_ms=max_wait_ms,
+                                       partition_max_bytes=partition_max_bytes, max_bytes=partition_max_bytes,
+                                       min_bytes=min_bytes)[(topic, partition)]
+        if isinstance(result, PartitionError):
+            raise result
+        return result
+
+    def fetch_partitions(self, positions: dict[tuple[str, int], int], *, max_wait_ms: int,
+                         partition_max_bytes: int, max_bytes: int,
+                         min_bytes: int = 1) -> dict[tuple[str, int], Union[Fetched, PartitionError]]:
+        """One Fetch for several partitions of this broker: each partition's
+        records from its offset, or the PartitionError the broker gave it."""
         version = self._fetch_version
+        by_topic: dict[str, list] = {}
+        for (topic, partition), offset in positions.items():
+            by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
+                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=partition_max_bytes))
         request = FetchRequest(
             version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-            max_bytes=partition_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                log_start_offset=-1, partition_max_bytes=partition_max_bytes)])],
+            max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=topic, partitions=parts) for topic, parts in by_topic.items()],
             forgotten_topics_data=[], rack_id="")
         response = self._request(request, FetchResponse, version)
         if response.error_code != NONE:
-            raise PartitionError(topic, partition, response.error_code)
+            error = PartitionError("*", -1, response.error_code)
+            return {tp: error for tp in positions}
+        result: dict[tuple[str, int], Union[Fetched, PartitionError]] = {}
         for topic_data in response.responses:
             for part in topic_data.partitions:
-                if topic_data.topic == topic and part.partition_index == partition:
-                    if part.error_code != NONE:
-                        raise PartitionError(topic, partition, part.error_code)
+                tp = (topic_data.topic, part.partition_index)
+                if tp not in positions:
+                    continue
+                if part.error_code != NONE:
+                    result[tp] = PartitionError(tp[0], tp[1], part.error_code)
+                else:
                     records = part.records if part.records is not None else b""
-                    return Fetched(part.high_watermark, part.log_start_offset, memoryview(records))
-        raise BrokerConnectionError(f"broker {self.address} answered a fetch of {topic}-{partition} without it")
+                    result[tp] = Fetched(part.high_watermark, part.log_start_offset, memoryview(records))
+        missing = [tp for tp in positions if tp not in result]
+        if missing:
+            raise BrokerConnectionError(f"broker {self.address} answered a fetch without {sorted(missing)}")
+        return result
 
     def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
         """The offset for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms)."""
@@ -142,17 +165,22 @@ class BrokerConnection:
     def leader(self, topic: str, partition: int) -> Optional[str]:
         """The address of the partition's leader as this broker knows it, or
         None while it has none (or does not know the partition)."""
+        return self.leaders([(topic, partition)])[(topic, partition)]
+
+    def leaders(self, partitions) -> dict[tuple[str, int], Optional[str]]:
+        """:meth:`leader` for several partitions in one Metadata request."""
+        partitions = list(partitions)
+        topics = sorted({topic for topic, _ in partitions})
         request = MetadataRequest(version=METADATA_VERSION,
-                                  topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+                                  topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics])
         response = self._request(request, MetadataResponse, METADATA_VERSION)
         addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
+        known = {}
         for topic_data in response.topics:
-            if topic_data.name != topic:
-                continue
             for part in topic_data.partitions:
-                if part.partition_index == partition and part.error_code == NONE:
-                    return addresses.get(part.leader_id)
-        return None
+                if part.error_code == NONE:
+                    known[(topic_data.name, part.partition_index)] = addresses.get(part.leader_id)
+        return {tp: known.get(tp) for tp in partitions}
 
     # -- framing -----------------------------------------------------------------------------
 

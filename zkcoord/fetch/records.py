@@ -108,22 +108,24 @@ class RecordColumns(NamedTuple):
     def offset_list(self) -> list[int]:
         return array("q", self.offsets).tolist()
 
-    def records(self, topic: str, partition: int) -> list[Record]:
-        """One :class:`Record` per decoded record."""
-        keys = _binary_values(self.rows, self.key_validity, self.key_offsets, self.key_data)
-        values = _binary_values(self.rows, self.value_validity, self.value_offsets, self.value_data)
+    def records(self, topic: str, partition: int, begin: int = 0, end: Optional[int] = None) -> list[Record]:
+        """One :class:`Record` per decoded record, of rows ``[begin, end)``."""
+        end = self.rows if end is None else end
+        keys = _binary_values(begin, end, self.key_validity, self.key_offsets, self.key_data)
+        values = _binary_values(begin, end, self.value_validity, self.value_offsets, self.value_data)
+        offsets = memoryview(self.offsets).cast("q")[begin:end].tolist()
+        timestamps = memoryview(self.timestamps).cast("q")[begin:end].tolist()
         new = tuple.__new__
         return [new(Record, (topic, partition, offset, key, value, timestamp))
-                for offset, key, value, timestamp in zip(self.offset_list(), keys, values,
-                                                         array("q", self.timestamps).tolist())]
+                for offset, key, value, timestamp in zip(offsets, keys, values, timestamps)]
 
     def headers(self) -> list[list[tuple[str, Optional[bytes]]]]:
         """Each record's headers as (key, value) pairs, in order."""
         starts = array("i", self.header_offsets).tolist()
         count = starts[-1]
-        keys = [k.decode("utf-8", "replace") for k in _binary_values(count, None, self.header_key_offsets,
+        keys = [k.decode("utf-8", "replace") for k in _binary_values(0, count, None, self.header_key_offsets,
                                                                      self.header_key_data)]
-        values = _binary_values(count, self.header_value_validity, self.header_value_offsets,
+        values = _binary_values(0, count, self.header_value_validity, self.header_value_offsets,
                                 self.header_value_data)
         pairs = list(zip(keys, values))
         return [pairs[a:b] for a, b in zip(starts, starts[1:])]
@@ -167,13 +169,15 @@ def _arrow_binary(type_, n: int, validity: Optional[bytes], nulls: int, offsets:
     return pa.Array.from_buffers(type_, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
-def _binary_values(n: int, validity: Optional[bytes], offsets: bytes, data: bytes) -> list[Optional[bytes]]:
-    bounds = array("i", offsets).tolist()
+def _binary_values(begin: int, end: int, validity: Optional[bytes], offsets: bytes,
+                   data: bytes) -> list[Optional[bytes]]:
+    """Rows ``[begin, end)`` of a binary column as bytes, None where null."""
+    bounds = memoryview(offsets).cast("i")[begin:end + 1].tolist()
     values = [data[a:b] for a, b in zip(bounds, bounds[1:])]
     if validity is not None:
-        for i in range(n):
+        for i in range(begin, end):
             if not validity[i >> 3] & (1 << (i & 7)):
-                values[i] = None
+                values[i - begin] = None
     return values
 
 
