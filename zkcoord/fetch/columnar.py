@@ -47,7 +47,7 @@ FETCH_BYTES = 32 * 1024 * 1024  # per request
 FETCH_WAIT_MS = 100  # how long a broker holds a fetch that finds nothing
 PREFETCH_RECORDS = 262_144  # decoded and waiting: the thread pauses above this
 UNKNOWN_PARTITION_S = 5.0  # a partition no broker leads for this long is reported
-RETRY_BACKOFF_S = (0.05, 1.0)
+RETRY_BACKOFF = 0.05  # before asking again where a partition is led (0.2 s after a failed request)
 
 
 class FetchError(ZkcoordError):
@@ -178,8 +178,11 @@ class ColumnarFetcher:
         """Stop fetching these partitions; what was fetched of them is never returned."""
         with self._lock:
             self._check_open()
-            for tp in partitions:
-                self._partitions.pop(tp, None)
+            revoked = {tp for tp in partitions if self._partitions.pop(tp, None) is not None}
+            if revoked:  # free what was fetched for them now, not when a fetch() passes by
+                kept = deque(item for item in self._ready if item[1].topic_partition not in revoked)
+                self._ready_rows = sum(len(chunk) for _, chunk in kept)
+                self._ready = kept
             self._changed.notify_all()
 
     def assignment(self) -> set[TopicPartition]:
@@ -314,7 +317,7 @@ class ColumnarFetcher:
                       if s.error is None and s.backoff_until <= now}
         if not wanted:
             with self._lock:
-                self._changed.wait(RETRY_BACKOFF_S[0])
+                self._changed.wait(RETRY_BACKOFF)
             return True
         leaderless = [tp for tp, (_, _, leader) in wanted.items() if leader is None]
         if leaderless:
@@ -334,6 +337,10 @@ class ColumnarFetcher:
         except BrokerConnectionError as exc:
             log.info("fetcher: no broker answers for leaders: %s", exc)
             leaders = {}
+        # Leaders are brokers too: ask them next time if the bootstrap ones are gone.
+        for address in leaders.values():
+            if address is not None and address not in self._bootstrap:
+                self._bootstrap.append(address)
         now = time.monotonic()
         with self._lock:
             for tp in partitions:
@@ -342,7 +349,7 @@ class ColumnarFetcher:
                     continue
                 state.leader = leaders.get(tp)
                 if state.leader is None:
-                    state.backoff_until = now + RETRY_BACKOFF_S[0] * 4
+                    state.backoff_until = now + RETRY_BACKOFF * 4
                     if now - state.since > UNKNOWN_PARTITION_S:
                         state.error = UnknownPartitionError(
                             f"{tp[0]}-{tp[1]}: no broker leads it (unknown topic or partition)")
@@ -410,7 +417,7 @@ class ColumnarFetcher:
                     state.error = outcome
                 else:  # retriable: ask again where the partition is led
                     state.leader = None
-                    state.backoff_until = now + RETRY_BACKOFF_S[0]
+                    state.backoff_until = now + RETRY_BACKOFF
             self._changed.notify_all()
 
     def _lost_leader(self, partitions: dict) -> None:
@@ -419,7 +426,7 @@ class ColumnarFetcher:
                 state = self._partitions.get(tp)
                 if state is not None and state.epoch == epoch:
                     state.leader = None
-                    state.backoff_until = time.monotonic() + RETRY_BACKOFF_S[1]
+                    state.backoff_until = time.monotonic() + RETRY_BACKOFF * 4
 
     def _connection(self, address: str) -> BrokerConnection:
         connection = self._connections.get(address)
