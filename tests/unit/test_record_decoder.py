@@ -16,6 +16,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from zkcoord.fetch import records as decoder
 from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, decode_batches
+from zkcoord.records import Record
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -85,6 +86,11 @@ def oracle(data: bytes, start: int = 0, end: Optional[int] = None):
 def rows(columns: RecordColumns):
     types = list(struct.unpack(f"<{columns.rows}i", columns.timestamp_types))
     recs = columns.records("t", 3)
+    assert recs == columns.records_python("t", 3, 0, columns.rows), "compiled and pure-Python Records differ"
+    assert [type(r) for r in recs] == [Record] * columns.rows
+    for begin, end in ((0, 0), (1, columns.rows), (columns.rows // 2, columns.rows - 1)):
+        if 0 <= begin <= end <= columns.rows:
+            assert columns.records("t", 3, begin, end) == recs[begin:end]
     assert all(r.topic == "t" and r.partition == 3 for r in recs)
     return [(r.offset, r.timestamp, t, r.key, r.value, h)
             for r, t, h in zip(recs, types, columns.headers())]
@@ -157,6 +163,14 @@ def test_a_partial_batch_at_the_end_is_left_for_the_next_fetch():
         assert columns.offset_list() == [0, 1, 2, 3, 4]
         assert columns.next_offset == 5 and columns.consumed == len(first)
     assert decode_both(b"").rows == 0
+
+
+def test_records_refuse_rows_outside_the_columns():
+    columns = decode_both(build(simple(3)))
+    with pytest.raises(ValueError):
+        columns.records("t", 0, 0, 4)
+    with pytest.raises(ValueError):
+        columns.records("t", 0, 2, 1)
 
 
 def test_arrow_columns_are_the_records():

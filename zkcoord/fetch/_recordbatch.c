@@ -389,6 +389,82 @@ done:
     return result;
 }
 
+/* One binary cell of a column as bytes, or None where the validity bitmap says null. */
+static PyObject *binary_cell(const Py_buffer *validity, const int32_t *offsets, const char *data, Py_ssize_t row) {
+    if (validity->buf != NULL && !(((const unsigned char *)validity->buf)[row >> 3] & (1 << (row & 7))))
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(data + offsets[row], offsets[row + 1] - offsets[row]);
+}
+
+/* records(record_type, topic, partition, offsets, timestamps, key_validity,
+ * key_offsets, key_data, value_validity, value_offsets, value_data, begin, end):
+ * rows [begin, end) as instances of record_type, a tuple subclass of
+ * (topic, partition, offset, key, value, timestamp). records.py's
+ * RecordColumns.records() is the contract and the pure-Python equal. */
+static PyObject *records(PyObject *self, PyObject *args) {
+    PyTypeObject *record_type;
+    PyObject *topic, *partition, *key_validity_obj, *value_validity_obj;
+    Py_buffer offsets, timestamps, key_offsets, key_data, value_offsets, value_data;
+    Py_buffer key_validity = {0}, value_validity = {0};
+    Py_ssize_t begin, end;
+    if (!PyArg_ParseTuple(args, "O!UOy*y*Oy*y*Oy*y*nn", &PyType_Type, &record_type, &topic, &partition, &offsets,
+                          &timestamps, &key_validity_obj, &key_offsets, &key_data, &value_validity_obj,
+                          &value_offsets, &value_data, &begin, &end))
+        return NULL;
+    PyObject *result = NULL;
+    if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        goto done;
+    }
+    if (key_validity_obj != Py_None && PyObject_GetBuffer(key_validity_obj, &key_validity, PyBUF_SIMPLE) < 0)
+        goto done;
+    if (value_validity_obj != Py_None && PyObject_GetBuffer(value_validity_obj, &value_validity, PyBUF_SIMPLE) < 0)
+        goto done;
+    Py_ssize_t rows = offsets.len / 8;
+    if (begin < 0 || end < begin || end > rows || timestamps.len / 8 < rows || key_offsets.len / 4 < rows + 1 ||
+        value_offsets.len / 4 < rows + 1 || (key_validity.buf && key_validity.len * 8 < rows) ||
+        (value_validity.buf && value_validity.len * 8 < rows)) {
+        PyErr_SetString(PyExc_ValueError, "records(): rows out of range of the column buffers");
+        goto done;
+    }
+    const int64_t *offset = offsets.buf, *timestamp = timestamps.buf;
+    const int32_t *koff = key_offsets.buf, *voff = value_offsets.buf;
+    result = PyList_New(end - begin);
+    if (result == NULL)
+        goto done;
+    for (Py_ssize_t row = begin; row < end; row++) {
+        PyObject *record = record_type->tp_alloc(record_type, 6);
+        if (record == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, row - begin, record);
+        PyTuple_SET_ITEM(record, 0, Py_NewRef(topic));
+        PyTuple_SET_ITEM(record, 1, Py_NewRef(partition));
+        PyObject *items[4] = {PyLong_FromLongLong(offset[row]), binary_cell(&key_validity, koff, key_data.buf, row),
+                              binary_cell(&value_validity, voff, value_data.buf, row),
+                              PyLong_FromLongLong(timestamp[row])};
+        for (int i = 0; i < 4; i++)
+            PyTuple_SET_ITEM(record, 2 + i, items[i]);
+        if (!items[0] || !items[1] || !items[2] || !items[3]) {
+            Py_CLEAR(result);
+            goto done;
+        }
+    }
+done:
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&timestamps);
+    PyBuffer_Release(&key_offsets);
+    PyBuffer_Release(&key_data);
+    PyBuffer_Release(&value_offsets);
+    PyBuffer_Release(&value_data);
+    if (key_validity.buf)
+        PyBuffer_Release(&key_validity);
+    if (value_validity.buf)
+        PyBuffer_Release(&value_validity);
+    return result;
+}
+
 static PyObject *configure(PyObject *self, PyObject *error_class) {
     if (!PyType_Check(error_class) || !PyType_IsSubtype((PyTypeObject *)error_class, (PyTypeObject *)PyExc_Exception)) {
         PyErr_SetString(PyExc_TypeError, "configure() takes an exception class");
@@ -400,6 +476,7 @@ static PyObject *configure(PyObject *self, PyObject *error_class) {
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "decode(data, start, end, decompress, check_crc) -> tuple of column buffers"},
+    {"records", records, METH_VARARGS, "records(record_type, topic, partition, ...column buffers, begin, end) -> list"},
     {"configure", configure, METH_O, "configure(error_class): the exception raised for corrupt records"},
     {NULL, NULL, 0, NULL},
 };

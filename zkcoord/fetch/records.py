@@ -109,8 +109,19 @@ class RecordColumns(NamedTuple):
         return array("q", self.offsets).tolist()
 
     def records(self, topic: str, partition: int, begin: int = 0, end: Optional[int] = None) -> list[Record]:
-        """One :class:`Record` per decoded record, of rows ``[begin, end)``."""
+        """One :class:`Record` per decoded record, of rows ``[begin, end)``
+        (made by the compiled decoder when built, else here, alike)."""
         end = self.rows if end is None else end
+        if not 0 <= begin <= end <= self.rows:
+            raise ValueError(f"rows {begin}..{end} are outside the {self.rows} decoded")
+        if _compiled is not None:
+            return _compiled.records(Record, topic, partition, self.offsets, self.timestamps, self.key_validity,
+                                     self.key_offsets, self.key_data, self.value_validity, self.value_offsets,
+                                     self.value_data, begin, end)
+        return self.records_python(topic, partition, begin, end)
+
+    def records_python(self, topic: str, partition: int, begin: int, end: int) -> list[Record]:
+        """:meth:`records` without the compiled decoder."""
         keys = _binary_values(begin, end, self.key_validity, self.key_offsets, self.key_data)
         values = _binary_values(begin, end, self.value_validity, self.value_offsets, self.value_data)
         offsets = memoryview(self.offsets).cast("q")[begin:end].tolist()
