@@ -64,7 +64,7 @@ def test_readers_pickle_without_their_connections():
     options = parse_options({"zookeeper": "unused:1", "subscribe": "t", "group": "g"}, streaming=True)
     reader = StreamReader(options)
     reader._view._zk = th.Lock()  # stands for a live session: unpicklable
-    reader._groum = member()
+    reader._group = member()
     copy = pickle.loads(pickle.dumps(reader))
     assert copy.options == options and copy._group is None and copy._view._zk is None
     batch = BatchReader(parse_options({"zookeeper": "unused:1", "subscribe": "t"}, streaming=False))
