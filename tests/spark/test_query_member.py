@@ -1,11 +1,15 @@
 """The consistent-region handoff of QueryMember, driven directly (no Spark,
 no sockets): a Stop waits for the batch in flight and answers with the
-offsets of the last committed batch."""
+offsets of the last committed batch; a stopped query leaves with them at
+once."""
 
 from __future__ import annotations
 
 import threading
+import time
 
+from zkcoord import wire
+from zkcoord.consumer.protocol import MemberProtocol
 from zkcoord.spark.group import QueryMember
 from zkcoord.spark.offsets import StreamOffset
 from zkcoord.spark.options import parse_options
@@ -69,3 +73,30 @@ def test_readers_pickle_without_their_connections():
     assert copy.options == options and copy._group is None and copy._view._zk is None
     batch = BatchReader(parse_options({"zookeeper": "unused:1", "subscribe": "t"}, streaming=False))
     assert pickle.loads(pickle.dumps(batch)).options == batch.options
+
+
+class Leaving:
+    """What GroupMembership.close() does to its listener: the protocol's leave."""
+
+    def __init__(self, m: QueryMember):
+        self.protocol = MemberProtocol(wire.RegisterConsumerRequest(group_id="g", consumer_id="q"), m)
+        self.protocol.register(0.0)
+        self.protocol.registered(wire.RegisterConsumerResponse(coordinator_epoch=1))
+        self.request = None
+
+    def close(self) -> None:
+        self.request = self.protocol.leave()
+
+
+def test_a_stopped_query_leaves_with_its_last_committed_batch_without_waiting():
+    m = member(handoff_ms=30_000)
+    membership = m._membership = Leaving(m)
+    membership.protocol.answer(wire.StartRequest(coordinator_epoch=1, generation=1, partitions=[
+        wire.TopicPartitionOffset("t", 0, 0), wire.TopicPartitionOffset("t", 1, 2)]), 0.0)
+    with m.planning() as plan:
+        plan.owned(StreamOffset({A: 4, B: 2}))
+        plan.planned(StreamOffset({A: 9, B: 2}), reading={A})  # Spark stops the query during this batch
+    began = time.monotonic()
+    m.close()
+    assert time.monotonic() - began < 5, "Spark calls no more: the batch in flight never commits"
+    assert wire.offsets_of(membership.request.offsets) == {A: 4, B: 2}
