@@ -1,7 +1,8 @@
 """Streaming queries as members of a consumer group: the partitions split
 between queries of one group, a joining query takes partitions over exactly
-where the previous owner's last committed batch ended, and queries in
-different groups each read everything."""
+where the previous owner's last committed batch ended, a query that stops or
+ends by itself leaves the group at the end of its last committed batch, and
+queries in different groups each read everything."""
 
 from __future__ import annotations
 
@@ -134,3 +135,55 @@ def test_a_group_query_restarted_from_its_checkpoint_reads_each_record_once(spar
     keys = [(p, o) for _, p, o, _, _ in read_sink(spark, tmp_path, "q")]
     assert len(keys) == len(set(keys)), "a record was read twice across the restart"
     assert sorted(keys) == [(p, o) for p in range(2) for o in range(300)]
+
+
+def produce_range(cluster, topic: str, partitions: int, first: int, count: int) -> None:
+    cluster.produce(topic, [(p, b"k", f"v{p}-{j}".encode()) for p in range(partitions)
+                            for j in range(first, first + count)])
+
+
+def test_a_stopped_group_query_leaves_at_its_last_committed_batch(spark, cluster, tmp_path):
+    # Spark ends the source's Python process when the query stops: the member
+    # must still hand the group its last committed batch, not its last ping's.
+    cluster.start(1)
+    topic = f"g-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 2)
+    produce_range(cluster, topic, 2, 0, 100)
+    group = "stops"
+    # Pings every 10 s: the stop below comes before one could carry the offsets.
+    first = stream_to_parquet(spark, cluster, topic, tmp_path, name="a", group=group,
+                              startingOffsets="earliest", sessionTimeoutMs="30000")
+    try:
+        # All in the sink, and a later trigger found no new data: Spark has
+        # planned again after the last batch, so the source knows it committed.
+        wait_until(lambda: len(read_sink(spark, tmp_path, "a")) >= 200 and not first.status["isDataAvailable"],
+                   timeout=60, interval=0.2, message="the first query to read everything and plan again")
+    finally:
+        first.stop()
+    wait_until(lambda: committed(cluster.zk, group, topic) == {0: 100, 1: 100}, timeout=20,
+               message="the stopped query's last batch in the group's offsets")
+    produce_range(cluster, topic, 2, 100, 50)
+    second = stream_to_parquet(spark, cluster, topic, tmp_path, name="b", group=group, startingOffsets="earliest")
+    try:
+        wait_until(lambda: len(read_sink(spark, tmp_path, "b")) >= 100, timeout=60, interval=0.5,
+                   message="the next owner to read the new records")
+    finally:
+        second.stop()
+    got = sorted((p, o) for _, p, o, _, _ in read_sink(spark, tmp_path, "b"))
+    assert got == [(p, o) for p in range(2) for o in range(100, 150)], "the next owner read again"
+
+
+def test_an_available_now_group_query_commits_its_last_batch_to_the_group(spark, cluster, tmp_path):
+    cluster.start(1)
+    topic = f"g-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 2)
+    produce_range(cluster, topic, 2, 0, 300)
+    group = "once"
+    query = stream_to_parquet(spark, cluster, topic, tmp_path, group=group, trigger={"availableNow": True},
+                              startingOffsets="earliest", maxOffsetsPerTrigger="250")
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    wait_until(lambda: committed(cluster.zk, group, topic) == {0: 300, 1: 300}, timeout=20,
+               message="the last batch's end in the group's offsets")
+    got = sorted((p, o) for _, p, o, _, _ in read_sink(spark, tmp_path))
+    assert got == [(p, o) for p in range(2) for o in range(300)]

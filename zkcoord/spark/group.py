@@ -17,6 +17,11 @@ The handoff: on Stop, the partitions leave the plan at once; if a batch in
 flight reads them, the Stop waits (at most ``handoffTimeoutMs``) until that
 batch is committed, then answers with the offsets of the last committed
 batch, where the next owner starts.
+
+The end: when the query stops, :meth:`QueryMember.close` leaves the group
+with the offsets of the last committed batch in its LeaveGroupRequest, which
+the coordinator commits before it answers. Spark calls the source no more by
+then, so a batch in flight is not waited for: it never commits.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ class QueryMember:
         self._fresh: dict[TopicPartition, int] = {}  # granted, not yet planned: coordinator's offset
         self._committed: PartitionOffsets = {}
         self._in_flight: Optional[frozenset[TopicPartition]] = None  # read by the batch in flight
-        self._reported: Optional[PartitionOffsets] = None
+        self._closing = False  # Spark has stopped the query: nothing in flight will commit
         self._last_plan = time.monotonic()
         self._membership: Optional[GroupMembership] = None
 
@@ -70,14 +75,12 @@ class QueryMember:
         log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)
 
     def close(self) -> None:
+        """Leave the group; the leave hands over the last committed batch's end."""
         if self._membership is None:
             return
-        # Let one ping carry the last committed offsets before leaving.
-        deadline = time.monotonic() + self.options.session_timeout_ms / 1000.0
         with self._cond:
-            while (self._membership.registered.is_set() and self._committed
-                   and self._reported != self._owned_committed() and time.monotonic() < deadline):
-                self._cond.wait(0.1)
+            self._closing = True
+            self._cond.notify_all()  # a Stop waiting for the batch in flight answers now
         self._membership.close()
         self._membership = None
 
@@ -125,7 +128,7 @@ class QueryMember:
             fresh = {tp: self._fresh.pop(tp) for tp in partitions if tp in self._fresh}
 
             def settled() -> bool:
-                return self._in_flight is None or not (partitions & self._in_flight)
+                return self._closing or self._in_flight is None or not (partitions & self._in_flight)
 
             if not self._cond.wait_for(settled, max(0.0, deadline - time.monotonic())):
                 log.warning("[group %s] batch in flight not committed within %d ms; handing over "
@@ -143,16 +146,10 @@ class QueryMember:
 
     def offsets(self) -> Optional[PartitionOffsets]:
         with self._cond:
-            owned = self._owned_committed()
-            self._reported = owned
-            self._cond.notify_all()
-            return owned or None
+            return {tp: o for tp, o in self._committed.items() if tp in self._granted} or None
 
     def last_poll_ms_ago(self) -> int:
         return int((time.monotonic() - self._last_plan) * 1000)
-
-    def _owned_committed(self) -> PartitionOffsets:
-        return {tp: o for tp, o in self._committed.items() if tp in self._granted}
 
 
 class _Plan:

@@ -8,7 +8,8 @@ only the partitions the coordinator grants it.
 
 Spark builds readers in several Python processes and pickles them to
 executors, so every connection here is opened lazily and dropped from the
-pickled state.
+pickled state. Spark ends the streaming reader's process without calling its
+``stop()`` (:mod:`zkcoord.spark.worker`): a group member leaves on SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from zkcoord.records import TopicPartition
+from zkcoord.spark import worker
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.offsets import (
     OffsetRange,
@@ -118,6 +120,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._group = None
         self._target: Optional[PartitionOffsets] = None  # Trigger.AvailableNow's end
         self._lock = threading.Lock()
+        # stop() runs in the main thread (the runner's) and on SIGTERM in another: once.
+        self._stop_lock = threading.Lock()
 
     # Only the options travel; the driver and executors rebuild the rest.
     def __getstate__(self):
@@ -134,6 +138,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
                 self._group = QueryMember(self.options, self._view)
                 self._group.start()
+                worker.leave_before_terminating(self.stop)
             return self._group
 
     # -- offsets -----------------------------------------------------------------------------
@@ -236,7 +241,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._group.committed(StreamOffset.from_dict(end).next)
 
     def stop(self) -> None:
-        if self._group is not None:
-            self._group.close()
-            self._group = None
-        self._view.close()
+        with self._stop_lock:
+            if self._group is not None:
+                self._group.close()
+                self._group = None
+                worker.forget(self.stop)
+            self._view.close()
