@@ -12,6 +12,24 @@ exactly the same records (the offsets of each batch are in the checkpoint).
 
 With ``--group`` the query is a member of that consumer group: run it twice
 and the two queries share the topic's partitions.
+
+The session runs on ``SPARK_MASTER`` if set (``spark://host:7077``), else on
+the master given to spark-submit, else ``local[2]``. On a cluster, from a
+zkcoord checkout (docs/SPARK.md, "On a Spark cluster", says more)::
+
+    zip -qr zkcoord.zip zkcoord -x '*.so' '*__pycache__*'
+    PYSPARK_PYTHON=/opt/zkcoord/bin/python PYTHONPATH=$PWD/zkcoord.zip \\
+    spark-submit --master spark://master:7077 --py-files zkcoord.zip \\
+        zkcoord/examples/pipeline.py --zookeeper zk1:2181 --topic events \\
+        --out hdfs:///pipelines/events-agg --group pipeline
+
+``--py-files`` ships zkcoord to the executors; ``PYTHONPATH`` makes it
+importable by the Python processes the driver's JVM starts to plan the
+stream, which do not see ``--py-files``. Every worker needs the interpreter
+``PYSPARK_PYTHON`` names, with zkcoord's dependencies installed; where
+zkcoord itself is installed there (``pip install 'zkcoord[spark]'``), leave
+out both the zip and ``PYTHONPATH``. ``--out`` (and the checkpoint in it)
+must be storage the driver and every executor see.
 """
 
 from __future__ import annotations
@@ -23,16 +41,29 @@ import time
 
 
 def build_spark(app: str = "zkcoord-pipeline"):
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    """The session: on ``SPARK_MASTER`` if set, else on the master spark-submit
+    was given, else ``local[2]``. A local session keeps to 127.0.0.1 and runs
+    its Python workers with this interpreter; on a cluster the driver's
+    address and the workers' interpreter are the deployment's to set (its
+    Spark configuration, ``PYSPARK_PYTHON``): the driver must be reachable
+    from the workers, and the interpreter must exist there."""
     from pyspark.sql import SparkSession
 
     from zkcoord.spark import register
 
-    spark = (SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]")).appName(app)
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    master = os.environ.get("SPARK_MASTER")
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
+        master = "local[2]"
+    builder = (SparkSession.builder.appName(app)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2"))
+    if master is not None:
+        builder = builder.master(master)
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -115,6 +146,8 @@ def main(argv=None) -> int:
     if args.produce:
         produce(args.zookeeper, args.topic, args.produce)
     spark = build_spark()
+    context = spark.sparkContext
+    print(f"application {context.applicationId} on {context.master}", flush=True)
     query = start(spark, args)
     seen: set = set()
     began = time.monotonic()

@@ -6,6 +6,7 @@ only through this package.
   kill -9, SIGSTOP/SIGCONT, SIGTERM, log tail, CPU seconds);
 - :mod:`~zkcoord.testing.cluster`: servers, brokers and consumers as processes;
 - :mod:`~zkcoord.testing.zookeeper`: ensembles and fresh chroots;
+- :mod:`~zkcoord.testing.spark`: a Spark standalone cluster (master and workers) as processes;
 - :mod:`~zkcoord.testing.faults`: TCP proxies that drop or cut connections, session expiry;
 - :mod:`~zkcoord.testing.checks`: the invariants seen from outside;
 - :mod:`~zkcoord.testing.waiting`: ``wait_until``, the one way to wait.
@@ -16,12 +17,13 @@ from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluste
                                      cluster_in_chroot, read_json_lines)
 from zkcoord.testing.faults import ProxiedEnsemble, TcpProxy, expire_session
 from zkcoord.testing.process import ClusterError, ManagedProcess, cpu_seconds, exit_on_signal, zkcoord_command
+from zkcoord.testing.spark import SparkStandalone
 from zkcoord.testing.waiting import WaitTimeout, wait_until
 from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, start_ensemble
 
 __all__ = [
     "BrokerProcess", "ClusterError", "ConsumerProcess", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
-    "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "TcpProxy", "WaitTimeout", "cluster_in_chroot",
+    "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout", "cluster_in_chroot",
     "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines", "start_ensemble",
     "wait_until", "zkcoord_command",
 ]

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import ClassVar, Optional, Sequence
+from typing import ClassVar, Mapping, Optional, Sequence
 
 from zkcoord.errors import ZkcoordError
 from zkcoord.readiness import read_port_file
@@ -54,17 +54,20 @@ def exit_on_signal(signum, _frame) -> None:
 class ManagedProcess:
     """One child process. ``port_file``, when given, is the readiness file the
     process writes once it serves (``--port-file``); ``start`` then waits for
-    it and ``ports`` holds what it says."""
+    it and ``ports`` holds what it says. ``env`` holds variables set for it on
+    top of the harness's own environment."""
 
     started: ClassVar[list["ManagedProcess"]] = []
 
     def __init__(self, name: str, directory: Path, command: Sequence[str],
-                 port_file: Optional[Path] = None, log_name: str = "process.log"):
+                 port_file: Optional[Path] = None, log_name: str = "process.log",
+                 env: Optional[Mapping[str, str]] = None):
         self.name = name
         self.directory = Path(directory)
         self.command = list(command)
         self.port_file = port_file
         self.log_path = self.directory / log_name
+        self.env = dict(env or {})
         self.proc: Optional[subprocess.Popen] = None
         self.ports: dict[str, int] = {}
         self.paused = False
@@ -82,6 +85,7 @@ class ManagedProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env} if self.env else None,
                 start_new_session=True,  # a Ctrl-C meant for the harness is not theirs
             )
         self.paused = False
@@ -125,6 +129,23 @@ class ManagedProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._went_down()
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the process and every process it started (its
+        session's process group, which start gave it), such as a Spark
+        driver's JVM and Python workers."""
+        if self.proc is None:
+            raise ClusterError(f"{self.name} was never started")
+        try:
+            os.killpg(self.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing of the group is left
+
+    def kill_group(self) -> None:
+        """kill -9 to the whole process group: a machine losing a program and its children at once."""
+        if self.proc is not None:
+            self.signal_group(signal.SIGKILL)
+        self.kill()
 
     def terminate(self, timeout: float = 20.0) -> Optional[int]:
         """SIGTERM: a clean shutdown, then kill -9 if it lingers. Returns the exit code."""
