@@ -37,7 +37,7 @@ setup(
         ],
         "spark": [
             "pyspark>=4.2",
-            "pyarrow>=16",
+            "pyarrow>=19",  # pyarrow.concat_batches (Consumer.poll_batch)
         ],
     },
     entry_points={"console_scripts": ["zkcoord = zkcoord.cli:main"]},

@@ -192,3 +192,89 @@ def test_chunks_are_the_records_in_columns(shared_cluster, topic, fetcher):
     assert values == {0: sent[0][100:], 1: sent[1]}
     assert [r.offset for c in chunks if c.partition == 0 for r in c.records()] == list(range(100, 700))
     assert fetcher.position((topic, 0)) == 700 and fetcher.position((topic, 1)) == 300
+
+
+def test_an_undecodable_batch_is_an_error_of_its_partition_alone(shared_cluster, topic, fetcher):
+    from crc32c import crc32c
+
+    from tests.broker.batches import make_batch
+    from tests.broker.test_protocol import Raw, produce as produce_raw
+
+    batch = bytearray(make_batch([b"a", b"b"]))
+    batch[22] = (batch[22] & ~0x07) | 4  # claims zstd, is not compressed; the CRC still holds
+    batch[17:21] = crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    raw = Raw(shared_cluster.brokers[0].port)
+    try:
+        assert produce_raw(raw, topic, 0, bytes(batch)).error_code == 0
+    finally:
+        raw.close()
+    sent = produce(shared_cluster.brokers[0].bootstrap, topic, {1: 200})
+    fetcher.assign({(topic, 0): 0, (topic, 1): 0})
+    error = first_error(fetcher)
+    assert isinstance(error, FetchError) and "cannot decompress zstd" in str(error)
+    # The other partition, and one assigned later, go on being fetched.
+    assert [r.value for r in drain(fetcher, 200)] == sent[1]
+    more = produce(shared_cluster.brokers[0].bootstrap, topic, {2: 50})
+    fetcher.assign({(topic, 2): 0})
+    assert [r.value for r in drain(fetcher, 50)] == more[2]
+
+
+def test_no_partition_starves_behind_the_requests_byte_limit(shared_cluster, fetcher, monkeypatch):
+    from zkcoord.fetch import columnar
+
+    # Room in one request for 8 partitions' worth of 4 KiB; 12 have a long backlog
+    # of small batches. A request that always began with the same partitions would
+    # reach partition 8 only once partitions 0-7 were drained (16,000 records).
+    monkeypatch.setattr(columnar, "PARTITION_FETCH_BYTES", 4096)
+    monkeypatch.setattr(columnar, "FETCH_BYTES", 8 * 4096)
+    name = f"starve-{uuid.uuid4().hex[:8]}"
+    shared_cluster.create_topic(name, 12)
+    producer = Producer({"bootstrap.servers": shared_cluster.brokers[0].bootstrap, "linger.ms": 5,
+                         "batch.num.messages": 50})
+    for i in range(2000):
+        for partition in range(12):
+            producer.produce(name, value=b"x" * 30, partition=partition)
+    assert producer.flush(30) == 0
+    fetcher.assign({(name, p): 0 for p in range(12)})
+    first_seen: dict[int, int] = {}
+    handed_out = 0
+
+    def every_partition_seen():
+        nonlocal handed_out
+        for record in fetcher.fetch(100, 0.1):
+            first_seen.setdefault(record.partition, handed_out)
+            handed_out += 1
+        return len(first_seen) == 12
+    wait_until(every_partition_seen, timeout=30, interval=0, message="a record of every partition")
+    assert max(first_seen.values()) < 4000, first_seen
+
+
+def test_a_hung_broker_holds_up_only_its_own_partitions(cluster):
+    import time
+
+    from zkcoord.fetch.connection import BrokerConnection
+
+    brokers = [cluster.start_broker(0), cluster.start_broker(1)]
+    cluster.create_topic("hang", 4)
+    with BrokerConnection(brokers[0].bootstrap) as probe:
+        leaders = probe.leaders([("hang", p) for p in range(4)])
+    by_broker = {b.bootstrap: [p for (_, p), leader in leaders.items() if leader == b.bootstrap] for b in brokers}
+    assert all(by_broker.values()), by_broker  # each broker leads some partition
+    hung, healthy = brokers
+    f = ColumnarFetcher(cluster.broker_list, client_id="hang")
+    try:
+        f.assign({("hang", p): 0 for p in range(4)})
+        produce(healthy.bootstrap, "hang", {p: 5 for p in by_broker[healthy.bootstrap]}, tag="before")
+        drain(f, 5 * len(by_broker[healthy.bootstrap]))
+        hung.pause()  # SIGSTOP: its connections stay open and silent
+        try:
+            sent = produce(healthy.bootstrap, "hang", {p: 20 for p in by_broker[healthy.bootstrap]}, tag="after")
+            began = time.monotonic()
+            got = drain(f, 20 * len(by_broker[healthy.bootstrap]), timeout=8.0)
+            # Well inside the 10 s a request to the hung broker waits before giving up.
+            assert time.monotonic() - began < 5.0
+            assert sorted(r.value for r in got) == sorted(v for values in sent.values() for v in values)
+        finally:
+            hung.resume()
+    finally:
+        f.close()

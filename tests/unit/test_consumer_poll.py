@@ -141,3 +141,38 @@ def test_poll_batch_hands_out_what_poll_would_as_arrow_columns(consumer):
     assert consumer.poll(0)[0].offset == 50  # the two calls share one position
     push(consumer, wire.StopRequest(coordinator_epoch=1, generation=2, revoke_all=True))
     assert consumer.poll_batch(0).num_rows == 0
+
+
+class LateFetcher(FakeFetcher):
+    """Resolves a reset start only later (no leader answered at assign)."""
+
+    def __init__(self, brokers, client_id):
+        super().__init__(brokers, client_id)
+        self.starts: dict = {}
+
+    def assign(self, positions):
+        for tp, offset in positions.items():
+            self.starts[tp] = None if offset < 0 else offset
+
+    def position(self, tp):
+        return self.starts.get(tp)
+
+    def start_offset(self, tp):
+        return self.starts.get(tp)
+
+    def assignment(self):
+        return set(self.starts)
+
+    def fetch(self, max_records, timeout_s):
+        return []
+
+
+def test_a_reset_start_resolved_late_is_still_reported_at_a_stop(consumer):
+    # Review finding R2: the start came after on_start; a Stop before the first
+    # record must still hand over where the reset put the partition.
+    consumer._fetcher_factory = LateFetcher
+    push(consumer, start(A))
+    assert consumer.offsets() == {}
+    consumer._fetcher.starts[A] = 40  # a leader answers: the fetch thread resolves it
+    answer = push(consumer, wire.StopRequest(coordinator_epoch=1, generation=2, revoke_all=True))
+    assert wire.offsets_of(answer.offsets) == {A: 40}

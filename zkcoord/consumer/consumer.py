@@ -75,6 +75,7 @@ class Consumer:
         self._buffer = RecordBuffer()
         self._positions: dict[TopicPartition, int] = {}  # next offset the application has not seen
         self._committed: dict[TopicPartition, int] = {}  # explicit commit() without auto-commit
+        self._unresolved: set[TopicPartition] = set()  # reset starts the fetcher had not resolved at on_start
         self._last_poll: Optional[float] = None
         # Application callbacks owed, in order: ("assign" | "revoke", partitions).
         self._callbacks: collections.deque[tuple[str, set[TopicPartition]]] = collections.deque()
@@ -216,6 +217,9 @@ class Consumer:
                     # reset again and skip what came in between.
                     offset = self._fetcher.position(tp)
                     if offset is None:
+                        # Not resolved yet (no leader answered): the fetcher
+                        # knows the start once it does (_resolved_starts).
+                        self._unresolved.add(tp)
                         continue
                     self._committed[tp] = offset
                 self._positions[tp] = offset
@@ -230,7 +234,7 @@ class Consumer:
 
     def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
         with self._lock:
-            source = self._positions if self.config.auto_commit else self._committed
+            source = self._reported_offsets()
             final = {tp: source[tp] for tp in partitions if tp in source}
             try:
                 if self._fetcher is not None:
@@ -240,12 +244,38 @@ class Consumer:
                 for tp in partitions:
                     self._positions.pop(tp, None)
                     self._committed.pop(tp, None)
+                    self._unresolved.discard(tp)
                 self._callbacks.append(("revoke", set(partitions)))
         return final
 
     def offsets(self) -> Optional[dict[TopicPartition, int]]:
         with self._lock:
-            return dict(self._positions if self.config.auto_commit else self._committed)
+            return self._reported_offsets()
+
+    def _reported_offsets(self) -> dict[TopicPartition, int]:
+        """What the coordinator is told: positions (auto-commit) or commit()'s
+        marks, and where a reset start landed for a partition nothing of which
+        reached the application (lock held)."""
+        offsets = dict(self._positions if self.config.auto_commit else self._committed)
+        offsets.update(self._resolved_starts())
+        return offsets
+
+    def _resolved_starts(self) -> dict[TopicPartition, int]:
+        """Reset starts the fetcher resolved after on_start: they count as
+        consumed, as a start resolved at once does (lock held)."""
+        start_offset = getattr(self._fetcher, "start_offset", None)
+        found = {}
+        for tp in list(self._unresolved):
+            if tp in self._positions:  # records came: positions say more
+                self._unresolved.discard(tp)
+                continue
+            offset = start_offset(tp) if start_offset is not None else None
+            if offset is not None:
+                found[tp] = offset
+                self._positions.setdefault(tp, offset)
+                self._committed.setdefault(tp, offset)
+                self._unresolved.discard(tp)
+        return found
 
     def last_poll_ms_ago(self) -> int:
         if self._last_poll is None:

@@ -2,10 +2,12 @@
 by a background thread and decoded a batch at a time into columns.
 
 The coordinator decides which partitions a consumer owns and from which
-offsets; this fetcher only reads them. A background thread keeps up to
-``prefetch_records`` decoded records per consumer ready, fetching every
-partition a broker leads with one Fetch request, so the application's next
-``fetch`` rarely waits for the network. Records come out as :class:`Chunk`\\ s
+offsets; this fetcher only reads them. One thread per broker fetches every
+assigned partition that broker leads with one Fetch request (least recently
+served first, so none starves behind the request's byte limit), and another
+finds leaders; up to ``PREFETCH_RECORDS`` records or ``PREFETCH_BYTES`` of
+them wait decoded, so the application's next ``fetch`` rarely waits for the
+network, and a broker that hangs holds up only its own partitions. Records come out as :class:`Chunk`\\ s
 (a run of one partition's records in column buffers, from
 :mod:`zkcoord.fetch.records`), or as :class:`~zkcoord.records.Record` tuples
 for those who want them.
@@ -25,15 +27,15 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from typing import Iterable, NamedTuple, Optional, Union
 
+from zkcoord.consumer.buffer import RecordBuffer
 from zkcoord.errors import ZkcoordError
 from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OFFSET_OUT_OF_RANGE, BrokerConnection, BrokerConnectionError,
     PartitionError,
 )
-from zkcoord.fetch.records import RecordColumns, decode_batches
+from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, decode_batches
 from zkcoord.records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -45,9 +47,11 @@ RESETS = ("earliest", "latest", "error")
 PARTITION_FETCH_BYTES = 4 * 1024 * 1024  # per partition per request
 FETCH_BYTES = 32 * 1024 * 1024  # per request
 FETCH_WAIT_MS = 100  # how long a broker holds a fetch that finds nothing
-PREFETCH_RECORDS = 262_144  # decoded and waiting: the thread pauses above this
+PREFETCH_RECORDS = 262_144  # decoded and waiting: fetching pauses above this ...
+PREFETCH_BYTES = 64 * 1024 * 1024  # ... or above this many bytes of keys and values
 UNKNOWN_PARTITION_S = 5.0  # a partition no broker leads for this long is reported
 RETRY_BACKOFF = 0.05  # before asking again where a partition is led (0.2 s after a failed request)
+REQUEST_TIMEOUT_S = FETCH_WAIT_MS / 1000.0 + 10.0  # a broker silent this long is given up on
 
 
 class FetchError(ZkcoordError):
@@ -69,40 +73,71 @@ class OffsetOutOfRangeError(FetchError):
     policy is ``error``."""
 
 
+class _Decoded:
+    """One partition's share of one Fetch response, decoded; the chunks cut
+    from it share it, and its Arrow form is built once."""
+
+    __slots__ = ("topic", "partition", "columns", "_arrow")
+
+    def __init__(self, topic: str, partition: int, columns: RecordColumns):
+        self.topic, self.partition, self.columns = topic, partition, columns
+        self._arrow: dict[bool, object] = {}
+
+    def arrow(self, include_headers: bool):
+        batch = self._arrow.get(include_headers)
+        if batch is None:
+            batch = self._arrow[include_headers] = self.columns.to_arrow(
+                self.topic, self.partition, include_headers=include_headers)
+        return batch
+
+
 class Chunk:
     """Rows ``[begin, end)`` of one partition's decoded records, in offset
     order. ``next_offset`` is where the partition goes on after this run
     (past any transaction markers or compacted gap that follow it)."""
 
-    __slots__ = ("topic", "partition", "columns", "begin", "end", "next_offset")
+    __slots__ = ("decoded", "begin", "end", "next_offset")
 
-    def __init__(self, topic: str, partition: int, columns: RecordColumns, begin: int, end: int,
-                 next_offset: int):
-        self.topic, self.partition = topic, partition
-        self.columns, self.begin, self.end, self.next_offset = columns, begin, end, next_offset
+    def __init__(self, decoded: _Decoded, begin: int, end: int, next_offset: int):
+        self.decoded, self.begin, self.end, self.next_offset = decoded, begin, end, next_offset
+
+    @property
+    def topic(self) -> str:
+        return self.decoded.topic
+
+    @property
+    def partition(self) -> int:
+        return self.decoded.partition
 
     @property
     def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
+        return TopicPartition(self.decoded.topic, self.decoded.partition)
 
     def __len__(self) -> int:
         return self.end - self.begin
 
+    @property
+    def nbytes(self) -> int:
+        """How many bytes of keys and values it holds."""
+        columns = self.decoded.columns
+        keys = memoryview(columns.key_offsets).cast("i")
+        values = memoryview(columns.value_offsets).cast("i")
+        return keys[self.end] - keys[self.begin] + values[self.end] - values[self.begin]
+
     def offset(self, row: int) -> int:
-        return memoryview(self.columns.offsets).cast("q")[self.begin + row]
+        return memoryview(self.decoded.columns.offsets).cast("q")[self.begin + row]
 
     def split(self, rows: int) -> tuple["Chunk", "Chunk"]:
         """The first ``rows`` records and the rest."""
         cut = self.begin + rows
-        head = Chunk(self.topic, self.partition, self.columns, self.begin, cut, self.offset(rows - 1) + 1)
-        return head, Chunk(self.topic, self.partition, self.columns, cut, self.end, self.next_offset)
+        return (Chunk(self.decoded, self.begin, cut, self.offset(rows - 1) + 1),
+                Chunk(self.decoded, cut, self.end, self.next_offset))
 
     def records(self) -> list[Record]:
-        return self.columns.records(self.topic, self.partition, self.begin, self.end)
+        return self.decoded.columns.records(self.topic, self.partition, self.begin, self.end)
 
     def to_arrow(self, include_headers: bool = False):
-        batch = self.columns.to_arrow(self.topic, self.partition, include_headers=include_headers)
-        return batch.slice(self.begin, len(self))
+        return self.decoded.arrow(include_headers).slice(self.begin, len(self))
 
 
 class _Start(NamedTuple):
@@ -115,16 +150,18 @@ class _Start(NamedTuple):
 class _Partition:
     """What the fetcher knows of one assigned partition."""
 
-    __slots__ = ("epoch", "fetch_offset", "next", "leader", "since", "error", "backoff_until")
+    __slots__ = ("epoch", "fetch_offset", "next", "start", "leader", "since", "error", "backoff_until", "turn")
 
     def __init__(self, epoch: int, offset: int):
-        self.epoch = epoch
+        self.epoch = epoch  # new on every assignment and reset: what was fetched before is dropped
         self.fetch_offset = offset  # the next offset to ask the broker for (EARLIEST/LATEST until resolved)
         self.next = offset  # the next offset to hand out
+        self.start: Optional[int] = offset if offset >= 0 else None  # where the assignment began, once exact
         self.leader: Optional[str] = None
         self.since = time.monotonic()  # when it was assigned or last led
         self.error: Optional[FetchError] = None  # raised by the next fetch()
         self.backoff_until = 0.0
+        self.turn = 0  # when it last got records: the least recently served go first in a request
 
 
 class ColumnarFetcher:
@@ -136,8 +173,7 @@ class ColumnarFetcher:
     (OffsetOutOfRangeError from ``fetch``).
     """
 
-    def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest",
-                 prefetch_records: int = PREFETCH_RECORDS):
+    def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest"):
         if offset_reset not in RESETS:
             raise FetchError(f"offset_reset must be one of {', '.join(RESETS)}, not {offset_reset!r}")
         self._bootstrap = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
@@ -145,17 +181,19 @@ class ColumnarFetcher:
             raise FetchError("no broker address to fetch from")
         self._client_id = client_id
         self._reset = offset_reset
-        self._prefetch = prefetch_records
         self._epochs = itertools.count(1)
+        self._turns = itertools.count(1)
         self._partitions: dict[TopicPartition, _Partition] = {}
-        self._ready: deque[tuple[int, Chunk]] = deque()  # (epoch, chunk), in fetch order
-        self._ready_rows = 0
+        # Fetched, not yet handed out: handed out as poll() hands out (seed 003's
+        # round robin), so no partition waits behind another's backlog.
+        self._ready = RecordBuffer()
+        self._ready_bytes: dict[TopicPartition, int] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
-        self._connections: dict[str, BrokerConnection] = {}  # the fetch thread's own
-        self._thread = threading.Thread(target=self._run, name=f"fetcher-{client_id}", daemon=True)
-        self._thread.start()
+        self._failure: Optional[FetchError] = None  # a thread died: every call raises it
+        self._brokers: dict[str, tuple[threading.Thread, list]] = {}  # address -> (thread, [its connection])
+        self._leader_thread = self._start_thread(self._find_leaders_loop, f"fetcher-{client_id}-leaders")
 
     # -- the consumer's side -----------------------------------------------------------------
 
@@ -166,10 +204,12 @@ class ColumnarFetcher:
         for tp, offset in positions.items():
             if not isinstance(offset, int) or (offset < 0 and offset not in (EARLIEST, LATEST)):
                 raise FetchError(f"offset must be >= 0, EARLIEST or LATEST, got {offset!r}")
-        self._check_open()
+        with self._lock:
+            self._check_open()
         resolved = self._resolve(positions)
         with self._lock:
             self._check_open()
+            self._drop_ready(set(resolved))  # moved: what was fetched from the old offset goes
             for tp, offset in resolved.items():
                 self._partitions[TopicPartition(*tp)] = _Partition(next(self._epochs), offset)
             self._changed.notify_all()
@@ -179,10 +219,7 @@ class ColumnarFetcher:
         with self._lock:
             self._check_open()
             revoked = {tp for tp in partitions if self._partitions.pop(tp, None) is not None}
-            if revoked:  # free what was fetched for them now, not when a fetch() passes by
-                kept = deque(item for item in self._ready if item[1].topic_partition not in revoked)
-                self._ready_rows = sum(len(chunk) for _, chunk in kept)
-                self._ready = kept
+            self._drop_ready(revoked)
             self._changed.notify_all()
 
     def assignment(self) -> set[TopicPartition]:
@@ -197,40 +234,42 @@ class ColumnarFetcher:
             state = self._partitions.get(partition)
             return state.next if state is not None and state.next >= 0 else None
 
+    def start_offset(self, partition: TopicPartition) -> Optional[int]:
+        """Where the partition's assignment began, made exact (None if not
+        assigned, or EARLIEST/LATEST not resolved yet): what to report for
+        a partition of which nothing was handed out."""
+        with self._lock:
+            state = self._partitions.get(partition)
+            return state.start if state is not None else None
+
     def fetch(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first."""
-        return [record for chunk in self.fetch_chunks(max_records, timeout_s) for record in chunk.records()]
+        return self._take(max_records, timeout_s, as_records=True)
 
     def fetch_chunks(self, max_records: int, timeout_s: float) -> list[Chunk]:
         """:meth:`fetch` as runs of records in columns (one partition each)."""
+        return self._take(max_records, timeout_s, as_records=False)
+
+    def _take(self, max_records: int, timeout_s: float, as_records: bool) -> list:
         if max_records < 1:
             raise FetchError(f"max_records must be positive, got {max_records}")
         deadline = time.monotonic() + max(0.0, timeout_s)
-        out: list[Chunk] = []
-        taken = 0
         with self._lock:
             while True:
                 self._check_open()
                 self._raise_errors()
-                while self._ready and taken < max_records:
-                    epoch, chunk = self._ready.popleft()
-                    self._ready_rows -= len(chunk)
-                    state = self._partitions.get(chunk.topic_partition)
-                    if state is None or state.epoch != epoch:
-                        continue  # revoked or moved since it was fetched
-                    if len(chunk) > max_records - taken:
-                        chunk, rest = chunk.split(max_records - taken)
-                        self._ready.appendleft((epoch, rest))
-                        self._ready_rows += len(rest)
-                    state.next = chunk.next_offset
-                    out.append(chunk)
-                    taken += len(chunk)
+                out = self._ready.take_runs(max_records)
+                for chunk in out:
+                    tp = chunk.topic_partition
+                    self._ready_bytes[tp] -= chunk.nbytes
+                    self._partitions[tp].next = chunk.next_offset
                 if out:
-                    self._changed.notify_all()  # room for the fetch thread
-                    return out
+                    self._changed.notify_all()  # room for the fetch threads
+                    # Made under the lock: nothing of a partition revoked meanwhile goes out.
+                    return [r for chunk in out for r in chunk.records()] if as_records else out
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return out
+                    return []
                 self._changed.wait(left)
 
     def close(self) -> None:
@@ -239,11 +278,18 @@ class ColumnarFetcher:
                 return
             self._closed = True
             self._partitions.clear()
-            self._ready.clear()
+            self._drop_ready(None)
             self._changed.notify_all()
-        self._thread.join(timeout=FETCH_WAIT_MS / 1000.0 + 5.0)
+            brokers = list(self._brokers.values())
+        for _, holder in brokers:  # a request under way fails now instead of at its timeout
+            for connection in holder:
+                connection.abort()
+        for thread in [self._leader_thread] + [thread for thread, _ in brokers]:
+            thread.join(timeout=REQUEST_TIMEOUT_S)
 
     def _check_open(self) -> None:
+        if self._failure is not None:
+            raise self._failure
         if self._closed:
             raise FetcherClosedError("fetcher is closed")
 
@@ -253,27 +299,47 @@ class ColumnarFetcher:
                 error, state.error = state.error, None
                 raise error
 
+    def _drop_ready(self, partitions: Optional[set]) -> None:
+        """Forget what is fetched of ``partitions`` (None: of all). Lock held."""
+        if partitions is None:
+            self._ready = RecordBuffer()
+            self._ready_bytes.clear()
+            return
+        self._ready.drop(partitions)
+        for tp in partitions:
+            self._ready_bytes.pop(tp, None)
+
     # -- offsets -----------------------------------------------------------------------------
 
     def _resolve(self, positions: dict) -> dict:
         """EARLIEST and LATEST made exact from the partitions' bounds, so the
         start is known before any record arrives: a member stopped before its
         first record can still report where it was. A partition whose bounds
-        cannot be read keeps its logical offset; the fetch thread resolves it."""
+        cannot be read now keeps its logical offset; a fetch thread resolves it."""
         logical = [tp for tp, o in positions.items() if o < 0]
-        if not logical:
-            return dict(positions)
         resolved = dict(positions)
+        if not logical:
+            return resolved
         try:
             with self._metadata_connection() as probe:
                 leaders = probe.leaders(logical)
-            for tp, leader in leaders.items():
-                if leader is None:
-                    continue
+        except BrokerConnectionError as exc:
+            log.info("fetcher: start of %s left to the fetch threads: %s", sorted(logical), exc)
+            return resolved
+        by_leader: dict[str, list] = {}
+        for tp, leader in leaders.items():
+            if leader is not None:
+                by_leader.setdefault(leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            try:
                 with BrokerConnection(leader, client_id=self._client_id, timeout_s=5.0) as connection:
-                    resolved[tp] = self._bound(connection, tp, positions[tp])
-        except (BrokerConnectionError, PartitionError) as exc:
-            log.info("fetcher: start of %s left to the fetch thread: %s", sorted(logical), exc)
+                    for tp in tps:
+                        try:
+                            resolved[tp] = self._bound(connection, tp, positions[tp])
+                        except PartitionError as exc:
+                            log.info("fetcher: start of %s left to the fetch thread: %s", tp, exc)
+            except BrokerConnectionError as exc:
+                log.info("fetcher: start of %s left to the fetch thread: %s", sorted(tps), exc)
         return resolved
 
     @staticmethod
@@ -283,69 +349,63 @@ class ColumnarFetcher:
 
     def _metadata_connection(self) -> BrokerConnection:
         problems = []
-        for address in self._bootstrap:
+        for address in list(self._bootstrap):
             try:
                 return BrokerConnection(address, client_id=self._client_id, timeout_s=5.0)
             except BrokerConnectionError as exc:
                 problems.append(str(exc))
         raise BrokerConnectionError("; ".join(problems))
 
-    # -- the fetch thread --------------------------------------------------------------------
+    # -- the threads -------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _start_thread(self, loop, name: str, *args) -> threading.Thread:
+        thread = threading.Thread(target=self._guarded, args=(loop, *args), name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _guarded(self, loop, *args) -> None:
         try:
-            while self._step():
-                pass
-        except Exception:  # never expected: report it on the partitions, not silently
-            log.exception("fetcher %s: fetch thread failed", self._client_id)
+            loop(*args)
+        except Exception as exc:  # never expected: fail every call from now on, not silently
+            log.exception("fetcher %s: a fetch thread failed", self._client_id)
             with self._lock:
-                for state in self._partitions.values():
-                    state.error = FetchError("the fetch thread failed; see the log")
-        finally:
-            for connection in self._connections.values():
-                connection.close()
+                self._failure = FetchError(f"the fetcher's thread failed: {type(exc).__name__}: {exc}")
+                self._changed.notify_all()
 
-    def _step(self) -> bool:
-        """One round: wait for work, fetch from each leader once. False once closed."""
-        with self._lock:
-            while not self._closed and (not self._partitions or self._ready_rows >= self._prefetch):
-                self._changed.wait(1.0)
-            if self._closed:
-                return False
-            now = time.monotonic()
-            wanted = {tp: (s.epoch, s.fetch_offset, s.leader) for tp, s in self._partitions.items()
-                      if s.error is None and s.backoff_until <= now}
-        if not wanted:
+    def _find_leaders_loop(self) -> None:
+        """Finds the leader of every partition that has none (new, or its
+        leader failed a request), and starts a thread per leader."""
+        while True:
             with self._lock:
-                self._changed.wait(RETRY_BACKOFF)
-            return True
-        leaderless = [tp for tp, (_, _, leader) in wanted.items() if leader is None]
-        if leaderless:
-            self._find_leaders(leaderless, {tp: wanted[tp][0] for tp in leaderless})
-            return True
-        by_leader: dict[str, dict] = {}
-        for tp, (epoch, offset, leader) in wanted.items():
-            by_leader.setdefault(leader, {})[tp] = (epoch, offset)
-        for leader, partitions in by_leader.items():
-            self._fetch_from(leader, partitions)
-        return True
+                while True:
+                    if self._closed or self._failure is not None:
+                        return
+                    now = time.monotonic()
+                    leaderless = {tp: s.epoch for tp, s in self._partitions.items()
+                                  if s.leader is None and s.error is None}
+                    due = {tp: e for tp, e in leaderless.items() if self._partitions[tp].backoff_until <= now}
+                    if due:
+                        break
+                    waits = [self._partitions[tp].backoff_until - now for tp in leaderless]
+                    self._changed.wait(min(waits + [1.0]))
+            self._find_leaders(due)
 
-    def _find_leaders(self, partitions: list, epochs: dict) -> None:
+    def _find_leaders(self, epochs: dict) -> None:
         try:
             with self._metadata_connection() as probe:
-                leaders = probe.leaders(partitions)
+                leaders = probe.leaders(list(epochs))
         except BrokerConnectionError as exc:
             log.info("fetcher: no broker answers for leaders: %s", exc)
             leaders = {}
-        # Leaders are brokers too: ask them next time if the bootstrap ones are gone.
-        for address in leaders.values():
-            if address is not None and address not in self._bootstrap:
-                self._bootstrap.append(address)
         now = time.monotonic()
         with self._lock:
-            for tp in partitions:
+            for address in leaders.values():
+                # Leaders are brokers too: ask them next time if the bootstrap ones are gone.
+                if address is not None and address not in self._bootstrap:
+                    self._bootstrap.append(address)
+            for tp, epoch in epochs.items():
                 state = self._partitions.get(tp)
-                if state is None or state.epoch != epochs[tp]:
+                if state is None or state.epoch != epoch:
                     continue
                 state.leader = leaders.get(tp)
                 if state.leader is None:
@@ -356,32 +416,88 @@ class ColumnarFetcher:
                         state.since = now
                 else:
                     state.since = now
+                    if state.leader not in self._brokers and not self._closed:
+                        holder: list = []
+                        thread = self._start_thread(self._broker_loop, f"fetcher-{self._client_id}-{state.leader}",
+                                                    state.leader, holder)
+                        self._brokers[state.leader] = (thread, holder)
+            self._changed.notify_all()
 
-    def _fetch_from(self, leader: str, partitions: dict) -> None:
-        """One Fetch of ``partitions`` ({tp: (epoch, offset)}) from ``leader``."""
-        logical = {tp: offset for tp, (_, offset) in partitions.items() if offset < 0}
+    def _broker_loop(self, address: str, holder: list) -> None:
+        """Fetches, round after round, the partitions ``address`` leads."""
+        try:
+            while True:
+                with self._lock:
+                    wanted = self._work_for(address)
+                    while wanted is not None and not wanted:
+                        self._changed.wait(1.0)
+                        wanted = self._work_for(address)
+                if wanted is None:
+                    return
+                if not holder:
+                    try:
+                        holder.append(BrokerConnection(address, client_id=self._client_id,
+                                                       timeout_s=REQUEST_TIMEOUT_S))
+                    except BrokerConnectionError as exc:
+                        log.info("fetcher: %s", exc)
+                        self._lost_leader(wanted)
+                        continue
+                if not self._fetch_from(holder[0], wanted):
+                    holder.pop().close()
+        finally:
+            for connection in holder:
+                connection.close()
+
+    def _work_for(self, address: str) -> Optional[dict]:
+        """{tp: (epoch, offset)} to fetch from ``address`` now, least recently
+        served first; empty to wait; None once closed. Lock held."""
+        if self._closed or self._failure is not None:
+            return None
+        if len(self._ready) >= PREFETCH_RECORDS or sum(self._ready_bytes.values()) >= PREFETCH_BYTES:
+            return {}
+        now = time.monotonic()
+        states = sorted(((tp, s) for tp, s in self._partitions.items()
+                         if s.leader == address and s.error is None and s.backoff_until <= now),
+                        key=lambda item: item[1].turn)
+        return {tp: (s.epoch, s.fetch_offset) for tp, s in states}
+
+    def _fetch_from(self, connection: BrokerConnection, partitions: dict) -> bool:
+        """One Fetch of ``partitions`` ({tp: (epoch, offset)}); False when the
+        connection failed."""
         # Per partition: records, a new start, an error for the consumer, or
         # None (retriable: find the leader again).
         outcomes: dict[TopicPartition, Union[RecordColumns, _Start, FetchError, None]] = {}
-        try:
-            connection = self._connection(leader)
-            for tp, offset in logical.items():
+        positions = {}
+        for tp, (_, offset) in partitions.items():
+            if offset >= 0:
+                positions[tp] = offset
+                continue
+            try:
                 outcomes[tp] = _Start(self._bound(connection, tp, offset))
-            positions = {tp: offset for tp, (_, offset) in partitions.items() if tp not in logical}
+            except PartitionError as exc:
+                outcomes[tp] = self._on_partition_error(connection, tp, offset, exc)
+            except BrokerConnectionError as exc:
+                log.info("fetcher: %s", exc)
+                self._lost_leader(partitions)
+                return False
+        try:
             fetched = connection.fetch_partitions(positions, max_wait_ms=FETCH_WAIT_MS,
                                                   partition_max_bytes=PARTITION_FETCH_BYTES,
                                                   max_bytes=FETCH_BYTES) if positions else {}
-        except (BrokerConnectionError, PartitionError) as exc:
-            log.info("fetcher: fetch from %s failed: %s", leader, exc)
-            self._drop_connection(leader)
+        except BrokerConnectionError as exc:
+            log.info("fetcher: fetch from %s failed: %s", connection.address, exc)
             self._lost_leader(partitions)
-            return
+            return False
         for tp, result in fetched.items():
             if isinstance(result, PartitionError):
                 outcomes[tp] = self._on_partition_error(connection, tp, positions[tp], result)
-            else:
+                continue
+            try:
                 outcomes[tp] = decode_batches(result.records, start=positions[tp])
+            except CorruptRecordsError as exc:
+                outcomes[tp] = FetchError(f"{tp[0]}-{tp[1]}: {exc}")
         self._deliver(partitions, outcomes)
+        return True
 
     def _on_partition_error(self, connection: BrokerConnection, tp, offset: int, error: PartitionError):
         if error.code == OFFSET_OUT_OF_RANGE:
@@ -407,12 +523,18 @@ class ColumnarFetcher:
                     # A fetch returns whole batches: leave out what lies before the position.
                     first = bisect.bisect_left(memoryview(outcome.offsets).cast("q"), state.next)
                     if first < outcome.rows:
-                        chunk = Chunk(tp[0], tp[1], outcome, first, outcome.rows, outcome.next_offset)
-                        self._ready.append((state.epoch, chunk))
-                        self._ready_rows += len(chunk)
+                        chunk = Chunk(_Decoded(tp[0], tp[1], outcome), first, outcome.rows, outcome.next_offset)
+                        self._ready.add_runs([chunk])
+                        self._ready_bytes[tp] = self._ready_bytes.get(tp, 0) + chunk.nbytes
+                        state.turn = next(self._turns)
                     state.fetch_offset = max(state.fetch_offset, outcome.next_offset)
                 elif isinstance(outcome, _Start):
+                    # A new epoch: records fetched before a reset are not handed out after it.
+                    state.epoch = next(self._epochs)
+                    self._drop_ready({tp})
                     state.fetch_offset = state.next = outcome.offset
+                    if state.start is None:
+                        state.start = outcome.offset
                 elif isinstance(outcome, FetchError):
                     state.error = outcome
                 else:  # retriable: ask again where the partition is led
@@ -427,14 +549,4 @@ class ColumnarFetcher:
                 if state is not None and state.epoch == epoch:
                     state.leader = None
                     state.backoff_until = time.monotonic() + RETRY_BACKOFF * 4
-
-    def _connection(self, address: str) -> BrokerConnection:
-        connection = self._connections.get(address)
-        if connection is None:
-            connection = self._connections[address] = BrokerConnection(address, client_id=self._client_id)
-        return connection
-
-    def _drop_connection(self, address: str) -> None:
-        connection = self._connections.pop(address, None)
-        if connection is not None:
-            connection.close()
+            self._changed.notify_all()

@@ -229,6 +229,16 @@ class BrokerConnection:
             raise BrokerConnectionError(f"connection to {self.address} is closed")
         return self._sock
 
+    def abort(self) -> None:
+        """From another thread: make a request under way fail at once (the
+        owner still closes the connection)."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         if self._sock is not None:
             sock, self._sock = self._sock, None
