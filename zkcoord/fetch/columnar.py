@@ -1,23 +1,23 @@
 """The consumers' fetcher: assigned partitions fetched over the Kafka protocol
-by a background thread and decoded a batch at a time into columns.
+by background threads and decoded a batch at a time into columns.
 
 The coordinator decides which partitions a consumer owns and from which
 offsets; this fetcher only reads them. One thread per broker fetches every
 assigned partition that broker leads with one Fetch request (least recently
 served first, so none starves behind the request's byte limit), and another
-finds leaders; up to ``PREFETCH_RECORDS`` records or ``PREFETCH_BYTES`` of
+finds leaders. Up to ``PREFETCH_RECORDS`` records or ``PREFETCH_BYTES`` of
 them wait decoded, so the application's next ``fetch`` rarely waits for the
-network, and a broker that hangs holds up only its own partitions. Records come out as :class:`Chunk`\\ s
-(a run of one partition's records in column buffers, from
-:mod:`zkcoord.fetch.records`), or as :class:`~zkcoord.records.Record` tuples
-for those who want them.
+network, and a broker that hangs holds up only its own partitions. Records
+come out as :class:`Chunk` runs (one partition's records in column buffers,
+from :mod:`zkcoord.fetch.records`), or as :class:`~zkcoord.records.Record`
+tuples for those who want them.
 
 Nothing from a revoked partition is returned after ``revoke`` returns, and
 within an assignment of a partition offsets handed out only ever increase
 (unless its log no longer holds the position and the reset policy moves it
-back): every assignment of a partition gets a new epoch, and what the thread
-fetched under an older epoch is dropped. The methods may be called from
-several threads.
+back): every assignment and every reset of a partition gets a new epoch, and
+what was fetched under an older epoch is dropped. The methods may be called
+from several threads.
 """
 
 from __future__ import annotations
