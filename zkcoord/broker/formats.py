@@ -1,5 +1,7 @@
 """Byte layouts of the data plane's storage: the Kafka record-batch header
-(magic 2) as it sits in a segment file, and the entries of our sparse index.
+(magic 2) as it sits in a segment file (and in a Fetch response: the consumers'
+decoder, zkcoord.fetch.records, reads it with these names), and the entries of
+our sparse index.
 
 This is the only module of the broker that packs or unpacks bytes by hand; the
 Kafka request and response codecs come from kafka-python's protocol classes.
@@ -29,6 +31,7 @@ CRC_START = 21  # the CRC covers attributes .. end of batch
 MAGIC = 2
 NO_PRODUCER_ID = -1
 COMPRESSION_MASK = 0x07
+LOG_APPEND_TIME_FLAG = 0x08  # the broker, not the producer, set the records' timestamps
 TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
 

@@ -258,6 +258,7 @@ static int decode_records(Columns *out, const unsigned char *p, Py_ssize_t n, in
     return DONE_BATCH;
 }
 
+/* The batch header's layout: zkcoord/broker/formats.py names the same numbers. */
 #define LOG_OVERHEAD 12
 #define HEADER_SIZE 61
 #define CRC_START 21

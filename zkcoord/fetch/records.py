@@ -36,6 +36,10 @@ from typing import NamedTuple, Optional
 
 from crc32c import crc32c
 
+from zkcoord.broker.formats import (
+    COMPRESSION_MASK, CONTROL_FLAG, CRC_START, HEADER_SIZE, LOG_APPEND_TIME_FLAG, LOG_OVERHEAD, MAGIC,
+    parse_header_only,
+)
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import Record
 
@@ -43,13 +47,6 @@ GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 CODEC_NAMES = {0: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
-LOG_OVERHEAD = 12  # base offset and batch length: what the batch length leaves out
-HEADER_SIZE = 61  # the whole v2 batch header
-CRC_START = 21  # the CRC covers the attributes to the end of the batch
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CONTROL = 0x20
-_LOG_APPEND = 0x08
-_CODEC_MASK = 0x07
 _INT32_MAX = 2**31 - 1
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
@@ -161,7 +158,7 @@ class RecordColumns(NamedTuple):
             pa.Array.from_buffers(pa.int32(), n, [None, buffer(self.timestamp_types)]),
         ]
         if include_headers:
-            count = array("i", self.header_offsets)[-1]
+            count = memoryview(self.header_offsets).cast("i")[-1]
             header_type = _header_type()
             entries = pa.StructArray.from_arrays(
                 [_arrow_binary(pa.string(), count, None, 0, self.header_key_offsets, self.header_key_data),
@@ -384,37 +381,37 @@ def decode_python(data, start: int, end: int, decompress_, check_crc) -> tuple:
     while size - pos >= LOG_OVERHEAD + 5:
         base_offset, batch_length = struct.unpack_from(">qi", view, pos)
         magic = struct.unpack_from(">b", view, pos + 16)[0]
-        if magic != 2:
+        if magic != MAGIC:
             raise CorruptRecordsError(f"record batch at offset {base_offset} has magic {magic}; "
                                       "only magic 2 is read")
         if batch_length < HEADER_SIZE - LOG_OVERHEAD:
             raise _corrupt("its length is shorter than a batch header", base_offset)
         if size - pos < LOG_OVERHEAD + batch_length:
             break  # a partial batch at the end of a fetch: not an error
-        (_, _, _, _, crc, attributes, last_offset_delta, first_timestamp, max_timestamp,
-         _, _, _, count) = _HEADER.unpack_from(view, pos)
-        batch_end = pos + LOG_OVERHEAD + batch_length
+        header = parse_header_only(view[pos:pos + HEADER_SIZE])
+        batch_end = pos + header.size
         if check_crc is not None:
             actual = check_crc(view[pos + CRC_START:batch_end])
-            if actual != crc:
+            if actual != header.crc:
                 raise CorruptRecordsError(f"record batch at offset {base_offset} fails its CRC "
-                                          f"(stored {crc}, computed {actual})")
-        if count < 0:
+                                          f"(stored {header.crc}, computed {actual})")
+        if header.records_count < 0:
             raise _corrupt("a negative record count", base_offset)
-        batch_next = base_offset + last_offset_delta + 1
+        batch_next = header.next_offset
         if batch_next > _INT64_MAX:
             raise _corrupt("an offset or timestamp overflows", base_offset)
-        ts_type = LOG_APPEND_TIME if attributes & _LOG_APPEND else CREATE_TIME
-        codec = attributes & _CODEC_MASK
+        attributes = header.attributes
+        ts_type = LOG_APPEND_TIME if attributes & LOG_APPEND_TIME_FLAG else CREATE_TIME
+        codec = attributes & COMPRESSION_MASK
         stop = False
         # Control batches (transaction markers) hold no application records,
         # and a batch wholly below `start` needs no decompressing.
-        if not attributes & _CONTROL and batch_next > start:
+        if not attributes & CONTROL_FLAG and batch_next > start:
             records = view[pos + HEADER_SIZE:batch_end]
             if codec:
                 records = memoryview(decompress_(codec, records)).cast("B")
-            stop = _decode_records(out, records, count, base_offset, first_timestamp, max_timestamp,
-                                   ts_type, start, end)
+            stop = _decode_records(out, records, header.records_count, base_offset, header.first_timestamp,
+                                   header.max_timestamp, ts_type, start, end)
         pos = batch_end
         if stop or (end >= 0 and batch_next >= end):
             next_offset = end
