@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Install what zkcoord needs on a Debian machine: Apache ZooKeeper and a JRE,
 # kcat (the tests produce and consume with it), iproute2 and iptables (the
-# drill partitions consumers in network namespaces), and the project itself with
-# its Python dependencies. Safe to run again: it installs only what is missing.
+# drill partitions consumers in network namespaces), a C compiler and Python's
+# headers (pip builds the compiled record decoder, zkcoord/fetch/_recordbatch.c),
+# and the project itself with its Python dependencies. Safe to run again: it
+# installs only what is missing.
 # Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="${1:-}"
-debs=(zookeeper default-jre-headless kcat iproute2 iptables)
+debs=(zookeeper default-jre-headless kcat iproute2 iptables gcc libc6-dev python3-dev)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
