@@ -254,8 +254,6 @@ def test_no_partition_starves_behind_the_requests_byte_limit(shared_cluster, fet
 
 
 def test_a_hung_broker_holds_up_only_its_own_partitions(cluster):
-    import time
-
     from zkcoord.fetch.connection import BrokerConnection
 
     brokers = [cluster.start_broker(0), cluster.start_broker(1)]
@@ -273,10 +271,8 @@ def test_a_hung_broker_holds_up_only_its_own_partitions(cluster):
         hung.pause()  # SIGSTOP: its connections stay open and silent
         try:
             sent = produce(healthy.bootstrap, "hang", {p: 20 for p in by_broker[healthy.bootstrap]}, tag="after")
-            began = time.monotonic()
-            got = drain(f, 20 * len(by_broker[healthy.bootstrap]), timeout=8.0)
             # Well inside the 10 s a request to the hung broker waits before giving up.
-            assert time.monotonic() - began < 5.0
+            got = drain(f, 20 * len(by_broker[healthy.bootstrap]), timeout=5.0)
             assert sorted(r.value for r in got) == sorted(v for values in sent.values() for v in values)
         finally:
             hung.resume()
