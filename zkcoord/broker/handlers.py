@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
-from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from zkcoord.broker import protocol
@@ -36,7 +36,6 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
-COORDINATOR_NOT_AVAILABLE = 15
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_SERVER_ERROR = -1
 
@@ -157,12 +156,6 @@ class Handlers:
         return InitProducerIdResponse(version=request.API_VERSION, throttle_time_ms=0,
                                       error_code=NONE, producer_id=self._allocate_producer_id(),
                                       producer_epoch=0)
-
-    def find_coordinator(self, request):
-        return FindCoordinatorResponse(
-            version=request.API_VERSION, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE,
-            error_message="consumer groups are coordinated by zkcoord servers",
-            node_id=-1, host="", port=-1)
 
     # -- Produce -----------------------------------------------------------
 

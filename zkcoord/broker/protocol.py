@@ -13,7 +13,11 @@ from __future__ import annotations
 import os
 from typing import NamedTuple, Optional, Union
 
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import (
+    FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
+    OffsetFetchRequest, SyncGroupRequest,
+)
 from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
 )
@@ -44,6 +48,19 @@ API_KEY_METADATA = MetadataRequest.API_KEY
 API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
 API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
 API_KEY_FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
+API_KEY_JOIN_GROUP = JoinGroupRequest.API_KEY
+# The group APIs, bridged into the coordinator (broker/groups/).
+GROUP_APIS = {
+    FindCoordinatorRequest.API_KEY: "find_coordinator",
+    JoinGroupRequest.API_KEY: "join_group",
+    SyncGroupRequest.API_KEY: "sync_group",
+    HeartbeatRequest.API_KEY: "heartbeat",
+    LeaveGroupRequest.API_KEY: "leave_group",
+    OffsetCommitRequest.API_KEY: "offset_commit",
+    OffsetFetchRequest.API_KEY: "offset_fetch",
+    ListGroupsRequest.API_KEY: "list_groups",
+    DescribeGroupsRequest.API_KEY: "describe_groups",
+}
 
 # Produce 0-2 predate record batches (magic 2). They are listed only because
 # librdkafka before 2.1 (Debian's kcat) compresses with gzip, snappy or lz4
@@ -57,10 +74,18 @@ SUPPORTED: dict[int, SupportedApi] = {
     API_KEY_METADATA: SupportedApi(MetadataRequest, 0, 12),
     API_KEY_API_VERSIONS: SupportedApi(ApiVersionsRequest, 0, 3),
     API_KEY_INIT_PRODUCER_ID: SupportedApi(InitProducerIdRequest, 0, 4),
-    # Consumer groups are coordinated by zkcoord, not over the Kafka protocol:
-    # FindCoordinator always answers COORDINATOR_NOT_AVAILABLE. It is offered
-    # because librdkafka enables LZ4 only for brokers that list it.
+    # The group APIs, at the versions of Kafka 2.8 (the last before KIP-848):
+    # librdkafka 2.x uses up to JoinGroup 5 and SyncGroup 3, kafka-python up
+    # to JoinGroup 7 and SyncGroup 5. OffsetFetch 8 would batch groups.
     API_KEY_FIND_COORDINATOR: SupportedApi(FindCoordinatorRequest, 0, 3),
+    JoinGroupRequest.API_KEY: SupportedApi(JoinGroupRequest, 0, 7),
+    SyncGroupRequest.API_KEY: SupportedApi(SyncGroupRequest, 0, 5),
+    HeartbeatRequest.API_KEY: SupportedApi(HeartbeatRequest, 0, 4),
+    LeaveGroupRequest.API_KEY: SupportedApi(LeaveGroupRequest, 0, 4),
+    OffsetCommitRequest.API_KEY: SupportedApi(OffsetCommitRequest, 0, 8),
+    OffsetFetchRequest.API_KEY: SupportedApi(OffsetFetchRequest, 0, 7),
+    ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 4),
+    DescribeGroupsRequest.API_KEY: SupportedApi(DescribeGroupsRequest, 0, 5),
 }
 
 

@@ -26,6 +26,7 @@ from kazoo.protocol.states import KazooState
 
 from zkcoord.broker import protocol
 from zkcoord.broker.config import BrokerConfig
+from zkcoord.broker.groups import GroupBridge
 from zkcoord.broker.handlers import Handlers, MetadataCache
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
@@ -72,6 +73,7 @@ class Broker:
         self._stopping = False
         self._zkstate: Optional[ZkState] = None
         self.port: Optional[int] = None
+        self.groups: Optional[GroupBridge] = None
 
     # -- lifecycle -------------------------------------------------------
 
@@ -107,6 +109,7 @@ class Broker:
             self.logs.clear()
             raise
         self.zk.add_listener(self._on_zk_state)
+        self.groups = GroupBridge(self.config.broker_id, self.zk, self._live_brokers)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -124,6 +127,8 @@ class Broker:
                 sock.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
+        if self.groups is not None:
+            self.groups.close()
         self._pool.join(timeout=timeout)
         self._pool.kill(block=True, timeout=1)
         gevent.killall(self._greenlets, block=True, timeout=1)
@@ -200,6 +205,9 @@ class Broker:
                         log.info("%s-%d: retention deleted %d segments; log starts at %d",
                                  key[0], key[1], deleted, plog.log_start_offset)
 
+    def _live_brokers(self) -> dict[int, tuple[str, int]]:
+        return {node: (addr.host, addr.port) for node, addr in self.metadata_cache.brokers.items()}
+
     def _next_producer_id(self) -> int:
         # Unique per broker start (seconds), per broker id, and per allocation.
         self._pid_counter += 1
@@ -221,7 +229,7 @@ class Broker:
                              self.config.max_request_bytes)
                     return
                 frame = _recv_exact(sock, size)
-                parts = self._handle(frame)
+                parts = self._handle(frame, address[0])
                 if parts:
                     _send_parts(sock, parts)
         except _Closed:
@@ -244,7 +252,7 @@ class Broker:
             except OSError:
                 pass
 
-    def _handle(self, frame: bytes) -> Optional[list]:
+    def _handle(self, frame: bytes, client_host: str) -> Optional[list]:
         request = protocol.decode_request(frame)
         if isinstance(request, UnsupportedApiVersions):
             response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
@@ -265,8 +273,10 @@ class Broker:
             response = self.handlers.list_offsets(request)
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request)
-        elif key == protocol.API_KEY_FIND_COORDINATOR:
-            response = self.handlers.find_coordinator(request)
+        elif key == protocol.API_KEY_JOIN_GROUP:
+            response = self.groups.join_group(request, client_host)
+        elif key in protocol.GROUP_APIS:
+            response = getattr(self.groups, protocol.GROUP_APIS[key])(request)
         else:
             response = self.handlers.api_versions(request)
         return protocol.encode_response(response, correlation_id)

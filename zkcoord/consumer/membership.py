@@ -85,14 +85,16 @@ class GroupMembership:
     close_check_s = LEAVE_CHECK_S
 
     def __init__(self, bootstrap: Sequence[str], config: MemberConfig, listener: MembershipListener, *,
-                 clock: Callable[[], float] = lease_clock):
+                 clock: Callable[[], float] = lease_clock, dynamic_id: Optional[str] = None):
+        """``dynamic_id``: the id of a dynamic member (default: host name and a
+        random suffix); a static member's id is its ``consumer_id``."""
         self.servers = parse_bootstrap(bootstrap)
         self.config = config
         self.group = config.group
         self.listener = listener
         self.clock = clock
         self.is_static = config.is_static
-        self.consumer_id = config.consumer_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+        self.consumer_id = config.consumer_id or dynamic_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
         self.protocol = MemberProtocol(wire.RegisterConsumerRequest(
             group_id=config.group, consumer_id=self.consumer_id, topics=config.topics,
             pattern=config.pattern or "", auto_commit=config.auto_commit,

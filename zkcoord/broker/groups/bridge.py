@@ -1,0 +1,532 @@
+"""The group APIs of the Kafka protocol, bridged into the zkcoord coordinator.
+
+A stock Kafka client that joins a group through this broker becomes an
+ordinary member of the zkcoord group: the bridge registers it with the
+group's coordinator as a thin consumer would (a :class:`GroupMembership`
+per client, under the client's member id), so the coordinator assigns it
+with everyone else and pushes Stop and Start to it. What the coordinator
+pushes, :class:`~zkcoord.broker.groups.classic.ClassicMember` turns into the
+answers the client's JoinGroup, SyncGroup and Heartbeat get; a Stop is
+answered only once the client has let the partitions go.
+
+Committed offsets stay where thin consumers keep them: a client's
+OffsetCommit is taken for the partitions it holds, reported to the
+coordinator on its next Ping (and with every Stop and leave), and written by
+the coordinator to ZooKeeper in Kafka 0.8's layout. OffsetFetch answers from
+what this broker's members committed, then from what the coordinator handed
+out, then from ZooKeeper.
+
+Runs on gevent: each request is served in its connection's greenlet, and a
+JoinGroup waits there for its member's registration as Kafka's does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Optional
+
+import gevent
+import gevent.event
+from kafka import errors as kafka_errors
+from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer import (
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, ConsumerProtocolType,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse
+from kazoo.exceptions import NoNodeError
+
+from zkcoord import wire
+from zkcoord.broker.groups import classic
+from zkcoord.broker.groups.classic import ClassicMember, Phase
+from zkcoord.consumer.config import MemberConfig
+from zkcoord.consumer.membership import GroupMembership
+from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.records import TopicPartition
+from zkcoord.zk import layout
+from zkcoord.zk.nodes import read_offsets, read_servers
+
+log = logging.getLogger(__name__)
+
+NONE = classic.NONE
+COORDINATOR_NOT_AVAILABLE = kafka_errors.CoordinatorNotAvailableError.errno
+INVALID_GROUP_ID = kafka_errors.InvalidGroupIdError.errno
+INCONSISTENT_GROUP_PROTOCOL = kafka_errors.InconsistentGroupProtocolError.errno
+INVALID_SESSION_TIMEOUT = kafka_errors.InvalidSessionTimeoutError.errno
+MEMBER_ID_REQUIRED = kafka_errors.MemberIdRequiredError.errno
+FENCED_INSTANCE_ID = kafka_errors.FencedInstanceIdError.errno
+GROUP_ID_NOT_FOUND = kafka_errors.GroupIdNotFoundError.errno
+INVALID_REQUEST = kafka_errors.InvalidRequestError.errno
+UNKNOWN_SERVER_ERROR = kafka_errors.UnknownError.errno
+
+# How long a new member's JoinGroup waits for the coordinator to register it,
+# and then for its first Start (a member that gets nothing hears no Start; it
+# is answered with an empty assignment, and asked to rejoin if one comes).
+REGISTER_WAIT_S = 15.0
+FIRST_START_WAIT_S = 3.0
+EXPIRY_CHECK_S = 0.25
+# What a refused registration becomes for the client.
+_REFUSALS = {
+    wire.ErrorCode.SESSION_TIMEOUT_TOO_LOW: INVALID_SESSION_TIMEOUT,
+    wire.ErrorCode.NO_COMMON_STRATEGY: INCONSISTENT_GROUP_PROTOCOL,
+    wire.ErrorCode.INVALID_REGISTRATION: INVALID_REQUEST,
+}
+# Kafka's group states, as DescribeGroups and ListGroups name them.
+STABLE = "Stable"
+EMPTY = "Empty"
+DEAD = "Dead"
+
+
+@dataclass
+class _Bridged:
+    """One client's member, its registration with the coordinator, and the
+    event its waiters (JoinGroup, the Stop being answered) wake on."""
+
+    member: ClassicMember
+    group: str
+    membership: Optional[GroupMembership] = None
+    changed: gevent.event.Event = field(default_factory=gevent.event.Event)
+    started: gevent.event.Event = field(default_factory=gevent.event.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = gevent.event.Event()
+
+
+class _MemberListener:
+    """What the coordinator pushes to a bridged member, carried to its client."""
+
+    def __init__(self, bridged: _Bridged, clock):
+        self.bridged = bridged
+        self.clock = clock
+
+    def on_start(self, partitions: dict) -> None:
+        self.bridged.member.start(partitions, self.clock())
+        self.bridged.started.set()
+        self.bridged.notify()
+
+    def on_stop(self, partitions: frozenset) -> dict:
+        """Answered once the client has let ``partitions`` go, or has gone."""
+        member = self.bridged.member
+        member.stop(partitions, self.clock())
+        self.bridged.notify()
+        while partitions & member.revoking and not member.gone:
+            waiting_on = self.bridged.changed
+            waiting_on.wait(timeout=max(0.05, member.deadline() - self.clock()))
+            if member.expire(self.clock()) is not None:
+                log.info("member %s of group %s did not let %s go in time: it is gone",
+                         member.member_id, self.bridged.group, sorted(partitions & member.revoking))
+        return {tp: member.committed[tp] for tp in partitions if tp in member.committed}
+
+    def offsets(self) -> dict:
+        member = self.bridged.member
+        return {tp: o for tp, o in member.committed.items() if tp in member.assignment or tp in member.revoking}
+
+    def last_poll_ms_ago(self) -> int:
+        return -1  # a stock client's liveness is its heartbeats, judged here
+
+
+class GroupBridge:
+    """The group APIs of one broker. ``zk`` is the broker's (gevent) client;
+    ``brokers`` returns the live brokers {id: (host, port)}."""
+
+    def __init__(self, broker_id: int, zk, brokers, clock=time.monotonic):
+        self.broker_id = broker_id
+        self.zk = zk
+        self._brokers = brokers
+        self.clock = clock
+        self._groups: dict[str, dict[str, _Bridged]] = {}
+        self._pending_ids: set[tuple[str, str]] = set()
+        self._expiry = gevent.spawn(self._expire_loop)
+
+    def close(self) -> None:
+        self._expiry.kill(block=False)
+        for members in self._groups.values():
+            for bridged in list(members.values()):
+                self._drop(bridged, "the broker is stopping")
+
+    # -- FindCoordinator, ListGroups, DescribeGroups -----------------------------------
+
+    def coordinator_broker(self, group: str) -> Optional[int]:
+        """The broker a group's clients are sent to: the one beside the server
+        that coordinates the group's slot, else the lowest live broker id (the
+        same answer from every broker, so each group is listed by one)."""
+        from zkcoord.admin.groups import group_coordinator
+
+        brokers = self._brokers()
+        if not brokers:
+            return None
+        try:
+            server = group_coordinator(self.zk, group)[2]
+        except ZkcoordError:
+            server = None
+        if server is not None and server.isdigit() and int(server) in brokers:
+            return int(server)
+        return min(brokers)
+
+    def find_coordinator(self, request):
+        version = request.API_VERSION
+        key_type = getattr(request, "key_type", 0) or 0
+        if key_type != 0:
+            return FindCoordinatorResponse(
+                version=version, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE,
+                error_message="transactions are not offered", node_id=-1, host="", port=-1)
+        node = self.coordinator_broker(request.key)
+        if node is None:
+            return FindCoordinatorResponse(
+                version=version, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE,
+                error_message="no broker is registered", node_id=-1, host="", port=-1)
+        host, port = self._brokers()[node]
+        return FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=NONE, error_message=None,
+                                       node_id=node, host=host, port=port)
+
+    def list_groups(self, request):
+        from zkcoord.admin.groups import list_groups
+
+        wanted = {s.lower() for s in (getattr(request, "states_filter", None) or [])}
+        listed = []
+        for group in list_groups(self.zk):
+            if self.coordinator_broker(group) != self.broker_id:
+                continue  # another broker lists it: admin clients ask every broker
+            state = self._state_of(group)[0]
+            if wanted and state.lower() not in wanted:
+                continue
+            listed.append(ListGroupsResponse.ListedGroup(group_id=group, protocol_type=ConsumerProtocolType,
+                                                         group_state=state))
+        return ListGroupsResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE, groups=listed)
+
+    def _state_of(self, group: str):
+        """Kafka's name for the group's state, and the coordinator's persisted view (None: never assigned)."""
+        try:
+            state = layout.decode_group_state(self.zk.get(layout.group_state_path(group))[0])
+        except NoNodeError:
+            state = None
+        except layout.LayoutError as exc:
+            log.warning("group %s: unreadable group state: %s", group, exc)
+            state = None
+        if state is None or not state.assignment:
+            return EMPTY, state
+        return STABLE, state
+
+    def describe_groups(self, request):
+        from zkcoord.admin.groups import list_groups
+
+        Group = DescribeGroupsResponse.DescribedGroup
+        Member = Group.DescribedGroupMember
+        known = set(list_groups(self.zk))
+        described = []
+        for group in request.groups:
+            if group not in known:
+                described.append(Group(error_code=NONE, error_message=None, group_id=group, group_state=DEAD,
+                                       protocol_type="", protocol_data="", members=[]))
+                continue
+            state_name, state = self._state_of(group)
+            local = self._groups.get(group, {})
+            members = []
+            for member_id, pairs in sorted((state.assignment if state else {}).items()):
+                bridged = local.get(member_id)
+                partitions = frozenset(TopicPartition(t, p) for t, p in pairs)
+                members.append(Member(
+                    member_id=member_id,
+                    group_instance_id=bridged.member.instance_id if bridged else None,
+                    client_id=bridged.member.client_id if bridged else "zkcoord",
+                    client_host=bridged.member.client_host if bridged else "",
+                    member_metadata=bridged.member.subscription if bridged else _subscription_bytes(partitions),
+                    member_assignment=_assignment_bytes(partitions, 0)))
+            described.append(Group(error_code=NONE, error_message=None, group_id=group, group_state=state_name,
+                                   protocol_type=ConsumerProtocolType,
+                                   protocol_data=state.strategy if state and state.assignment else "",
+                                   members=members))
+        return DescribeGroupsResponse(version=request.API_VERSION, throttle_time_ms=0, groups=described)
+
+    # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -------------------------------------
+
+    def join_group(self, request, client_host: str):
+        version = request.API_VERSION
+        instance_id = getattr(request, "group_instance_id", None)
+
+        def answer(error: int, member_id: str = "", member: Optional[ClassicMember] = None):
+            return JoinGroupResponse(
+                version=version, throttle_time_ms=0, error_code=error,
+                generation_id=member.generation if member else -1, protocol_type=ConsumerProtocolType,
+                protocol_name=member.protocol_name if member else None,
+                leader=classic.COORDINATOR_LEADS if member else "", skip_assignment=False,
+                member_id=member_id, members=[])
+
+        if not request.group_id:
+            return answer(INVALID_GROUP_ID)
+        try:
+            layout.group_path(request.group_id)
+        except layout.LayoutError:
+            return answer(INVALID_GROUP_ID)
+        if request.protocol_type != ConsumerProtocolType:
+            return answer(INCONSISTENT_GROUP_PROTOCOL)
+        offered = {p.name: p.metadata for p in request.protocols}
+        try:
+            protocol_name = classic.choose_protocol(list(offered))
+            subscription = ConsumerProtocolSubscription.decode(bytes(offered[protocol_name]))
+        except classic.UnsupportedProtocols as exc:
+            log.info("group %s: refusing a member: %s", request.group_id, exc)
+            return answer(INCONSISTENT_GROUP_PROTOCOL)
+        except Exception as exc:  # the library raises many types on bad bytes
+            log.info("group %s: undecodable subscription: %r", request.group_id, exc)
+            return answer(INCONSISTENT_GROUP_PROTOCOL)
+        topics = tuple(sorted(set(subscription.topics or ())))
+        owned = None
+        if getattr(subscription, "owned_partitions", None) is not None and subscription.version >= 1:
+            owned = frozenset(TopicPartition(t.topic, p) for t in subscription.owned_partitions
+                              for p in t.partitions)
+        members = self._groups.setdefault(request.group_id, {})
+        member_id = request.member_id
+        bridged = members.get(member_id) if member_id else None
+        now = self.clock()
+        if bridged is not None and not bridged.member.gone:
+            # A member joining again: after a rebalance was asked for, or of its own accord.
+            member = bridged.member
+            if topics != member.topics or protocol_name != member.protocol_name:
+                self._drop(bridged, "its subscription changed")
+                bridged = None
+            else:
+                member.subscription = bytes(offered[protocol_name])
+                member.join(owned, now)
+                bridged.notify()
+                return answer(NONE, member_id, member)
+        if member_id and bridged is None and (request.group_id, member_id) not in self._pending_ids \
+                and member_id not in members:
+            return answer(classic.UNKNOWN_MEMBER_ID, member_id)
+        if not member_id:
+            member_id = f"{request.header.client_id or 'client'}-{uuid.uuid4()}"
+            if version >= 4 and instance_id is None:
+                # KIP-394: the client learns its id first and joins with it.
+                self._pending_ids.add((request.group_id, member_id))
+                return answer(MEMBER_ID_REQUIRED, member_id)
+        self._pending_ids.discard((request.group_id, member_id))
+        if instance_id is not None:
+            for other in list(members.values()):
+                if other.member.instance_id == instance_id and not other.member.gone:
+                    self._drop(other, f"instance {instance_id} joined again as {member_id}")
+        member = ClassicMember(
+            member_id=member_id, protocol_name=protocol_name, topics=topics,
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=getattr(request, "rebalance_timeout_ms", -1) if version >= 1
+            else request.session_timeout_ms,
+            instance_id=instance_id, client_id=request.header.client_id or "", client_host=client_host,
+            last_heard=now, subscription=bytes(offered[protocol_name]))
+        if member.rebalance_timeout_ms <= 0:
+            member.rebalance_timeout_ms = member.session_timeout_ms
+        bridged = _Bridged(member, request.group_id)
+        members[member_id] = bridged
+        error = self._register(bridged, offered)
+        if error != NONE:
+            member.leave()
+            members.pop(member_id, None)
+            return answer(error, member_id)
+        bridged.started.wait(timeout=FIRST_START_WAIT_S)
+        member.join(owned, self.clock())
+        return answer(NONE, member_id, member)
+
+    def _register(self, bridged: _Bridged, offered) -> int:
+        """Register the member with its coordinator; the error for its client."""
+        member = bridged.member
+        if not member.topics:
+            return NONE  # subscribed to nothing yet: a member that gets nothing, without a registration
+        try:
+            servers = read_servers(self.zk)
+        except ZkcoordError as exc:
+            log.warning("group %s: cannot read the servers: %s", bridged.group, exc)
+            return COORDINATOR_NOT_AVAILABLE
+        if not servers:
+            return COORDINATOR_NOT_AVAILABLE
+        try:
+            config = MemberConfig(
+                group=bridged.group, topics=member.topics, consumer_id=member.instance_id,
+                session_timeout_ms=member.session_timeout_ms,
+                max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
+                assignment_strategies=classic.strategies_for(list(offered)))
+        except ConfigError as exc:
+            log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
+            return INVALID_REQUEST
+        membership = GroupMembership([f"{s.host}:{s.port}" for s in servers.values()], config,
+                                     _MemberListener(bridged, self.clock), dynamic_id=member.member_id)
+        bridged.membership = membership
+        membership.start()
+        deadline = self.clock() + min(REGISTER_WAIT_S, member.rebalance_timeout_ms / 1000.0)
+        while not membership.registered.wait(timeout=0.05):
+            if membership.error is not None or self.clock() >= deadline:
+                refusal = membership.error
+                membership.close(timeout=1)
+                bridged.membership = None
+                if isinstance(refusal, wire.WireError):
+                    log.info("group %s: member %s refused: %s", bridged.group, member.member_id, refusal)
+                    return _REFUSALS.get(refusal.code, UNKNOWN_SERVER_ERROR)
+                log.info("group %s: no coordinator registered member %s in time", bridged.group,
+                         member.member_id)
+                return COORDINATOR_NOT_AVAILABLE
+        return NONE
+
+    def _find(self, group: str, member_id: str) -> Optional[_Bridged]:
+        return self._groups.get(group, {}).get(member_id)
+
+    def sync_group(self, request):
+        version = request.API_VERSION
+        bridged = self._find(request.group_id, request.member_id)
+
+        def answer(error: int, assignment: bytes = b""):
+            member = bridged.member if bridged else None
+            return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=error,
+                                     protocol_type=ConsumerProtocolType if member else None,
+                                     protocol_name=member.protocol_name if member else None,
+                                     assignment=assignment)
+
+        if bridged is None:
+            return answer(classic.UNKNOWN_MEMBER_ID)
+        error, given = bridged.member.sync(request.generation_id, self.clock())
+        bridged.notify()
+        if error != NONE:
+            return answer(error)
+        return answer(NONE, _assignment_bytes(given, 1 if bridged.member.cooperative else 0))
+
+    def heartbeat(self, request):
+        bridged = self._find(request.group_id, request.member_id)
+        error = classic.UNKNOWN_MEMBER_ID if bridged is None else \
+            bridged.member.heartbeat(request.generation_id, self.clock())
+        return HeartbeatResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=error)
+
+    def leave_group(self, request):
+        version = request.API_VERSION
+        if version < 3:
+            identities = [(request.member_id, None)]
+        else:
+            identities = [(m.member_id, m.group_instance_id) for m in request.members]
+        results = []
+        for member_id, instance_id in identities:
+            bridged = self._find(request.group_id, member_id)
+            if bridged is None and instance_id is not None:
+                bridged = next((b for b in self._groups.get(request.group_id, {}).values()
+                                if b.member.instance_id == instance_id), None)
+            error = classic.UNKNOWN_MEMBER_ID if bridged is None else NONE
+            if bridged is not None:
+                self._drop(bridged, "it left")
+            results.append(LeaveGroupResponse.MemberResponse(member_id=member_id, group_instance_id=instance_id,
+                                                             error_code=error))
+        top = results[0].error_code if version < 3 else NONE
+        return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=top, members=results)
+
+    def _drop(self, bridged: _Bridged, why: str) -> None:
+        """The member is gone: its client fetches nothing more (it left, or its
+        session ran out, which makes a client drop its partitions). Its
+        registration leaves with the offsets it committed."""
+        member = bridged.member
+        if not member.gone:
+            member.leave()
+            log.info("member %s of group %s is gone: %s", member.member_id, bridged.group, why)
+        bridged.notify()
+        members = self._groups.get(bridged.group, {})
+        if members.get(member.member_id) is bridged:
+            del members[member.member_id]
+        if not members:
+            self._groups.pop(bridged.group, None)
+        membership, bridged.membership = bridged.membership, None
+        if membership is not None:
+            gevent.spawn(membership.close)
+
+    def _expire_loop(self) -> None:
+        while True:
+            gevent.sleep(EXPIRY_CHECK_S)
+            now = self.clock()
+            for members in list(self._groups.values()):
+                for bridged in list(members.values()):
+                    if bridged.member.expire(now) is not None:
+                        self._drop(bridged, "its session timed out")
+                    elif bridged.membership is not None and bridged.membership.closed is False \
+                            and bridged.membership.error is not None:
+                        self._drop(bridged, f"its registration failed: {bridged.membership.error}")
+
+    # -- OffsetCommit, OffsetFetch -----------------------------------------------------
+
+    def offset_commit(self, request):
+        Topic = OffsetCommitResponse.OffsetCommitResponseTopic
+        Partition = Topic.OffsetCommitResponsePartition
+        generation = getattr(request, "generation_id_or_member_epoch", -1)
+        member_id = getattr(request, "member_id", "")
+        bridged = self._find(request.group_id, member_id) if member_id else None
+        now = self.clock()
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                if bridged is None:
+                    # No member: offsets of a group move only through its
+                    # coordinator (its members' commits, or an admin reset).
+                    error = classic.UNKNOWN_MEMBER_ID
+                else:
+                    error = bridged.member.commit_error(generation, tp, now)
+                    if error == NONE and part.committed_offset >= 0:
+                        bridged.member.commit(tp, part.committed_offset)
+                partitions.append(Partition(partition_index=part.partition_index, error_code=error))
+            topics.append(Topic(name=topic.name, partitions=partitions))
+        if bridged is None and member_id == "":
+            log.info("group %s: refused a commit from outside the group (no member id)", request.group_id)
+        return OffsetCommitResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics)
+
+    def offset_fetch(self, request):
+        Topic = OffsetFetchResponse.OffsetFetchResponseTopic
+        Partition = Topic.OffsetFetchResponsePartition
+        group = request.group_id
+        try:
+            layout.group_path(group)
+            stored = read_offsets(self.zk, group)
+        except (layout.LayoutError, ZkcoordError) as exc:
+            log.info("group %s: offsets not readable: %s", group, exc)
+            return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=[],
+                                       error_code=INVALID_GROUP_ID if isinstance(exc, layout.LayoutError)
+                                       else COORDINATOR_NOT_AVAILABLE)
+        known = dict(stored)
+        for bridged in self._groups.get(group, {}).values():
+            member = bridged.member
+            for tp, start in member.assignment.items():
+                offset = member.committed.get(tp, start)
+                if offset >= 0:
+                    known[tp] = offset
+        if request.topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(known):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+        topics = [Topic(name=name, partitions=[
+            Partition(partition_index=p, committed_offset=known.get(TopicPartition(name, p), -1),
+                      committed_leader_epoch=-1, metadata="", error_code=NONE) for p in partitions])
+            for name, partitions in wanted.items()]
+        return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics, error_code=NONE)
+
+
+def _by_topic(partitions) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
+
+
+def _assignment_bytes(partitions, version: int) -> bytes:
+    Assigned = ConsumerProtocolAssignment.TopicPartition
+    assignment = ConsumerProtocolAssignment(
+        version=version, user_data=None,
+        assigned_partitions=[Assigned(topic=t, partitions=ps) for t, ps in _by_topic(partitions).items()])
+    return bytes(assignment.encode(version=version))
+
+
+def _subscription_bytes(partitions) -> bytes:
+    """A subscription for a member we know only by its partitions (a thin consumer)."""
+    subscription = ConsumerProtocolSubscription(version=0, topics=sorted(_by_topic(partitions)), user_data=None)
+    return bytes(subscription.encode(version=0))
+
+
+__all__ = ["GroupBridge", "Phase"]
