@@ -13,7 +13,9 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Consumer as KafkaConsumer, ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
+from kafka import ConsumerRebalanceListener, KafkaConsumer as PythonConsumer
 
 from tests.e2e.checks import produce
 from zkcoord.testing.waiting import wait_until
@@ -69,10 +71,46 @@ def group_cluster(cluster_factory):
     return cluster
 
 
-def _whole(zk, group, members) -> bool:
+class PythonMember(ConfluentMember):
+    """The same with kafka-python's consumer."""
+
+    def __init__(self, brokers: str, group: str, **settings):
+        self.consumer = PythonConsumer(
+            bootstrap_servers=brokers, group_id=group, auto_offset_reset="earliest", session_timeout_ms=6000,
+            heartbeat_interval_ms=500, enable_auto_commit=True, auto_commit_interval_ms=200,
+            metadata_max_age_ms=1000, **settings)
+        self.values, self.assigned, self.errors = [], set(), []
+        self._stop = threading.Event()
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_assigned(self, partitions):
+                member.assigned |= {(p.topic, p.partition) for p in partitions}
+
+            def on_partitions_revoked(self, partitions):
+                member.assigned -= {(p.topic, p.partition) for p in partitions}
+
+        self.consumer.subscribe([TOPIC], listener=Listener())
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            for records in self.consumer.poll(timeout_ms=100).values():
+                self.values.extend(r.value.decode() for r in records)
+
+
+def _whole(zk, group, members, thin=()) -> bool:
+    """Every partition held by exactly one member, as ZooKeeper's owners say."""
     owners = read_owners(zk, group)
-    held = [tp for m in members for tp in m.assigned]
+    held = [tp for m in members for tp in m.assigned] + [tp for c in thin for tp in c.assignment()]
     return len(owners) == PARTITIONS and sorted(held) == sorted(owners) and len(set(held)) == len(held)
+
+
+def _exactly_once(values, count: int) -> None:
+    delivered = Counter(values)
+    assert [v for v, n in delivered.items() if n > 1] == []
+    assert sorted(delivered) == sorted(f"m-{n}" for n in range(count))
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
@@ -107,3 +145,91 @@ def test_confluent_consumers_share_a_group_and_deliver_each_record_once(group_cl
     finally:
         for member in members:
             member.close()
+
+
+def test_a_kafka_python_consumer_joins_consumes_and_commits(group_cluster):
+    cluster = group_cluster
+    produce(cluster, TOPIC, 300, partitions=PARTITIONS)
+    member = PythonMember(cluster.broker_list, "py")
+    try:
+        wait_until(lambda: len(member.values) >= 300 and _whole(cluster.zk, "py", [member]), timeout=30)
+        wait_until(lambda: sum(read_offsets(cluster.zk, "py").values()) == 300, timeout=15)
+        _exactly_once(member.values, 300)
+    finally:
+        member.close()
+
+
+def test_a_mixed_group_of_thin_and_stock_members_rebalances_without_duplicates(group_cluster):
+    cluster = group_cluster
+    produce(cluster, TOPIC, 200, partitions=PARTITIONS)
+    thin = cluster.add_consumer("mixed", topics=[TOPIC])
+    wait_until(lambda: len(thin.records()) == 200, timeout=30)
+    stock = ConfluentMember(cluster.broker_list, "mixed")
+    python = PythonMember(cluster.broker_list, "mixed")
+    members = [stock, python]
+    try:
+        wait_until(lambda: stock.assigned and python.assigned and _whole(cluster.zk, "mixed", members, [thin]),
+                   timeout=30)
+        produce(cluster, TOPIC, 200, start=200, partitions=PARTITIONS)
+
+        def values():
+            return [r["value"] for r in thin.records()] + stock.values + python.values
+
+        wait_until(lambda: len(values()) >= 400, timeout=30)
+        # The stock members leave one after the other; the thin one ends with everything.
+        stock.close()
+        members.remove(stock)
+        wait_until(lambda: _whole(cluster.zk, "mixed", members, [thin]), timeout=30)
+        produce(cluster, TOPIC, 200, start=400, partitions=PARTITIONS)
+        wait_until(lambda: len(values()) >= 600, timeout=30)
+        python.close()
+        members.remove(python)
+        wait_until(lambda: _whole(cluster.zk, "mixed", [], [thin]), timeout=30)
+        produce(cluster, TOPIC, 200, start=600, partitions=PARTITIONS)
+        wait_until(lambda: len(values()) >= 800, timeout=30)
+        time.sleep(0.5)  # any duplicate would arrive right behind
+        _exactly_once(values(), 800)
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_an_admin_client_lists_and_describes_groups_and_their_offsets(group_cluster):
+    cluster = group_cluster
+    produce(cluster, TOPIC, 100, partitions=PARTITIONS)
+    member = ConfluentMember(cluster.broker_list, "described", **{"client.id": "described-client"})
+    admin = AdminClient({"bootstrap.servers": cluster.broker_list})
+    try:
+        wait_until(lambda: len(member.values) == 100 and _whole(cluster.zk, "described", [member]), timeout=30)
+        wait_until(lambda: sum(read_offsets(cluster.zk, "described").values()) == 100, timeout=15)
+        listed = admin.list_consumer_groups().result(timeout=10)
+        assert "described" in {g.group_id for g in listed.valid}
+        description = admin.describe_consumer_groups(["described"])["described"].result(timeout=10)
+        assert str(description.state).endswith("STABLE")
+        (described,) = description.members
+        assert described.client_id == "described-client"
+        assert {(p.topic, p.partition) for p in described.assignment.topic_partitions} == \
+            {(TOPIC, p) for p in range(PARTITIONS)}
+        request = ConsumerGroupTopicPartitions("described")
+        offsets = admin.list_consumer_group_offsets([request])["described"].result(timeout=10)
+        assert {(p.topic, p.partition): p.offset for p in offsets.topic_partitions} == \
+            {tp: o for tp, o in read_offsets(cluster.zk, "described").items()}
+        member.close()
+        wait_until(lambda: str(admin.describe_consumer_groups(["described"])["described"].result(timeout=10)
+                               .state).endswith("EMPTY"), timeout=20)
+        missing = admin.describe_consumer_groups(["never-seen"])["never-seen"].result(timeout=10)
+        assert str(missing.state).endswith("DEAD")
+    finally:
+        member.close()
+
+
+def test_a_client_the_coordinator_refuses_is_told_why(group_cluster):
+    cluster = group_cluster
+    # The coordinator accepts session timeouts up to a minute.
+    member = ConfluentMember(cluster.broker_list, "refused", **{"session.timeout.ms": 120000})
+    try:
+        wait_until(lambda: member.errors, timeout=30)
+        assert "session timeout" in str(member.errors[0]).lower(), member.errors
+        assert member.assigned == set()
+    finally:
+        member.close()

@@ -1,0 +1,162 @@
+"""The classic group protocol's decisions for a bridged stock client
+(broker/groups/classic.py), interleaving by interleaving, on a manual clock.
+
+The rule under test: a partition the coordinator stops is released (its Stop
+answered) only once the client can no longer be fetching it."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkcoord.broker.groups import classic
+from zkcoord.broker.groups.classic import ClassicMember, Phase
+from zkcoord.records import TopicPartition
+
+A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
+
+
+def stable_member(protocol: str = "range", assignment=(A, B), now: float = 0.0) -> ClassicMember:
+    """A member that joined, was given ``assignment`` and synced."""
+    member = ClassicMember("m-1", protocol, ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000,
+                           last_heard=now)
+    member.start({tp: 0 for tp in assignment}, now)
+    member.join(None, now)
+    assert member.sync(member.generation, now) == (classic.NONE, frozenset(assignment))
+    return member
+
+
+def test_a_stable_member_heartbeats_without_error():
+    member = stable_member()
+    assert member.heartbeat(member.generation, 1.0) == classic.NONE
+    assert member.heartbeat(member.generation - 1, 1.0) == classic.ILLEGAL_GENERATION
+
+
+def test_an_eager_client_releases_a_stopped_partition_only_when_it_joins_again():
+    member = stable_member("range")
+    assert member.stop(frozenset({B}), 1.0) == frozenset()  # still fetching it
+    assert member.revoking == {B}
+    assert member.heartbeat(member.generation, 1.5) == classic.REBALANCE_IN_PROGRESS
+    # An eager client revokes everything before its JoinGroup.
+    assert member.join(None, 2.0) == {B}
+    assert member.revoking == frozenset()
+    assert member.sync(member.generation, 2.1) == (classic.NONE, frozenset({A}))
+    assert member.heartbeat(member.generation, 2.5) == classic.NONE
+
+
+def test_a_cooperative_client_releases_a_partition_once_its_join_no_longer_owns_it():
+    member = stable_member("cooperative-sticky")
+    assert member.stop(frozenset({B}), 1.0) == frozenset()
+    assert member.heartbeat(member.generation, 1.2) == classic.REBALANCE_IN_PROGRESS
+    # First join: it still owns both (cooperative clients keep fetching while they rejoin).
+    assert member.join(frozenset({A, B}), 1.5) == frozenset()
+    assert member.sync(member.generation, 1.6) == (classic.NONE, frozenset({A}))
+    assert member.revoking == {B}
+    # It revokes B and joins again, owning only A: now B is released.
+    assert member.join(frozenset({A}), 2.0) == {B}
+    assert member.sync(member.generation, 2.1) == (classic.NONE, frozenset({A}))
+    assert member.heartbeat(member.generation, 2.2) == classic.NONE
+
+
+def test_a_cooperative_client_cannot_claim_partitions_it_was_never_given():
+    member = stable_member("cooperative-sticky", assignment=(A,))
+    member.stop(frozenset({A}), 1.0)
+    # It says it owns C (never given) and not A: A is released, C is not held.
+    assert member.join(frozenset({C}), 1.5) == {A}
+    assert member.holding == frozenset()
+
+
+def test_a_stop_between_join_and_sync_of_an_eager_client_is_released_at_once():
+    member = stable_member("range")
+    member.start({A: 0, B: 0, C: 0}, 1.0)
+    assert member.heartbeat(member.generation, 1.1) == classic.REBALANCE_IN_PROGRESS
+    member.join(None, 1.2)  # holds nothing until it syncs
+    assert member.stop(frozenset({C}), 1.3) == {C}
+    assert member.sync(member.generation, 1.4) == (classic.NONE, frozenset({A, B}))
+
+
+def test_a_start_that_grows_the_assignment_asks_the_client_to_join_again():
+    member = stable_member("range", assignment=(A,))
+    member.commit(A, 5)
+    member.start({A: 0, B: 7}, 1.0)
+    assert member.heartbeat(member.generation, 1.1) == classic.REBALANCE_IN_PROGRESS
+    member.join(None, 1.2)
+    assert member.sync(member.generation, 1.3) == (classic.NONE, frozenset({A, B}))
+    assert member.committed == {A: 5}
+
+
+def test_a_partition_granted_again_forgets_what_was_committed_before_it_left():
+    member = stable_member("range", assignment=(A, B))
+    member.commit(B, 10)
+    member.stop(frozenset({B}), 1.0)
+    member.join(None, 1.1)
+    member.sync(member.generation, 1.2)
+    member.start({A: 0, B: 42}, 5.0)  # the coordinator's offset, committed by someone else since
+    assert B not in member.committed
+
+
+def test_commits_are_taken_for_held_partitions_of_the_current_generation_only():
+    member = stable_member("range", assignment=(A,))
+    assert member.commit_error(member.generation, A, 1.0) == classic.NONE
+    assert member.commit_error(member.generation, B, 1.0) == classic.ILLEGAL_GENERATION
+    assert member.commit_error(member.generation + 1, A, 1.0) == classic.ILLEGAL_GENERATION
+    member.leave()
+    assert member.commit_error(member.generation, A, 1.0) == classic.UNKNOWN_MEMBER_ID
+
+
+def test_a_partition_being_revoked_can_still_be_committed_before_it_is_let_go():
+    member = stable_member("range")
+    member.stop(frozenset({B}), 1.0)
+    assert member.commit_error(member.generation, B, 1.1) == classic.NONE
+
+
+def test_leaving_releases_everything_and_refuses_what_follows():
+    member = stable_member("range")
+    member.stop(frozenset({A}), 1.0)
+    assert member.leave() == {A}
+    assert member.gone
+    assert member.heartbeat(member.generation, 1.1) == classic.UNKNOWN_MEMBER_ID
+    assert member.sync(member.generation, 1.1) == (classic.UNKNOWN_MEMBER_ID, frozenset())
+
+
+def test_a_silent_member_expires_after_its_session_timeout_and_releases_its_revocations():
+    member = stable_member("range", now=0.0)
+    assert member.expire(5.9) is None
+    assert member.expire(6.0) == frozenset()
+    assert member.phase is Phase.GONE
+
+
+def test_a_member_asked_to_rejoin_has_its_rebalance_timeout_to_do_it():
+    member = stable_member("range", now=0.0)
+    member.stop(frozenset({A}), 1.0)
+    member.heartbeat(member.generation, 1.0)
+    # Past the session timeout but within the rebalance timeout of the request.
+    assert member.expire(8.0) is None
+    assert member.expire(21.0) == {A}
+
+
+def test_a_synced_member_that_never_syncs_expires_after_its_rebalance_timeout():
+    member = ClassicMember("m", "range", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
+    member.join(None, 0.0)
+    assert member.expire(19.0) is None
+    assert member.expire(20.0) is not None
+
+
+def test_a_joining_member_never_expires_while_its_join_is_answered():
+    member = ClassicMember("m", "range", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
+    assert member.expire(1000.0) is None
+
+
+@pytest.mark.parametrize("offered, chosen, strategies", [
+    (["range"], "range", ("range",)),
+    (["cooperative-sticky", "range"], "cooperative-sticky", ("sticky", "range")),
+    (["custom", "roundrobin"], "roundrobin", ("roundrobin",)),
+    (["sticky", "cooperative-sticky"], "sticky", ("sticky",)),
+])
+def test_the_first_assignor_zkcoord_stands_in_for_is_chosen(offered, chosen, strategies):
+    assert classic.choose_protocol(offered) == chosen
+    assert classic.strategies_for(offered) == strategies
+
+
+def test_a_client_with_no_assignor_zkcoord_stands_in_for_is_refused():
+    with pytest.raises(classic.UnsupportedProtocols, match="custom"):
+        classic.choose_protocol(["custom"])
