@@ -11,13 +11,16 @@ from hypothesis import given, settings, strategies as st
 from zkcoord import wire
 from zkcoord.wire import FrameDecoder, PingRequest, StopRequest, encode
 
-try:
-    from test_wire_messages import SAMPLES, sample_bytes
-except ImportError:  # tests/unit imported as a package
-    from .test_wire_messages import SAMPLES, sample_bytes
+from zkcoord.wire.vectors import message_of
 
-STREAM = b"".join(sample_bytes(text) for _, _, text in SAMPLES)
-EXPECTED = [(m, v) for m, v, _ in SAMPLES]
+try:
+    from test_wire_vectors import VALID
+except ImportError:  # tests/unit imported as a package
+    from .test_wire_vectors import VALID
+
+# The valid frames of the contract (wire/vectors.json), one after another.
+STREAM = b"".join(bytes.fromhex(v["frame"]) for v in VALID)
+EXPECTED = [(message_of(v["message"], v["fields"]), v["version"], v["correlation_id"]) for v in VALID]
 
 
 def feed_all(decoder, data, cuts):
@@ -33,8 +36,7 @@ def feed_all(decoder, data, cuts):
 @given(st.lists(st.integers(0, len(STREAM)), max_size=40))
 def test_any_chunking_gives_the_same_frames(cuts):
     frames = feed_all(FrameDecoder(), STREAM, cuts)
-    assert [(f.message, f.version) for f in frames] == EXPECTED
-    assert all(f.correlation_id == 7 for f in frames)
+    assert [(f.message, f.version, f.correlation_id) for f in frames] == EXPECTED
 
 
 def test_one_byte_at_a_time():
@@ -43,7 +45,7 @@ def test_one_byte_at_a_time():
     for i in range(len(STREAM)):
         frames += decoder.feed(STREAM[i:i + 1])
         assert decoder.buffered <= wire.MAX_FRAME_SIZE
-    assert [(f.message, f.version) for f in frames] == EXPECTED
+    assert [(f.message, f.version, f.correlation_id) for f in frames] == EXPECTED
     assert decoder.buffered == 0
 
 
@@ -83,7 +85,7 @@ def test_an_error_ends_the_stream_and_keeps_earlier_frames():
 
 # --- fuzz -------------------------------------------------------------------
 
-SEEDS = [sample_bytes(text) for _, _, text in SAMPLES]
+SEEDS = [bytes.fromhex(v["frame"]) for v in VALID]
 FUZZ_FRAMES = 100_000
 MAX = 4096
 

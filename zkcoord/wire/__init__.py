@@ -4,8 +4,9 @@ consumers and zkcoord servers (seed 001's messages, extended).
 ``encode(message, correlation_id)`` gives the bytes of a frame;
 ``FrameDecoder().feed(data)`` turns bytes from a connection into
 :class:`Frame` objects; ``decode(payload)`` reads one frame without its size
-prefix. Every decoding failure is a :class:`WireError`. docs/PROTOCOL.md
-describes every message byte by byte.
+prefix. Every decoding failure is a :class:`WireError`. wire/README.md
+describes every message byte by byte, and wire/vectors.json and
+wire/errors.json are the contract this package is tested against.
 """
 
 from zkcoord.wire.codec import (

@@ -6,7 +6,8 @@ names the codes; each code has one exception class, derived from
 succeed later (the coordinator moved, a rebalance is running) or never will (a
 malformed frame, a bad registration). :func:`error_for` turns a code received
 from a peer into an exception to raise; :func:`code_for` turns an exception
-into the code to send.
+into the code to send. wire/errors.json lists the codes for every language;
+tests/unit/test_wire_vectors.py keeps it equal to :class:`ErrorCode`.
 """
 
 from enum import IntEnum

@@ -9,7 +9,8 @@ default; encoding drops it, except where the old version fixes its meaning
 (:class:`~zkcoord.wire.fields.Implied`), in which case any other value is
 refused rather than silently changed.
 
-docs/PROTOCOL.md describes every field, with a byte-level example.
+wire/README.md describes every field, with a byte-level example; wire/vectors.json
+holds the frames this module must read and write.
 """
 
 from dataclasses import dataclass
