@@ -183,7 +183,8 @@ def valid(**changes) -> wire.RegisterConsumerRequest:
 
 
 INVALID = {
-    "session timeout below the minimum": (valid(session_timeout_ms=999), wire.ErrorCode.SESSION_TIMEOUT_TOO_LOW),
+    "session timeout below the minimum": (valid(session_timeout_ms=999), wire.ErrorCode.INVALID_SESSION_TIMEOUT),
+    "session timeout above the maximum": (valid(session_timeout_ms=600_001), wire.ErrorCode.INVALID_SESSION_TIMEOUT),
     "empty group": (valid(group_id=""), wire.ErrorCode.INVALID_REGISTRATION),
     "bad auto_offset_reset": (valid(auto_offset_reset="earliest"), wire.ErrorCode.INVALID_REGISTRATION),
     "bad regex": (valid(topics=(), pattern="w-(["), wire.ErrorCode.INVALID_REGISTRATION),

@@ -465,12 +465,12 @@ class CoordinatorCore:
                 f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {request.auto_offset_reset!r}"
             )
         if request.session_timeout_ms < self.config.min_session_timeout_ms:
-            raise wire.SessionTimeoutTooLow(
+            raise wire.InvalidSessionTimeout(
                 f"session timeout {request.session_timeout_ms} ms is below the minimum "
                 f"{self.config.min_session_timeout_ms} ms"
             )
         if request.session_timeout_ms > self.config.max_session_timeout_ms:
-            raise wire.InvalidRegistration(
+            raise wire.InvalidSessionTimeout(
                 f"session timeout {request.session_timeout_ms} ms exceeds the maximum "
                 f"{self.config.max_session_timeout_ms} ms"
             )

@@ -18,7 +18,7 @@ from zkcoord.wire.errors import (
     IllegalState, InvalidMessage, InvalidRegistration, MalformedFrame,
     MaxPollIntervalExceeded,
     NoCommonStrategy, NotCoordinator, RebalanceInProgress,
-    SessionTimeoutTooLow, StaleEpoch, StaleGeneration, UnknownError,
+    InvalidSessionTimeout, StaleEpoch, StaleGeneration, UnknownError,
     UnknownMessageType, UnsupportedVersion, WireError, code_for, error_for,
 )
 from zkcoord.wire.messages import (
@@ -37,7 +37,7 @@ __all__ = [
     "IllegalState", "InvalidMessage", "InvalidRegistration", "MalformedFrame",
     "MaxPollIntervalExceeded",
     "NoCommonStrategy", "NotCoordinator", "RebalanceInProgress",
-    "SessionTimeoutTooLow", "StaleEpoch", "StaleGeneration", "UnknownError",
+    "InvalidSessionTimeout", "StaleEpoch", "StaleGeneration", "UnknownError",
     "UnknownMessageType", "UnsupportedVersion", "WireError", "code_for",
     "error_for",
     "LARGEST", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",

@@ -25,7 +25,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_MESSAGE_TYPE = 3
     UNSUPPORTED_VERSION = 4
     CONSUMER_ID_IN_USE = 5
-    SESSION_TIMEOUT_TOO_LOW = 6
+    INVALID_SESSION_TIMEOUT = 6
     INVALID_REGISTRATION = 7
     STALE_EPOCH = 8
     STALE_GENERATION = 9
@@ -95,10 +95,11 @@ class ConsumerIdInUse(WireError):
     retriable = True
 
 
-class SessionTimeoutTooLow(WireError):
-    """The registration's session timeout is below the coordinator's minimum."""
+class InvalidSessionTimeout(WireError):
+    """The registration's session timeout is outside the coordinator's range
+    (below its minimum or above its maximum)."""
 
-    code = ErrorCode.SESSION_TIMEOUT_TOO_LOW
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
 
 
 class InvalidRegistration(WireError):
@@ -166,7 +167,7 @@ _CLASSES = {
     cls.code: cls
     for cls in (
         UnknownError, MalformedFrame, FrameTooLarge, UnknownMessageType,
-        UnsupportedVersion, ConsumerIdInUse, SessionTimeoutTooLow,
+        UnsupportedVersion, ConsumerIdInUse, InvalidSessionTimeout,
         InvalidRegistration, StaleEpoch, StaleGeneration, NotCoordinator,
         CoordinatorNotAvailable, IllegalState, NoCommonStrategy,
         RebalanceInProgress, MaxPollIntervalExceeded,
