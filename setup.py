@@ -34,6 +34,8 @@ setup(
             "pytest>=8",
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
+            # Stock Kafka clients as group members (tests/e2e/test_stock_clients.py).
+            "aiokafka==0.14.*",
         ],
         "spark": [
             "pyspark>=4.2",

@@ -8,6 +8,9 @@ ZooKeeper, offsets in Kafka 0.8's layout).
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -233,3 +236,56 @@ def test_a_client_the_coordinator_refuses_is_told_why(group_cluster):
         assert member.assigned == set()
     finally:
         member.close()
+
+
+def test_an_aiokafka_consumer_joins_and_shares_the_group_with_a_confluent_one(group_cluster):
+    from aiokafka import AIOKafkaConsumer
+
+    cluster = group_cluster
+    produce(cluster, TOPIC, 300, partitions=PARTITIONS)
+    other = ConfluentMember(cluster.broker_list, "aio")
+    values: list[str] = []
+
+    async def consume():
+        consumer = AIOKafkaConsumer(TOPIC, bootstrap_servers=cluster.broker_list, group_id="aio",
+                                    auto_offset_reset="earliest", session_timeout_ms=6000,
+                                    heartbeat_interval_ms=500, auto_commit_interval_ms=200)
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(values) + len(other.values) < 300:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    values.extend(r.value.decode() for r in records)
+            return {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        finally:
+            await consumer.stop()
+
+    try:
+        assignment = asyncio.run(consume())
+        assert assignment and other.assigned and not assignment & other.assigned
+        _exactly_once(values + other.values, 300)
+    finally:
+        other.close()
+
+
+def test_kcat_joins_a_group_and_commits(group_cluster, tmp_path):
+    cluster = group_cluster
+    produce(cluster, TOPIC, 200, partitions=PARTITIONS)
+    output = tmp_path / "kcat.jsonl"
+    with output.open("w") as out:
+        kcat = subprocess.Popen(["kcat", "-b", cluster.broker_list, "-G", "kcat", "-o", "beginning", "-J", "-u",
+                                 "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500",
+                                 "-X", "auto.commit.interval.ms=200", TOPIC],
+                                stdout=out, stderr=subprocess.DEVNULL)
+        try:
+            def delivered():
+                complete = output.read_text().split("\n")[:-1]  # the last may be half written
+                return [json.loads(line)["payload"] for line in complete]
+
+            wait_until(lambda: len(delivered()) >= 200, timeout=30)
+            wait_until(lambda: sum(read_offsets(cluster.zk, "kcat").values()) == 200, timeout=15)
+            _exactly_once(delivered(), 200)
+            assert len(read_owners(cluster.zk, "kcat")) == PARTITIONS
+        finally:
+            kcat.terminate()
+            kcat.wait(10)
