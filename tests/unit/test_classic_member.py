@@ -17,7 +17,7 @@ A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
 
 def stable_member(protocol: str = "range", assignment=(A, B), now: float = 0.0) -> ClassicMember:
     """A member that joined, was given ``assignment`` and synced."""
-    member = ClassicMember("m-1", protocol, ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000,
+    member = ClassicMember("m-1", ("t",), protocol_name=protocol, session_timeout_ms=6000, rebalance_timeout_ms=20000,
                            last_heard=now)
     member.start({tp: 0 for tp in assignment}, now)
     member.join(None, now)
@@ -135,14 +135,14 @@ def test_a_member_asked_to_rejoin_has_its_rebalance_timeout_to_do_it():
 
 
 def test_a_synced_member_that_never_syncs_expires_after_its_rebalance_timeout():
-    member = ClassicMember("m", "range", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
+    member = ClassicMember("m", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
     member.join(None, 0.0)
     assert member.expire(19.0) is None
     assert member.expire(20.0) is not None
 
 
 def test_a_joining_member_never_expires_while_its_join_is_answered():
-    member = ClassicMember("m", "range", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
+    member = ClassicMember("m", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
     assert member.expire(1000.0) is None
 
 

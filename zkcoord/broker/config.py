@@ -54,6 +54,12 @@ class BrokerConfig:
     max_fetch_wait_ms: int = setting(30_000, "longest a fetch may wait for data, whatever it asks", minimum=1)
     register_timeout_ms: int = setting(30_000, "how long to wait at start for a crashed predecessor's "
                                                "registration to expire", minimum=1)
+    # KIP-848 lets the broker, not the client, set these (Kafka's
+    # group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms).
+    group_consumer_heartbeat_interval_ms: int = setting(5000, "how often members speaking KIP-848's group "
+                                                              "protocol heartbeat", minimum=1)
+    group_consumer_session_timeout_ms: int = setting(45_000, "how long a member speaking KIP-848's group "
+                                                             "protocol may go without a heartbeat", minimum=1)
     # Kafka's connections.max.idle.ms.
     idle_timeout_ms: int = setting(600_000, "close a connection that sends nothing for this long", minimum=1)
 

@@ -74,6 +74,8 @@ class MetadataCache:
 
     brokers: dict[int, BrokerAddress] = field(default_factory=dict)
     topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+    # Kafka Uuid strings of the topics that have one (Kafka 2.8's topic ids).
+    topic_ids: dict[str, str] = field(default_factory=dict)
     cluster_id: Optional[str] = None
 
 

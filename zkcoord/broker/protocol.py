@@ -24,6 +24,7 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.protocol.schemas.fields.codecs import Int16, Int32, UnsignedVarInt32
 
+from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatRequest
 from zkcoord.broker.log import ReadSlice
 from zkcoord.errors import ZkcoordError
 
@@ -49,6 +50,7 @@ API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
 API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
 API_KEY_FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 API_KEY_JOIN_GROUP = JoinGroupRequest.API_KEY
+API_KEY_CONSUMER_GROUP_HEARTBEAT = ConsumerGroupHeartbeatRequest.API_KEY
 # The group APIs, bridged into the coordinator (broker/groups/).
 GROUP_APIS = {
     FindCoordinatorRequest.API_KEY: "find_coordinator",
@@ -86,6 +88,8 @@ SUPPORTED: dict[int, SupportedApi] = {
     OffsetFetchRequest.API_KEY: SupportedApi(OffsetFetchRequest, 0, 7),
     ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 4),
     DescribeGroupsRequest.API_KEY: SupportedApi(DescribeGroupsRequest, 0, 5),
+    # KIP-848's server-side assignment (librdkafka's group.protocol=consumer).
+    API_KEY_CONSUMER_GROUP_HEARTBEAT: SupportedApi(ConsumerGroupHeartbeatRequest, 0, 0),
 }
 
 

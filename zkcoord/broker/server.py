@@ -109,7 +109,10 @@ class Broker:
             self.logs.clear()
             raise
         self.zk.add_listener(self._on_zk_state)
-        self.groups = GroupBridge(self.config.broker_id, self.zk, self._live_brokers)
+        self.groups = GroupBridge(
+            self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
+            heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+            session_timeout_ms=self.config.group_consumer_session_timeout_ms)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -275,6 +278,8 @@ class Broker:
             response = self.handlers.init_producer_id(request)
         elif key == protocol.API_KEY_JOIN_GROUP:
             response = self.groups.join_group(request, client_host)
+        elif key == protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT:
+            response = self.groups.consumer_group_heartbeat(request, client_host)
         elif key in protocol.GROUP_APIS:
             response = getattr(self.groups, protocol.GROUP_APIS[key])(request)
         else:

@@ -22,6 +22,7 @@ JoinGroup waits there for its member's registration as Kafka's does.
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 import uuid
@@ -44,7 +45,11 @@ from kazoo.exceptions import NoNodeError
 
 from zkcoord import wire
 from zkcoord.broker.groups import classic
-from zkcoord.broker.groups.classic import ClassicMember, Phase
+from zkcoord.broker.groups.classic import ClassicMember
+from zkcoord.broker.groups.kip848 import (
+    FENCED_MEMBER_EPOCH, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerMember,
+)
+from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatResponse
 from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
@@ -102,9 +107,10 @@ class _Bridged:
 class _MemberListener:
     """What the coordinator pushes to a bridged member, carried to its client."""
 
-    def __init__(self, bridged: _Bridged, clock):
+    def __init__(self, bridged: _Bridged, clock, drop):
         self.bridged = bridged
         self.clock = clock
+        self._drop = drop
 
     def on_start(self, partitions: dict) -> None:
         self.bridged.member.start(partitions, self.clock())
@@ -112,16 +118,25 @@ class _MemberListener:
         self.bridged.notify()
 
     def on_stop(self, partitions: frozenset) -> dict:
-        """Answered once the client has let ``partitions`` go, or has gone."""
+        """Answered once the client has let ``partitions`` go, or is gone.
+
+        A client that keeps them past half its session timeout is taken as
+        gone: its next heartbeat is refused, which makes a client drop its
+        partitions at once, well before the coordinator (which fences them for
+        the session timeout from its Stop) can give them to anyone else."""
         member = self.bridged.member
         member.stop(partitions, self.clock())
         self.bridged.notify()
+        give_up_at = self.clock() + member.session_timeout_ms / 2000.0
         while partitions & member.revoking and not member.gone:
             waiting_on = self.bridged.changed
-            waiting_on.wait(timeout=max(0.05, member.deadline() - self.clock()))
-            if member.expire(self.clock()) is not None:
-                log.info("member %s of group %s did not let %s go in time: it is gone",
-                         member.member_id, self.bridged.group, sorted(partitions & member.revoking))
+            waiting_on.wait(timeout=max(0.05, min(member.deadline(), give_up_at) - self.clock()))
+            now = self.clock()
+            if member.expire(now) is not None:
+                self._drop(self.bridged, "it did not answer in time")
+            elif now >= give_up_at and partitions & member.revoking:
+                self._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go "
+                                         f"within half its session timeout")
         return {tp: member.committed[tp] for tp in partitions if tp in member.committed}
 
     def offsets(self) -> dict:
@@ -136,10 +151,17 @@ class GroupBridge:
     """The group APIs of one broker. ``zk`` is the broker's (gevent) client;
     ``brokers`` returns the live brokers {id: (host, port)}."""
 
-    def __init__(self, broker_id: int, zk, brokers, clock=time.monotonic):
+    def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
+                 session_timeout_ms: int, clock=time.monotonic):
+        """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
+        have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
+        those of KIP-848's members, which the broker sets, not the client."""
         self.broker_id = broker_id
         self.zk = zk
         self._brokers = brokers
+        self._topic_ids = topic_ids
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.session_timeout_ms = session_timeout_ms
         self.clock = clock
         self._groups: dict[str, dict[str, _Bridged]] = {}
         self._pending_ids: set[tuple[str, str]] = set()
@@ -322,7 +344,7 @@ class GroupBridge:
             member.rebalance_timeout_ms = member.session_timeout_ms
         bridged = _Bridged(member, request.group_id)
         members[member_id] = bridged
-        error = self._register(bridged, offered)
+        error = self._register(bridged, classic.strategies_for(list(offered)))
         if error != NONE:
             member.leave()
             members.pop(member_id, None)
@@ -331,7 +353,7 @@ class GroupBridge:
         member.join(owned, self.clock())
         return answer(NONE, member_id, member)
 
-    def _register(self, bridged: _Bridged, offered) -> int:
+    def _register(self, bridged: _Bridged, strategies: tuple[str, ...]) -> int:
         """Register the member with its coordinator; the error for its client."""
         member = bridged.member
         if not member.topics:
@@ -348,12 +370,12 @@ class GroupBridge:
                 group=bridged.group, topics=member.topics, consumer_id=member.instance_id,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
-                assignment_strategies=classic.strategies_for(list(offered)))
+                assignment_strategies=strategies)
         except ConfigError as exc:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
         membership = GroupMembership([f"{s.host}:{s.port}" for s in servers.values()], config,
-                                     _MemberListener(bridged, self.clock), dynamic_id=member.member_id)
+                                     _MemberListener(bridged, self.clock, self._drop), dynamic_id=member.member_id)
         bridged.membership = membership
         membership.start()
         deadline = self.clock() + min(REGISTER_WAIT_S, member.rebalance_timeout_ms / 1000.0)
@@ -423,13 +445,12 @@ class GroupBridge:
         session ran out, which makes a client drop its partitions). Its
         registration leaves with the offsets it committed."""
         member = bridged.member
-        if not member.gone:
-            member.leave()
-            log.info("member %s of group %s is gone: %s", member.member_id, bridged.group, why)
+        member.leave()
         bridged.notify()
         members = self._groups.get(bridged.group, {})
         if members.get(member.member_id) is bridged:
             del members[member.member_id]
+            log.info("member %s of group %s is gone: %s", member.member_id, bridged.group, why)
         if not members:
             self._groups.pop(bridged.group, None)
         membership, bridged.membership = bridged.membership, None
@@ -442,11 +463,92 @@ class GroupBridge:
             now = self.clock()
             for members in list(self._groups.values()):
                 for bridged in list(members.values()):
-                    if bridged.member.expire(now) is not None:
-                        self._drop(bridged, "its session timed out")
+                    if bridged.member.gone or bridged.member.expire(now) is not None:
+                        self._drop(bridged, "it did not answer in time")
                     elif bridged.membership is not None and bridged.membership.closed is False \
                             and bridged.membership.error is not None:
                         self._drop(bridged, f"its registration failed: {bridged.membership.error}")
+
+    # -- ConsumerGroupHeartbeat (KIP-848) -------------------------------------------------
+
+    def consumer_group_heartbeat(self, request, client_host: str):
+        version = request.API_VERSION
+        epoch = request.member_epoch
+
+        def answer(error: int, member: Optional[ConsumerMember] = None, assignment=None,
+                   message: Optional[str] = None, member_epoch: Optional[int] = None):
+            Assignment = ConsumerGroupHeartbeatResponse.Assignment
+            ids = self._topic_ids()
+            sent = None if assignment is None else Assignment(topic_partitions=[
+                Assignment.TopicPartitions(topic_id=_uuid_of(ids[t]), partitions=ps)
+                for t, ps in _by_topic(assignment).items() if t in ids])
+            return ConsumerGroupHeartbeatResponse(
+                version=version, throttle_time_ms=0, error_code=error, error_message=message,
+                member_id=member.member_id if member else (request.member_id or None),
+                member_epoch=member.generation if member else (epoch if member_epoch is None else member_epoch),
+                heartbeat_interval_ms=self.heartbeat_interval_ms, assignment=sent)
+
+        try:
+            layout.group_path(request.group_id)
+        except layout.LayoutError as exc:
+            return answer(INVALID_GROUP_ID, message=str(exc))
+        members = self._groups.setdefault(request.group_id, {})
+        bridged = members.get(request.member_id) if request.member_id else None
+        if bridged is not None and not isinstance(bridged.member, ConsumerMember):
+            return answer(classic.UNKNOWN_MEMBER_ID, message="this member id speaks the classic protocol")
+        now = self.clock()
+        if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            if bridged is not None:
+                self._drop(bridged, "it left")
+            return answer(NONE, member_epoch=epoch)
+        topics = None if request.subscribed_topic_names is None else \
+            tuple(sorted(set(request.subscribed_topic_names)))
+        if bridged is not None and topics is not None and topics != bridged.member.topics:
+            # A new subscription is a new registration: the client joins again.
+            self._drop(bridged, "its subscription changed")
+            return answer(FENCED_MEMBER_EPOCH, message="the subscription changed: join again")
+        if bridged is None:
+            if epoch != JOIN_EPOCH:
+                return answer(classic.UNKNOWN_MEMBER_ID, message="unknown member: join with epoch 0")
+            if topics is None:
+                return answer(INVALID_REQUEST, message="a joining member must name its subscribed topics")
+            bridged = self._join_consumer_member(request, topics, client_host, now)
+            if isinstance(bridged, int):
+                return answer(bridged, message="the coordinator refused the member; see the broker's log")
+        member = bridged.member
+        owned = None
+        if request.topic_partitions is not None:
+            names = {_uuid_of(i): t for t, i in self._topic_ids().items()}
+            owned = frozenset(TopicPartition(names[tp.topic_id], p) for tp in request.topic_partitions
+                              if tp.topic_id in names for p in tp.partitions)
+        error, assignment = member.heartbeat(epoch, owned, now)
+        bridged.notify()
+        return answer(error, member, assignment)
+
+    def _join_consumer_member(self, request, topics, client_host: str, now: float):
+        """A new KIP-848 member, registered with its coordinator; or the error for its client."""
+        members = self._groups.setdefault(request.group_id, {})
+        member_id = request.member_id or str(uuid.uuid4())
+        if request.instance_id is not None:
+            for other in list(members.values()):
+                if other.member.instance_id == request.instance_id and not other.member.gone:
+                    self._drop(other, f"instance {request.instance_id} joined again as {member_id}")
+        member = ConsumerMember(
+            member_id=member_id, topics=topics, session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
+            else self.session_timeout_ms,
+            instance_id=request.instance_id, client_id=request.header.client_id or "", client_host=client_host,
+            last_heard=now)
+        bridged = _Bridged(member, request.group_id)
+        members[member_id] = bridged
+        assignor = request.server_assignor
+        strategies = (assignor,) if assignor in ("range", "sticky", "roundrobin") else ("sticky", "range", "roundrobin")
+        error = self._register(bridged, strategies)
+        if error != NONE:
+            member.leave()
+            members.pop(member_id, None)
+            return error
+        return bridged
 
     # -- OffsetCommit, OffsetFetch -----------------------------------------------------
 
@@ -508,6 +610,11 @@ class GroupBridge:
         return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics, error_code=NONE)
 
 
+def _uuid_of(kafka_uuid: str) -> uuid.UUID:
+    """A Kafka Uuid's text form (URL-safe base64 of its 16 bytes) as the protocol's uuid."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(kafka_uuid + "=="))
+
+
 def _by_topic(partitions) -> dict[str, list[int]]:
     grouped: dict[str, list[int]] = {}
     for topic, partition in sorted(partitions):
@@ -528,5 +635,3 @@ def _subscription_bytes(partitions) -> bytes:
     subscription = ConsumerProtocolSubscription(version=0, topics=sorted(_by_topic(partitions)), user_data=None)
     return bytes(subscription.encode(version=0))
 
-
-__all__ = ["GroupBridge", "Phase"]

@@ -4,10 +4,8 @@ decisions, without I/O or clocks.
 
 The zkcoord coordinator decides the assignment and pushes it as Stop and
 Start (seed 001). A stock client cannot be pushed to; it asks. So
-:class:`ClassicMember` keeps, for one client, what the coordinator assigned
-(``assignment``), what the client may be fetching (``holding``) and what
-the coordinator asked it to give up (``revoking``), and turns them into the
-answers of the classic protocol:
+:class:`ClassicMember` turns what it holds for one client (member.py) into
+the answers of the classic protocol:
 
 - a Stop makes the client's next Heartbeat answer REBALANCE_IN_PROGRESS;
 - a revocation is confirmed only once the client can no longer be fetching
@@ -29,17 +27,15 @@ Every method takes ``now`` (seconds, any monotonic origin) where time matters.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from kafka import errors as kafka_errors
 
-from zkcoord.records import TopicPartition
+from zkcoord.broker.groups.member import ILLEGAL_GENERATION, NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
 
-NONE = kafka_errors.NoError.errno
-ILLEGAL_GENERATION = kafka_errors.IllegalGenerationError.errno
-UNKNOWN_MEMBER_ID = kafka_errors.UnknownMemberIdError.errno
+__all__ = ["ClassicMember", "ILLEGAL_GENERATION", "NONE", "UNKNOWN_MEMBER_ID", "Phase"]
+
 REBALANCE_IN_PROGRESS = kafka_errors.RebalanceInProgressError.errno
 
 # The classic protocol's assignor names, the client's rebalance style, and
@@ -76,87 +72,14 @@ def strategies_for(offered: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-class Phase(enum.Enum):
-    """JOINING: a JoinGroup is being answered. SYNCING: joined; its SyncGroup
-    is awaited. STABLE: synced; heartbeats keep it. GONE: left or expired;
-    every request gets UNKNOWN_MEMBER_ID."""
-
-    JOINING = "joining"
-    SYNCING = "syncing"
-    STABLE = "stable"
-    GONE = "gone"
-
-
 @dataclass
-class ClassicMember:
-    member_id: str
-    protocol_name: str
-    topics: tuple[str, ...]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    instance_id: Optional[str] = None
-    client_id: str = ""
-    client_host: str = ""
-    phase: Phase = Phase.JOINING
-    generation: int = 0
-    # The coordinator's assignment (its last Start, less its Stops), with start offsets.
-    assignment: dict = field(default_factory=dict)
-    # Stopped by the coordinator, not yet let go by the client.
-    revoking: frozenset = frozenset()
-    # What the client may be fetching now.
-    holding: frozenset = frozenset()
-    committed: dict = field(default_factory=dict)
-    last_heard: float = 0.0
-    # When the client was first told to rejoin (None: it has not been).
-    rejoin_asked_at: Optional[float] = None
+class ClassicMember(BridgedMember):
+    protocol_name: str = "range"
     subscription: bytes = b""
 
     @property
     def cooperative(self) -> bool:
         return self.protocol_name in COOPERATIVE_PROTOCOLS
-
-    @property
-    def gone(self) -> bool:
-        return self.phase is Phase.GONE
-
-    def target(self) -> frozenset:
-        """What a SyncGroup hands the client now."""
-        return frozenset(self.assignment) - self.revoking
-
-    def needs_rejoin(self) -> bool:
-        return self.phase is Phase.STABLE and (bool(self.revoking) or self.holding != self.target())
-
-    # -- what the coordinator pushes (through the member's registration) -------------
-
-    def stop(self, partitions: frozenset, now: float) -> frozenset:
-        """The coordinator takes ``partitions`` away. Returns those already let
-        go (the rest are confirmed by later calls' results or by ``released``)."""
-        partitions = frozenset(partitions)
-        for tp in partitions:
-            self.assignment.pop(tp, None)
-        self.revoking |= partitions
-        self._ask_rejoin(now)
-        return self._released()
-
-    def start(self, assignment: Mapping[TopicPartition, int], now: float) -> None:
-        """The coordinator's whole assignment after a change, with start offsets."""
-        for tp in assignment:
-            if tp not in self.assignment:
-                # Granted anew: what this client committed when it last had it is stale.
-                self.committed.pop(tp, None)
-        self.assignment = dict(assignment)
-        if self.needs_rejoin():
-            self._ask_rejoin(now)
-
-    def _ask_rejoin(self, now: float) -> None:
-        if self.rejoin_asked_at is None and self.phase is Phase.STABLE:
-            self.rejoin_asked_at = now
-
-    def _released(self) -> frozenset:
-        """Revocations now confirmed: partitions the client can no longer be fetching."""
-        done = self.revoking - self.holding if not self.gone else self.revoking
-        self.revoking -= done
-        return done
 
     # -- what the client asks ---------------------------------------------------------
 
@@ -204,40 +127,8 @@ class ClassicMember:
             self._ask_rejoin(now)
         return NONE, given
 
-    def commit_error(self, generation: int, tp: TopicPartition, now: float) -> int:
-        """Whether this member may commit an offset of ``tp`` now."""
-        if self.gone:
-            return UNKNOWN_MEMBER_ID
-        self.last_heard = now
-        if generation != self.generation:
-            return ILLEGAL_GENERATION
-        if tp not in self.holding and tp not in self.revoking:
-            return ILLEGAL_GENERATION  # not this member's partition in this generation
-        return NONE
-
-    def commit(self, tp: TopicPartition, offset: int) -> None:
-        self.committed[tp] = offset
-
-    def leave(self) -> frozenset:
-        """The client left: it fetches nothing. Returns the revocations confirmed."""
-        self.phase = Phase.GONE
-        self.holding = frozenset()
-        return self._released()
-
-    # -- time ------------------------------------------------------------------------
-
     def deadline(self) -> float:
-        """When the member is gone unless it is heard from."""
-        if self.rejoin_asked_at is not None and self.phase is Phase.STABLE:
-            return max(self.last_heard + self.session_timeout_ms / 1000.0,
-                       self.rejoin_asked_at + self.rebalance_timeout_ms / 1000.0)
         if self.phase is Phase.SYNCING:
             return self.last_heard + self.rebalance_timeout_ms / 1000.0
-        return self.last_heard + self.session_timeout_ms / 1000.0
+        return super().deadline()
 
-    def expire(self, now: float) -> Optional[frozenset]:
-        """If the member is past its deadline at ``now``, it is gone: the
-        revocations that confirms; else None."""
-        if self.gone or self.phase is Phase.JOINING or now < self.deadline():
-            return None
-        return self.leave()

@@ -1,0 +1,71 @@
+"""A stock Kafka client in a zkcoord group, as KIP-848's consumer group
+protocol (ConsumerGroupHeartbeat) sees it: the decisions, without I/O.
+
+KIP-848 moved assignment to the server, which is what the zkcoord coordinator
+does anyway, so the mapping is direct. Every heartbeat may carry the
+partitions the client owns; every answer may carry its target assignment
+and a new member epoch. A partition the coordinator stops leaves the target
+at once and is released (its Stop answered) once the client reports that it
+no longer owns it. A partition sent in a target counts as held from then on,
+whatever the client reports before it has taken it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from kafka import errors as kafka_errors
+
+from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
+
+FENCED_MEMBER_EPOCH = kafka_errors.FencedMemberEpochError.errno
+STALE_MEMBER_EPOCH = kafka_errors.StaleMemberEpochError.errno
+# MemberEpoch values a client sends: joining (or rejoining after losing
+# everything), leaving, and a static member leaving for a while.
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+
+@dataclass
+class ConsumerMember(BridgedMember):
+    # The target last sent to the client (None: nothing sent yet).
+    delivered: Optional[frozenset] = None
+
+    stale_error = STALE_MEMBER_EPOCH
+
+    def heartbeat(self, epoch: int, owned: Optional[frozenset], now: float) -> tuple[int, Optional[frozenset]]:
+        """A heartbeat with the client's member epoch and, if it says, the
+        partitions it owns. Returns the error and the assignment to send
+        (None: unchanged). The answer's epoch is ``generation``."""
+        if self.gone:
+            return UNKNOWN_MEMBER_ID, None
+        self.last_heard = now
+        if epoch == JOIN_EPOCH:
+            # Joining, or back after being fenced: a client at epoch 0 owns nothing.
+            self.holding = frozenset()
+            self.delivered = None
+        elif epoch not in (self.generation, self.generation - 1):
+            # Neither the epoch we sent last nor the one before (an answer may
+            # have been lost): the client must drop everything and join again.
+            return FENCED_MEMBER_EPOCH, None
+        elif owned is not None:
+            # It can only give partitions up this way: what it was sent and
+            # still has a right to stays held, taken yet or not.
+            self.holding = (self.holding & frozenset(owned)) | ((self.delivered or frozenset()) & self.target())
+        self._released()
+        if not self.revoking:
+            self.rejoin_asked_at = None
+        self.phase = Phase.STABLE
+        target = self.target()
+        if target != self.delivered or epoch != self.generation:
+            if target != self.delivered:
+                self.generation += 1
+            self.delivered = target
+            self.holding |= target
+            return NONE, target
+        return NONE, None
+
+    def needs_rejoin(self) -> bool:
+        return self.phase is Phase.STABLE and (bool(self.revoking) or self.delivered != self.target())

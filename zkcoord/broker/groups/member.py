@@ -1,0 +1,143 @@
+"""What every bridged stock client is, whichever group protocol it speaks:
+the coordinator's assignment, what the client may be fetching, what it was
+asked to give up, and what it committed (pure; see ``classic`` and
+``consumer`` for the two protocols' requests).
+
+The one rule kept here: a partition the coordinator stops is *released*
+(its Stop answered) only once the client can no longer be fetching it:
+it is not in ``holding``, or the client is gone.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from kafka import errors as kafka_errors
+
+from zkcoord.records import TopicPartition
+
+NONE = kafka_errors.NoError.errno
+ILLEGAL_GENERATION = kafka_errors.IllegalGenerationError.errno
+UNKNOWN_MEMBER_ID = kafka_errors.UnknownMemberIdError.errno
+
+
+class Phase(enum.Enum):
+    """JOINING: its first request is being answered. SYNCING (classic only):
+    joined, its SyncGroup awaited. STABLE: it has its assignment; heartbeats
+    keep it. GONE: left or expired; every request gets UNKNOWN_MEMBER_ID."""
+
+    JOINING = "joining"
+    SYNCING = "syncing"
+    STABLE = "stable"
+    GONE = "gone"
+
+
+@dataclass
+class BridgedMember:
+    member_id: str
+    topics: tuple[str, ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    instance_id: Optional[str] = None
+    client_id: str = ""
+    client_host: str = ""
+    phase: Phase = Phase.JOINING
+    # The classic protocol's generation, or KIP-848's member epoch: what commits must carry.
+    generation: int = 0
+    # The coordinator's assignment (its last Start, less its Stops), with start offsets.
+    assignment: dict = field(default_factory=dict)
+    # Stopped by the coordinator, not yet let go by the client.
+    revoking: frozenset = frozenset()
+    # What the client may be fetching now.
+    holding: frozenset = frozenset()
+    committed: dict = field(default_factory=dict)
+    last_heard: float = 0.0
+    # When the client was first asked to give partitions up or take new ones (None: not now).
+    rejoin_asked_at: Optional[float] = None
+
+    @property
+    def gone(self) -> bool:
+        return self.phase is Phase.GONE
+
+    def target(self) -> frozenset:
+        """The assignment the client is to have now."""
+        return frozenset(self.assignment) - self.revoking
+
+    def needs_rejoin(self) -> bool:
+        """Must the client be told of a change?"""
+        return self.phase is Phase.STABLE and (bool(self.revoking) or self.holding != self.target())
+
+    # -- what the coordinator pushes (through the member's registration) -------------
+
+    def stop(self, partitions: frozenset, now: float) -> frozenset:
+        """The coordinator takes ``partitions`` away. Returns those already let
+        go (the rest are released by later calls)."""
+        partitions = frozenset(partitions)
+        for tp in partitions:
+            self.assignment.pop(tp, None)
+        self.revoking |= partitions
+        self._ask_rejoin(now)
+        return self._released()
+
+    def start(self, assignment: Mapping[TopicPartition, int], now: float) -> None:
+        """The coordinator's whole assignment after a change, with start offsets."""
+        for tp in assignment:
+            if tp not in self.assignment:
+                # Granted anew: what this client committed when it last had it is stale.
+                self.committed.pop(tp, None)
+        self.assignment = dict(assignment)
+        if self.needs_rejoin():
+            self._ask_rejoin(now)
+
+    def _ask_rejoin(self, now: float) -> None:
+        if self.rejoin_asked_at is None and self.phase is Phase.STABLE:
+            self.rejoin_asked_at = now
+
+    def _released(self) -> frozenset:
+        """Revocations now confirmed: partitions the client can no longer be fetching."""
+        done = self.revoking - self.holding if not self.gone else self.revoking
+        self.revoking -= done
+        return done
+
+    # -- commits -----------------------------------------------------------------------
+
+    def commit_error(self, generation: int, tp: TopicPartition, now: float) -> int:
+        """Whether this member may commit an offset of ``tp`` now."""
+        if self.gone:
+            return UNKNOWN_MEMBER_ID
+        self.last_heard = now
+        if generation != self.generation:
+            return self.stale_error
+        if tp not in self.holding and tp not in self.revoking:
+            return self.stale_error  # not this member's partition now
+        return NONE
+
+    stale_error = ILLEGAL_GENERATION
+
+    def commit(self, tp: TopicPartition, offset: int) -> None:
+        self.committed[tp] = offset
+
+    # -- endings -----------------------------------------------------------------------
+
+    def leave(self) -> frozenset:
+        """The client left (or is taken as gone): it fetches nothing. Returns the revocations released."""
+        self.phase = Phase.GONE
+        self.holding = frozenset()
+        return self._released()
+
+    def deadline(self) -> float:
+        """When the member is gone unless it is heard from: its session timeout
+        after it was last heard; a member asked to change has its rebalance
+        timeout from the request to do it, heartbeats or not (Kafka's rules)."""
+        if self.rejoin_asked_at is not None and self.phase is Phase.STABLE:
+            return self.rejoin_asked_at + self.rebalance_timeout_ms / 1000.0
+        return self.last_heard + self.session_timeout_ms / 1000.0
+
+    def expire(self, now: float) -> Optional[frozenset]:
+        """If the member is past its deadline at ``now``, it is gone: the
+        revocations that releases; else None."""
+        if self.gone or self.phase is Phase.JOINING or now < self.deadline():
+            return None
+        return self.leave()
