@@ -21,6 +21,11 @@ it, a moment before its line is written (a kill -9 in that moment loses the
 line, not the record).
 
 SIGTERM or SIGINT leaves the group cleanly; kill -9 is a crash.
+
+With ``--kafka-brokers`` instead of ``--bootstrap`` the member is a stock
+Kafka client (confluent-kafka) that joins the group through the brokers'
+group APIs, writing the same files: the drills put such members in their
+groups beside thin consumers. Its events are its rebalance callbacks.
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord.consumer.config import ConsumerConfig
 
     p = subparsers.add_parser("consume", help="consume a topic as a member of a group")
-    p.add_argument("--bootstrap", required=True, help="zkcoord servers, host:port[,host:port...]")
+    member = p.add_mutually_exclusive_group(required=True)
+    member.add_argument("--bootstrap", help="zkcoord servers, host:port[,host:port...]")
+    member.add_argument("--kafka-brokers", help="brokers, host:port[,host:port...]: consume as a stock Kafka "
+                                                "client (confluent-kafka) in the group, through their group APIs")
     which = p.add_mutually_exclusive_group(required=True)
     settings.add_options(which, ConsumerConfig, only=("topics", "pattern"))
     # Offsets are always auto-committed here (see above).
@@ -80,28 +88,27 @@ def _open_for_append(path: Path):
     return out
 
 
-def _append_event(path: Path, consumer, event: str, partitions) -> None:
+def _append_event(path: Path, member: str, event: str, partitions, epoch: int = -1, generation: int = -1) -> None:
     """One line per Start or Stop obeyed, written before the coordinator hears the answer."""
-    membership = consumer.membership
-    line = json.dumps({"ts": time.time(), "member": consumer.consumer_id, "event": event,
+    line = json.dumps({"ts": time.time(), "member": member, "event": event,
                        "partitions": sorted([t, p] for t, p in partitions),
-                       "epoch": membership.epoch, "generation": membership.generation})
+                       "epoch": epoch, "generation": generation})
     with _status_lock, _open_for_append(path) as events:
         events.write(line + "\n")
 
 
-def _write_status(path: Path, consumer) -> None:
+def _write_status(path: Path, member: str, registered: bool, assignment, epoch: int = -1,
+                  generation: int = -1) -> None:
     """Rewrite the status file. Called from the membership thread inside Stop
     and Start handling (so the file changes before the coordinator hears the
     answer) and from the poll loop for registration changes."""
-    membership = consumer.membership
     status = {
-        "consumer_id": consumer.consumer_id,
+        "consumer_id": member,
         "pid": os.getpid(),
-        "registered": membership.registered.is_set(),
-        "epoch": membership.epoch,
-        "generation": membership.generation,
-        "assignment": sorted([t, p] for t, p in consumer.assignment()),
+        "registered": registered,
+        "epoch": epoch,
+        "generation": generation,
+        "assignment": sorted([t, p] for t, p in assignment),
         "revoked": _revoked["count"],
     }
     with _status_lock:
@@ -130,13 +137,19 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGUSR1, lambda *_: _slow_armed_at.update(t=time.monotonic()))
     out = _open_for_append(args.output) if args.output else sys.stdout
 
+    if args.kafka_brokers:
+        return _run_stock(args, out, stop)
+
     def observe(event: str, partitions) -> None:
         if event == "stop":
             _revoked["count"] += len(partitions)
+        membership = consumer.membership
         if args.events is not None:
-            _append_event(args.events, consumer, event, partitions)
+            _append_event(args.events, consumer.consumer_id, event, partitions, membership.epoch,
+                          membership.generation)
         if args.status is not None:
-            _write_status(args.status, consumer)
+            _write_status(args.status, consumer.consumer_id, membership.registered.is_set(),
+                          consumer.assignment(), membership.epoch, membership.generation)
 
     class SlowToObey(Consumer):
         """The fault being drilled: the network thread slow over a Start or Stop."""
@@ -172,12 +185,84 @@ def run(args: argparse.Namespace) -> int:
                 }) + "\n")
                 consumed += 1
             if args.status is not None:
-                current = (consumer.membership.registered.is_set(), consumer.membership.epoch,
-                           consumer.membership.generation,
-                           tuple(sorted(consumer.assignment())))
+                current = (consumer.membership.registered.is_set(), tuple(sorted(consumer.assignment())),
+                           consumer.membership.epoch, consumer.membership.generation)
                 if current != last_status:
-                    _write_status(args.status, consumer)
+                    _write_status(args.status, consumer.consumer_id, *current)
                     last_status = current
+            if args.max_messages and consumed >= args.max_messages:
+                break
+    finally:
+        out.flush()
+        consumer.close()
+    return 0
+
+
+# How a thin consumer's strategy names map to a stock client's assignors.
+_KAFKA_ASSIGNORS = {"range": "range", "roundrobin": "roundrobin", "sticky": "cooperative-sticky"}
+
+
+def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
+    """The member as a stock Kafka client; same output, status and events."""
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    config = config_from(args)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # --slow-ms is a thin consumer's fault
+    assignors = [_KAFKA_ASSIGNORS[s] for s in config.assignment_strategies if s in _KAFKA_ASSIGNORS]
+    # A client speaks one rebalance style: the first assignor's.
+    cooperative = bool(assignors) and assignors[0] == "cooperative-sticky"
+    assignors = [a for a in assignors if (a == "cooperative-sticky") == cooperative] or ["range"]
+    settings = {
+        "bootstrap.servers": args.kafka_brokers, "group.id": config.group,
+        "session.timeout.ms": config.session_timeout_ms,
+        "heartbeat.interval.ms": max(config.session_timeout_ms // 6, 100),
+        "max.poll.interval.ms": config.max_poll_interval_ms,
+        "auto.offset.reset": "earliest" if config.auto_offset_reset == "smallest" else "latest",
+        "enable.auto.commit": True, "auto.commit.interval.ms": 200,
+        "partition.assignment.strategy": ",".join(assignors),
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
+    if config.consumer_id:
+        settings["group.instance.id"] = config.consumer_id
+    consumer = KafkaConsumer(settings)
+    held: set = set()
+
+    def name() -> str:
+        return consumer.memberid() or "-"
+
+    def changed(event: str, partitions) -> None:
+        tps = {(p.topic, p.partition) for p in partitions}
+        if event == "start":
+            held.update(tps)
+        else:
+            held.difference_update(tps)
+            _revoked["count"] += len(tps)
+        if args.events is not None:
+            _append_event(args.events, name(), event, tps)
+        if args.status is not None:
+            _write_status(args.status, name(), True, held)
+
+    topics = list(config.topics) or ["^" + config.pattern]
+    consumer.subscribe(topics, on_assign=lambda c, ps: changed("start", ps),
+                       on_revoke=lambda c, ps: changed("stop", ps), on_lost=lambda c, ps: changed("stop", ps))
+    consumed = 0
+    try:
+        if args.status is not None:
+            _write_status(args.status, name(), False, held)
+        while not stop.is_set():
+            began = time.time()
+            messages = consumer.consume(100, 0.1)
+            returned = time.time()
+            for message in messages:
+                if message.error():
+                    print(f"zkcoord consume: {message.error()}", file=sys.stderr)  # the client retries
+                    continue
+                out.write(json.dumps({
+                    "topic": message.topic(), "partition": message.partition(), "offset": message.offset(),
+                    "value": (message.value() or b"").decode("utf-8", "backslashreplace"),
+                    "member": name(), "ts": round(began, 6), "te": round(returned, 6),
+                }) + "\n")
+                consumed += 1
             if args.max_messages and consumed >= args.max_messages:
                 break
     finally:

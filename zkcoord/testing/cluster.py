@@ -301,14 +301,16 @@ class LocalCluster:
     def add_consumer(
         self, group: str, topics: Sequence[str] = (), pattern: Optional[str] = None,
         consumer_id: Optional[str] = None, session_timeout_ms: int = 4000, extra: Sequence[str] = (),
-        bootstrap: Optional[Sequence[str]] = None, start: bool = True, netns=None,
+        bootstrap: Optional[Sequence[str]] = None, start: bool = True, netns=None, stock: bool = False,
     ) -> ConsumerProcess:
         """A `zkcoord consume` process; with ``netns`` (a
-        :class:`~zkcoord.testing.netns.NetworkNamespace`), inside that namespace."""
+        :class:`~zkcoord.testing.netns.NetworkNamespace`), inside that namespace;
+        ``stock``: a stock Kafka client joining through the brokers' group APIs."""
         index = len(self.consumers) + 1
         consumer = ConsumerProcess(f"consumer {index}", self.directory / f"{ConsumerProcess.DIRECTORY_PREFIX}{index}",
                                    [], group, netns)
-        args = ["consume", "--bootstrap", ",".join(bootstrap or self.bootstrap), "--group", group,
+        member = ["--kafka-brokers", self.broker_list] if stock else ["--bootstrap", ",".join(bootstrap or self.bootstrap)]
+        args = ["consume", *member, "--group", group,
                 "--session-timeout-ms", str(session_timeout_ms), "--output", str(consumer.output_path),
                 "--status", str(consumer.status_path), "--events", str(consumer.events_path)]
         for topic in topics:
