@@ -131,6 +131,51 @@ class RoundPhase(enum.Enum):
     RECORDING = "recording"
 
 
+# Why a member was dropped without leaving (CoreMetrics.member_expired).
+EXPIRED_NO_ANSWER = "no_answer"  # a request went unanswered within its timeout
+EXPIRED_MAX_POLL = "max_poll_interval"  # alive, but its application stopped polling
+EXPIRED_STATIC = "static_timeout"  # a static member did not come back within its session timeout
+
+
+class CoreMetrics:
+    """What the core counts as it decides, for whoever watches it (Kafka's
+    GroupCoordinatorMetricsShard). These do nothing; the server's metrics
+    (zkcoord/metrics/families.py) count. Called on hot paths (a ping each):
+    an implementation only increments."""
+
+    def ping_sent(self) -> None:
+        pass
+
+    def member_expired(self, reason: str) -> None:
+        pass
+
+    def rebalanced(self, report: RebalanceReport) -> None:
+        pass
+
+    def rebalance_failed(self) -> None:
+        pass
+
+    def offsets_flushed(self, seconds: float, failed: bool) -> None:
+        pass
+
+
+NO_METRICS = CoreMetrics()
+
+
+@dataclass(frozen=True)
+class Census:
+    """How many groups are in each phase and members in each state, now
+    (what the metrics endpoint reports at each scrape). A member is
+    registering (its handover being written), active, leaving (its leave
+    being written) or away (a static member disconnected, waiting for it)."""
+
+    groups: Mapping[str, int]
+    members: Mapping[str, int]
+
+
+MEMBER_STATES = ("registering", "active", "leaving", "away")
+
+
 @dataclass(eq=False)
 class Round:
     """One rebalance of one group, from its plan to its owners written."""
@@ -191,10 +236,12 @@ def _ignore(*_args) -> None:
 
 
 class CoordinatorCore:
-    def __init__(self, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int):
+    def __init__(self, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
+                 metrics: CoreMetrics = NO_METRICS):
         """``zk_session_timeout_ms``: the timeout ZooKeeper granted our session
         (negotiated, not requested: the office is dated from it)."""
         self.config = config
+        self.metrics = metrics
         self.epoch = epoch
         self.zk_session_timeout_ms = zk_session_timeout_ms
         self.state = CoordinatorState.LOADING
@@ -647,6 +694,7 @@ class CoordinatorCore:
             return
         group = self.groups.get(member.group)
         if group is not None and group.members.get(member.member_id) is member:
+            self.metrics.member_expired(EXPIRED_STATIC)
             self._remove(member, "it did not come back within its session timeout", now)
 
     def _fence(self, group: Group, member: Member, now: float) -> None:
@@ -737,6 +785,7 @@ class CoordinatorCore:
         member = self._members.get(conn)
         request = member.outstanding if member is not None else None
         if request is not None and request.correlation_id == correlation_id:
+            self.metrics.member_expired(EXPIRED_NO_ANSWER)
             self._remove(member, f"no answer to {type(request.message).__name__} within "
                                  f"{request.timeout:.1f}s", now)
 
@@ -755,6 +804,7 @@ class CoordinatorCore:
             if not self.active or member.outstanding is not None or member.leaving:
                 continue
             group = self.groups[member.group]
+            self.metrics.ping_sent()
             self._request(member, wire.PingRequest(num_retries=0, coordinator_epoch=self.epoch,
                                                    generation=group.generation),
                           member.session_timeout, self._pinged, _ignore, now)
@@ -778,6 +828,7 @@ class CoordinatorCore:
             self._emit(Send(member.connection, wire.ErrorResponse(
                 error_code=wire.ErrorCode.MAX_POLL_INTERVAL_EXCEEDED,
                 message=f"member {member.member_id} {why}"), 0))
+            self.metrics.member_expired(EXPIRED_MAX_POLL)
             self._remove(member, why, now)
 
     # -- rebalancing (seed sections 6 and 7) ---------------------------------------------------
@@ -1010,6 +1061,7 @@ class CoordinatorCore:
         report = RebalanceReport(group.name, round_.generation, len(round_.plan.paused),
                                  sum(len(t) for t in round_.target.values()), now - round_.started)
         self.last_rebalance = report
+        self.metrics.rebalanced(report)
         log.info("%s stable: %d member(s), %d partition(s), %d paused, %.0f ms", group.describe(),
                  len(group.members), report.partitions, report.paused, report.seconds * 1000)
         self._end_round(group, round_, now)
@@ -1020,6 +1072,7 @@ class CoordinatorCore:
         if failure is None:
             self._succeeded(group)
         else:
+            self.metrics.rebalance_failed()
             group.failures += 1
             group.last_error = failure
             log.warning("%s rebalance attempt failed: %s", group.describe(), failure)
@@ -1151,7 +1204,7 @@ class CoordinatorCore:
         flush = self._flushes[name] = _Flush(list(waiters))
         if unknown:  # learn which nodes exist and check for regressions first
             self._zk(partial(ReadOffsets, group=name, partitions=unknown),
-                     partial(self._flush_read, name, unknown))
+                     partial(self._flush_read, name, unknown, now))
             return
         known = self.committed.setdefault(name, {})
         changed = {tp: o for tp, o in pending.items() if known.get(tp) != o}
@@ -1160,17 +1213,19 @@ class CoordinatorCore:
             return
         existing = frozenset(tp for tp in changed if tp in known)
         self._zk(partial(WriteOffsets, group=name, offsets=changed, existing=existing),
-                 partial(self._offsets_written, name, changed))
+                 partial(self._offsets_written, name, changed, now))
 
-    def _flush_read(self, name: str, asked, found, error, now: float) -> None:
+    def _flush_read(self, name: str, asked, began: float, found, error, now: float) -> None:
         if error is not None:
+            self.metrics.offsets_flushed(now - began, failed=True)
             self._flush_ended(name, error, now)
             return
         self._offsets_read(name, asked, found)
         flush = self._flushes.pop(name)
         self._flush(name, now, flush.waiters + flush.later)
 
-    def _offsets_written(self, name: str, changed, _result, error, now: float) -> None:
+    def _offsets_written(self, name: str, changed, began: float, _result, error, now: float) -> None:
+        self.metrics.offsets_flushed(now - began, failed=error is not None)
         if error is None:
             self.committed.setdefault(name, {}).update(changed)
             self._no_offset.get(name, set()).difference_update(changed)
@@ -1193,6 +1248,23 @@ class CoordinatorCore:
             self._flush(name, now, flush.later)
 
     # -- introspection ----------------------------------------------------------------------------
+
+    @staticmethod
+    def empty_census() -> Census:
+        """Every phase and every member state, at 0."""
+        return Census(dict.fromkeys((phase.value for phase in GroupPhase), 0), dict.fromkeys(MEMBER_STATES, 0))
+
+    def census(self) -> Census:
+        """Groups by phase and members by state, counted now."""
+        empty = self.empty_census()
+        groups, members = dict(empty.groups), dict(empty.members)
+        for group in self.groups.values():
+            groups[group.phase.value] += 1
+            for member in group.members.values():
+                state = "away" if not member.connected else "leaving" if member.leaving else "active"
+                members[state] += 1
+        members["registering"] = len(self._registering)
+        return Census(groups, members)
 
     def describe_groups(self) -> dict:
         return {

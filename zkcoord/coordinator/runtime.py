@@ -34,7 +34,7 @@ from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.core import CoordinatorCore, RebalanceReport
+from zkcoord.coordinator.core import NO_METRICS, CoordinatorCore, CoreMetrics, RebalanceReport
 from zkcoord.coordinator.group import Group
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
@@ -154,15 +154,16 @@ class Coordinator:
     """The coordinator of one slot (``store.slot``): its core, its members' connections, its timers."""
 
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
-                 topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock):
+                 topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
+                 metrics: CoreMetrics = NO_METRICS):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
-        ``topics``: the server's partition counts (needed to start)."""
+        ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into."""
         self.store = store
         self.topics = topics
         self.config = config
         self.epoch = epoch
         self.clock = clock
-        self.core = CoordinatorCore(config, epoch, zk_session_timeout_ms)
+        self.core = CoordinatorCore(config, epoch, zk_session_timeout_ms, metrics)
         self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
         # libev timers by key: cheaper than a greenlet each, and a ping sets
