@@ -143,6 +143,7 @@ class Round:
     waiting: set[str] = field(default_factory=set)  # members whose answer this phase awaits
     sending: bool = False  # requests are going out: answers to them are not counted yet
     failure: Optional[str] = None  # why it cannot finish; it still waits for its answers
+    persisted_members: frozenset[str] = frozenset()  # the members its state names
 
 
 @dataclass(eq=False)
@@ -265,13 +266,20 @@ class CoordinatorCore:
             group = self._group(name)
             group.state_exists = True
             if state is None:
+                group.persisted_members = None  # rewritten by the group's next round
                 continue
             group.generation = state.generation
             group.strategy = state.strategy
+            group.persisted_members = frozenset(state.assignment) | frozenset(state.running)
             until = lease_end(now, state.lease_ms, self.config.lease_margin_ms)
             for holders in (state.assignment, state.running):
                 for member_id, partitions in holders.items():
                     group.fences.fence(member_id, partitions, until)
+            if group.persisted_members:
+                # If none of them comes back, a round once their leases have
+                # ended writes the group empty; one that comes back asks for
+                # an earlier round.
+                self._schedule_round(group, until)
             log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
                      group.describe(), len(group.fences.holders()), state.lease_ms)
         return self._take()
@@ -830,8 +838,8 @@ class CoordinatorCore:
             round_ = self._rounds[group.name] = Round(started=now)
             self._zk(partial(ReadOwners, group=group.name), partial(self._owners_read, group, round_))
             return
-        if not group.members:
-            group.transition(GroupPhase.EMPTY)
+        if not group.members and not group.recorded_owners and group.persisted_members == frozenset():
+            group.transition(GroupPhase.EMPTY)  # and ZooKeeper says so already
             self._flush(group.name, now)
             self._succeeded(group)
             return
@@ -845,12 +853,13 @@ class CoordinatorCore:
             self._schedule_round(group, free_at)
             return
         subscriptions = group.subscriptions()
-        group.strategy = choose_strategy([m.strategies for m in group.members.values()])
+        if group.members:  # an empty group keeps the strategy it had
+            group.strategy = choose_strategy([m.strategies for m in group.members.values()])
         counts = {t: n for t, n in self.partitions.items() if any(s.matches(t) for s in subscriptions.values())}
         current = {m.member_id: m.assigned for m in group.members.values()}
         target = target_assignment(subscriptions, counts, group.strategy, current)
         running = {m.member_id: m.running for m in group.members.values() if m.connected}
-        reason = rebalance_reason(target, group.recorded_owners, running)
+        reason = rebalance_reason(target, group.recorded_owners, running) or self._membership_changed(group)
         if reason is None:
             if group.phase is not GroupPhase.STABLE:
                 group.transition(GroupPhase.REBALANCING)
@@ -872,8 +881,22 @@ class CoordinatorCore:
             lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
             running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
         )
+        round_.persisted_members = frozenset(state.assignment) | frozenset(state.running)
         self._zk(partial(WriteGroupState, group=group.name, state=state, exists=group.state_exists),
                  partial(self._state_written, group, round_))
+
+    @staticmethod
+    def _membership_changed(group: Group) -> Optional[str]:
+        """Why the persisted state must be rewritten although nobody's
+        partitions change: it names members that have gone (or not those
+        that came), as when the last member leaves, or one that ran nothing."""
+        if group.persisted_members is None:
+            return "the persisted state is not known"
+        gone = sorted(group.persisted_members - set(group.members))
+        if gone:
+            return f"member(s) {', '.join(gone)} gone"
+        came = sorted(set(group.members) - group.persisted_members)
+        return f"member(s) {', '.join(came)} joined" if came else None
 
     def _owners_read(self, group: Group, round_: Round, owners, error, now: float) -> None:
         if error is not None:
@@ -886,9 +909,11 @@ class CoordinatorCore:
     def _state_written(self, group: Group, round_: Round, _result, error, now: float) -> None:
         if error is not None:
             group.state_exists = None  # it may have been written after all
+            group.persisted_members = None
             self._end_round(group, round_, now, f"writing the group state failed: {error}")
             return
         group.state_exists = True
+        group.persisted_members = round_.persisted_members
         group.generation = round_.generation
         for member in group.members.values():
             member.assigned = round_.target.get(member.member_id, frozenset())
@@ -1006,12 +1031,13 @@ class CoordinatorCore:
             self._end_round(group, round_, now, f"writing the owners failed: {error}")
             return
         group.recorded_owners = owners  # only this coordinator writes them, fenced
-        group.transition(GroupPhase.STABLE)
+        # The members of the round, not of now: one that joined meanwhile runs another round.
+        group.transition(GroupPhase.STABLE if round_.target else GroupPhase.EMPTY)
         report = RebalanceReport(group.name, round_.generation, len(round_.plan.paused),
                                  sum(len(t) for t in round_.target.values()), now - round_.started)
         self.last_rebalance = report
-        log.info("%s stable: %d member(s), %d partition(s), %d paused, %.0f ms", group.describe(),
-                 len(group.members), report.partitions, report.paused, report.seconds * 1000)
+        log.info("%s %s: %d member(s), %d partition(s), %d paused, %.0f ms", group.describe(),
+                 group.phase.value, len(round_.target), report.partitions, report.paused, report.seconds * 1000)
         self._end_round(group, round_, now)
 
     def _end_round(self, group: Group, round_: Round, now: float, failure: Optional[str] = None) -> None:

@@ -101,6 +101,9 @@ class Group:
     recorded_owners: Optional[dict[TopicPartition, str]] = None
     # Whether its state node exists (None: not known, after a write whose outcome is unknown).
     state_exists: Optional[bool] = False
+    # The members its state node names (None: not known). A round runs while
+    # this differs from the members, so the node never names one that has gone.
+    persisted_members: Optional[frozenset[str]] = frozenset()
     attempts: int = 0  # rebalance rounds failed in a row since the last change asked for one
     # When the first member of a new group joined, while its first round waits for the others.
     forming_since: Optional[float] = None
