@@ -118,3 +118,12 @@ def test_an_empty_state_that_fails_to_be_written_is_written_on_a_retry():
     h.advance(2.0)
     state = h.zk.states["g"]
     assert state.assignment == {} and h.zk.owners["g"] == {} and state.generation > generation
+
+
+def test_the_state_names_where_each_member_connected_from():
+    h = CoreHarness()
+    request = wire.RegisterConsumerRequest(group_id="g", consumer_id="a", topics=("t",), session_timeout_ms=T_MS)
+    h.apply(h.core.register("a", request, 1, h.now, host="127.0.0.1", client_id="app"))
+    h.register("b", "b")  # a registration that says nothing of itself
+    h.stable(["a", "b"])
+    assert h.zk.states["g"].clients == {"a": layout.MemberClient("127.0.0.1", "app")}

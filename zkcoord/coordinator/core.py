@@ -500,9 +500,10 @@ class CoordinatorCore:
                                                "office is not proven yet")
 
     def register(self, conn: Hashable, request: wire.RegisterConsumerRequest, correlation_id: int,
-                 now: float) -> list:
+                 now: float, *, host: str = "", client_id: str = "") -> list:
         """A consumer registers on ``conn``. Offsets it hands over (what it ran
-        when its last coordinator went) are written before it is answered."""
+        when its last coordinator went) are written before it is answered.
+        ``host`` and ``client_id`` are only shown to operators (the group's state)."""
         try:
             self.validate(request)
         except wire.WireError as exc:
@@ -522,6 +523,8 @@ class CoordinatorCore:
             # Its lease runs from before it sent this registration: earlier than now.
             last_sent=now,
             registered_at=now,
+            host=host,
+            client_id=client_id,
         )
         group = self._group(request.group_id)
         try:
@@ -880,6 +883,8 @@ class CoordinatorCore:
             {m: tuple(sorted(tps)) for m, tps in target.items()},
             lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
             running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
+            clients={m.member_id: layout.MemberClient(m.host, m.client_id) for m in group.members.values()
+                     if m.host or m.client_id},
         )
         round_.persisted_members = frozenset(state.assignment) | frozenset(state.running)
         self._zk(partial(WriteGroupState, group=group.name, state=state, exists=group.state_exists),

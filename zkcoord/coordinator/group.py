@@ -73,6 +73,9 @@ class Member:
     queued: Any = None
     last_correlation_id: int = 0
     leaving: bool = False  # its leave is being committed; nothing more is sent to it
+    # Where it connected from and the client id it gave, for operators only.
+    host: str = ""
+    client_id: str = ""
 
     @property
     def session_timeout(self) -> float:

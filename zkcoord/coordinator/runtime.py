@@ -243,7 +243,8 @@ class Coordinator:
         conn = next(self._connection_ids)
         connection = self._connections[conn] = _Connection(channel)
         try:
-            self._event(self.core.register, conn, request, correlation_id)
+            host = channel.peer.rpartition(":")[0] if ":" in channel.peer else ""
+            self._event(partial(self.core.register, host=host), conn, request, correlation_id)
             connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
             connection.ended.wait()
         finally:
