@@ -13,7 +13,7 @@ from zkcoord.wire.codec import layout_of
 from zkcoord.wire import (
     ClusterMetadataRequest, ClusterMetadataResponse, Endpoint, ErrorCode,
     ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, PingRequest, PingResponse, RegisterConsumerRequest,
-    RegisterConsumerResponse, RestartFetcherResponse, StartRequest,
+    RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse, RestartFetcherResponse, StartRequest,
     StopRequest, StopResponse, TopicPartition, TopicPartitionOffset as TPO,
     decode, encode,
 )
@@ -105,6 +105,12 @@ SAMPLES = [
      "0000001b 03f3 0001 00000007 00000001 0001 74 00000001 000000000000002a"),
     (LeaveGroupResponse(), 1,
      "0000000a 03f4 0001 00000007 0000"),
+    (ResetOffsetsRequest(group_id="g", execute=True, offsets=(TPO("t", 1, 5),)), 1,
+     "00000020 03f5 0001 00000007 0001 67 01 00 00000001 0001 74 00000001 0000000000000005"),
+    (ResetOffsetsResponse(error_code=ErrorCode.GROUP_NOT_EMPTY, error_message="busy", members=("c1",),
+                          previous=(TPO("t", 1, 42),)), 1,
+     "0000002b 03f6 0001 00000007 0010 0004 62757379 00000001 0002 6331"
+     " 00000001 0001 74 00000001 000000000000002a"),
 ]
 
 
@@ -382,6 +388,10 @@ MESSAGES = {
                                  message=text)},
     LeaveGroupRequest: {1: st.builds(LeaveGroupRequest, offsets=tuples(tpos))},
     LeaveGroupResponse: {1: st.builds(LeaveGroupResponse, error_code=codes)},
+    ResetOffsetsRequest: {1: st.builds(ResetOffsetsRequest, group_id=text, execute=st.booleans(),
+                                       force=st.booleans(), offsets=tuples(tpos))},
+    ResetOffsetsResponse: {1: st.builds(ResetOffsetsResponse, error_code=codes, error_message=text,
+                                        members=tuples(text), previous=tuples(tpos))},
 }
 
 CASES = [(cls, v) for cls in MESSAGES for v in MESSAGES[cls]]
