@@ -45,7 +45,7 @@ class FakeZooKeeper:
             return dict(self.owners.get(op.group, {}))
         if isinstance(op, actions.ReadOffsets):
             known = self.offsets[op.group]
-            return {tp: known[tp] for tp in op.partitions if tp in known}
+            return {tp: known[tp] for tp in (known if op.partitions is None else op.partitions) if tp in known}
         self.writes.append(op)
         if isinstance(op, actions.WriteGroupState):
             self.states[op.group] = op.state

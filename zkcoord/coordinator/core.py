@@ -49,7 +49,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.group import Group, GroupPhase, IllegalTransition, Member
 from zkcoord.coordinator.lease import OFFICE_RENEWAL_SHARE, lease_end, office_end
 from zkcoord.coordinator.planner import (
-    HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, target_assignment,
+    HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
 )
 from zkcoord.coordinator.schedule import PingSchedule
 from zkcoord.errors import ZkcoordError
@@ -144,6 +144,7 @@ class Round:
     sending: bool = False  # requests are going out: answers to them are not counted yet
     failure: Optional[str] = None  # why it cannot finish; it still waits for its answers
     persisted_members: frozenset[str] = frozenset()  # the members its state names
+    reset: Optional[OffsetReset] = None  # an operator's forced reset it carries out, not yet answered
 
 
 @dataclass(eq=False)
@@ -166,6 +167,18 @@ class _Flush:
     waiters: list = field(default_factory=list)
     later: list = field(default_factory=list)
     again: bool = False  # asked for after it began: write once more when it ends
+
+
+@dataclass(eq=False)
+class OffsetReset:
+    """An operator's forced reset of a group with members, waiting for the
+    round that carries it out: between its Stops and its Starts, ``offsets``
+    replace what the Stops reported, and once they are written the operator
+    is answered (``answer(error, now)``) and the owners start from them."""
+
+    offsets: Mapping[TopicPartition, int]
+    answer: Callable
+    conn: Hashable
 
 
 def offset_is_acceptable(group: Group, member: Member, tp: TopicPartition, offset: int,
@@ -219,6 +232,7 @@ class CoordinatorCore:
         self._rebalance_due: dict[str, float] = {}
         self._flushes: dict[str, _Flush] = {}
         self._operations: dict[int, Callable] = {}
+        self._resets: dict[str, OffsetReset] = {}  # forced resets waiting for their round, by group
         self._next_token = 0
         self._ping_at: Optional[float] = None
         self._deadlines: list[tuple[float, int, Hashable, int]] = []  # (at, n, conn, correlation id), a heap
@@ -560,6 +574,10 @@ class CoordinatorCore:
         return self._take()
 
     def connection_closed(self, conn: Hashable, now: float) -> list:
+        for name, reset in list(self._resets.items()):
+            if reset.conn == conn:  # the operator gave up before its round began: it never happens
+                del self._resets[name]
+                log.info("[group %s] offset reset dropped: the operator's connection closed", name)
         if self._registering.pop(conn, None) is None:
             member = self._members.get(conn)
             if member is not None and not self.deposed:
@@ -862,7 +880,9 @@ class CoordinatorCore:
         current = {m.member_id: m.assigned for m in group.members.values()}
         target = target_assignment(subscriptions, counts, group.strategy, current)
         running = {m.member_id: m.running for m in group.members.values() if m.connected}
-        reason = rebalance_reason(target, group.recorded_owners, running) or self._membership_changed(group)
+        reset = self._resets.pop(group.name, None)
+        reason = (rebalance_reason(target, group.recorded_owners, running) or self._membership_changed(group)
+                  or ("an operator resets offsets" if reset is not None else None))
         if reason is None:
             if group.phase is not GroupPhase.STABLE:
                 group.transition(GroupPhase.REBALANCING)
@@ -870,9 +890,12 @@ class CoordinatorCore:
             self._succeeded(group)
             return
         plan = plan_handoff(target, running, eager=self.config.rebalance_protocol == "eager")
+        if reset is not None:
+            plan = restart_partitions(plan, target, running, frozenset(reset.offsets))
         group.transition(GroupPhase.REBALANCING)
         round_ = self._rounds[group.name] = Round(started=now, phase=RoundPhase.PERSISTING,
-                                                  generation=group.generation + 1, target=target, plan=plan)
+                                                  generation=group.generation + 1, target=target, plan=plan,
+                                                  reset=reset)
         log.info("%s rebalancing to gen %d (%s, %s): %s; %d partition(s) paused",
                  group.describe(), round_.generation, group.strategy, self.config.rebalance_protocol, reason,
                  len(plan.paused))
@@ -985,6 +1008,8 @@ class CoordinatorCore:
             self._end_round(group, round_, now, "the ZooKeeper connection is suspended")
         elif round_.phase is RoundPhase.STOPPING:
             round_.phase = RoundPhase.FLUSHING  # offsets from the Stop answers, before anyone restarts
+            if round_.reset is not None:  # the operator's offsets replace them
+                self._reset(group, round_.reset.offsets)
             self._flush(group.name, now, [partial(self._stops_written, group, round_)])
         elif round_.phase is RoundPhase.STARTING:
             round_.phase = RoundPhase.RECORDING
@@ -993,6 +1018,9 @@ class CoordinatorCore:
                      partial(self._owners_written, group, round_, owners))
 
     def _stops_written(self, group: Group, round_: Round, error, now: float) -> None:
+        if round_.reset is not None:
+            reset, round_.reset = round_.reset, None
+            reset.answer(error, now)
         if error is not None:
             self._end_round(group, round_, now, f"writing the stopped partitions' offsets failed: {error}")
             return
@@ -1048,6 +1076,10 @@ class CoordinatorCore:
     def _end_round(self, group: Group, round_: Round, now: float, failure: Optional[str] = None) -> None:
         if self._rounds.get(group.name) is round_:
             del self._rounds[group.name]
+        if round_.reset is not None:  # it failed before the offsets were written: nothing was reset
+            reset, round_.reset = round_.reset, None
+            reset.answer(wire.RebalanceInProgress(f"the rebalance that was to reset the offsets failed ({failure}); "
+                                                  "nothing was reset"), now)
         if failure is None:
             self._succeeded(group)
         else:
@@ -1222,6 +1254,121 @@ class CoordinatorCore:
             waiter(error, now)
         if flush.again:
             self._flush(name, now, flush.later)
+
+    # -- an operator's offset reset ----------------------------------------------------------------
+
+    def reset_offsets(self, conn: Hashable, request: wire.ResetOffsetsRequest, correlation_id: int,
+                      now: float) -> list:
+        """`zkcoord groups reset-offsets` on connection ``conn``: answered
+        once decided, then closed. Without ``execute``, the committed
+        offsets and the members, nothing changed. With it, the offsets are
+        committed (the one way an offset moves backwards, invariant 2) if the
+        group has no members; with members, only if forced, by a round that
+        stops their owners, commits and starts the owners from them. Every
+        refusal changes nothing."""
+        def answer(error, now, members=(), previous=None) -> None:
+            self._emit(Send(conn, wire.ResetOffsetsResponse(
+                error_code=wire.ErrorCode.NONE if error is None else wire.code_for(error),
+                error_message="" if error is None else str(error), members=tuple(members),
+                previous=wire.offset_entries(previous or {})), correlation_id))
+            self._emit(Close(conn))
+
+        try:
+            group, offsets = self._check_reset(request)
+        except wire.WireError as exc:
+            answer(exc, now)
+            return self._take()
+        # Every partition named, or (none named, not executing) every one the group has an offset for.
+        asked = frozenset(offsets) if offsets else None
+        unknown = self._unknown_offsets(group.name, asked) if asked is not None else None
+        decide = partial(self._reset_decided, conn, group, request, offsets, answer)
+        if unknown == frozenset():
+            decide(asked, now)
+        else:
+            self._zk(partial(ReadOffsets, group=group.name, partitions=unknown),
+                     partial(self._reset_offsets_read, group, decide, answer, unknown))
+        return self._take()
+
+    def _check_reset(self, request: wire.ResetOffsetsRequest) -> tuple[Group, dict[TopicPartition, int]]:
+        """The group and the offsets asked for, or the WireError that refuses them."""
+        try:
+            layout.group_path(request.group_id)
+        except layout.LayoutError as exc:
+            raise wire.InvalidRequest(str(exc)) from None
+        offsets: dict[TopicPartition, int] = {}
+        for entry in request.offsets:
+            tp = TopicPartition(entry.topic, entry.partition)
+            if tp in offsets:
+                raise wire.InvalidRequest(f"{entry.topic}-{entry.partition} is named twice")
+            count = self.partitions.get(entry.topic, 0)
+            if not count:
+                raise wire.UnknownPartition(f"there is no topic {entry.topic!r}")
+            if not 0 <= entry.partition < count:
+                raise wire.UnknownPartition(f"topic {entry.topic} has no partition {entry.partition} "
+                                            f"(it has {count})")
+            if request.execute:
+                try:
+                    layout.encode_offset(entry.offset)
+                except layout.LayoutError as exc:
+                    raise wire.InvalidRequest(f"{entry.topic}-{entry.partition}: {exc}") from None
+            offsets[tp] = entry.offset
+        if request.execute and not offsets:
+            raise wire.InvalidRequest("a reset to execute names at least one partition")
+        if not self.active:
+            raise wire.CoordinatorNotAvailable("the coordinator is suspended: ZooKeeper is unreachable or its "
+                                               "office is not proven yet")
+        return self._group(request.group_id), offsets
+
+    def _reset_offsets_read(self, group: Group, decide, answer, asked, found, error, now: float) -> None:
+        if error is not None:
+            answer(error, now)
+            return
+        asked = frozenset(found) if asked is None else asked
+        self._offsets_read(group.name, asked, found)
+        decide(asked, now)
+
+    def _reset_decided(self, conn, group: Group, request, offsets, answer, asked, now: float) -> None:
+        committed = self.committed.get(group.name, {})
+        pending = self.pending_offsets.get(group.name, {})
+        if asked is None:
+            asked = frozenset(committed) | frozenset(pending)
+        # Offsets taken and not yet written are the ones a reset moves from.
+        previous = {tp: max(committed.get(tp, -1), pending.get(tp, -1)) for tp in asked}
+        previous = {tp: offset for tp, offset in previous.items() if offset >= 0}
+        members = sorted(group.members)
+        answer = partial(answer, members=members, previous=previous)
+        if not request.execute:
+            answer(None, now)
+            return
+        refusal = None
+        if not self.active:
+            refusal = wire.CoordinatorNotAvailable("the coordinator was suspended")
+        elif group.name in self._rounds or group.name in self._resets:
+            refusal = wire.RebalanceInProgress(f"group {group.name} is rebalancing; try again in a moment")
+        elif members and not request.force:
+            refusal = wire.GroupNotEmpty(f"group {group.name} has {len(members)} member(s): {', '.join(members)}; "
+                                         "stop them first, or force the reset")
+        if refusal is not None:
+            answer(refusal, now)
+        elif members:
+            # Its owners stop, the offsets are written, its owners start from them: a round.
+            log.info("%s offset reset of %d partition(s) forced by an operator; rebalancing to carry it out",
+                     group.describe(), len(offsets))
+            self._resets[group.name] = OffsetReset(offsets, answer, conn)
+            self.request_rebalance(group, "an operator resets offsets", now)
+        else:
+            self._reset(group, offsets)
+            self._flush(group.name, now, [answer])
+
+    def _reset(self, group: Group, offsets: Mapping[TopicPartition, int]) -> None:
+        """Make ``offsets`` the group's next to write, whatever it held: an
+        operator's reset. Offsets a member dropped earlier would hand over
+        for them are stale from now on."""
+        pending = self.pending_offsets.setdefault(group.name, {})
+        pending.update(offsets)
+        group.fences.claimed(offsets)
+        log.info("%s offsets reset by an operator: %s", group.describe(),
+                 ", ".join(f"{t}-{p} to {o}" for (t, p), o in sorted(offsets.items())))
 
     # -- introspection ----------------------------------------------------------------------------
 
