@@ -510,6 +510,15 @@ class Server:
                         return
                     coordinator.serve_member(channel, message, frame.correlation_id)
                     return
+                elif isinstance(message, wire.ResetOffsetsRequest):
+                    coordinator = self._coordinator_of(message.group_id)
+                    if coordinator is None:
+                        channel.send(wire.ResetOffsetsResponse(
+                            error_code=wire.ErrorCode.NOT_COORDINATOR,
+                            error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
+                        return
+                    coordinator.serve_reset(channel, message, frame.correlation_id)
+                    return
                 else:
                     raise wire.IllegalState(
                         f"{type(message).__name__} is not a request a server answers",
