@@ -8,11 +8,7 @@ from zkcoord.coordinator import actions
 from zkcoord.coordinator.group import GroupPhase
 from zkcoord.zk import layout
 
-from tests.unit.core_harness import MARGIN_MS, T_MS, CoreHarness, FakeZooKeeper
-
-T = T_MS / 1000.0
-MARGIN = MARGIN_MS / 1000.0
-P = [("t", i) for i in range(4)]
+from tests.unit.core_harness import MARGIN, P, T, T_MS, CoreHarness, FakeZooKeeper
 
 
 def one_member() -> CoreHarness:

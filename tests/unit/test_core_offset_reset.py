@@ -9,9 +9,8 @@ import pytest
 from zkcoord import wire
 from zkcoord.coordinator import actions
 
-from tests.unit.core_harness import CONFIG, CoreHarness
+from tests.unit.core_harness import CONFIG, P, CoreHarness
 
-P = [("t", i) for i in range(4)]
 OP = "operator"  # the operator's connection
 
 
