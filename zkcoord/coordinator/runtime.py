@@ -18,6 +18,7 @@ it, so the core sees one event at a time, in order, without locks.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 from functools import partial
 import logging
@@ -241,12 +242,28 @@ class Coordinator:
     def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int) -> None:
         """Register the consumer behind ``channel``; its frames then reach the
         core from the event loop's callbacks until the connection ends."""
+        with self._connection(channel) as (conn, connection):
+            host = channel.peer.rpartition(":")[0] if ":" in channel.peer else ""
+            self._event(partial(self.core.register, host=host), conn, request, correlation_id)
+            connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
+            connection.ended.wait()
+
+    def serve_reset(self, channel: Channel, request: wire.ResetOffsetsRequest, correlation_id: int) -> None:
+        """An operator's offset reset: the core answers it on ``channel`` once
+        decided (a forced one after a round) and closes it; an operator
+        that hangs up first drops a forced reset whose round has not begun."""
+        with self._connection(channel) as (conn, connection):
+            self._event(self.core.reset_offsets, conn, request, correlation_id)
+            connection.read_with(lambda _frames: None, lambda _exc: connection.ended.set())
+            connection.ended.wait()
+
+    @contextlib.contextmanager
+    def _connection(self, channel: Channel):
+        """``channel`` as a connection the core knows by a handle, until it ends."""
         conn = next(self._connection_ids)
         connection = self._connections[conn] = _Connection(channel)
         try:
-            self._event(self.core.register, conn, request, correlation_id)
-            connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
-            connection.ended.wait()
+            yield conn, connection
         finally:
             connection.stop_reading()
             self._event(self.core.connection_closed, conn)

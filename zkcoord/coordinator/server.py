@@ -529,14 +529,17 @@ class Server:
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
                     channel.send(self._metadata_for(message), frame.correlation_id)
-                elif isinstance(message, wire.RegisterConsumerRequest):
+                elif isinstance(message, (wire.RegisterConsumerRequest, wire.ResetOffsetsRequest)):
+                    # Requests for the group's coordinator, which then owns the connection.
                     coordinator = self._coordinator_of(message.group_id)
                     if coordinator is None:
-                        channel.send(wire.RegisterConsumerResponse(
+                        channel.send(wire.RESPONSES[type(message)](
                             error_code=wire.ErrorCode.NOT_COORDINATOR,
                             error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
-                        return
-                    coordinator.serve_member(channel, message, frame.correlation_id)
+                    elif isinstance(message, wire.RegisterConsumerRequest):
+                        coordinator.serve_member(channel, message, frame.correlation_id)
+                    else:
+                        coordinator.serve_reset(channel, message, frame.correlation_id)
                     return
                 else:
                     raise wire.IllegalState(
