@@ -28,6 +28,8 @@ setup(
         "python-snappy>=0.7",
         "lz4>=4",
         "zstandard>=0.22",
+        # The metrics endpoint (zkcoord/metrics/): still 0.x, its API settled within it.
+        "prometheus-client>=0.20,<1",
     ],
     extras_require={
         "test": [

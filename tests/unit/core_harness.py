@@ -21,6 +21,8 @@ from zkcoord.coordinator.core import CoordinatorCore
 
 T_MS = 3000  # members' session timeout
 MARGIN_MS = 200
+T, MARGIN = T_MS / 1000.0, MARGIN_MS / 1000.0
+P = [("t", i) for i in range(4)]  # the partitions of topic t, as the harness makes it by default
 ZK_SESSION_MS = 6000  # the coordinator's ZooKeeper session: its office lasts 4 s from a round trip
 # A new group's first round after the plain debounce, as every later one:
 # the initial delay has tests of its own (test_coordinator_core.py).
@@ -45,7 +47,7 @@ class FakeZooKeeper:
             return dict(self.owners.get(op.group, {}))
         if isinstance(op, actions.ReadOffsets):
             known = self.offsets[op.group]
-            return {tp: known[tp] for tp in op.partitions if tp in known}
+            return {tp: known[tp] for tp in (known if op.partitions is None else op.partitions) if tp in known}
         self.writes.append(op)
         if isinstance(op, actions.WriteGroupState):
             self.states[op.group] = op.state

@@ -5,6 +5,7 @@ the named era left it in ZooKeeper (Scala 2.12 and 2.13 builds order keys
 differently; we write the 2.13 order and read both).
 """
 
+import dataclasses
 import json
 from functools import partial
 
@@ -426,6 +427,32 @@ def test_group_state_bytes():
     as_assigned = GroupState(7, "range", state.assignment, running=state.assignment)
     assert b'"running":{}' in L.encode_group_state(as_assigned)
     assert L.decode_group_state(L.encode_group_state(as_assigned)) == as_assigned
+
+
+def test_group_state_clients_are_an_optional_field_of_version_2():
+    state = GroupState(4, "range", {"c-1": (("t", 0),), "c-2": ()}, lease_ms=6000, running={"c-1": (("t", 0),)},
+                       clients={"c-1": L.MemberClient("127.0.0.1", "app-1"), "c-2": L.MemberClient("10.0.0.2")})
+    data = L.encode_group_state(state)
+    assert data == (
+        b'{"version":2,"generation":4,"strategy":"range","assignment":{"c-1":{"t":[0]},"c-2":{}},'
+        b'"lease_ms":6000,"running":{},'
+        b'"clients":{"c-1":{"host":"127.0.0.1","client_id":"app-1"},"c-2":{"host":"10.0.0.2","client_id":""}}}'
+    )
+    assert L.decode_group_state(data) == state
+    # Written by a server that does not know the field: read as no clients.
+    without = L.encode_group_state(dataclasses.replace(state, clients={}))
+    assert b"clients" not in without and L.decode_group_state(without).clients == {}
+    # Read by such a server: it passes by fields it does not know, as it
+    # passes by this one (the same decoder, asked for the same fields).
+    assert L.decode_group_state(data.replace(b'"clients"', b'"future"')) == dataclasses.replace(state, clients={})
+
+
+@pytest.mark.parametrize("clients", [b'[]', b'{"c":"127.0.0.1"}', b'{"c":{"client_id":"x"}}',
+                                     b'{"c":{"host":1}}', b'{"c":{"host":"h","client_id":2}}'])
+def test_group_state_refuses_a_bad_client(clients):
+    with pytest.raises(L.LayoutError, match="clients"):
+        L.decode_group_state(b'{"version":2,"generation":2,"strategy":"range","assignment":{},"running":{},'
+                             b'"clients":' + clients + b'}')
 
 
 def test_group_state_version_1_still_reads():

@@ -28,10 +28,11 @@ from zkcoord.drill.cli import settings_from as drill_settings_from
 from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.schedule import KINDS
 from zkcoord.errors import ConfigError
+from zkcoord.metrics.config import MetricsConfig
 from zkcoord.zk.ensemble import EnsembleConfig
 
-CONFIGS = (BrokerConfig, LogConfig, ConsumerConfig, MemberConfig, CoordinatorConfig, ServerConfig, DrillSettings,
-           EnsembleConfig)
+CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig, CoordinatorConfig, ServerConfig,
+           DrillSettings, EnsembleConfig)
 
 # Options that are not settings of a config but of the command's own run:
 # where to write, what to wait for, how to reach ZooKeeper before anything.
@@ -109,6 +110,18 @@ def test_server_options_reach_the_nested_configs():
         "--rebalance-protocol", "eager", "--segment-bytes", "4096", "--coordinator-slots", "4"))
     assert config.coordinator.rebalance_protocol == "eager" and config.coordinator_slots == 4
     assert (config.broker.host, config.broker.port, config.broker.log.segment_bytes) == ("127.0.0.2", 7, 4096)
+
+
+def test_the_metrics_options_reach_the_server_and_a_bad_one_names_its_flag():
+    config = server_config_from(parse("server", "--id", "3", "--zookeeper", "zk", "--data-dir", "d",
+                                      "--metrics-port", "0"))
+    assert config.metrics == MetricsConfig(port=0) and config.metrics.enabled
+    assert not server_config_from(parse("server", "--id", "3", "--zookeeper", "zk", "--no-broker")).metrics.enabled
+    with pytest.raises(ConfigError, match="--metrics-host must be an IP address"):
+        settings.from_args(MetricsConfig, parse("broker", "--id", "1", "--zookeeper", "zk", "--data-dir", "d",
+                                                "--metrics-host", "localhost"))
+    with pytest.raises(ConfigError, match="--metrics-port must be at most 65535"):
+        server_config_from(parse("server", "--id", "3", "--zookeeper", "zk", "--no-broker", "--metrics-port", "70000"))
 
 
 def test_a_minimal_broker_command_line_gives_the_default_config():

@@ -12,7 +12,7 @@ from zkcoord.wire.codec import layout_of
 from zkcoord.wire import (
     ClusterMetadataRequest, ClusterMetadataResponse, Endpoint, ErrorCode,
     ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, PingRequest, PingResponse, RegisterConsumerRequest,
-    RegisterConsumerResponse, RestartFetcherResponse, StartRequest,
+    RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse, RestartFetcherResponse, StartRequest,
     StopRequest, StopResponse, TopicPartition, TopicPartitionOffset as TPO,
     decode, encode,
 )
@@ -175,6 +175,10 @@ MESSAGES = {
                                  message=text)},
     LeaveGroupRequest: {1: st.builds(LeaveGroupRequest, offsets=tuples(tpos))},
     LeaveGroupResponse: {1: st.builds(LeaveGroupResponse, error_code=codes)},
+    ResetOffsetsRequest: {1: st.builds(ResetOffsetsRequest, group_id=text, execute=st.booleans(),
+                                       force=st.booleans(), offsets=tuples(tpos))},
+    ResetOffsetsResponse: {1: st.builds(ResetOffsetsResponse, error_code=codes, error_message=text,
+                                        members=tuples(text), previous=tuples(tpos))},
 }
 
 CASES = [(cls, v) for cls in MESSAGES for v in MESSAGES[cls]]

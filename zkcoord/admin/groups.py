@@ -1,25 +1,29 @@
 """Group administration: what ZooKeeper says about consumer groups, and their lag.
 
 `zkcoord groups list` names the groups; `zkcoord groups describe --group G`
-shows which server coordinates the group (its coordinator slot and that
-slot's epoch), the coordinator's persisted view (generation, strategy,
-members and their partitions, a failed rebalance if any), the owners and committed
-offsets in Kafka 0.8's layout, and each partition's lag against its broker's
-log end offset.
+prints what Kafka's `kafka-consumer-groups --describe` prints (per partition
+the committed offset, log end offset, lag and owning member with its host and
+client id; or ``--members``; or ``--state``), read from the coordinator's
+persisted view (state, owners, offsets in Kafka 0.8's layout), headed by
+what is ours: which server coordinates the group (its slot and that slot's
+epoch), the generation and strategy, a failed rebalance if any. ``--output
+json`` prints all of it as one document. `zkcoord groups reset-offsets` is
+in reset.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 from kazoo.exceptions import NoNodeError
 
 from zkcoord.admin import zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import read_brokers, read_offsets, read_owners
+from zkcoord.zk.nodes import read_brokers, read_offsets, read_owners, read_servers
 
 
 def list_groups(client) -> list[str]:
@@ -55,70 +59,174 @@ def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Opti
     return slot, slots, server, epoch
 
 
-def describe_group(client, group: str, end_offsets: Optional[dict] = None) -> list[str]:
-    """Lines describing ``group``; ``end_offsets`` maps (topic, partition) to the log end offset."""
-    lines = [f"group {group}"]
-    slot, slots, server, epoch = group_coordinator(client, group)
-    where = f"slot {slot} of {slots}" + ("" if epoch is None else f", epoch {epoch}")
-    lines.append(f"  coordinator: {'server ' + server if server is not None else 'none elected'} ({where})")
-    state = _read(client, layout.group_state_path(group), layout.decode_group_state)
-    if state is not None:
-        lines.append(f"  generation {state.generation}, strategy {state.strategy}, "
-                     f"{len(state.assignment)} member(s)")
-        for member, tps in sorted(state.assignment.items()):
-            lines.append(f"    {member}: {', '.join(f'{t}-{p}' for t, p in tps) or '(nothing)'}")
-    failure = _read(client, layout.group_failure_path(group), layout.decode_group_failure)
+# Kafka's names for a group's state, as `kafka-consumer-groups --describe --state` prints them.
+EMPTY, STABLE, PREPARING_REBALANCE, DEAD = "Empty", "Stable", "PreparingRebalance", "Dead"
+
+
+def state_name(state: Optional[layout.GroupState], owners: dict, failure: Optional[layout.GroupFailure],
+               has_offsets: bool) -> str:
+    """The group's state as Kafka's tool names it, from what its coordinator
+    persisted: Empty (no members), Stable (the owners recorded are the
+    assignment of the generation persisted), PreparingRebalance (a rebalance
+    under way, between the two writes, or one that failed and is retried on
+    the next change), Dead (nothing of the group left but its name)."""
+    if state is None or not state.assignment:
+        return EMPTY if state is not None or has_offsets else DEAD
     if failure is not None:
-        lines.append(f"  REBALANCE FAILED at generation {failure.generation} after {failure.attempts} "
-                     f"attempts: {failure.error}")
-    lines.append(f"  {'topic':<20} {'partition':>9} {'committed':>12} {'end':>12} {'lag':>10}  owner")
+        return PREPARING_REBALANCE
+    assigned = {tp: member for member, tps in state.assignment.items() for tp in tps}
+    return STABLE if assigned == owners else PREPARING_REBALANCE
+
+
+def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -> dict:
+    """``group`` as one JSON-able document: its coordinator, state,
+    generation, strategy, failed rebalance, members and, per partition, the
+    committed offset, log end offset, lag and owner. ``end_offsets`` maps
+    partitions to their log end offsets (None: no lag)."""
+    slot, slots, server, epoch = group_coordinator(client, group)
+    servers = read_servers(client)
+    endpoint = servers.get(server) if server is not None else None
+    state = _read(client, layout.group_state_path(group), layout.decode_group_state)
+    failure = _read(client, layout.group_failure_path(group), layout.decode_group_failure)
     owners, offsets = read_owners(client, group), read_offsets(client, group)
-    for topic, partition in sorted(set(owners) | set(offsets)):
-        committed = offsets.get((topic, partition))
-        end = (end_offsets or {}).get((topic, partition))
-        lag = end - committed if end is not None and committed is not None else None
-        lines.append(f"  {topic:<20} {partition:>9} {_show(committed):>12} {_show(end):>12} "
-                     f"{_show(lag):>10}  {owners.get((topic, partition)) or '-'}")
-    return lines
+    assignment = dict(state.assignment) if state is not None else {}
+    clients = dict(state.clients) if state is not None else {}
+    owner_of = {**owners, **{tp: member for member, tps in assignment.items() for tp in tps}}
+    partitions = sorted(set(owner_of) | set(offsets))
+    ends = end_offsets(partitions) if end_offsets is not None and partitions else {}
+
+    def client_of(member: Optional[str]) -> dict:
+        known = clients.get(member) if member is not None else None
+        return {"consumer_id": member, "host": known.host if known and known.host else None,
+                "client_id": known.client_id if known and known.client_id else None}
+
+    rows = []
+    for topic, partition in partitions:
+        committed, end = offsets.get((topic, partition)), ends.get((topic, partition))
+        rows.append({"topic": topic, "partition": partition, "current_offset": committed, "log_end_offset": end,
+                     "lag": end - committed if end is not None and committed is not None else None,
+                     **client_of(owner_of.get((topic, partition)))})
+    return {
+        "group": group,
+        "state": state_name(state, owners, failure, bool(offsets)),
+        "generation": state.generation if state is not None else None,
+        "strategy": state.strategy if state is not None else None,
+        "coordinator": {"server": server, "host": endpoint.host if endpoint else None,
+                        "port": endpoint.port if endpoint else None, "slot": slot, "slots": slots, "epoch": epoch},
+        "failure": None if failure is None else {"generation": failure.generation, "attempts": failure.attempts,
+                                                 "error": failure.error},
+        "members": [{**client_of(member), "partitions": [{"topic": t, "partition": p} for t, p in sorted(tps)]}
+                    for member, tps in sorted(assignment.items())],
+        "partitions": rows,
+    }
 
 
 def _show(value) -> str:
     return "-" if value is None else str(value)
 
 
-def log_end_offsets(client, partitions) -> dict:
-    """Each partition's log end offset, asked of the brokers registered in ZooKeeper."""
-    from confluent_kafka import Consumer, TopicPartition
+def _host(host: Optional[str]) -> str:
+    return "-" if host is None else "/" + host  # as Kafka's tool prints an address
 
-    brokers = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
-    if not brokers:
-        return {}
-    consumer = Consumer({"bootstrap.servers": ",".join(brokers), "group.id": "zkcoord-admin",
-                         "enable.auto.commit": False, "log_level": 0})
-    result = {}
-    try:
-        for topic, partition in partitions:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=2)
-                result[(topic, partition)] = high
-            except Exception:  # that partition's broker is down: no lag shown
-                continue
-    finally:
-        consumer.close()
-    return result
+
+def table(header: list[str], rows: list[list[str]], fixed: dict[int, int]) -> list[str]:
+    """Left-aligned columns, as Kafka's tool prints them: the widths it fixes
+    (``fixed``, by column) or the widest value; the last column unpadded."""
+    widths = [fixed.get(i, max([len(header[i])] + [len(r[i]) for r in rows])) for i in range(len(header))]
+    return [" ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths)) + " " + line[-1]
+            for line in [header, *rows]]
+
+
+def coordinator_lines(view: dict) -> list[str]:
+    """What zkcoord adds to Kafka's view: the coordinator, its slot and epoch,
+    the generation and strategy, a failed rebalance."""
+    where = view["coordinator"]
+    slot = f"slot {where['slot']} of {where['slots']}" + ("" if where["epoch"] is None else f", epoch {where['epoch']}")
+    server = (f"server {where['server']}" + (f" at {where['host']}:{where['port']}" if where["host"] else "")
+              if where["server"] is not None else "none elected")
+    lines = [f"Coordinator of group '{view['group']}': {server} ({slot})"]
+    if view["generation"] is not None:
+        lines.append(f"Generation {view['generation']}, strategy {view['strategy']}, state {view['state']}")
+    failure = view["failure"]
+    if failure is not None:
+        lines.append(f"REBALANCE FAILED at generation {failure['generation']} after {failure['attempts']} "
+                     f"attempts: {failure['error']}")
+    return lines
+
+
+def render_offsets(view: dict) -> list[str]:
+    """Kafka's `--describe` (offsets) table."""
+    lines = coordinator_lines(view) + [""]
+    if not view["members"]:
+        lines += [f"Consumer group '{view['group']}' has no active members.", ""]
+    rows = [[view["group"], r["topic"], str(r["partition"]), _show(r["current_offset"]), _show(r["log_end_offset"]),
+             _show(r["lag"]), _show(r["consumer_id"]), _host(r["host"]), _show(r["client_id"])]
+            for r in view["partitions"]]
+    return lines + table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+                           "HOST", "CLIENT-ID"], rows, {2: 10, 3: 15, 4: 15, 5: 15})
+
+
+def render_members(view: dict) -> list[str]:
+    """Kafka's `--describe --members --verbose` table."""
+    lines = coordinator_lines(view) + [""]
+    if not view["members"]:
+        return lines + [f"Consumer group '{view['group']}' has no active members."]
+    rows = [[view["group"], m["consumer_id"], _host(m["host"]), _show(m["client_id"]), str(len(m["partitions"])),
+             ",".join(f"{p['topic']}({p['partition']})" for p in m["partitions"]) or "-"]
+            for m in view["members"]]
+    return lines + table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"], rows, {4: 12})
+
+
+def render_state(view: dict) -> list[str]:
+    """Kafka's `--describe --state` table."""
+    where = view["coordinator"]
+    coordinator = (f"{where['host']}:{where['port']} ({where['server']})" if where["host"]
+                   else "-" if where["server"] is None else f"- ({where['server']})")
+    row = [view["group"], coordinator, _show(view["strategy"]), view["state"], str(len(view["members"]))]
+    return coordinator_lines(view) + [""] + table(
+        ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row], {})
+
+
+def log_end_offsets(client) -> Callable:
+    """A function giving partitions' log end offsets, asked of the brokers
+    registered in ZooKeeper; a partition whose broker cannot say is left out."""
+    from zkcoord.admin.brokers import LATEST_TIMESTAMP, BrokerOffsets
+
+    def ends(partitions) -> dict:
+        addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
+        result = {}
+        with BrokerOffsets(addresses) as brokers:
+            for tp in partitions:
+                try:
+                    result.update(brokers.offsets([tp], LATEST_TIMESTAMP))
+                except ZkcoordError:  # that partition's broker is down, or it has no leader: no lag shown
+                    continue
+        return result
+
+    return ends
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("groups", help="list consumer groups and describe one, with lag")
+    from zkcoord.admin import reset
+
+    parser = subparsers.add_parser("groups", help="list consumer groups, describe one, reset its offsets")
     actions = parser.add_subparsers(dest="groups_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="list groups")
     listing.add_argument("--zookeeper", required=True)
     listing.set_defaults(func=run)
-    describe = actions.add_parser("describe", help="members, owners, offsets and lag of a group")
+    describe = actions.add_parser("describe", help="a group's offsets, lag and owners (or members, or state), "
+                                                   "as kafka-consumer-groups --describe prints them")
     describe.add_argument("--zookeeper", required=True)
     describe.add_argument("--group", required=True)
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true", help="one line per member: host, client id, partitions")
+    view.add_argument("--state", action="store_true", help="one line: coordinator, strategy, state, members")
+    describe.add_argument("--output", choices=("text", "json"), default="text",
+                          help="json: one document holding every view (default text)")
+    describe.add_argument("--json", dest="output", action="store_const", const="json", help="--output json")
     describe.add_argument("--no-lag", action="store_true", help="do not ask the brokers for log end offsets")
     describe.set_defaults(func=run)
+    reset.register(actions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,9 +245,12 @@ def run(args: argparse.Namespace) -> int:
             if args.group not in list_groups(client):
                 print(f"zkcoord groups: no group {args.group!r}", file=sys.stderr)
                 return 2
-            partitions = list(read_offsets(client, args.group))
-            ends = {} if args.no_lag else log_end_offsets(client, partitions)
-            print("\n".join(describe_group(client, args.group, ends)))
+            view = describe_group(client, args.group, None if args.no_lag else log_end_offsets(client))
+            if args.output == "json":
+                print(json.dumps(view, indent=2))
+            else:
+                render = render_members if args.members else render_state if args.state else render_offsets
+                print("\n".join(render(view)))
             return 0
     except ZkcoordError as exc:
         print(f"zkcoord groups: {exc}", file=sys.stderr)

@@ -23,11 +23,13 @@ KAFKA_PORT = 9092
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
+    from zkcoord.metrics.config import MetricsConfig
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
     settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT})
     settings.add_options(parser, LogConfig)
-    parser.add_argument("--port-file", help="write the bound port here once serving")
+    settings.add_options(parser, MetricsConfig)
+    parser.add_argument("--port-file", help="write the bound ports here once serving (port, metrics_port)")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start (default 15)")
     parser.add_argument("--zk-session-timeout", type=float, default=10.0,
@@ -56,37 +58,53 @@ def run(args) -> int:
     from kazoo.client import KazooClient
     from zkcoord.zk.gevent_handler import GeventHandler
 
+    from zkcoord import settings
     from zkcoord.broker.server import Broker
+    from zkcoord.metrics import families
+    from zkcoord.metrics.config import MetricsConfig
+    from zkcoord.metrics.endpoint import MetricsEndpoint
     from zkcoord.readiness import write_port_file
     from zkcoord.errors import ZkcoordError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         config = config_from(args)
+        metrics_config = settings.from_args(MetricsConfig, args)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2
-    client = KazooClient(hosts=args.zookeeper, handler=GeventHandler(),
+    registry = families.new_registry()  # this process's own
+    zk_metrics = families.ZooKeeperMetrics(registry)
+    client = KazooClient(hosts=args.zookeeper, handler=GeventHandler(on_request=zk_metrics.observe),
                          timeout=args.zk_session_timeout)
+    zk_metrics.watch(lambda: client.connected)
     try:
         client.start(timeout=args.zk_timeout)
     except Exception as exc:
         print(f"zkcoord broker: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
-    broker = Broker(config, client)
+    broker = Broker(config, client, metrics=families.BrokerMetrics(registry))
+    endpoint = None
     try:
+        if metrics_config.enabled:
+            endpoint = MetricsEndpoint(registry, metrics_config.host or config.host, metrics_config.port).start()
         broker.start()
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
+        if endpoint is not None:
+            endpoint.stop()
         client.stop()
         return 1
     if args.port_file:
-        write_port_file(args.port_file, port=broker.port)
+        write_port_file(args.port_file, port=broker.port,
+                        **({"metrics_port": endpoint.port} if endpoint is not None else {}))
     done = gevent.event.Event()
     gevent.signal_handler(signal.SIGTERM, done.set)
     gevent.signal_handler(signal.SIGINT, done.set)
     done.wait()
     broker.stop(timeout=10)
+    if endpoint is not None:
+        endpoint.stop()
     client.stop()
     client.close()
     return 0

@@ -81,12 +81,18 @@ class MetadataCache:
 
 class FetchOutcome(NamedTuple):
     """A fetch answer; the caller owns (and must close) the descriptors in
-    ``slices``."""
+    ``slices``. ``served``: (topic, bytes, records) of each partition with
+    data, records counted as the offsets the answer moves the fetcher past."""
 
     response: FetchResponse
     slices: dict[bytes, ReadSlice]
     bytes_ready: int
     has_error: bool
+    served: tuple = ()
+
+
+def _ignore_append(topic: str, size: int, records: int) -> None:
+    pass
 
 
 class Handlers:
@@ -94,8 +100,11 @@ class Handlers:
     broker leads; ``metadata_cache`` everything else it knows about the cluster."""
 
     def __init__(self, broker_id: int, metadata_cache: MetadataCache, logs: dict[tuple[str, int], PartitionLog],
-                 allocate_producer_id: Callable[[], int], sendfile_threshold: int):
+                 allocate_producer_id: Callable[[], int], sendfile_threshold: int,
+                 on_append: Callable[[str, int, int], None] = _ignore_append):
+        """``on_append(topic, bytes, records)`` is told of every append (the broker's metrics)."""
         self.broker_id = broker_id
+        self._on_append = on_append
         self.metadata_cache = metadata_cache
         self.logs = logs
         self._allocate_producer_id = allocate_producer_id
@@ -179,6 +188,7 @@ class Handlers:
                     try:
                         result = plog.append(data.records or b"")
                         base, start = result.base_offset, result.log_start_offset
+                        self._on_append(topic.name, len(data.records), result.last_offset - base + 1)
                     except tuple(cls for cls, _ in _APPEND_ERRORS) as exc:
                         error = next(code for cls, code in _APPEND_ERRORS if isinstance(exc, cls))
                         message = str(exc)
@@ -230,6 +240,7 @@ class Handlers:
         Partition = Topic.PartitionData
         budget = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
         slices: dict[bytes, ReadSlice] = {}
+        served = []
         total = 0
         has_error = False
         topics = []
@@ -253,6 +264,7 @@ class Handlers:
                         error = OFFSET_OUT_OF_RANGE
                         region = None
                     if region is not None:
+                        served.append((topic.topic, region.length, region.next_offset - part.fetch_offset))
                         total += region.length
                         budget -= region.length
                         if region.length >= self._sendfile_threshold:
@@ -270,4 +282,4 @@ class Handlers:
             topics.append(Topic(topic=topic.topic, partitions=partitions))
         response = FetchResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE,
                                  session_id=0, responses=topics)
-        return FetchOutcome(response, slices, total, has_error)
+        return FetchOutcome(response, slices, total, has_error, tuple(served))

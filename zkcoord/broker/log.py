@@ -58,11 +58,13 @@ class AppendResult(NamedTuple):
 
 
 class ReadSlice(NamedTuple):
-    """Whole batches ``[position, position + length)`` of one segment file."""
+    """Whole batches ``[position, position + length)`` of one segment file;
+    ``next_offset`` is the offset after the last of them."""
 
     fd: int
     position: int
     length: int
+    next_offset: int
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.length, self.position)
@@ -210,23 +212,24 @@ class Segment:
             pos += size
         return self.size
 
-    def extent_from(self, start: int, max_bytes: int) -> int:
+    def extent_from(self, start: int, max_bytes: int) -> tuple[int, int]:
         """Length of the whole batches from ``start`` that fit in max_bytes,
-        but never less than one whole batch."""
-        _, first, _ = formats.peek_extent(os.pread(self.fd, formats.PEEK_SIZE, start))
+        but never less than one whole batch, and the offset after the last
+        of them (from the headers peeked anyway: no read of its own)."""
+        base, first, delta = formats.peek_extent(os.pread(self.fd, formats.PEEK_SIZE, start))
         end = start + first
         limit = start + max_bytes
         if limit <= end:
-            return first
+            return first, base + delta + 1
         i = bisect.bisect_right(self.index_positions, limit) - 1
         if i >= 0 and self.index_positions[i] > end:
             end = self.index_positions[i]
         while end < self.size:
-            _, size, _ = formats.peek_extent(os.pread(self.fd, formats.PEEK_SIZE, end))
+            base, size, _ = formats.peek_extent(os.pread(self.fd, formats.PEEK_SIZE, end))
             if end + size > limit:
-                break
+                return end - start, base  # the batch left out starts where the slice ends
             end += size
-        return end - start
+        return end - start, self.next_offset
 
     def close(self) -> None:
         os.close(self.fd)
@@ -434,7 +437,7 @@ class PartitionLog:
         start = segment.find_position(offset)
         if start >= segment.size:
             return None
-        return ReadSlice(segment.fd, start, segment.extent_from(start, max(max_bytes, 1)))
+        return ReadSlice(segment.fd, start, *segment.extent_from(start, max(max_bytes, 1)))
 
     def offset_for_timestamp(self, timestamp: int) -> Optional[tuple[int, int]]:
         """(offset, timestamp) of the first record whose timestamp is at least

@@ -23,6 +23,7 @@ import gevent.server
 from gevent.socket import wait_write
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
+from prometheus_client import CollectorRegistry
 
 from zkcoord.broker import protocol
 from zkcoord.broker.config import BrokerConfig
@@ -32,6 +33,7 @@ from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import ZkcoordError
+from zkcoord.metrics.families import BrokerMetrics
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -52,23 +54,25 @@ class Broker:
 
     ``zk_client`` must be started by the caller, with a gevent handler when the
     process runs on gevent; the broker registers itself through it and never
-    stops it.
+    stops it. ``metrics``: where it counts (its own registry if not given).
     """
 
-    def __init__(self, config: BrokerConfig, zk_client: KazooClient):
+    def __init__(self, config: BrokerConfig, zk_client: KazooClient, metrics: Optional[BrokerMetrics] = None):
         self.config = config
         self.zk = zk_client
+        self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.metadata_cache = MetadataCache()
         self._pid_counter = 0
         self._pid_base = int(time.time()) << 32
         self.handlers = Handlers(config.broker_id, self.metadata_cache, self.logs, self._next_producer_id,
-                                 config.sendfile_threshold)
+                                 config.sendfile_threshold, on_append=self.metrics.produced)
         self._appended = gevent.event.Event()
         self._wake = gevent.event.Event()
         self._pool = gevent.pool.Pool(config.max_connections)
         self._server: Optional[gevent.server.StreamServer] = None
         self._connections: set = set()
+        self.metrics.watch_connections(lambda: len(self._connections))
         self._greenlets: list = []
         self._stopping = False
         self._zkstate: Optional[ZkState] = None
@@ -258,10 +262,12 @@ class Broker:
     def _handle(self, frame: bytes, client_host: str) -> Optional[list]:
         request = protocol.decode_request(frame)
         if isinstance(request, UnsupportedApiVersions):
+            self.metrics.request(protocol.API_KEY_API_VERSIONS)
             response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
             return protocol.encode_response(response, request.correlation_id)
         correlation_id = request.header.correlation_id
         key = request.API_KEY
+        self.metrics.request(key)
         if key == protocol.API_KEY_FETCH:
             return self._fetch(request, correlation_id)
         if key == protocol.API_KEY_PRODUCE:
@@ -284,6 +290,7 @@ class Broker:
             response = getattr(self.groups, protocol.GROUP_APIS[key])(request)
         else:
             response = self.handlers.api_versions(request)
+        self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
 
     def _fetch(self, request, correlation_id: int) -> list:
@@ -295,6 +302,9 @@ class Broker:
             remaining = deadline - time.monotonic()
             if (outcome.bytes_ready >= max(request.min_bytes, 1) or outcome.has_error
                     or remaining <= 0 or self._stopping):
+                self.metrics.fetched(outcome.served)
+                if outcome.has_error:
+                    self.metrics.answered(request.API_KEY, outcome.response)
                 try:
                     return protocol.encode_response(outcome.response, correlation_id, outcome.slices)
                 except Exception:

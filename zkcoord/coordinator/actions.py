@@ -65,11 +65,12 @@ class ReadOwners:
 
 @dataclass(frozen=True)
 class ReadOffsets:
-    """Read the committed offsets of ``partitions``; the result holds those that have one."""
+    """Read the committed offsets of ``partitions`` (None: of every partition
+    the group has one for); the result holds those that have one."""
 
     token: int
     group: str
-    partitions: frozenset[TopicPartition]
+    partitions: Optional[frozenset[TopicPartition]]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
+    from zkcoord.metrics.config import MetricsConfig
 
     p = subparsers.add_parser("server", help="run a zkcoord server in the foreground until SIGTERM")
     settings.add_options(p, ServerConfig)
@@ -23,8 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     settings.add_options(p, BrokerConfig, only=("port", "data_dir"), flags={"port": "--broker-port"},
                          optional=("data_dir",))
     settings.add_options(p, LogConfig)
+    settings.add_options(p, MetricsConfig)
     p.add_argument("--port-file", type=Path, default=None,
-                   help="once serving, write the bound ports here as JSON (port, broker_port)")
+                   help="once serving, write the bound ports here as JSON (port, broker_port, metrics_port)")
     p.set_defaults(func=run)
 
 
@@ -34,6 +36,7 @@ def config_from(args: argparse.Namespace):
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.errors import ConfigError
+    from zkcoord.metrics.config import MetricsConfig
 
     broker = None
     if not args.no_broker:
@@ -43,7 +46,7 @@ def config_from(args: argparse.Namespace):
                                     host=getattr(args, "ServerConfig.host"),
                                     log=settings.from_args(LogConfig, args))
     return settings.from_args(ServerConfig, args, coordinator=settings.from_args(CoordinatorConfig, args),
-                              broker=broker)
+                              broker=broker, metrics=settings.from_args(MetricsConfig, args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,11 +67,14 @@ def run(args: argparse.Namespace) -> int:
     gevent.signal_handler(signal.SIGINT, server.stop)
     gevent.signal_handler(signal.SIGUSR1, server.log_state)  # kill -USR1: what every greenlet is doing
     broker_port = server.broker.port if server.broker is not None else None
+    ports = {"broker_port": broker_port, "metrics_port": server.metrics_port}
+    ports = {name: port for name, port in ports.items() if port is not None}
     if args.port_file is not None:
         from zkcoord.readiness import write_port_file
 
-        write_port_file(args.port_file, port=server.port, **({"broker_port": broker_port} if broker_port else {}))
+        write_port_file(args.port_file, port=server.port, **ports)
     print(f"server {config.server_id} ready: coordinator protocol on {config.host}:{server.port}"
-          + (f", broker on {config.host}:{broker_port}" if broker_port else ""), flush=True)
+          + (f", broker on {config.host}:{broker_port}" if broker_port else "")
+          + (f", metrics on {server.metrics_host}:{server.metrics_port}" if server.metrics_port else ""), flush=True)
     server.serve_forever()
     return 0

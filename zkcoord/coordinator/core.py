@@ -49,7 +49,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.group import Group, GroupPhase, IllegalTransition, Member
 from zkcoord.coordinator.lease import OFFICE_RENEWAL_SHARE, lease_end, office_end
 from zkcoord.coordinator.planner import (
-    HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, target_assignment,
+    HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
 )
 from zkcoord.coordinator.schedule import PingSchedule
 from zkcoord.errors import ZkcoordError
@@ -131,6 +131,51 @@ class RoundPhase(enum.Enum):
     RECORDING = "recording"
 
 
+# Why a member was dropped without leaving (CoreMetrics.member_expired).
+EXPIRED_NO_ANSWER = "no_answer"  # a request went unanswered within its timeout
+EXPIRED_MAX_POLL = "max_poll_interval"  # alive, but its application stopped polling
+EXPIRED_STATIC = "static_timeout"  # a static member did not come back within its session timeout
+
+
+class CoreMetrics:
+    """What the core counts as it decides, for whoever watches it (Kafka's
+    GroupCoordinatorMetricsShard). These do nothing; the server's metrics
+    (zkcoord/metrics/families.py) count. Called on hot paths (a ping each):
+    an implementation only increments."""
+
+    def ping_sent(self) -> None:
+        pass
+
+    def member_expired(self, reason: str) -> None:
+        pass
+
+    def rebalanced(self, report: RebalanceReport) -> None:
+        pass
+
+    def rebalance_failed(self) -> None:
+        pass
+
+    def offsets_flushed(self, seconds: float, failed: bool) -> None:
+        pass
+
+
+NO_METRICS = CoreMetrics()
+
+
+@dataclass(frozen=True)
+class Census:
+    """How many groups are in each phase and members in each state, now
+    (what the metrics endpoint reports at each scrape). A member is
+    registering (its handover being written), active, leaving (its leave
+    being written) or away (a static member disconnected, waiting for it)."""
+
+    groups: Mapping[str, int]
+    members: Mapping[str, int]
+
+
+MEMBER_STATES = ("registering", "active", "leaving", "away")
+
+
 @dataclass(eq=False)
 class Round:
     """One rebalance of one group, from its plan to its owners written."""
@@ -143,6 +188,8 @@ class Round:
     waiting: set[str] = field(default_factory=set)  # members whose answer this phase awaits
     sending: bool = False  # requests are going out: answers to them are not counted yet
     failure: Optional[str] = None  # why it cannot finish; it still waits for its answers
+    persisted_members: frozenset[str] = frozenset()  # the members its state names
+    reset: Optional[OffsetReset] = None  # an operator's forced reset it carries out, not yet answered
 
 
 @dataclass(eq=False)
@@ -165,6 +212,18 @@ class _Flush:
     waiters: list = field(default_factory=list)
     later: list = field(default_factory=list)
     again: bool = False  # asked for after it began: write once more when it ends
+
+
+@dataclass(eq=False)
+class OffsetReset:
+    """An operator's forced reset of a group with members, waiting for the
+    round that carries it out: between its Stops and its Starts, ``offsets``
+    replace what the Stops reported, and once they are written the operator
+    is answered (``answer(error, now)``) and the owners start from them."""
+
+    offsets: Mapping[TopicPartition, int]
+    answer: Callable
+    conn: Hashable
 
 
 def offset_is_acceptable(group: Group, member: Member, tp: TopicPartition, offset: int,
@@ -191,10 +250,12 @@ def _ignore(*_args) -> None:
 
 
 class CoordinatorCore:
-    def __init__(self, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int):
+    def __init__(self, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
+                 metrics: CoreMetrics = NO_METRICS):
         """``zk_session_timeout_ms``: the timeout ZooKeeper granted our session
         (negotiated, not requested: the office is dated from it)."""
         self.config = config
+        self.metrics = metrics
         self.epoch = epoch
         self.zk_session_timeout_ms = zk_session_timeout_ms
         self.state = CoordinatorState.LOADING
@@ -218,6 +279,7 @@ class CoordinatorCore:
         self._rebalance_due: dict[str, float] = {}
         self._flushes: dict[str, _Flush] = {}
         self._operations: dict[int, Callable] = {}
+        self._resets: dict[str, OffsetReset] = {}  # forced resets waiting for their round, by group
         self._next_token = 0
         self._ping_at: Optional[float] = None
         self._deadlines: list[tuple[float, int, Hashable, int]] = []  # (at, n, conn, correlation id), a heap
@@ -265,13 +327,20 @@ class CoordinatorCore:
             group = self._group(name)
             group.state_exists = True
             if state is None:
+                group.persisted_members = None  # rewritten by the group's next round
                 continue
             group.generation = state.generation
             group.strategy = state.strategy
+            group.persisted_members = frozenset(state.assignment) | frozenset(state.running)
             until = lease_end(now, state.lease_ms, self.config.lease_margin_ms)
             for holders in (state.assignment, state.running):
                 for member_id, partitions in holders.items():
                     group.fences.fence(member_id, partitions, until)
+            if group.persisted_members:
+                # If none of them comes back, a round once their leases have
+                # ended writes the group empty; one that comes back asks for
+                # an earlier round.
+                self._schedule_round(group, until)
             log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
                      group.describe(), len(group.fences.holders()), state.lease_ms)
         return self._take()
@@ -492,9 +561,10 @@ class CoordinatorCore:
                                                "office is not proven yet")
 
     def register(self, conn: Hashable, request: wire.RegisterConsumerRequest, correlation_id: int,
-                 now: float) -> list:
+                 now: float, *, host: str = "", client_id: str = "") -> list:
         """A consumer registers on ``conn``. Offsets it hands over (what it ran
-        when its last coordinator went) are written before it is answered."""
+        when its last coordinator went) are written before it is answered.
+        ``host`` and ``client_id`` are only shown to operators (the group's state)."""
         try:
             self.validate(request)
         except wire.WireError as exc:
@@ -514,6 +584,8 @@ class CoordinatorCore:
             # Its lease runs from before it sent this registration: earlier than now.
             last_sent=now,
             registered_at=now,
+            host=host,
+            client_id=client_id,
         )
         group = self._group(request.group_id)
         try:
@@ -549,6 +621,10 @@ class CoordinatorCore:
         return self._take()
 
     def connection_closed(self, conn: Hashable, now: float) -> list:
+        for name, reset in list(self._resets.items()):
+            if reset.conn == conn:  # the operator gave up before its round began: it never happens
+                del self._resets[name]
+                log.info("[group %s] offset reset dropped: the operator's connection closed", name)
         if self._registering.pop(conn, None) is None:
             member = self._members.get(conn)
             if member is not None and not self.deposed:
@@ -647,6 +723,7 @@ class CoordinatorCore:
             return
         group = self.groups.get(member.group)
         if group is not None and group.members.get(member.member_id) is member:
+            self.metrics.member_expired(EXPIRED_STATIC)
             self._remove(member, "it did not come back within its session timeout", now)
 
     def _fence(self, group: Group, member: Member, now: float) -> None:
@@ -737,6 +814,7 @@ class CoordinatorCore:
         member = self._members.get(conn)
         request = member.outstanding if member is not None else None
         if request is not None and request.correlation_id == correlation_id:
+            self.metrics.member_expired(EXPIRED_NO_ANSWER)
             self._remove(member, f"no answer to {type(request.message).__name__} within "
                                  f"{request.timeout:.1f}s", now)
 
@@ -755,6 +833,7 @@ class CoordinatorCore:
             if not self.active or member.outstanding is not None or member.leaving:
                 continue
             group = self.groups[member.group]
+            self.metrics.ping_sent()
             self._request(member, wire.PingRequest(num_retries=0, coordinator_epoch=self.epoch,
                                                    generation=group.generation),
                           member.session_timeout, self._pinged, _ignore, now)
@@ -778,6 +857,7 @@ class CoordinatorCore:
             self._emit(Send(member.connection, wire.ErrorResponse(
                 error_code=wire.ErrorCode.MAX_POLL_INTERVAL_EXCEEDED,
                 message=f"member {member.member_id} {why}"), 0))
+            self.metrics.member_expired(EXPIRED_MAX_POLL)
             self._remove(member, why, now)
 
     # -- rebalancing (seed sections 6 and 7) ---------------------------------------------------
@@ -830,8 +910,8 @@ class CoordinatorCore:
             round_ = self._rounds[group.name] = Round(started=now)
             self._zk(partial(ReadOwners, group=group.name), partial(self._owners_read, group, round_))
             return
-        if not group.members:
-            group.transition(GroupPhase.EMPTY)
+        if not group.members and not group.recorded_owners and group.persisted_members == frozenset():
+            group.transition(GroupPhase.EMPTY)  # and ZooKeeper says so already
             self._flush(group.name, now)
             self._succeeded(group)
             return
@@ -845,12 +925,15 @@ class CoordinatorCore:
             self._schedule_round(group, free_at)
             return
         subscriptions = group.subscriptions()
-        group.strategy = choose_strategy([m.strategies for m in group.members.values()])
+        if group.members:  # an empty group keeps the strategy it had
+            group.strategy = choose_strategy([m.strategies for m in group.members.values()])
         counts = {t: n for t, n in self.partitions.items() if any(s.matches(t) for s in subscriptions.values())}
         current = {m.member_id: m.assigned for m in group.members.values()}
         target = target_assignment(subscriptions, counts, group.strategy, current)
         running = {m.member_id: m.running for m in group.members.values() if m.connected}
-        reason = rebalance_reason(target, group.recorded_owners, running)
+        reset = self._resets.pop(group.name, None)
+        reason = (rebalance_reason(target, group.recorded_owners, running) or self._membership_changed(group)
+                  or ("an operator resets offsets" if reset is not None else None))
         if reason is None:
             if group.phase is not GroupPhase.STABLE:
                 group.transition(GroupPhase.REBALANCING)
@@ -858,9 +941,12 @@ class CoordinatorCore:
             self._succeeded(group)
             return
         plan = plan_handoff(target, running, eager=self.config.rebalance_protocol == "eager")
+        if reset is not None:
+            plan = restart_partitions(plan, target, running, frozenset(reset.offsets))
         group.transition(GroupPhase.REBALANCING)
         round_ = self._rounds[group.name] = Round(started=now, phase=RoundPhase.PERSISTING,
-                                                  generation=group.generation + 1, target=target, plan=plan)
+                                                  generation=group.generation + 1, target=target, plan=plan,
+                                                  reset=reset)
         log.info("%s rebalancing to gen %d (%s, %s): %s; %d partition(s) paused",
                  group.describe(), round_.generation, group.strategy, self.config.rebalance_protocol, reason,
                  len(plan.paused))
@@ -871,9 +957,25 @@ class CoordinatorCore:
             {m: tuple(sorted(tps)) for m, tps in target.items()},
             lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
             running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
+            clients={m.member_id: layout.MemberClient(m.host, m.client_id) for m in group.members.values()
+                     if m.host or m.client_id},
         )
+        round_.persisted_members = frozenset(state.assignment) | frozenset(state.running)
         self._zk(partial(WriteGroupState, group=group.name, state=state, exists=group.state_exists),
                  partial(self._state_written, group, round_))
+
+    @staticmethod
+    def _membership_changed(group: Group) -> Optional[str]:
+        """Why the persisted state must be rewritten although nobody's
+        partitions change: it names members that have gone (or not those
+        that came), as when the last member leaves, or one that ran nothing."""
+        if group.persisted_members is None:
+            return "the persisted state is not known"
+        gone = sorted(group.persisted_members - set(group.members))
+        if gone:
+            return f"member(s) {', '.join(gone)} gone"
+        came = sorted(set(group.members) - group.persisted_members)
+        return f"member(s) {', '.join(came)} joined" if came else None
 
     def _owners_read(self, group: Group, round_: Round, owners, error, now: float) -> None:
         if error is not None:
@@ -886,9 +988,11 @@ class CoordinatorCore:
     def _state_written(self, group: Group, round_: Round, _result, error, now: float) -> None:
         if error is not None:
             group.state_exists = None  # it may have been written after all
+            group.persisted_members = None
             self._end_round(group, round_, now, f"writing the group state failed: {error}")
             return
         group.state_exists = True
+        group.persisted_members = round_.persisted_members
         group.generation = round_.generation
         for member in group.members.values():
             member.assigned = round_.target.get(member.member_id, frozenset())
@@ -955,6 +1059,8 @@ class CoordinatorCore:
             self._end_round(group, round_, now, "the ZooKeeper connection is suspended")
         elif round_.phase is RoundPhase.STOPPING:
             round_.phase = RoundPhase.FLUSHING  # offsets from the Stop answers, before anyone restarts
+            if round_.reset is not None:  # the operator's offsets replace them
+                self._reset(group, round_.reset.offsets)
             self._flush(group.name, now, [partial(self._stops_written, group, round_)])
         elif round_.phase is RoundPhase.STARTING:
             round_.phase = RoundPhase.RECORDING
@@ -963,6 +1069,9 @@ class CoordinatorCore:
                      partial(self._owners_written, group, round_, owners))
 
     def _stops_written(self, group: Group, round_: Round, error, now: float) -> None:
+        if round_.reset is not None:
+            reset, round_.reset = round_.reset, None
+            reset.answer(error, now)
         if error is not None:
             self._end_round(group, round_, now, f"writing the stopped partitions' offsets failed: {error}")
             return
@@ -1006,20 +1115,27 @@ class CoordinatorCore:
             self._end_round(group, round_, now, f"writing the owners failed: {error}")
             return
         group.recorded_owners = owners  # only this coordinator writes them, fenced
-        group.transition(GroupPhase.STABLE)
+        # The members of the round, not of now: one that joined meanwhile runs another round.
+        group.transition(GroupPhase.STABLE if round_.target else GroupPhase.EMPTY)
         report = RebalanceReport(group.name, round_.generation, len(round_.plan.paused),
                                  sum(len(t) for t in round_.target.values()), now - round_.started)
         self.last_rebalance = report
-        log.info("%s stable: %d member(s), %d partition(s), %d paused, %.0f ms", group.describe(),
-                 len(group.members), report.partitions, report.paused, report.seconds * 1000)
+        self.metrics.rebalanced(report)
+        log.info("%s %s: %d member(s), %d partition(s), %d paused, %.0f ms", group.describe(),
+                 group.phase.value, len(round_.target), report.partitions, report.paused, report.seconds * 1000)
         self._end_round(group, round_, now)
 
     def _end_round(self, group: Group, round_: Round, now: float, failure: Optional[str] = None) -> None:
         if self._rounds.get(group.name) is round_:
             del self._rounds[group.name]
+        if round_.reset is not None:  # it failed before the offsets were written: nothing was reset
+            reset, round_.reset = round_.reset, None
+            reset.answer(wire.RebalanceInProgress(f"the rebalance that was to reset the offsets failed ({failure}); "
+                                                  "nothing was reset"), now)
         if failure is None:
             self._succeeded(group)
         else:
+            self.metrics.rebalance_failed()
             group.failures += 1
             group.last_error = failure
             log.warning("%s rebalance attempt failed: %s", group.describe(), failure)
@@ -1151,7 +1267,7 @@ class CoordinatorCore:
         flush = self._flushes[name] = _Flush(list(waiters))
         if unknown:  # learn which nodes exist and check for regressions first
             self._zk(partial(ReadOffsets, group=name, partitions=unknown),
-                     partial(self._flush_read, name, unknown))
+                     partial(self._flush_read, name, unknown, now))
             return
         known = self.committed.setdefault(name, {})
         changed = {tp: o for tp, o in pending.items() if known.get(tp) != o}
@@ -1160,17 +1276,19 @@ class CoordinatorCore:
             return
         existing = frozenset(tp for tp in changed if tp in known)
         self._zk(partial(WriteOffsets, group=name, offsets=changed, existing=existing),
-                 partial(self._offsets_written, name, changed))
+                 partial(self._offsets_written, name, changed, now))
 
-    def _flush_read(self, name: str, asked, found, error, now: float) -> None:
+    def _flush_read(self, name: str, asked, began: float, found, error, now: float) -> None:
         if error is not None:
+            self.metrics.offsets_flushed(now - began, failed=True)
             self._flush_ended(name, error, now)
             return
         self._offsets_read(name, asked, found)
         flush = self._flushes.pop(name)
         self._flush(name, now, flush.waiters + flush.later)
 
-    def _offsets_written(self, name: str, changed, _result, error, now: float) -> None:
+    def _offsets_written(self, name: str, changed, began: float, _result, error, now: float) -> None:
+        self.metrics.offsets_flushed(now - began, failed=error is not None)
         if error is None:
             self.committed.setdefault(name, {}).update(changed)
             self._no_offset.get(name, set()).difference_update(changed)
@@ -1192,7 +1310,139 @@ class CoordinatorCore:
         if flush.again:
             self._flush(name, now, flush.later)
 
+    # -- an operator's offset reset ----------------------------------------------------------------
+
+    def reset_offsets(self, conn: Hashable, request: wire.ResetOffsetsRequest, correlation_id: int,
+                      now: float) -> list:
+        """`zkcoord groups reset-offsets` on connection ``conn``: answered
+        once decided, then closed. Without ``execute``, the committed
+        offsets and the members, nothing changed. With it, the offsets are
+        committed (the one way an offset moves backwards, invariant 2) if the
+        group has no members; with members, only if forced, by a round that
+        stops their owners, commits and starts the owners from them. Every
+        refusal changes nothing."""
+        def answer(error, now, members=(), previous=None) -> None:
+            self._emit(Send(conn, wire.ResetOffsetsResponse(
+                error_code=wire.ErrorCode.NONE if error is None else wire.code_for(error),
+                error_message="" if error is None else str(error), members=tuple(members),
+                previous=wire.offset_entries(previous or {})), correlation_id))
+            self._emit(Close(conn))
+
+        try:
+            group, offsets = self._check_reset(request)
+        except wire.WireError as exc:
+            answer(exc, now)
+            return self._take()
+        # Every partition named, or (none named, not executing) every one the group has an offset for.
+        asked = frozenset(offsets) if offsets else None
+        unknown = self._unknown_offsets(group.name, asked) if asked is not None else None
+        decide = partial(self._reset_decided, conn, group, request, offsets, answer)
+        if unknown == frozenset():
+            decide(asked, now)
+        else:
+            self._zk(partial(ReadOffsets, group=group.name, partitions=unknown),
+                     partial(self._reset_offsets_read, group, decide, answer, unknown))
+        return self._take()
+
+    def _check_reset(self, request: wire.ResetOffsetsRequest) -> tuple[Group, dict[TopicPartition, int]]:
+        """The group and the offsets asked for, or the WireError that refuses them."""
+        try:
+            layout.group_path(request.group_id)
+        except layout.LayoutError as exc:
+            raise wire.InvalidRequest(str(exc)) from None
+        offsets: dict[TopicPartition, int] = {}
+        for entry in request.offsets:
+            tp = TopicPartition(entry.topic, entry.partition)
+            if tp in offsets:
+                raise wire.InvalidRequest(f"{entry.topic}-{entry.partition} is named twice")
+            count = self.partitions.get(entry.topic, 0)
+            if not count:
+                raise wire.UnknownPartition(f"there is no topic {entry.topic!r}")
+            if not 0 <= entry.partition < count:
+                raise wire.UnknownPartition(f"topic {entry.topic} has no partition {entry.partition} "
+                                            f"(it has {count})")
+            if request.execute:
+                try:
+                    layout.encode_offset(entry.offset)
+                except layout.LayoutError as exc:
+                    raise wire.InvalidRequest(f"{entry.topic}-{entry.partition}: {exc}") from None
+            offsets[tp] = entry.offset
+        if request.execute and not offsets:
+            raise wire.InvalidRequest("a reset to execute names at least one partition")
+        if not self.active:
+            raise wire.CoordinatorNotAvailable("the coordinator is suspended: ZooKeeper is unreachable or its "
+                                               "office is not proven yet")
+        return self._group(request.group_id), offsets
+
+    def _reset_offsets_read(self, group: Group, decide, answer, asked, found, error, now: float) -> None:
+        if error is not None:
+            answer(error, now)
+            return
+        asked = frozenset(found) if asked is None else asked
+        self._offsets_read(group.name, asked, found)
+        decide(asked, now)
+
+    def _reset_decided(self, conn, group: Group, request, offsets, answer, asked, now: float) -> None:
+        committed = self.committed.get(group.name, {})
+        pending = self.pending_offsets.get(group.name, {})
+        if asked is None:
+            asked = frozenset(committed) | frozenset(pending)
+        # Offsets taken and not yet written are the ones a reset moves from.
+        previous = {tp: max(committed.get(tp, -1), pending.get(tp, -1)) for tp in asked}
+        previous = {tp: offset for tp, offset in previous.items() if offset >= 0}
+        members = sorted(group.members)
+        answer = partial(answer, members=members, previous=previous)
+        if not request.execute:
+            answer(None, now)
+            return
+        refusal = None
+        if not self.active:
+            refusal = wire.CoordinatorNotAvailable("the coordinator was suspended")
+        elif group.name in self._rounds or group.name in self._resets:
+            refusal = wire.RebalanceInProgress(f"group {group.name} is rebalancing; try again in a moment")
+        elif members and not request.force:
+            refusal = wire.GroupNotEmpty(f"group {group.name} has {len(members)} member(s): {', '.join(members)}; "
+                                         "stop them first, or force the reset")
+        if refusal is not None:
+            answer(refusal, now)
+        elif members:
+            # Its owners stop, the offsets are written, its owners start from them: a round.
+            log.info("%s offset reset of %d partition(s) forced by an operator; rebalancing to carry it out",
+                     group.describe(), len(offsets))
+            self._resets[group.name] = OffsetReset(offsets, answer, conn)
+            self.request_rebalance(group, "an operator resets offsets", now)
+        else:
+            self._reset(group, offsets)
+            self._flush(group.name, now, [answer])
+
+    def _reset(self, group: Group, offsets: Mapping[TopicPartition, int]) -> None:
+        """Make ``offsets`` the group's next to write, whatever it held: an
+        operator's reset. Offsets a member dropped earlier would hand over
+        for them are stale from now on."""
+        pending = self.pending_offsets.setdefault(group.name, {})
+        pending.update(offsets)
+        group.fences.claimed(offsets)
+        log.info("%s offsets reset by an operator: %s", group.describe(),
+                 ", ".join(f"{t}-{p} to {o}" for (t, p), o in sorted(offsets.items())))
+
     # -- introspection ----------------------------------------------------------------------------
+
+    @staticmethod
+    def empty_census() -> Census:
+        """Every phase and every member state, at 0."""
+        return Census(dict.fromkeys((phase.value for phase in GroupPhase), 0), dict.fromkeys(MEMBER_STATES, 0))
+
+    def census(self) -> Census:
+        """Groups by phase and members by state, counted now."""
+        empty = self.empty_census()
+        groups, members = dict(empty.groups), dict(empty.members)
+        for group in self.groups.values():
+            groups[group.phase.value] += 1
+            for member in group.members.values():
+                state = "away" if not member.connected else "leaving" if member.leaving else "active"
+                members[state] += 1
+        members["registering"] = len(self._registering)
+        return Census(groups, members)
 
     def describe_groups(self) -> dict:
         return {

@@ -73,6 +73,9 @@ class Member:
     queued: Any = None
     last_correlation_id: int = 0
     leaving: bool = False  # its leave is being committed; nothing more is sent to it
+    # Where it connected from and the client id it gave, for operators only.
+    host: str = ""
+    client_id: str = ""
 
     @property
     def session_timeout(self) -> float:
@@ -101,6 +104,9 @@ class Group:
     recorded_owners: Optional[dict[TopicPartition, str]] = None
     # Whether its state node exists (None: not known, after a write whose outcome is unknown).
     state_exists: Optional[bool] = False
+    # The members its state node names (None: not known). A round runs while
+    # this differs from the members, so the node never names one that has gone.
+    persisted_members: Optional[frozenset[str]] = frozenset()
     attempts: int = 0  # rebalance rounds failed in a row since the last change asked for one
     # When the first member of a new group joined, while its first round waits for the others.
     forming_since: Optional[float] = None

@@ -128,3 +128,31 @@ def plan_handoff(
         if target.get(m, empty) != tps - revoke.get(m, empty)
     }
     return HandoffPlan(revoke, start, revoke_all=False)
+
+
+def restart_partitions(
+    plan: HandoffPlan,
+    target: Mapping[str, frozenset[TopicPartition]],
+    running: Mapping[str, frozenset[TopicPartition]],
+    partitions: frozenset[TopicPartition],
+) -> HandoffPlan:
+    """``plan``, made to also stop ``partitions`` wherever they run and start
+    them again wherever ``target`` puts them, even on the same member: an
+    offset reset, whose partitions must start over from the new offsets.
+
+    >>> plan = restart_partitions(plan_handoff({"a": frozenset({("t", 0), ("t", 1)})},
+    ...                                        {"a": frozenset({("t", 0), ("t", 1)})}),
+    ...                           {"a": frozenset({("t", 0), ("t", 1)})}, {"a": frozenset({("t", 0), ("t", 1)})},
+    ...                           frozenset({("t", 1)}))
+    >>> plan.revoke, sorted(plan.start["a"])
+    ({'a': frozenset({('t', 1)})}, [('t', 0), ('t', 1)])
+    """
+    empty: frozenset[TopicPartition] = frozenset()
+    revoke = dict(plan.revoke)
+    start = dict(plan.start)
+    for member, tps in running.items():
+        if tps & partitions:
+            revoke[member] = revoke.get(member, empty) | (tps & partitions)
+        if target.get(member, empty) & partitions:
+            start[member] = target[member]
+    return HandoffPlan(revoke, start, plan.revoke_all)

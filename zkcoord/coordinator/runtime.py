@@ -18,6 +18,7 @@ it, so the core sees one event at a time, in order, without locks.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 from functools import partial
 import logging
@@ -34,7 +35,7 @@ from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.core import CoordinatorCore, RebalanceReport
+from zkcoord.coordinator.core import NO_METRICS, CoordinatorCore, CoreMetrics, RebalanceReport
 from zkcoord.coordinator.group import Group
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
@@ -154,15 +155,16 @@ class Coordinator:
     """The coordinator of one slot (``store.slot``): its core, its members' connections, its timers."""
 
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
-                 topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock):
+                 topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
+                 metrics: CoreMetrics = NO_METRICS):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
-        ``topics``: the server's partition counts (needed to start)."""
+        ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into."""
         self.store = store
         self.topics = topics
         self.config = config
         self.epoch = epoch
         self.clock = clock
-        self.core = CoordinatorCore(config, epoch, zk_session_timeout_ms)
+        self.core = CoordinatorCore(config, epoch, zk_session_timeout_ms, metrics)
         self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
         # libev timers by key: cheaper than a greenlet each, and a ping sets
@@ -240,12 +242,28 @@ class Coordinator:
     def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int) -> None:
         """Register the consumer behind ``channel``; its frames then reach the
         core from the event loop's callbacks until the connection ends."""
+        with self._connection(channel) as (conn, connection):
+            host = channel.peer.rpartition(":")[0] if ":" in channel.peer else ""
+            self._event(partial(self.core.register, host=host), conn, request, correlation_id)
+            connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
+            connection.ended.wait()
+
+    def serve_reset(self, channel: Channel, request: wire.ResetOffsetsRequest, correlation_id: int) -> None:
+        """An operator's offset reset: the core answers it on ``channel`` once
+        decided (a forced one after a round) and closes it; an operator
+        that hangs up first drops a forced reset whose round has not begun."""
+        with self._connection(channel) as (conn, connection):
+            self._event(self.core.reset_offsets, conn, request, correlation_id)
+            connection.read_with(lambda _frames: None, lambda _exc: connection.ended.set())
+            connection.ended.wait()
+
+    @contextlib.contextmanager
+    def _connection(self, channel: Channel):
+        """``channel`` as a connection the core knows by a handle, until it ends."""
         conn = next(self._connection_ids)
         connection = self._connections[conn] = _Connection(channel)
         try:
-            self._event(self.core.register, conn, request, correlation_id)
-            connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
-            connection.ended.wait()
+            yield conn, connection
         finally:
             connection.stop_reading()
             self._event(self.core.connection_closed, conn)

@@ -44,6 +44,8 @@ from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, v
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.metrics import families
+from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
@@ -115,7 +117,10 @@ def connection_limit(asked: Optional[int], others: int = 0) -> int:
 class Server:
     def __init__(self, config: ServerConfig):
         self.config = config
-        handler = GeventHandler()
+        # The process's own registry: two servers in one process count apart.
+        self.metrics_registry = families.new_registry()
+        zk_metrics = families.ZooKeeperMetrics(self.metrics_registry)
+        handler = GeventHandler(on_request=zk_metrics.observe)
         self._zk_log = SessionTimeoutWitness()
         self.zk = KazooClient(
             logger=self._zk_log,
@@ -127,8 +132,15 @@ class Server:
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=ZK_RECONNECT_MAX_DELAY_S,
                                         sleep_func=handler.sleep_func),
         )
+        zk_metrics.watch(lambda: self.zk.connected)
         self.slots = config.coordinator_slots or DEFAULT_SLOTS  # the cluster's, once started
         self.coordinators: dict[int, Coordinator] = {}  # by the slot held
+        self.core_metrics = families.CoordinatorMetrics(self.metrics_registry)
+        self.metrics_registry.register(families.CoordinatorCollector(
+            lambda: {slot: coordinator.core for slot, coordinator in self.coordinators.items()},
+            lambda: self.slots))
+        self.metrics_host = config.metrics.host or config.host
+        self._metrics_endpoint: Optional[MetricsEndpoint] = None
         self.broker = None
         self.metadata: Optional[MetadataView] = None
         self.topics = TopicWatch(self.zk)
@@ -144,6 +156,11 @@ class Server:
     @property
     def port(self) -> int:
         return self._stream.server_port if self._stream else self.config.port
+
+    @property
+    def metrics_port(self) -> Optional[int]:
+        """The metrics endpoint's port, while it serves (None: not served)."""
+        return self._metrics_endpoint.port if self._metrics_endpoint is not None else None
 
     def start(self) -> None:
         self._running = True
@@ -175,10 +192,19 @@ class Server:
             self.zk.stop()
             self.zk.close()
             raise ServerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
+        if self.config.metrics.enabled:
+            try:
+                self._metrics_endpoint = MetricsEndpoint(self.metrics_registry, self.metrics_host,
+                                                         self.config.metrics.port).start()
+            except MetricsEndpointError as exc:
+                listener.close()
+                self.zk.stop()
+                self.zk.close()
+                raise ServerError(str(exc)) from None
         if self.config.broker is not None:
             from zkcoord.broker import Broker
 
-            self.broker = Broker(self.config.broker, self.zk)
+            self.broker = Broker(self.config.broker, self.zk, metrics=families.BrokerMetrics(self.metrics_registry))
             self.broker.start()  # first: its logs' files count against the connections' room
         limit = connection_limit(self.config.max_connections,
                                  others=self.config.broker.max_connections if self.broker is not None else 0)
@@ -212,6 +238,8 @@ class Server:
             self._stream.stop(timeout=timeout)
         if self.broker is not None:
             self.broker.stop(timeout)
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.stop()
         self.zk.stop()
         self.zk.close()
 
@@ -434,7 +462,7 @@ class Server:
         any failure, nothing is left running."""
         slot = store.slot
         coordinator = Coordinator(store, self.config.coordinator, store.epoch.number, self.zk_session_timeout_ms,
-                                  self.topics)
+                                  self.topics, metrics=self.core_metrics)
         # Published before it starts, so that a suspension meanwhile reaches it.
         if self.zk.state != KazooState.CONNECTED:
             coordinator.session_changed(connected=False)
@@ -501,14 +529,17 @@ class Server:
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
                     channel.send(self._metadata_for(message), frame.correlation_id)
-                elif isinstance(message, wire.RegisterConsumerRequest):
+                elif isinstance(message, (wire.RegisterConsumerRequest, wire.ResetOffsetsRequest)):
+                    # Requests for the group's coordinator, which then owns the connection.
                     coordinator = self._coordinator_of(message.group_id)
                     if coordinator is None:
-                        channel.send(wire.RegisterConsumerResponse(
+                        channel.send(wire.RESPONSES[type(message)](
                             error_code=wire.ErrorCode.NOT_COORDINATOR,
                             error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
-                        return
-                    coordinator.serve_member(channel, message, frame.correlation_id)
+                    elif isinstance(message, wire.RegisterConsumerRequest):
+                        coordinator.serve_member(channel, message, frame.correlation_id)
+                    else:
+                        coordinator.serve_reset(channel, message, frame.correlation_id)
                     return
                 else:
                     raise wire.IllegalState(

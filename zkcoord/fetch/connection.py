@@ -170,17 +170,24 @@ class BrokerConnection:
     def leaders(self, partitions) -> dict[tuple[str, int], Optional[str]]:
         """:meth:`leader` for several partitions in one Metadata request."""
         partitions = list(partitions)
-        topics = sorted({topic for topic, _ in partitions})
+        known = self.partitions({topic for topic, _ in partitions})
+        return {tp: known.get(tp) for tp in partitions}
+
+    def partitions(self, topics) -> dict[tuple[str, int], Optional[str]]:
+        """Every partition of ``topics`` this broker knows (a topic it does
+        not know has none), with its leader's address (None: no leader now)."""
         request = MetadataRequest(version=METADATA_VERSION,
-                                  topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics])
+                                  topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(topics)])
         response = self._request(request, MetadataResponse, METADATA_VERSION)
         addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         known = {}
         for topic_data in response.topics:
+            if topic_data.error_code != NONE:
+                continue
             for part in topic_data.partitions:
-                if part.error_code == NONE:
-                    known[(topic_data.name, part.partition_index)] = addresses.get(part.leader_id)
-        return {tp: known.get(tp) for tp in partitions}
+                known[(topic_data.name, part.partition_index)] = (
+                    addresses.get(part.leader_id) if part.error_code == NONE else None)
+        return known
 
     # -- framing -----------------------------------------------------------------------------
 

@@ -192,6 +192,15 @@ class ManagedProcess:
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.pid)
 
+    def scrape(self):
+        """Its metrics endpoint, read now: a server or broker started with
+        ``--metrics-port`` reports the port in its port file."""
+        from zkcoord.testing.scrape import scrape
+
+        if "metrics_port" not in self.ports:
+            raise ClusterError(f"{self.name} serves no metrics (start it with --metrics-port)")
+        return scrape(self.ports["metrics_port"])
+
     def __repr__(self) -> str:
         state = "paused" if self.paused else "alive" if self.alive else "down"
         return f"<{type(self).__name__} {self.name} {state}>"

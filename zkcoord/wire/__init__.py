@@ -15,18 +15,18 @@ from zkcoord.wire.codec import (
 )
 from zkcoord.wire.errors import (
     ConsumerIdInUse, CoordinatorNotAvailable, ErrorCode, FrameTooLarge,
-    IllegalState, InvalidMessage, InvalidRegistration, MalformedFrame,
+    GroupNotEmpty, IllegalState, InvalidMessage, InvalidRegistration, InvalidRequest, MalformedFrame,
     MaxPollIntervalExceeded,
     NoCommonStrategy, NotCoordinator, RebalanceInProgress,
     InvalidSessionTimeout, StaleEpoch, StaleGeneration, UnknownError,
-    UnknownMessageType, UnsupportedVersion, WireError, code_for, error_for,
+    UnknownMessageType, UnknownPartition, UnsupportedVersion, WireError, code_for, error_for,
 )
 from zkcoord.wire.messages import (
     LARGEST, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest, ClusterMetadataResponse,
     Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
-    RegisterConsumerRequest, RegisterConsumerResponse, RestartFetcherResponse,
-    StartRequest, StopRequest, StopResponse, TopicPartition,
+    RegisterConsumerRequest, RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse,
+    RestartFetcherResponse, StartRequest, StopRequest, StopResponse, TopicPartition,
     TopicPartitionOffset, offset_entries, offsets_of,
 )
 
@@ -34,17 +34,18 @@ __all__ = [
     "HEADER_BYTES", "MAX_FRAME_SIZE", "SIZE_BYTES", "Frame", "FrameDecoder",
     "decode", "encode",
     "ConsumerIdInUse", "CoordinatorNotAvailable", "ErrorCode", "FrameTooLarge",
-    "IllegalState", "InvalidMessage", "InvalidRegistration", "MalformedFrame",
+    "GroupNotEmpty", "IllegalState", "InvalidMessage", "InvalidRegistration", "InvalidRequest", "MalformedFrame",
     "MaxPollIntervalExceeded",
     "NoCommonStrategy", "NotCoordinator", "RebalanceInProgress",
     "InvalidSessionTimeout", "StaleEpoch", "StaleGeneration", "UnknownError",
-    "UnknownMessageType", "UnsupportedVersion", "WireError", "code_for",
+    "UnknownMessageType", "UnknownPartition", "UnsupportedVersion", "WireError", "code_for",
     "error_for",
     "LARGEST", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
     "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",
-    "RegisterConsumerResponse", "RestartFetcherResponse", "StartRequest",
+    "RegisterConsumerResponse", "ResetOffsetsRequest", "ResetOffsetsResponse", "RestartFetcherResponse",
+    "StartRequest",
     "StopRequest", "StopResponse", "TopicPartition", "TopicPartitionOffset",
     "offset_entries", "offsets_of",
 ]

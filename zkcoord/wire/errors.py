@@ -35,6 +35,9 @@ class ErrorCode(IntEnum):
     NO_COMMON_STRATEGY = 13
     REBALANCE_IN_PROGRESS = 14
     MAX_POLL_INTERVAL_EXCEEDED = 15
+    GROUP_NOT_EMPTY = 16
+    UNKNOWN_PARTITION = 17
+    INVALID_REQUEST = 18
 
 
 class WireError(ZkcoordError):
@@ -163,6 +166,26 @@ class MaxPollIntervalExceeded(WireError):
     retriable = True
 
 
+class GroupNotEmpty(WireError):
+    """The request needs a group without members (an offset reset without
+    force); the message names them."""
+
+    code = ErrorCode.GROUP_NOT_EMPTY
+
+
+class UnknownPartition(WireError):
+    """The request names a topic the coordinator does not know, or a
+    partition the topic does not have."""
+
+    code = ErrorCode.UNKNOWN_PARTITION
+
+
+class InvalidRequest(WireError):
+    """A request with bad field values (a negative offset, a partition named twice, a bad group id)."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
 _CLASSES = {
     cls.code: cls
     for cls in (
@@ -170,7 +193,8 @@ _CLASSES = {
         UnsupportedVersion, ConsumerIdInUse, InvalidSessionTimeout,
         InvalidRegistration, StaleEpoch, StaleGeneration, NotCoordinator,
         CoordinatorNotAvailable, IllegalState, NoCommonStrategy,
-        RebalanceInProgress, MaxPollIntervalExceeded,
+        RebalanceInProgress, MaxPollIntervalExceeded, GroupNotEmpty,
+        UnknownPartition, InvalidRequest,
     )
 }
 

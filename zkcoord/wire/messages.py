@@ -46,6 +46,8 @@ class MessageType(IntEnum):
     ERROR_RESPONSE = 1010
     LEAVE_GROUP_REQUEST = 1011
     LEAVE_GROUP_RESPONSE = 1012
+    RESET_OFFSETS_REQUEST = 1013
+    RESET_OFFSETS_RESPONSE = 1014
 
 
 # --- array entries -------------------------------------------------------
@@ -406,6 +408,49 @@ class LeaveGroupResponse(Message):
     }
 
 
+@dataclass(frozen=True)
+class ResetOffsetsRequest(Message):
+    """Operator to the coordinator of ``group_id`` (`zkcoord groups
+    reset-offsets`). Without ``execute`` it changes nothing and asks what a
+    reset would meet: the committed offsets of the partitions named (of every
+    partition the group has one for, if none is named; the offsets given are
+    then not looked at) and the group's members. With ``execute`` it commits
+    ``offsets`` (the next offset to consume), backwards too; refused while the
+    group has members, unless ``force``: then the coordinator stops the
+    partitions' owners, commits, and starts them from the new offsets."""
+
+    TYPE = MessageType.RESET_OFFSETS_REQUEST
+    group_id: str
+    execute: bool = False
+    force: bool = False
+    offsets: tuple = ()
+    LAYOUTS = {
+        1: Struct("group_id" / String,
+                  "execute" / Bool,
+                  "force" / Bool,
+                  "offsets" / Array32(TPO)),
+    }
+
+
+@dataclass(frozen=True)
+class ResetOffsetsResponse(Message):
+    """Coordinator to operator: ``previous`` are the committed offsets before
+    the reset (of the partitions that had one); ``members`` the group's
+    members (those a reset without ``force`` was refused for)."""
+
+    TYPE = MessageType.RESET_OFFSETS_RESPONSE
+    error_code: int = ErrorCode.NONE
+    error_message: str = ""
+    members: tuple = ()
+    previous: tuple = ()
+    LAYOUTS = {
+        1: Struct("error_code" / ErrorCodeField,
+                  "error_message" / String,
+                  "members" / Array32(String),
+                  "previous" / Array32(TPO)),
+    }
+
+
 # The response that answers each request, in the request's version.
 RESPONSES = {
     ClusterMetadataRequest: ClusterMetadataResponse,
@@ -414,4 +459,5 @@ RESPONSES = {
     StopRequest: StopResponse,
     StartRequest: RestartFetcherResponse,
     LeaveGroupRequest: LeaveGroupResponse,
+    ResetOffsetsRequest: ResetOffsetsResponse,
 }

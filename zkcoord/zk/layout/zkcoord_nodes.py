@@ -105,6 +105,20 @@ def decode_slot_count(data: bytes, where: str = SLOTS) -> int:
 
 
 @dataclass(frozen=True)
+class MemberClient:
+    """Where a member connected from and the client id it gave ("" if none),
+    for operators (`zkcoord groups describe`'s HOST and CLIENT-ID)."""
+
+    host: str
+    client_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not isinstance(self.client_id, str):
+            raise LayoutError(f"a member's host and client id must be strings, got {self.host!r}, "
+                              f"{self.client_id!r}")
+
+
+@dataclass(frozen=True)
 class GroupState:
     """What the coordinator persists per group so that a successor resumes from it.
 
@@ -117,6 +131,9 @@ class GroupState:
     ``running`` maps a member id to what it ran when the state was written,
     partitions being taken from it included: until they are stopped, a
     successor counts them as that member's too (absent in older states).
+    ``clients`` maps a member id to its :class:`MemberClient`, for
+    operators only: nothing the coordinator decides reads it (absent in
+    older states, and from members written by older servers).
     """
 
     generation: int
@@ -124,6 +141,7 @@ class GroupState:
     assignment: Mapping[str, tuple[tuple[str, int], ...]]
     lease_ms: int = 0
     running: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    clients: Mapping[str, MemberClient] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _is_int(self.generation) or not 0 <= self.generation <= _INT32_MAX:
@@ -142,6 +160,9 @@ class GroupState:
                 owned.add(pair)
         for member, pairs in dict(self.running).items():
             _validate_member_partitions(member, pairs)
+        for member, client in dict(self.clients).items():
+            if not isinstance(member, str) or not member or not isinstance(client, MemberClient):
+                raise LayoutError(f"client of member {member!r} must be a MemberClient, got {client!r}")
 
 
 def _validate_member_partitions(member, pairs) -> None:
@@ -169,20 +190,33 @@ def _by_topic(pairs: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
 
 
 def encode_group_state(state: GroupState) -> bytes:
-    """Version 2 (decode_group_state reads 1 and 2)."""
+    """Version 2 (decode_group_state reads 1 and 2). ``clients`` is an
+    optional field of version 2, written only when there is one: readers that
+    do not know it pass it by, so old and new servers read each other's states."""
     running = {m: pairs for m, pairs in state.running.items() if pairs}
     differs = {m: running.get(m, ()) for m in set(state.assignment) | set(running)
                if set(running.get(m, ())) != set(state.assignment.get(m, ()))}
-    return encode_json(
-        {
-            "version": GROUP_STATE_VERSION,
-            "generation": state.generation,
-            "strategy": state.strategy,
-            "assignment": {m: _by_topic(pairs) for m, pairs in state.assignment.items()},
-            "lease_ms": state.lease_ms,
-            "running": {m: _by_topic(differs[m]) for m in sorted(differs)},
-        }
-    )
+    node = {
+        "version": GROUP_STATE_VERSION,
+        "generation": state.generation,
+        "strategy": state.strategy,
+        "assignment": {m: _by_topic(pairs) for m, pairs in state.assignment.items()},
+        "lease_ms": state.lease_ms,
+        "running": {m: _by_topic(differs[m]) for m in sorted(differs)},
+    }
+    if state.clients:
+        node["clients"] = {m: {"host": c.host, "client_id": c.client_id} for m, c in sorted(state.clients.items())}
+    return encode_json(node)
+
+
+def _clients(fields: _Fields) -> dict[str, MemberClient]:
+    clients = {}
+    for member, client in fields.mapping("clients").items():
+        if not isinstance(client, dict) or not isinstance(client.get("host"), str) \
+                or not isinstance(client.get("client_id", ""), str):
+            raise fields.fail("clients", f"of member {member!r} must be {{\"host\": ..., \"client_id\": ...}}")
+        clients[member] = MemberClient(client["host"], client.get("client_id", ""))
+    return clients
 
 
 def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
@@ -215,9 +249,10 @@ def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
     running = {m: pairs for m, pairs in running.items() if pairs}
     # The fields are read first: their errors name the node already.
     lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
+    clients = _clients(fields) if fields.has("clients") else {}
     generation, strategy = fields.integer("generation", 0), fields.string("strategy")
     with _prefix_errors(where):
-        return GroupState(generation, strategy, assignment, lease_ms=lease_ms, running=running)
+        return GroupState(generation, strategy, assignment, lease_ms=lease_ms, running=running, clients=clients)
 
 
 @dataclass(frozen=True)

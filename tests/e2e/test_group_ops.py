@@ -1,0 +1,143 @@
+"""`zkcoord groups describe` and `zkcoord groups reset-offsets` against real
+processes: ZooKeeper, zkcoord servers with their brokers, `zkcoord consume`
+members, and the commands run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from confluent_kafka import Producer
+
+from tests.e2e.checks import wait_whole
+from zkcoord.admin.topics import create_topic
+from zkcoord.testing import partitions_of, wait_until, zkcoord_command
+from zkcoord.zk.nodes import read_offsets
+
+SETTLE_S = 30
+OLD_MS, NEW_MS = 1_000_000_000_000, 1_700_000_000_000  # 2001 and 2023
+BETWEEN = "2010-01-01T00:00:00Z"
+
+
+def zkcoord(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(zkcoord_command(*args), capture_output=True, text=True, timeout=180)
+
+
+def describe(zk_connect: str, *extra: str) -> subprocess.CompletedProcess:
+    return zkcoord("groups", "describe", "--zookeeper", zk_connect, "--group", "g", *extra)
+
+
+def described(zk_connect: str) -> dict:
+    result = describe(zk_connect, "--output", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def produce_at(cluster, topic: str, partitions: int, count: int, timestamp_ms: int) -> None:
+    """``count`` records to each partition, all stamped ``timestamp_ms``; every one acknowledged."""
+    producer = Producer({"bootstrap.servers": cluster.broker_list, "acks": "all", "log_level": 3})
+    failures = []
+    for partition in range(partitions):
+        for n in range(count):
+            producer.produce(topic, value=f"{partition}-{n}".encode(), partition=partition, timestamp=timestamp_ms,
+                             on_delivery=lambda err, _msg: err is not None and failures.append(err))
+    assert producer.flush(30) == 0 and not failures, failures
+
+
+def first_offsets(consumer) -> dict:
+    """The first offset ``consumer`` delivered of each partition."""
+    first = {}
+    for record in consumer.records():
+        first.setdefault((record["topic"], record["partition"]), record["offset"])
+    return first
+
+
+def test_describe_shows_an_empty_group_as_empty_after_the_last_member_leaves(cluster_factory, zk, zk_connect):
+    cluster = cluster_factory(1)
+    create_topic(zk, "t", 4)
+    consumer = cluster.add_consumer("g", topics=["t"])
+    wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=SETTLE_S)
+    produce_at(cluster, "t", 4, 5, NEW_MS)
+    wait_until(lambda: len(consumer.records()) >= 20, timeout=SETTLE_S, message="20 deliveries")
+
+    member = consumer.status()["consumer_id"]
+    view = wait_until(lambda: (v := described(zk_connect))["state"] == "Stable" and v, timeout=SETTLE_S,
+                      message="the group described stable")
+    assert [m["consumer_id"] for m in view["members"]] == [member]
+    assert view["members"][0]["host"] == "127.0.0.1" and len(view["members"][0]["partitions"]) == 4
+    assert {(r["consumer_id"], r["host"]) for r in view["partitions"]} == {(member, "127.0.0.1")}
+    assert view["coordinator"]["server"] == str(cluster.coordinator_id()) and view["coordinator"]["slot"] == 0
+    table = [line.split() for line in describe(zk_connect).stdout.splitlines()]
+    header = table.index(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+                          "HOST", "CLIENT-ID"])
+    assert ["g", "t", "0", "5", "5", "0", member, "/127.0.0.1", "-"] in table[header + 1:]
+
+    consumer.terminate()  # a clean leave: its offsets are committed, then it goes
+    view = wait_until(lambda: (v := described(zk_connect))["state"] == "Empty" and v, timeout=SETTLE_S,
+                      message="the group described empty")
+    assert view["members"] == [] and all(r["consumer_id"] is None for r in view["partitions"])
+    assert [r["current_offset"] for r in view["partitions"]] == [5, 5, 5, 5]
+    text = describe(zk_connect).stdout
+    assert "Consumer group 'g' has no active members." in text and member not in text
+    state = describe(zk_connect, "--state").stdout.splitlines()
+    assert state[-1].split()[-2:] == ["Empty", "0"]
+    assert "has no active members" in describe(zk_connect, "--members").stdout
+
+
+def test_reset_offsets_moves_a_groups_offsets_and_its_next_owner_starts_there(cluster_factory, zk, zk_connect):
+    cluster = cluster_factory(2)
+    create_topic(zk, "t", 2)
+    produce_at(cluster, "t", 2, 30, OLD_MS)  # offsets 0..29 of each partition
+    produce_at(cluster, "t", 2, 20, NEW_MS)  # offsets 30..49
+    first = cluster.add_consumer("g", topics=["t"])
+    wait_until(lambda: len(first.records()) >= 100, timeout=SETTLE_S, message="100 deliveries")
+    first.terminate()
+    wait_until(lambda: described(zk_connect)["state"] == "Empty", timeout=SETTLE_S, message="the group empty")
+    t0, t1 = ("t", 0), ("t", 1)
+    assert read_offsets(zk, "g") == {t0: 50, t1: 50}
+    bootstrap = ",".join(cluster.bootstrap)
+
+    def reset(*args: str, where=("--zookeeper", zk_connect)) -> subprocess.CompletedProcess:
+        return zkcoord("groups", "reset-offsets", *where, "--group", "g", *args)
+
+    # A dry run prints the plan as Kafka's tool does, and changes nothing.
+    dry = reset("--all-topics", "--to-earliest")
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split() for line in dry.stdout.splitlines()] == [
+        ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], ["g", "t", "0", "0"], ["g", "t", "1", "0"]]
+    assert read_offsets(zk, "g") == {t0: 50, t1: 50}
+
+    # Bad arguments: exit 2, a clear message, nothing changed.
+    for args, says in [(("--topic", "nope", "--to-earliest", "--execute"), "no topic 'nope'"),
+                       (("--topic", "t:2", "--to-earliest", "--execute"), "no partition 2"),
+                       (("--topic", "t", "--to-earliest", "--to-latest", "--execute"), "not allowed with"),
+                       (("--topic", "t", "--to-datetime", "yesterday", "--execute"), "not a date"),
+                       (("--topic", "t", "--by-duration", "3 days", "--execute"), "not a duration")]:
+        bad = reset(*args)
+        assert bad.returncode == 2 and says in bad.stderr, (args, bad.stderr)
+    assert read_offsets(zk, "g") == {t0: 50, t1: 50}
+
+    # Executed, through the coordinator found either way: shift, time, offset.
+    shifted = reset("--topic", "t", "--shift-by", "-10", "--execute", where=("--bootstrap", bootstrap))
+    assert shifted.returncode == 0, shifted.stderr
+    assert read_offsets(zk, "g") == {t0: 40, t1: 40}
+    assert reset("--topic", "t", "--to-datetime", BETWEEN, "--execute").returncode == 0
+    assert read_offsets(zk, "g") == {t0: 30, t1: 30}  # the first record stamped after it
+    assert reset("--topic", "t:0", "--to-offset", "5", "--execute").returncode == 0
+    assert read_offsets(zk, "g") == {t0: 5, t1: 30}
+
+    # The next owner starts exactly at the new offsets.
+    second = cluster.add_consumer("g", topics=["t"])
+    wait_until(lambda: len(second.records()) >= 45 + 20, timeout=SETTLE_S, message="the rest delivered")
+    assert first_offsets(second) == {t0: 5, t1: 30}
+
+    # While it is a member: refused, naming it; with --force, carried out on the running member.
+    member = second.status()["consumer_id"]
+    busy = reset("--topic", "t:1", "--to-offset", "0", "--execute")
+    assert busy.returncode == 1 and member in busy.stderr
+    wait_until(lambda: read_offsets(zk, "g") == {t0: 50, t1: 50}, timeout=SETTLE_S, message="offsets caught up")
+    forced = reset("--topic", "t:1", "--to-offset", "0", "--execute", "--force")
+    assert forced.returncode == 0, forced.stderr
+    wait_until(lambda: len(second.records()) >= 65 + 50, timeout=SETTLE_S, message="t-1 delivered again")
+    again = [r["offset"] for r in second.records()[65:] if r["partition"] == 1]
+    assert again == list(range(50)) and second.alive

@@ -1,0 +1,8 @@
+"""What every zkcoord process tells Prometheus: the metrics a server and a
+standalone broker count (``families``), the HTTP endpoint that serves them
+(``endpoint``) and its settings (``config``). The names, help texts and
+labels are listed in docs/METRICS.md.
+
+Submodules are imported by name: ``config`` is light, so that a command can
+declare its options before gevent patches the process.
+"""
