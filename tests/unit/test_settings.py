@@ -39,7 +39,7 @@ CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig,
 PROCESS_OPTIONS = {
     ("broker",): {"--zookeeper", "--port-file", "--zk-timeout", "--zk-session-timeout"},
     ("server",): {"--no-broker", "--port-file"},
-    ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms"},
+    ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms", "--kafka-brokers"},
     ("drill",): {"--seed", "--kinds", "--dir", "--zookeeper", "--bootstrap"},
     ("zk", "up"): {"--dir", "--timeout"},
 }
