@@ -28,6 +28,9 @@ setup(
         "python-snappy>=0.7",
         "lz4>=4",
         "zstandard>=0.22",
+        # LZ4 in the magic-0 message format (pre-0.10 clients) has a header
+        # checksum of its own that kafka.codec recomputes with xxhash.
+        "xxhash>=3",
     ],
     extras_require={
         "test": [
