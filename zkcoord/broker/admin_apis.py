@@ -199,11 +199,23 @@ def _config_result(entry: kafka_configs.ConfigEntry, resource_type: int, synonym
 # -- DescribeCluster ------------------------------------------------------------------
 
 
+ENDPOINT_BROKERS = 1  # DescribeCluster v1+: which endpoints to describe
+ENDPOINT_CONTROLLERS = 2
+
+
 def describe_cluster(request, broker_id: int, metadata_cache: MetadataCache):
     Broker = DescribeClusterResponse.DescribeClusterBroker
-    brokers = [Broker(broker_id=node, host=address.host, port=address.port, rack=address.rack)
-               for node, address in sorted(metadata_cache.brokers.items())]
+    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS) if request.API_VERSION >= 1 \
+        else ENDPOINT_BROKERS
+    error, message, brokers = codes.NONE, None, []
+    if endpoint_type == ENDPOINT_CONTROLLERS:
+        error, message = codes.MISMATCHED_ENDPOINT_TYPE, "brokers describe brokers; no controller quorum runs"
+    elif endpoint_type != ENDPOINT_BROKERS:
+        error, message = codes.UNSUPPORTED_ENDPOINT_TYPE, f"endpoint type {endpoint_type} is not known"
+    else:
+        brokers = [Broker(broker_id=node, host=address.host, port=address.port, rack=address.rack)
+                   for node, address in sorted(metadata_cache.brokers.items())]
     return DescribeClusterResponse(
-        version=request.API_VERSION, throttle_time_ms=0, error_code=codes.NONE, error_message=None,
-        cluster_id=metadata_cache.cluster_id, controller_id=metadata_cache.controller_id(broker_id),
-        brokers=brokers)
+        version=request.API_VERSION, throttle_time_ms=0, error_code=error, error_message=message,
+        endpoint_type=endpoint_type, cluster_id=metadata_cache.cluster_id,
+        controller_id=metadata_cache.controller_id(broker_id), brokers=brokers)

@@ -68,7 +68,9 @@ SUPPORTED: dict[int, SupportedApi] = {
     API_KEY_FIND_COORDINATOR: SupportedApi(FindCoordinatorRequest, 0, 3),
     API_KEY_CREATE_TOPICS: SupportedApi(CreateTopicsRequest, 0, 7),
     API_KEY_DESCRIBE_CONFIGS: SupportedApi(DescribeConfigsRequest, 0, 4),
-    API_KEY_DESCRIBE_CLUSTER: SupportedApi(DescribeClusterRequest, 0, 0),
+    # Kafka 2.8 has v0 only; v1 (the endpoint type) is what kafka-python's
+    # describe_cluster() can read.
+    API_KEY_DESCRIBE_CLUSTER: SupportedApi(DescribeClusterRequest, 0, 1),
 }
 
 
