@@ -30,6 +30,9 @@ setup(
         "zstandard>=0.22",
         # The metrics endpoint (zkcoord/metrics/): still 0.x, its API settled within it.
         "prometheus-client>=0.20,<1",
+        # LZ4 in the magic-0 message format (pre-0.10 clients) has a header
+        # checksum of its own that kafka.codec recomputes with xxhash.
+        "xxhash>=3",
     ],
     extras_require={
         "test": [

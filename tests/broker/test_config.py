@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from zkcoord.broker.config import BrokerConfig, LogConfig
@@ -47,6 +48,18 @@ def test_advertised_versions_are_decodable_by_the_library():
     encoded = api_versions_response(3).encode(version=3)
     decoded = ApiVersionsResponse.decode(encoded, version=3)
     assert {k.api_key for k in decoded.api_keys} == set(SUPPORTED)
+
+
+# Produce, Fetch, ListOffsets, Metadata, ApiVersions, CreateTopics, DescribeConfigs, DescribeCluster
+KAFKA_2_8_APIS = (0, 1, 2, 3, 18, 19, 32, 60)
+
+
+def test_every_version_a_kafka_2_8_broker_accepts_is_offered():
+    """Kafka 2.8's own ranges, as kafka-python records them from a 2.8 broker's ApiVersions answer."""
+    kafka_2_8 = BROKER_API_VERSIONS[(2, 8)]
+    for key in KAFKA_2_8_APIS:
+        low, high = kafka_2_8[key]
+        assert SUPPORTED[key].min_version <= low and SUPPORTED[key].max_version >= high, key
 
 
 @pytest.mark.parametrize("frame", [b"", b"\x00\x12", b"\x00\x63\x00\x00\x00\x00\x00\x01",

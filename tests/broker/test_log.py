@@ -283,3 +283,20 @@ def test_reopen_rebuilds_a_missing_or_damaged_index(tmp_path):
     assert read_all(log) == expected
     for offset, value in expected[::17]:
         assert read_values(log.read(offset, 1).read())[0][0] <= offset
+
+
+def test_segments_of_records_without_timestamps_expire_by_file_time(tmp_path):
+    """Magic-0 messages are stored with no timestamp (-1); as Kafka does, such
+    a segment is dated by when its file was last written."""
+    log = open_log(tmp_path, retention_ms=1000)
+    undated = make_batch([b"x" * 300], timestamp=-1)
+    while len(log.segments) < 3:
+        log.append(undated)
+    assert all(s.max_timestamp == -1 for s in log.segments)
+    written_ms = log.segments[0].last_modified_ms()
+    assert log.apply_retention(now_ms=written_ms + 500) == 0
+    old = (written_ms - 5000) / 1000
+    os.utime(log.segments[0].log_path, (old, old))
+    assert log.apply_retention(now_ms=written_ms + 500) == 1
+    assert [s.base_offset for s in log.segments] == [b for b, _ in log.segment_times()]
+    log.close()

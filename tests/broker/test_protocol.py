@@ -16,6 +16,8 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequ
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
 from tests.broker.batches import make_batch, read_values
 from zkcoord.testing import wait_until
 from zkcoord.broker import handlers
@@ -159,7 +161,7 @@ def test_api_versions_newer_than_ours_gets_a_v0_answer(shared_cluster):
     assert response.header.correlation_id == 77
     assert response.error_code == 35
     keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert keys[1] == (4, 12) and keys[18] == (0, 3)
+    assert keys[1] == (0, 12) and keys[2] == (0, 8) and keys[18] == (0, 3)
     # and the connection goes on: a supported version now works
     ok = raw.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"),
                   ApiVersionsResponse, 3)
@@ -180,14 +182,21 @@ def test_unknown_topic_everywhere(shared_cluster, topic):
     assert_intact(shared_cluster, topic)
 
 
-def test_corrupt_and_old_format_batches_are_refused(shared_cluster, topic):
+def test_corrupt_and_misplaced_old_format_batches_are_refused(shared_cluster, topic):
     raw = Raw(shared_cluster.brokers[0].port)
     bad = bytearray(make_batch([b"evil"]))
     bad[-1] ^= 0x55
     assert produce(raw, topic, 0, bytes(bad)).error_code == handlers.CORRUPT_MESSAGE
+    # a batch whose magic byte says 1 reads as an old-format message whose CRC fails
     old = bytearray(make_batch([b"old"]))
     old[16] = 1
-    assert produce(raw, topic, 0, bytes(old), version=2).error_code == handlers.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    assert produce(raw, topic, 0, bytes(old), version=2).error_code == handlers.CORRUPT_MESSAGE
+    # old-format messages in Produce v3+: refused as Kafka 2.8 refuses them
+    message = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    message.append(0, timestamp=SEED_TIMESTAMP, key=None, value=b"old")
+    assert produce(raw, topic, 0, bytes(message.build()), version=3).error_code == handlers.INVALID_RECORD
+    answer = produce(raw, topic, 0, bytes(message.build()), version=9)  # v8+ carry a message
+    assert answer.error_code == handlers.INVALID_RECORD and "magic 2" in answer.error_message
     assert produce(raw, topic, 0, b"\x00" * 30).error_code == handlers.CORRUPT_MESSAGE
     raw.close()
     assert_intact(shared_cluster, topic)

@@ -646,6 +646,7 @@ DECODERS = [
     L.decode_coordinator,
     L.decode_coordinator_epoch,
     L.decode_slot_count,
+    L.decode_cluster_id,
 ]
 
 
@@ -710,3 +711,37 @@ def test_a_missing_field_is_reported_naming_the_node_once(decode, data, where):
     with pytest.raises(LayoutError) as info:
         decode(data)
     assert str(info.value).count(where) == 1 and "is missing" in str(info.value), str(info.value)
+
+
+# --- /cluster/id ------------------------------------------------------------
+
+# The node in the form Kafka's ClusterIdZNode writes (the version a string).
+KAFKA_CLUSTER_ID = b'{"version":"1","id":"yWo4yAVpS2W1tqX3fRKbYQ"}'
+
+
+def test_cluster_id_is_read_and_written_as_kafka_does():
+    assert L.decode_cluster_id(KAFKA_CLUSTER_ID) == "yWo4yAVpS2W1tqX3fRKbYQ"
+    assert L.encode_cluster_id("yWo4yAVpS2W1tqX3fRKbYQ") == KAFKA_CLUSTER_ID
+    made = L.cluster_id_from_bytes(bytes(range(16)))
+    assert made == "AAECAwQFBgcICQoLDA0ODw" and L.decode_cluster_id(L.encode_cluster_id(made)) == made
+    # the version as a number reads too (Kafka itself ignores it)
+    assert L.decode_cluster_id(b'{"version":1,"id":"AAECAwQFBgcICQoLDA0ODw"}') == made
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"yWo4yAVpS2W1tqX3fRKbYQ", b'{"version":"1"}', b'{"id":"yWo4yAVpS2W1tqX3fRKbYQ"}',
+    b'{"version":"2","id":"yWo4yAVpS2W1tqX3fRKbYQ"}', b'{"version":true,"id":"yWo4yAVpS2W1tqX3fRKbYQ"}',
+    b'{"version":"1","id":null}', b'{"version":"1","id":"short"}', b'{"version":"1","id":"yWo4yAVpS2W1tqX3fRKbY="}',
+    b'{"version":"1","id":"yWo4yAVpS2W1tqX3fRKbY/"}',
+])
+def test_bad_cluster_id_is_a_layout_error_naming_the_node(data):
+    with pytest.raises(LayoutError, match="/cluster/id"):
+        L.decode_cluster_id(data)
+
+
+@pytest.mark.parametrize("bad", ["", "short", "yWo4yAVpS2W1tqX3fRKbY=", None])
+def test_only_a_kafka_uuid_is_written_as_cluster_id(bad):
+    with pytest.raises(LayoutError):
+        L.encode_cluster_id(bad)
+    with pytest.raises(LayoutError):
+        L.cluster_id_from_bytes(b"\x00" * 15)

@@ -1,4 +1,4 @@
-"""The shared readers of brokers, servers, owners and offsets (zk/nodes.py),
+"""The shared readers of brokers, servers, owners, offsets and the cluster id (zk/nodes.py),
 on real ZooKeeper, through a threaded client and a gevent one: a parent not
 there yet, a node gone between its listing and its read, names and data
 that do not fit the layout, and the watches."""
@@ -9,11 +9,12 @@ import logging
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
-from zkcoord.zk.nodes import broker_ids, read_brokers, read_offsets, read_owners, read_servers
+from zkcoord.zk.nodes import broker_ids, cluster_id, read_brokers, read_offsets, read_owners, read_servers
 
 WAIT_S = 10
 
@@ -201,3 +202,35 @@ def test_an_offset_that_cannot_be_read_is_never_taken_for_no_offset_unless_asked
             read_offsets(client, "g", partitions, multi_read=multi_read)
         assert read_offsets(client, "g", partitions, strict=False, multi_read=multi_read) == {("t", 0): 10}
     assert left_out(caplog, layout.offset_path("g", "t", 1))
+
+
+# -- /cluster/id ------------------------------------------------------------------------------
+
+
+def test_the_cluster_id_is_created_once_and_read_alike_by_every_caller(client, zk_connect, monkeypatch):
+    assert client.exists(layout.CLUSTER_ID_PATH) is None
+    first = cluster_id(client)
+    data, _ = client.get(layout.CLUSTER_ID_PATH)
+    assert data == b'{"version":"1","id":"%s"}' % first.encode() and len(first) == 22
+    assert cluster_id(client) == first
+    # a caller that loses the race to create it reads the winner's
+    client.delete(layout.CLUSTER_ID_PATH)
+    get = client.get
+    calls = []
+
+    def racing_get(path, *args, **kwargs):
+        if path == layout.CLUSTER_ID_PATH and not calls:
+            calls.append(path)
+            client.create(path, layout.encode_cluster_id("yWo4yAVpS2W1tqX3fRKbYQ"))
+            raise NoNodeError()
+        return get(path, *args, **kwargs)
+
+    monkeypatch.setattr(client, "get", racing_get)
+    assert cluster_id(client) == "yWo4yAVpS2W1tqX3fRKbYQ"
+
+
+def test_a_cluster_id_that_does_not_fit_is_a_layout_error_and_is_left_as_it_is(client):
+    client.create(layout.CLUSTER_ID_PATH, b'{"version":"1","id":42}', makepath=True)
+    with pytest.raises(layout.LayoutError, match="/cluster/id"):
+        cluster_id(client)
+    assert client.get(layout.CLUSTER_ID_PATH)[0] == b'{"version":"1","id":42}'

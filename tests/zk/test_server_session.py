@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from zkcoord.coordinator.server import ZK_RECONNECT_MAX_DELAY_S, Server, ServerConfig
+from zkcoord.zk import layout
 
 # A real server in its own gevent process. The fault: kazoo's connection loop
 # dies (an unhandled error in it closes the client for good, which is how a
@@ -71,3 +72,28 @@ def test_the_server_knows_the_session_timeout_zookeeper_granted_not_the_one_it_a
     assert int(result.stdout.split()[0]) == granted_ms
     assert f"granted a session timeout of {granted_ms} ms (asked for {asked_ms} ms)" in result.stderr
     assert Server(ServerConfig(server_id=1, zookeeper="127.0.0.1:1")).zk_session_timeout_ms is None  # not connected
+
+
+def test_a_server_without_a_broker_creates_the_cluster_id_and_will_not_start_on_a_bad_one(zk, zk_connect):
+    script = (
+        "from gevent import monkey; monkey.patch_all()\n"
+        "import sys\n"
+        "from zkcoord.coordinator.server import Server, ServerConfig, ServerError\n"
+        "server = Server(ServerConfig(server_id=1, zookeeper=sys.argv[1]))\n"
+        "try:\n"
+        "    server.start()\n"
+        "except ServerError as exc:\n"
+        "    print('refused:', exc, flush=True)\n"
+        "    sys.exit(3)\n"
+        "server.stop()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, zk_connect], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    created = layout.decode_cluster_id(zk.get(layout.CLUSTER_ID_PATH)[0])
+    # a second start keeps it
+    assert subprocess.run([sys.executable, "-c", script, zk_connect], capture_output=True,
+                          timeout=60).returncode == 0
+    assert layout.decode_cluster_id(zk.get(layout.CLUSTER_ID_PATH)[0]) == created
+    zk.set(layout.CLUSTER_ID_PATH, b"not json")
+    result = subprocess.run([sys.executable, "-c", script, zk_connect], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3 and "/cluster/id" in result.stdout, (result.stdout, result.stderr[-2000:])

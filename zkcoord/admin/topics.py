@@ -1,14 +1,17 @@
 """Topic administration in Kafka's ZooKeeper layout: create, list, describe,
 add partitions. Partitions are spread round robin over the live brokers with
-one replica each. The planning (which partition goes where) is pure; the
-commands read and write ZooKeeper through ``zkcoord.zk.layout``.
+one replica each, or placed as asked when that can be honoured (one replica
+on a live broker for each partition). The planning (which partition goes
+where) is pure; the commands read and write ZooKeeper through
+``zkcoord.zk.layout``. The broker's CreateTopics creates topics with the same
+functions.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from zkcoord.admin import zookeeper_session
 from zkcoord.errors import ZkcoordError
@@ -40,6 +43,22 @@ class TopicArgumentError(TopicAdminError, ValueError):
     """A count or name is not acceptable (exit code 2)."""
 
 
+class InvalidTopicNameError(TopicArgumentError):
+    """The name breaks Kafka's rules for topic names."""
+
+
+class InvalidPartitionCountError(TopicArgumentError):
+    """A partition count out of range, or one that would shrink a topic."""
+
+
+class InvalidReplicationFactorError(TopicArgumentError):
+    """A replication factor other than 1."""
+
+
+class InvalidAssignmentError(TopicArgumentError):
+    """Partition placements that cannot be honoured as given."""
+
+
 def plan_partitions(brokers: Sequence[int], first: int, count: int,
                     start_index: int = 0) -> dict[int, tuple[int, ...]]:
     """Partitions ``first .. first+count-1`` placed round robin over
@@ -55,36 +74,81 @@ def plan_partitions(brokers: Sequence[int], first: int, count: int,
 
 
 def check_count(value: int, what: str) -> int:
-    if not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
-        raise TopicArgumentError(f"{what} must be an integer in [1, {MAX_PARTITIONS}], got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_PARTITIONS:
+        raise InvalidPartitionCountError(f"{what} must be an integer in [1, {MAX_PARTITIONS}], got {value!r}")
     return value
 
 
-def create_topic(client, topic: str, partitions: int) -> dict[int, tuple[int, ...]]:
-    """Write ``/brokers/topics/<topic>``; returns the assignment written."""
+def check_replication_factor(value: int) -> int:
+    if value != 1 or isinstance(value, bool):
+        raise InvalidReplicationFactorError(f"only replication factor 1 is supported, got {value!r}")
+    return value
+
+
+def check_topic_name(topic: str) -> str:
     try:
-        layout.validate_topic_name(topic)
+        return layout.validate_topic_name(topic)
     except layout.LayoutError as exc:
-        raise TopicArgumentError(str(exc)) from None
-    check_count(partitions, "--partitions")
+        raise InvalidTopicNameError(str(exc)) from None
+
+
+def check_assignment(assignment: Mapping[int, Sequence[int]], brokers: Sequence[int]) -> dict[int, tuple[int, ...]]:
+    """``assignment`` (partition -> replicas) if it can be honoured: the
+    partitions numbered 0 to N-1, each with one replica on a live broker.
+
+    >>> check_assignment({1: [2], 0: [1]}, [1, 2])
+    {0: (1,), 1: (2,)}
+    """
+    if not assignment:
+        raise InvalidAssignmentError("the assignment places no partition")
+    if sorted(assignment) != list(range(len(assignment))):
+        raise InvalidAssignmentError(
+            f"partitions must be numbered 0 to {len(assignment) - 1}, got {sorted(assignment)}")
+    placed = {}
+    for partition, replicas in sorted(assignment.items()):
+        replicas = tuple(replicas)
+        if len(replicas) != 1:
+            raise InvalidAssignmentError(
+                f"partition {partition} has {len(replicas)} replicas {list(replicas)}; only one replica "
+                f"per partition is supported")
+        if replicas[0] not in brokers:
+            raise InvalidAssignmentError(
+                f"partition {partition} is placed on broker {replicas[0]}, which is not live "
+                f"(live: {sorted(brokers)})")
+        placed[partition] = replicas
+    return placed
+
+
+def create_topic(client, topic: str, partitions: Optional[int] = None, *,
+                 assignment: Optional[Mapping[int, Sequence[int]]] = None,
+                 validate_only: bool = False) -> dict[int, tuple[int, ...]]:
+    """Write ``/brokers/topics/<topic>`` with ``partitions`` placed round robin,
+    or with ``assignment`` as given; returns the assignment. With
+    ``validate_only`` every check is made and nothing is written."""
+    check_topic_name(topic)
+    if assignment is None:
+        check_count(partitions, "--partitions")
     from kazoo.exceptions import NodeExistsError
 
-    assignment = plan_partitions(broker_ids(client), 0, partitions)
+    path = layout.topic_path(topic)
+    if client.exists(path) is not None:
+        raise TopicExistsError(f"topic {topic!r} already exists")
+    brokers = broker_ids(client)
+    planned = plan_partitions(brokers, 0, partitions) if assignment is None else check_assignment(assignment, brokers)
+    if validate_only:
+        return planned
     client.ensure_path(layout.BROKER_TOPICS)
     try:
-        client.create(layout.topic_path(topic), layout.encode_topic(layout.TopicAssignment(assignment)))
+        client.create(path, layout.encode_topic(layout.TopicAssignment(planned)))
     except NodeExistsError:
         raise TopicExistsError(f"topic {topic!r} already exists") from None
-    return assignment
+    return planned
 
 
 def read_topic(client, topic: str):
     from kazoo.exceptions import NoNodeError
 
-    try:
-        layout.validate_topic_name(topic)
-    except layout.LayoutError as exc:
-        raise TopicArgumentError(str(exc)) from None
+    check_topic_name(topic)
     try:
         data, stat = client.get(layout.topic_path(topic))
     except NoNodeError:
@@ -100,7 +164,7 @@ def add_partitions(client, topic: str, total: int) -> dict[int, tuple[int, ...]]
     assignment, stat = read_topic(client, topic)
     current = len(assignment.partitions)
     if total <= current:
-        raise TopicArgumentError(
+        raise InvalidPartitionCountError(
             f"topic {topic!r} has {current} partitions; the new count must be larger, got {total}")
     added = plan_partitions(broker_ids(client), current, total - current, start_index=current)
     merged = {**assignment.partitions, **added}
@@ -168,15 +232,13 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    if getattr(args, "replication_factor", 1) != 1:
-        print("zkcoord topics: only --replication-factor 1 is supported", file=sys.stderr)
-        return 2
     try:  # bad arguments fail before any connection is made
+        check_replication_factor(getattr(args, "replication_factor", 1))
         if getattr(args, "topic", None) is not None:
-            layout.validate_topic_name(args.topic)
+            check_topic_name(args.topic)
         if getattr(args, "partitions", None) is not None:
             check_count(args.partitions, "--partitions")
-    except (layout.LayoutError, TopicArgumentError) as exc:
+    except TopicArgumentError as exc:
         print(f"zkcoord topics: {exc}", file=sys.stderr)
         return 2
     try:

@@ -1,7 +1,8 @@
 """Byte layouts of the data plane's storage: the Kafka record-batch header
 (magic 2) as it sits in a segment file (and in a Fetch response: the consumers'
-decoder, zkcoord.fetch.records, reads it with these names), and the entries of
-our sparse index.
+decoder, zkcoord.fetch.records, reads it with these names), the prefix every
+message format shares (how a run of old-format messages is walked), and the
+entries of our sparse index.
 
 This is the only module of the broker that packs or unpacks bytes by hand; the
 Kafka request and response codecs come from kafka-python's protocol classes.
@@ -25,6 +26,12 @@ _PEEK = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
+# Every message format (magic 0, 1 and 2) starts an entry with its offset and
+# the length of the rest, and keeps its magic byte at position 16.
+_ENTRY_PREFIX = struct.Struct(">qi")
+ENTRY_MAGIC_POSITION = 16
+# The smallest old-format message: CRC, magic, attributes, key and value lengths (magic 0).
+LEGACY_MIN_LENGTH = 14
 
 LOG_OVERHEAD = 12  # base offset + batch length: the bytes batch length does not count
 CRC_START = 21  # the CRC covers attributes .. end of batch
@@ -46,7 +53,9 @@ class CorruptBatchError(ZkcoordError):
 
 
 class UnsupportedMagicError(CorruptBatchError):
-    """Messages in the pre-0.11 formats (magic 0 or 1), which are not stored."""
+    """Messages of a format the request may not carry where they are: the
+    old formats (magic 0 or 1) in a Produce of version 3 or later, or a
+    record batch among old-format messages (Kafka's INVALID_RECORD)."""
 
 
 class BatchHeader(NamedTuple):
@@ -83,7 +92,8 @@ class BatchHeader(NamedTuple):
 
 def _check_magic(header: BatchHeader) -> None:
     if header.magic in (0, 1):
-        raise UnsupportedMagicError(f"message format magic {header.magic} is not supported; use magic 2")
+        raise UnsupportedMagicError(f"message format magic {header.magic} where only record batches "
+                                    f"(magic 2) may be")
     if header.magic != MAGIC:
         raise CorruptBatchError(f"record batch magic {header.magic} is not a known format")
 
@@ -118,6 +128,20 @@ def check_crc(buf, pos: int, header: BatchHeader) -> None:
     actual = crc32c(memoryview(buf)[pos + CRC_START : pos + header.size])
     if actual != header.crc:
         raise CorruptBatchError(f"record batch CRC {actual:#010x} != stored {header.crc:#010x}")
+
+
+def peek_entry(buf, pos: int = 0) -> tuple[int, int]:
+    """(total size, magic) of the batch or old-format message at ``buf[pos:]``;
+    CorruptBatchError unless it lies whole within ``buf``."""
+    if len(buf) - pos <= ENTRY_MAGIC_POSITION:
+        raise CorruptBatchError("message shorter than its header")
+    _, length = _ENTRY_PREFIX.unpack_from(buf, pos)
+    magic = buf[pos + ENTRY_MAGIC_POSITION]
+    if length < LEGACY_MIN_LENGTH:
+        raise CorruptBatchError(f"message length {length} is too small")
+    if pos + LOG_OVERHEAD + length > len(buf):
+        raise CorruptBatchError("message runs past the end of its buffer")
+    return LOG_OVERHEAD + length, magic
 
 
 def peek_extent(buf) -> tuple[int, int, int]:

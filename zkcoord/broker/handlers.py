@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
@@ -15,7 +16,7 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
-from zkcoord.broker import protocol
+from zkcoord.broker import legacy, protocol
 from zkcoord.broker.formats import CorruptBatchError, UnsupportedMagicError
 from zkcoord.broker.log import (
     InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
@@ -31,12 +32,23 @@ CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+INVALID_TOPIC_EXCEPTION = 17
 RECORD_LIST_TOO_LARGE = 18
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+MISMATCHED_ENDPOINT_TYPE = 114
+UNSUPPORTED_ENDPOINT_TYPE = 115
 UNKNOWN_SERVER_ERROR = -1
 
 # ListOffsets' special timestamps
@@ -46,7 +58,8 @@ MAX_TIMESTAMP = -3  # the record with the largest timestamp
 EARLIEST_LOCAL_TIMESTAMP = -4  # no tiered storage: the log start
 
 _APPEND_ERRORS = (
-    (UnsupportedMagicError, UNSUPPORTED_FOR_MESSAGE_FORMAT),
+    (UnsupportedMagicError, INVALID_RECORD),
+    (legacy.UnsupportedCompressionError, UNSUPPORTED_COMPRESSION_TYPE),
     (CorruptBatchError, CORRUPT_MESSAGE),
     (RecordTooLargeError, RECORD_LIST_TOO_LARGE),
     (OutOfOrderSequenceError, OUT_OF_ORDER_SEQUENCE_NUMBER),
@@ -78,6 +91,13 @@ class MetadataCache:
     topic_ids: dict[str, str] = field(default_factory=dict)
     cluster_id: Optional[str] = None
 
+    def controller_id(self, own_id: int) -> int:
+        """The broker named as controller. No controller runs and any broker
+        carries out what clients send a controller (creating topics), so every
+        broker names the same one, the lowest live id (itself while it knows
+        of no other)."""
+        return min(self.brokers, default=own_id)
+
 
 class FetchOutcome(NamedTuple):
     """A fetch answer; the caller owns (and must close) the descriptors in
@@ -101,6 +121,7 @@ class Handlers:
 
     def __init__(self, broker_id: int, metadata_cache: MetadataCache, logs: dict[tuple[str, int], PartitionLog],
                  allocate_producer_id: Callable[[], int], sendfile_threshold: int,
+                 clock: Callable[[], float] = time.time,
                  on_append: Callable[[str, int, int], None] = _ignore_append):
         """``on_append(topic, bytes, records)`` is told of every append (the broker's metrics)."""
         self.broker_id = broker_id
@@ -109,6 +130,7 @@ class Handlers:
         self.logs = logs
         self._allocate_producer_id = allocate_producer_id
         self._sendfile_threshold = sendfile_threshold
+        self._clock = clock
 
     def _missing_error(self, topic: str, partition: int) -> int:
         """Why this broker has no log for the partition."""
@@ -136,8 +158,8 @@ class Handlers:
             names = [t.name for t in request.topics if t.name is not None]
         topics = [self._topic_metadata(name) for name in names]
         return MetadataResponse(version=version, throttle_time_ms=0, brokers=brokers,
-                                cluster_id=self.metadata_cache.cluster_id, controller_id=self.broker_id,
-                                topics=topics)
+                                cluster_id=self.metadata_cache.cluster_id,
+                                controller_id=self.metadata_cache.controller_id(self.broker_id), topics=topics)
 
     def _topic_metadata(self, name):
         Topic = MetadataResponse.MetadataResponseTopic
@@ -186,7 +208,7 @@ class Handlers:
                     error = INVALID_TXN_STATE
                 else:
                     try:
-                        result = plog.append(data.records or b"")
+                        result = plog.append(legacy.to_batches(data.records or b"", request.API_VERSION))
                         base, start = result.base_offset, result.log_start_offset
                         self._on_append(topic.name, len(data.records), result.last_offset - base + 1)
                     except tuple(cls for cls, _ in _APPEND_ERRORS) as exc:
@@ -204,6 +226,8 @@ class Handlers:
     # -- ListOffsets ---------------------------------------------------------
 
     def list_offsets(self, request):
+        if request.API_VERSION == 0:
+            return self._list_offsets_v0(request)
         Topic = ListOffsetsResponse.ListOffsetsTopicResponse
         Partition = Topic.ListOffsetsPartitionResponse
         topics = []
@@ -230,6 +254,30 @@ class Handlers:
                                             leader_epoch=plog.leader_epoch if plog else -1))
             topics.append(Topic(name=topic.name, partitions=partitions))
         return ListOffsetsResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics)
+
+    def _list_offsets_v0(self, request):
+        """Version 0: up to max_num_offsets offsets at segment boundaries
+        (legacy.offsets_before), largest first."""
+        Topic = ListOffsetsResponse.ListOffsetsTopicResponse
+        Partition = Topic.ListOffsetsPartitionResponse
+        now_ms = int(self._clock() * 1000)
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                error, offsets = NONE, []
+                plog = self.logs.get((topic.name, part.partition_index))
+                if plog is None:
+                    error = self._missing_error(topic.name, part.partition_index)
+                else:
+                    segments = [legacy.SegmentTime(*entry) for entry in plog.segment_times()]
+                    offsets = legacy.offsets_before(
+                        segments, plog.log_start_offset, plog.log_end_offset,
+                        plog.segments[-1].size == 0, part.timestamp, part.max_num_offsets, now_ms)
+                partitions.append(Partition(partition_index=part.partition_index, error_code=error,
+                                            old_style_offsets=offsets))
+            topics.append(Topic(name=topic.name, partitions=partitions))
+        return ListOffsetsResponse(version=0, topics=topics)
 
     # -- Fetch -------------------------------------------------------------
 
@@ -265,6 +313,18 @@ class Handlers:
                         region = None
                     if region is not None:
                         served.append((topic.topic, region.length, region.next_offset - part.fetch_offset))
+                    if region is not None and request.API_VERSION <= legacy.LAST_LEGACY_FETCH:
+                        # Old clients read old formats only: converted in memory, no sendfile.
+                        try:
+                            records = legacy.down_convert(region.read(), legacy.fetch_magic(request.API_VERSION),
+                                                          part.fetch_offset, limit)
+                        except CorruptBatchError as exc:
+                            log.error("%s-%d: cannot down-convert from offset %d: %s",
+                                      topic.topic, part.partition, part.fetch_offset, exc)
+                            error = CORRUPT_MESSAGE
+                        total += len(records)
+                        budget -= len(records)
+                    elif region is not None:
                         total += region.length
                         budget -= region.length
                         if region.length >= self._sendfile_threshold:

@@ -231,6 +231,17 @@ class Segment:
             end += size
         return end - start, self.next_offset
 
+    def last_modified_ms(self) -> int:
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def newest_timestamp(self) -> int:
+        """The largest record timestamp, or, when no record has one (magic-0
+        messages have none), when the file was last written, as Kafka dates
+        a segment; -1 for an empty segment."""
+        if self.max_timestamp >= 0 or self.size == 0:
+            return self.max_timestamp
+        return self.last_modified_ms()
+
     def close(self) -> None:
         os.close(self.fd)
         os.close(self.index_fd)
@@ -333,6 +344,10 @@ class PartitionLog:
     def max_timestamp(self) -> int:
         """The largest timestamp in the log, -1 if it holds no record."""
         return max(segment.max_timestamp for segment in self.segments)
+
+    def segment_times(self) -> list[tuple[int, int]]:
+        """(base offset, last modified, ms) of every segment, oldest first."""
+        return [(segment.base_offset, segment.last_modified_ms()) for segment in self.segments]
 
     @property
     def size_bytes(self) -> int:
@@ -467,8 +482,8 @@ class PartitionLog:
     # -- retention -------------------------------------------------------
 
     def _expired(self, segment: Segment, now_ms: int) -> bool:
-        return (self.config.retention_ms >= 0 and segment.max_timestamp >= 0
-                and now_ms - segment.max_timestamp > self.config.retention_ms)
+        newest = segment.newest_timestamp()
+        return self.config.retention_ms >= 0 and newest >= 0 and now_ms - newest > self.config.retention_ms
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest sealed segments that are past the retention

@@ -3,17 +3,22 @@ offers, how a request frame becomes a request object and how a response object
 becomes the bytes (and file ranges) that go back.
 
 The codecs are kafka-python's protocol classes, generated from Kafka's own
-message schemas; this module only chooses among them. The versions offered are
-those the library decodes and the broker implements: Fetch stops at 12 and
+message schemas (which still describe the fields of the versions Kafka 4
+dropped, so the library decodes and encodes them too); this module only
+chooses among them. The versions offered are every one a Kafka 2.8 broker
+accepts, and beyond that those the broker implements: Fetch stops at 12 and
 Produce at 11 because later versions name topics by id.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from typing import NamedTuple, Optional, Union
 
-from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import (
+    CreateTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest,
+)
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
     OffsetFetchRequest, SyncGroupRequest,
@@ -49,6 +54,9 @@ API_KEY_METADATA = MetadataRequest.API_KEY
 API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
 API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
 API_KEY_FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
+API_KEY_CREATE_TOPICS = CreateTopicsRequest.API_KEY
+API_KEY_DESCRIBE_CONFIGS = DescribeConfigsRequest.API_KEY
+API_KEY_DESCRIBE_CLUSTER = DescribeClusterRequest.API_KEY
 API_KEY_JOIN_GROUP = JoinGroupRequest.API_KEY
 API_KEY_CONSUMER_GROUP_HEARTBEAT = ConsumerGroupHeartbeatRequest.API_KEY
 # The group APIs, bridged into the coordinator (broker/groups/).
@@ -64,18 +72,21 @@ GROUP_APIS = {
     DescribeGroupsRequest.API_KEY: "describe_groups",
 }
 
-# Produce 0-2 predate record batches (magic 2). They are listed only because
-# librdkafka before 2.1 (Debian's kcat) compresses with gzip, snappy or lz4
-# only for brokers whose Produce range reaches down to version 0. Clients use
-# the newest common version; a request that does carry the old message format
-# is refused with UNSUPPORTED_FOR_MESSAGE_FORMAT.
+# Produce 0-2 and Fetch 0-3 predate record batches (magic 2): their messages
+# are converted (broker/legacy.py), as Kafka 2.8 converts them. ListOffsets 0
+# answers with segment boundaries.
 SUPPORTED: dict[int, SupportedApi] = {
     API_KEY_PRODUCE: SupportedApi(ProduceRequest, 0, 11),
-    API_KEY_FETCH: SupportedApi(FetchRequest, 4, 12),
-    API_KEY_LIST_OFFSETS: SupportedApi(ListOffsetsRequest, 1, 8),
+    API_KEY_FETCH: SupportedApi(FetchRequest, 0, 12),
+    API_KEY_LIST_OFFSETS: SupportedApi(ListOffsetsRequest, 0, 8),
     API_KEY_METADATA: SupportedApi(MetadataRequest, 0, 12),
     API_KEY_API_VERSIONS: SupportedApi(ApiVersionsRequest, 0, 3),
     API_KEY_INIT_PRODUCER_ID: SupportedApi(InitProducerIdRequest, 0, 4),
+    API_KEY_CREATE_TOPICS: SupportedApi(CreateTopicsRequest, 0, 7),
+    API_KEY_DESCRIBE_CONFIGS: SupportedApi(DescribeConfigsRequest, 0, 4),
+    # Kafka 2.8 has v0 only; v1 (the endpoint type) is what kafka-python's
+    # describe_cluster() can read.
+    API_KEY_DESCRIBE_CLUSTER: SupportedApi(DescribeClusterRequest, 0, 1),
     # The group APIs, at the versions of Kafka 2.8 (the last before KIP-848):
     # librdkafka 2.x uses up to JoinGroup 5 and SyncGroup 3, kafka-python up
     # to JoinGroup 7 and SyncGroup 5. OffsetFetch 8 would batch groups.
@@ -126,7 +137,7 @@ def decode_request(frame: bytes) -> Union[object, UnsupportedApiVersions]:
             return UnsupportedApiVersions(Int32.decode_from(frame, 4)[0])
         raise ProtocolError(f"API {api.request.__name__} version {version} is not supported")
     try:
-        return api.request.decode(frame, version=version, header=True)
+        return _decode_whole(api.request, frame, version)
     except ProtocolError:
         raise
     except Exception as exc:  # the library raises many types on bad bytes
@@ -134,6 +145,26 @@ def decode_request(frame: bytes) -> Union[object, UnsupportedApiVersions]:
         if len(detail) > 160:
             detail = detail[:160] + "..."
         raise ProtocolError(f"malformed {api.request.__name__} v{version}: {detail}") from None
+
+
+def _decode_whole(request_class, frame: bytes, version: int):
+    """``request_class.decode(frame, version, header=True)``, and a frame too
+    short for what its length fields announce is an error: the library's
+    compiled decoder slices a bytes field (Produce's records) without
+    checking that the frame holds all of it, so the decoding is spelt out
+    here to see where it ended (kafka-python is pinned for this)."""
+    data = memoryview(frame)
+    header_bytes = io.BytesIO(frame)
+    header = request_class.parse_header(header_bytes, version=version)
+    flexible = request_class.flexible_version_q(version)
+    decode = request_class._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
+                                                       data_class=request_class[None])
+    request, end = decode(data, header_bytes.tell())
+    if end > len(frame):
+        raise ProtocolError(f"{request_class.__name__} v{version} is {end - len(frame)} bytes shorter than "
+                            f"its fields announce")
+    request._header = header
+    return request
 
 
 class FileRange(NamedTuple):

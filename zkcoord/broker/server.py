@@ -22,13 +22,14 @@ import gevent.pool
 import gevent.server
 from gevent.socket import wait_write
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 from prometheus_client import CollectorRegistry
 
-from zkcoord.broker import protocol
+from zkcoord.broker import admin_apis, protocol
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.groups import GroupBridge
-from zkcoord.broker.handlers import Handlers, MetadataCache
+from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, Handlers, MetadataCache
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
@@ -68,6 +69,7 @@ class Broker:
         self.handlers = Handlers(config.broker_id, self.metadata_cache, self.logs, self._next_producer_id,
                                  config.sendfile_threshold, on_append=self.metrics.produced)
         self._appended = gevent.event.Event()
+        self._reconciled = gevent.event.Event()
         self._wake = gevent.event.Event()
         self._pool = gevent.pool.Pool(config.max_connections)
         self._server: Optional[gevent.server.StreamServer] = None
@@ -99,6 +101,10 @@ class Broker:
             rack=self.config.rack)
         self._zkstate = ZkState(self.zk, registration, self._wake.set)
         try:
+            try:
+                self.metadata_cache.cluster_id = self._zkstate.cluster_id()
+            except layout.LayoutError as exc:
+                raise BrokerError(f"cannot serve without the cluster id: {exc}") from None
             self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
             self._reconcile()
         except Exception:
@@ -195,6 +201,8 @@ class Broker:
         for key in [k for k in self.logs if k not in snapshot.led]:
             log.info("broker %d no longer leads %s-%d", self.config.broker_id, *key)
             self.logs.pop(key).close()
+        self._reconciled.set()
+        self._reconciled = gevent.event.Event()
 
     def _housekeeping(self) -> None:
         """Time-based flushes and retention."""
@@ -282,6 +290,12 @@ class Broker:
             response = self.handlers.list_offsets(request)
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request)
+        elif key == protocol.API_KEY_CREATE_TOPICS:
+            response = self._create_topics(request)
+        elif key == protocol.API_KEY_DESCRIBE_CONFIGS:
+            response = admin_apis.describe_configs(request, self.config, self.metadata_cache)
+        elif key == protocol.API_KEY_DESCRIBE_CLUSTER:
+            response = admin_apis.describe_cluster(request, self.config.broker_id, self.metadata_cache)
         elif key == protocol.API_KEY_JOIN_GROUP:
             response = self.groups.join_group(request, client_host)
         elif key == protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT:
@@ -312,6 +326,41 @@ class Broker:
                     raise
             _close_slices(outcome.slices.values())
             appended.wait(timeout=remaining)
+
+
+    def _create_topics(self, request):
+        """Carry out admin_apis' plan in ZooKeeper, then wait (up to the
+        request's timeout) until this broker's metadata shows the new topics,
+        so that a client may produce to them at once; past the timeout they
+        exist but are answered REQUEST_TIMED_OUT, as Kafka answers."""
+        outcomes = []
+        for step in admin_apis.plan_create_topics(request, self.config):
+            if isinstance(step, admin_apis.TopicOutcome):
+                outcomes.append(step)
+                continue
+            try:
+                assignment = self._zkstate.create_topic(step.name, step.partitions, step.assignment,
+                                                        step.validate_only)
+            except (ZkcoordError, KazooException) as exc:  # ours by their kind; ZooKeeper's as a timeout
+                log.info("create topic %s refused: %s", step.name, exc)
+                outcomes.append(admin_apis.outcome_of_error(step.name, exc))
+                continue
+            outcomes.append(admin_apis.TopicOutcome(step.name, NONE, None, assignment))
+            if not step.validate_only:
+                log.info("broker %d created topic %s (%d partitions)", self.config.broker_id, step.name,
+                         len(assignment))
+        created = {o.name for o in outcomes if o.error_code == NONE and not getattr(request, "validate_only", False)}
+        deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
+        while created - self.metadata_cache.topics.keys() and time.monotonic() < deadline:
+            reconciled = self._reconciled
+            self._wake.set()
+            reconciled.wait(timeout=deadline - time.monotonic())
+        if request.timeout_ms > 0:
+            late = created - self.metadata_cache.topics.keys()
+            outcomes = [o._replace(error_code=REQUEST_TIMED_OUT,
+                                   error_message="the topic was created; brokers had not loaded it by the timeout")
+                        if o.name in late else o for o in outcomes]
+        return admin_apis.create_topics_response(request, outcomes, self.config)
 
 
 def _recv_exact(sock, size: int) -> bytes:

@@ -1,5 +1,6 @@
-"""The broker's side of ZooKeeper: its ephemeral registration, its metadata cache
-read from Kafka's layout, and the partition state nodes of what it leads.
+"""The broker's side of ZooKeeper: its ephemeral registration, the cluster id,
+its metadata cache read from Kafka's layout, the partition state nodes of
+what it leads, and the topics clients create through it.
 
 Watches only wake the broker; each wake-up re-reads brokers and topics whole
 and reconciles, which is simple and never misses a change that happened while
@@ -16,10 +17,11 @@ from typing import Callable, NamedTuple, Optional
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from zkcoord.admin import topics as topic_admin
 from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import read_brokers
+from zkcoord.zk.nodes import cluster_id, read_brokers
 from zkcoord.zk.session import delete_if_owned
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,16 @@ class ZkState:
 
     def unregister(self) -> None:
         delete_if_owned(self.client, self._path)
+
+    def cluster_id(self) -> str:
+        """The cluster id, created if this broker is the first to start."""
+        return cluster_id(self.client)
+
+    def create_topic(self, name: str, partitions: Optional[int], assignment: Optional[dict[int, list[int]]],
+                     validate_only: bool) -> dict[int, tuple[int, ...]]:
+        """Create a topic as ``zkcoord topics create`` does; raises its TopicAdminErrors."""
+        return topic_admin.create_topic(self.client, name, partitions, assignment=assignment,
+                                        validate_only=validate_only)
 
     def read(self) -> Snapshot:
         """The whole metadata cache, re-arming watches on every node read."""

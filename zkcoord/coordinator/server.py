@@ -48,6 +48,7 @@ from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
+from zkcoord.zk.nodes import cluster_id
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.session import SessionTimeoutWitness, delete_if_owned
 
@@ -174,7 +175,8 @@ class Server:
         try:
             check_multi_read(self.zk)
             self.slots = self._agree_slot_count()
-        except (ZooKeeperTooOld, ConfigError) as exc:
+            cluster_id(self.zk)  # the first broker or server to start creates it, as Kafka's first broker does
+        except (ZooKeeperTooOld, ConfigError, layout.LayoutError) as exc:
             self.zk.stop()
             self.zk.close()
             raise ServerError(str(exc)) from None

@@ -1,7 +1,8 @@
 """The ZooKeeper nodes that several parts of zkcoord read, one reader each:
-the live brokers (/brokers/ids), the zkcoord servers (/zkcoord/servers), and
-a group's owners and committed offsets in Kafka 0.8's layout
-(/consumers/<group>/owners and /offsets).
+the live brokers (/brokers/ids), the zkcoord servers (/zkcoord/servers), a
+group's owners and committed offsets in Kafka 0.8's layout
+(/consumers/<group>/owners and /offsets), and the cluster id (/cluster/id,
+which the first broker or server to start creates).
 
 Each reader owns what every caller must meet alike. A parent that does not
 exist yet reads as empty. A node listed but gone before it is read is left
@@ -25,9 +26,10 @@ changes fires it too.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 if TYPE_CHECKING:  # only named here: importing kazoo.client loads ssl, which a command
     # that gevent patches must not have loaded before it patches
@@ -71,6 +73,26 @@ def _decode_broker(broker_id: int, data: bytes) -> layout.BrokerRegistration:
     except layout.LayoutError as exc:  # it names no endpoint
         raise layout.LayoutError(f"{layout.broker_path(broker_id)}: {exc}") from None
     return registration
+
+
+# -- /cluster/id -----------------------------------------------------------------------
+
+
+def cluster_id(zk: KazooClient) -> str:
+    """The cluster's id, as ZooKeeper-mode Kafka keeps it. The first broker or
+    server to ask creates it from a random UUID; one that loses that race
+    reads the winner's. A node that does not fit Kafka's format raises
+    LayoutError: the id is the cluster's identity, so no reader guesses one."""
+    try:
+        data, _ = zk.get(layout.CLUSTER_ID_PATH)
+    except NoNodeError:
+        created = layout.cluster_id_from_bytes(uuid.uuid4().bytes)
+        try:
+            zk.create(layout.CLUSTER_ID_PATH, layout.encode_cluster_id(created), makepath=True)
+            return created
+        except NodeExistsError:
+            data, _ = zk.get(layout.CLUSTER_ID_PATH)
+    return layout.decode_cluster_id(data)
 
 
 # -- /zkcoord/servers -------------------------------------------------------------------

@@ -15,7 +15,7 @@ raises :class:`LayoutError` (or a subclass) naming the node and the field.
 - :mod:`~zkcoord.zk.layout.paths`: every path, built from checked arguments;
 - :mod:`~zkcoord.zk.layout.json_codec`: reading a node's JSON with typed field
   access; writing it as Kafka does, keys in the order of Kafka's Scala maps;
-- :mod:`~zkcoord.zk.layout.kafka`: the nodes Kafka defines under /brokers;
+- :mod:`~zkcoord.zk.layout.kafka`: the nodes Kafka defines under /brokers, and /cluster/id;
 - :mod:`~zkcoord.zk.layout.consumers`: Kafka 0.8 consumer offsets and owners;
 - :mod:`~zkcoord.zk.layout.zkcoord_nodes`: zkcoord's own nodes (coordinator,
   servers, epochs, slot count, group state and failure).
@@ -35,6 +35,7 @@ from zkcoord.zk.layout.names import (
 from zkcoord.zk.layout.paths import (
     BROKER_IDS,
     BROKER_TOPICS,
+    CLUSTER_ID_PATH,
     CONSUMERS,
     COORDINATOR_EPOCH_PATH,
     COORDINATOR_PATH,
@@ -67,10 +68,13 @@ from zkcoord.zk.layout.kafka import (
     Endpoint,
     PartitionState,
     TopicAssignment,
+    cluster_id_from_bytes,
     decode_broker,
+    decode_cluster_id,
     decode_partition_state,
     decode_topic,
     encode_broker,
+    encode_cluster_id,
     encode_partition_state,
     encode_topic,
 )
@@ -104,16 +108,16 @@ from zkcoord.zk.layout.zkcoord_nodes import (
 __all__ = [
     "InvalidGroupId", "InvalidName", "InvalidTopicName", "LayoutError", "validate_group_id",
     "validate_topic_name",
-    "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "COORDINATOR_EPOCH_PATH", "COORDINATOR_PATH",
+    "BROKER_IDS", "BROKER_TOPICS", "CLUSTER_ID_PATH", "CONSUMERS", "COORDINATOR_EPOCH_PATH", "COORDINATOR_PATH",
     "GROUPS", "SERVERS", "SLOTS", "broker_path", "group_failure_path", "group_path",
     "group_state_path", "offset_path", "offsets_path", "owner_path", "owners_path",
     "partition_state_path", "partitions_path", "server_path", "slot_coordinator_path",
     "slot_epoch_path", "topic_path",
     "encode_json",
     "BROKER_VERSION", "NO_LEADER", "PARTITION_STATE_VERSION", "SECURITY_PROTOCOLS", "TOPIC_VERSION",
-    "BrokerRegistration", "Endpoint", "PartitionState", "TopicAssignment", "decode_broker",
-    "decode_partition_state", "decode_topic", "encode_broker", "encode_partition_state",
-    "encode_topic",
+    "BrokerRegistration", "Endpoint", "PartitionState", "TopicAssignment", "cluster_id_from_bytes",
+    "decode_broker", "decode_cluster_id", "decode_partition_state", "decode_topic", "encode_broker",
+    "encode_cluster_id", "encode_partition_state", "encode_topic",
     "decode_offset", "decode_owner", "encode_offset", "encode_owner",
     "GROUP_STATE_VERSION", "GroupFailure", "GroupState", "MemberClient", "ServerInfo", "decode_coordinator",
     "decode_coordinator_epoch", "decode_group_failure", "decode_group_state", "decode_server",

@@ -1,11 +1,12 @@
-"""The nodes Kafka defines under /brokers: broker registrations, topic assignments, partition state.
+"""The nodes Kafka defines under /brokers (broker registrations, topic
+assignments, partition state) and the cluster id at /cluster/id.
 
 The codecs here write the bytes a ZooKeeper-mode Kafka writes and read every
 version Kafka ever wrote, so that Kafka's tools, and tools built for Kafka, read
 our data and we read theirs.
 
 The formats were read from Kafka's ``kafka/zk/ZkData.scala`` (``BrokerIdZNode``,
-``TopicZNode``, ``TopicPartitionStateZNode``) and ``kafka/cluster/EndPoint.scala``,
+``TopicZNode``, ``TopicPartitionStateZNode``, ``ClusterIdZNode``) and ``kafka/cluster/EndPoint.scala``,
 and checked against what Kafka brokers of each era left in ZooKeeper.
 """
 
@@ -28,7 +29,7 @@ from zkcoord.zk.layout.names import (
     _validate_partition,
     validate_topic_name,
 )
-from zkcoord.zk.layout.paths import broker_path, topic_path
+from zkcoord.zk.layout.paths import CLUSTER_ID_PATH, broker_path, topic_path
 
 # ---------------------------------------------------------------------------
 # /brokers/ids/<id>
@@ -290,15 +291,21 @@ class TopicAssignment:
                 )
 
 
-def _check_topic_id(topic_id: object) -> str:
+def _check_uuid(value: object, what: str) -> str:
     # Kafka's Uuid.toString: 16 bytes in URL-safe base64 without padding.
-    try:
-        raw = base64.urlsafe_b64decode(topic_id + "==") if isinstance(topic_id, str) else b""
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) != 16 or not isinstance(topic_id, str) or len(topic_id) != 22:
-        raise LayoutError(f"topic id {topic_id!r} is not a Kafka Uuid")
-    return topic_id
+    raw = b""
+    if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_-]{22}", value):
+        try:
+            raw = base64.urlsafe_b64decode(value + "==")
+        except (binascii.Error, ValueError):
+            raw = b""
+    if len(raw) != 16:
+        raise LayoutError(f"{what} {value!r} is not a Kafka Uuid")
+    return value
+
+
+def _check_topic_id(topic_id: object) -> str:
+    return _check_uuid(topic_id, "topic id")
 
 
 def _decimal_key(fields: _Fields, key: str, name: str) -> int:
@@ -425,3 +432,38 @@ def decode_partition_state(data: bytes, where: str = "partition state") -> Parti
     controller_epoch, isr = fields.integer("controller_epoch", 0), fields.ints("isr")
     with _prefix_errors(where):
         return PartitionState(leader, leader_epoch, controller_epoch, isr, version)
+
+
+# ---------------------------------------------------------------------------
+# /cluster/id
+
+# Kafka writes the version as a string here, unlike in its other nodes.
+CLUSTER_ID_VERSION = "1"
+
+
+def cluster_id_from_bytes(raw: bytes) -> str:
+    """The cluster id Kafka makes of 16 random bytes (a random UUID's):
+    URL-safe base64 without padding, 22 characters."""
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) != 16:
+        raise LayoutError("a cluster id is made of 16 bytes")
+    return base64.urlsafe_b64encode(bytes(raw)).decode("ascii").rstrip("=")
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    """``{"version":"1","id":"<id>"}``, byte for byte as Kafka writes it."""
+    _check_uuid(cluster_id, "cluster id")
+    return encode_json({"version": CLUSTER_ID_VERSION, "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes, where: str = CLUSTER_ID_PATH) -> str:
+    """The id in a /cluster/id node. Kafka reads only ``id``; the version is
+    checked to be the one Kafka writes, as a string or a number."""
+    fields = _Fields(_load(data, where), where)
+    version = fields.get("version")
+    if version not in (CLUSTER_ID_VERSION, int(CLUSTER_ID_VERSION)) or isinstance(version, bool):
+        raise fields.fail("version", f"is {version!r}; only version 1 is known")
+    cluster_id = fields.string("id")
+    try:
+        return _check_uuid(cluster_id, "cluster id")
+    except LayoutError as exc:
+        raise fields.fail("id", str(exc)) from None

@@ -19,6 +19,7 @@ from zkcoord.zk.layout.names import (
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
+CLUSTER_ID_PATH = "/cluster/id"
 CONSUMERS = "/consumers"
 COORDINATOR_PATH = "/consumers/coordinator"
 SERVERS = "/zkcoord/servers"
