@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import ConsumerRebalanceListener, KafkaConsumer as PythonConsumer
 
 from tests.e2e.checks import produce
+from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing.waiting import wait_until
 from zkcoord.zk.nodes import read_offsets, read_owners
 
@@ -34,8 +35,10 @@ class ConfluentMember:
 
     def __init__(self, brokers: str, group: str, **settings):
         config = {"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
-                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "enable.auto.commit": True,
-                  "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 1000, **settings}
+                  "enable.auto.commit": True, "auto.commit.interval.ms": 200,
+                  "topic.metadata.refresh.interval.ms": 1000, **settings}
+        if config.get("group.protocol") != "consumer":  # KIP-848's are the broker's to set
+            config = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **config}
         self.consumer = KafkaConsumer(config)
         self.values: list[str] = []
         self.assigned: set = set()
@@ -67,9 +70,13 @@ class ConfluentMember:
         self.consumer.close()
 
 
+# KIP-848's heartbeat interval and session timeout are the broker's to set: short, for quick tests.
+KIP848_ARGS = ("--group-consumer-heartbeat-interval-ms", "500", "--group-consumer-session-timeout-ms", "6000")
+
+
 @pytest.fixture
 def group_cluster(cluster_factory):
-    cluster = cluster_factory(1)
+    cluster = cluster_factory(1, server_args=SERVER_ARGS + KIP848_ARGS)
     cluster.create_topic(TOPIC, PARTITIONS)
     return cluster
 
@@ -289,3 +296,36 @@ def test_kcat_joins_a_group_and_commits(group_cluster, tmp_path):
         finally:
             kcat.terminate()
             kcat.wait(10)
+
+
+def test_kip848_consumers_share_a_group_with_classic_and_thin_members(group_cluster):
+    cluster = group_cluster
+    produce(cluster, TOPIC, 200, partitions=PARTITIONS)
+    first = ConfluentMember(cluster.broker_list, "next", **{"group.protocol": "consumer"})
+    members = [first]
+    thin = None
+    try:
+        wait_until(lambda: len(first.values) == 200 and _whole(cluster.zk, "next", members), timeout=30)
+        second = ConfluentMember(cluster.broker_list, "next", **{"group.protocol": "consumer"})
+        classic = ConfluentMember(cluster.broker_list, "next")
+        members += [second, classic]
+        thin = cluster.add_consumer("next", topics=[TOPIC])
+        wait_until(lambda: all(m.assigned for m in members) and thin.assignment()
+                   and _whole(cluster.zk, "next", members, [thin]), timeout=40)
+        produce(cluster, TOPIC, 200, start=200, partitions=PARTITIONS)
+
+        def values():
+            return [r["value"] for r in thin.records()] + [v for m in members for v in m.values]
+
+        wait_until(lambda: len(values()) >= 400, timeout=30)
+        first.close()
+        members.remove(first)
+        wait_until(lambda: _whole(cluster.zk, "next", members, [thin]), timeout=30)
+        produce(cluster, TOPIC, 200, start=400, partitions=PARTITIONS)
+        wait_until(lambda: len(values() + first.values) >= 600, timeout=30)
+        time.sleep(0.5)  # any duplicate would arrive right behind
+        _exactly_once(values() + first.values, 600)
+        assert not any(m.errors for m in members + [first])
+    finally:
+        for member in members:
+            member.close()

@@ -722,7 +722,7 @@ KAFKA_CLUSTER_ID = b'{"version":"1","id":"yWo4yAVpS2W1tqX3fRKbYQ"}'
 def test_cluster_id_is_read_and_written_as_kafka_does():
     assert L.decode_cluster_id(KAFKA_CLUSTER_ID) == "yWo4yAVpS2W1tqX3fRKbYQ"
     assert L.encode_cluster_id("yWo4yAVpS2W1tqX3fRKbYQ") == KAFKA_CLUSTER_ID
-    made = L.cluster_id_from_bytes(bytes(range(16)))
+    made = L.kafka_uuid(bytes(range(16)))
     assert made == "AAECAwQFBgcICQoLDA0ODw" and L.decode_cluster_id(L.encode_cluster_id(made)) == made
     # the version as a number reads too (Kafka itself ignores it)
     assert L.decode_cluster_id(b'{"version":1,"id":"AAECAwQFBgcICQoLDA0ODw"}') == made
@@ -744,4 +744,4 @@ def test_only_a_kafka_uuid_is_written_as_cluster_id(bad):
     with pytest.raises(LayoutError):
         L.encode_cluster_id(bad)
     with pytest.raises(LayoutError):
-        L.cluster_id_from_bytes(b"\x00" * 15)
+        L.kafka_uuid(b"\x00" * 15)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
@@ -22,6 +23,7 @@ from zkcoord.broker.log import (
     InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
     ReadSlice, RecordTooLargeError,
 )
+from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
@@ -152,14 +155,22 @@ class Handlers:
             for node, addr in sorted(self.metadata_cache.brokers.items())
         ]
         if request.topics is None or (version == 0 and not request.topics):
-            names = sorted(self.metadata_cache.topics)
+            topics = [self._topic_metadata(name) for name in sorted(self.metadata_cache.topics)]
         else:
-            # Lookups by topic id alone (v10+) are not served: ids are not kept.
-            names = [t.name for t in request.topics if t.name is not None]
-        topics = [self._topic_metadata(name) for name in names]
+            # v10+ may name a topic by its id alone (KIP-848 clients do).
+            by_id = {layout.parse_kafka_uuid(i): t for t, i in self.metadata_cache.topic_ids.items()}
+            topics = [self._topic_metadata(t.name) if t.name is not None else self._topic_by_id(t.topic_id, by_id)
+                      for t in request.topics]
         return MetadataResponse(version=version, throttle_time_ms=0, brokers=brokers,
                                 cluster_id=self.metadata_cache.cluster_id,
                                 controller_id=self.metadata_cache.controller_id(self.broker_id), topics=topics)
+
+    def _topic_by_id(self, topic_id, by_id):
+        name = by_id.get(topic_id)
+        if name is None:
+            return MetadataResponse.MetadataResponseTopic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id,
+                                                          is_internal=False, partitions=[])
+        return self._topic_metadata(name)
 
     def _topic_metadata(self, name):
         Topic = MetadataResponse.MetadataResponseTopic
@@ -167,6 +178,7 @@ class Handlers:
         if partitions is None:
             return Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
                          partitions=[])
+        topic_id = self.metadata_cache.topic_ids.get(name)
         out = []
         for index, info in sorted(partitions.items()):
             alive = info.leader in self.metadata_cache.brokers
@@ -178,7 +190,8 @@ class Handlers:
                 replica_nodes=list(info.replicas),
                 isr_nodes=list(info.isr),
                 offline_replicas=[r for r in info.replicas if r not in self.metadata_cache.brokers]))
-        return Topic(error_code=NONE, name=name, is_internal=False, partitions=out)
+        return Topic(error_code=NONE, name=name, is_internal=False, partitions=out,
+                     topic_id=layout.parse_kafka_uuid(topic_id) if topic_id else uuid.UUID(int=0))
 
     def init_producer_id(self, request):
         if request.transactional_id is not None:

@@ -99,8 +99,9 @@ SUPPORTED: dict[int, SupportedApi] = {
     OffsetFetchRequest.API_KEY: SupportedApi(OffsetFetchRequest, 0, 7),
     ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 4),
     DescribeGroupsRequest.API_KEY: SupportedApi(DescribeGroupsRequest, 0, 5),
-    # KIP-848's server-side assignment (librdkafka's group.protocol=consumer).
-    API_KEY_CONSUMER_GROUP_HEARTBEAT: SupportedApi(ConsumerGroupHeartbeatRequest, 0, 0),
+    # KIP-848's server-side assignment (librdkafka's group.protocol=consumer
+    # needs version 1: the client names itself and may subscribe by regex).
+    API_KEY_CONSUMER_GROUP_HEARTBEAT: SupportedApi(ConsumerGroupHeartbeatRequest, 0, 1),
 }
 
 

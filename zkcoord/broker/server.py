@@ -182,6 +182,7 @@ class Broker:
         snapshot = self._zkstate.read()
         self.metadata_cache.brokers = snapshot.metadata_cache.brokers
         self.metadata_cache.topics = snapshot.metadata_cache.topics
+        self.metadata_cache.topic_ids = snapshot.metadata_cache.topic_ids
         for key, epoch in snapshot.led.items():
             plog = self.logs.get(key)
             if plog is None:

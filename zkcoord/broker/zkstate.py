@@ -21,7 +21,7 @@ from zkcoord.admin import topics as topic_admin
 from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import cluster_id, read_brokers
+from zkcoord.zk.nodes import cluster_id, ensure_topic_id, read_brokers
 from zkcoord.zk.session import delete_if_owned
 
 log = logging.getLogger(__name__)
@@ -109,13 +109,16 @@ class ZkState:
         for topic in self.client.get_children(layout.BROKER_TOPICS, watch=self._watch):
             try:
                 layout.validate_topic_name(topic)
-                data, _ = self.client.get(layout.topic_path(topic), watch=self._watch)
+                data, stat = self.client.get(layout.topic_path(topic), watch=self._watch)
                 assignment = layout.decode_topic(topic, data)
+                topic_id = ensure_topic_id(self.client, topic, assignment, stat.version)
             except NoNodeError:
                 continue
             except layout.LayoutError as exc:
                 log.warning("ignoring topic %s: %s", topic, exc)
                 continue
+            if topic_id is not None:
+                cache.topic_ids[topic] = topic_id
             partitions = {}
             for index, replicas in assignment.partitions.items():
                 if not replicas:

@@ -29,7 +29,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 if TYPE_CHECKING:  # only named here: importing kazoo.client loads ssl, which a command
     # that gevent patches must not have loaded before it patches
@@ -86,13 +86,29 @@ def cluster_id(zk: KazooClient) -> str:
     try:
         data, _ = zk.get(layout.CLUSTER_ID_PATH)
     except NoNodeError:
-        created = layout.cluster_id_from_bytes(uuid.uuid4().bytes)
+        created = layout.kafka_uuid(uuid.uuid4().bytes)
         try:
             zk.create(layout.CLUSTER_ID_PATH, layout.encode_cluster_id(created), makepath=True)
             return created
         except NodeExistsError:
             data, _ = zk.get(layout.CLUSTER_ID_PATH)
     return layout.decode_cluster_id(data)
+
+
+def ensure_topic_id(zk: KazooClient, topic: str, assignment: layout.TopicAssignment, node_version: int) -> Optional[str]:
+    """The topic's id, giving it one if it has none, as Kafka 2.8's controller
+    does to older topics: the node is rewritten at version 3, on condition
+    that it is still the version read. None if it changed meanwhile: whoever
+    changed it, or the next read, settles the id."""
+    if assignment.topic_id is not None:
+        return assignment.topic_id
+    upgraded = layout.TopicAssignment(assignment.partitions, layout.TOPIC_VERSION, layout.kafka_uuid(uuid.uuid4().bytes))
+    try:
+        zk.set(layout.topic_path(topic), layout.encode_topic(upgraded), version=node_version)
+    except (BadVersionError, NoNodeError):
+        return None
+    log.info("topic %s had no topic id: it is now %s", topic, upgraded.topic_id)
+    return upgraded.topic_id
 
 
 # -- /zkcoord/servers -------------------------------------------------------------------

@@ -22,7 +22,6 @@ JoinGroup waits there for its member's registration as Kafka's does.
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 import uuid
@@ -249,7 +248,7 @@ class GroupBridge:
                                        protocol_type="", protocol_data="", members=[]))
                 continue
             state_name, state = self._state_of(group)
-            local = self._groups.get(group, {})
+            local = {consumer_id_of(b.member.member_id): b for b in self._groups.get(group, {}).values()}
             members = []
             for member_id, pairs in sorted((state.assignment if state else {}).items()):
                 bridged = local.get(member_id)
@@ -356,7 +355,7 @@ class GroupBridge:
     def _register(self, bridged: _Bridged, strategies: tuple[str, ...]) -> int:
         """Register the member with its coordinator; the error for its client."""
         member = bridged.member
-        if not member.topics:
+        if not member.topics and not member.pattern:
             return NONE  # subscribed to nothing yet: a member that gets nothing, without a registration
         try:
             servers = read_servers(self.zk)
@@ -367,7 +366,8 @@ class GroupBridge:
             return COORDINATOR_NOT_AVAILABLE
         try:
             config = MemberConfig(
-                group=bridged.group, topics=member.topics, consumer_id=member.instance_id,
+                group=bridged.group, topics=member.topics, pattern=member.pattern,
+                consumer_id=consumer_id_of(member.instance_id) if member.instance_id else None,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
                 assignment_strategies=strategies)
@@ -375,7 +375,7 @@ class GroupBridge:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
         membership = GroupMembership([f"{s.host}:{s.port}" for s in servers.values()], config,
-                                     _MemberListener(bridged, self.clock, self._drop), dynamic_id=member.member_id)
+                                     _MemberListener(bridged, self.clock, self._drop), dynamic_id=consumer_id_of(member.member_id))
         bridged.membership = membership
         membership.start()
         deadline = self.clock() + min(REGISTER_WAIT_S, member.rebalance_timeout_ms / 1000.0)
@@ -480,7 +480,7 @@ class GroupBridge:
             Assignment = ConsumerGroupHeartbeatResponse.Assignment
             ids = self._topic_ids()
             sent = None if assignment is None else Assignment(topic_partitions=[
-                Assignment.TopicPartitions(topic_id=_uuid_of(ids[t]), partitions=ps)
+                Assignment.TopicPartitions(topic_id=layout.parse_kafka_uuid(ids[t]), partitions=ps)
                 for t, ps in _by_topic(assignment).items() if t in ids])
             return ConsumerGroupHeartbeatResponse(
                 version=version, throttle_time_ms=0, error_code=error, error_message=message,
@@ -501,31 +501,34 @@ class GroupBridge:
             if bridged is not None:
                 self._drop(bridged, "it left")
             return answer(NONE, member_epoch=epoch)
+        # Each is None when unchanged since the client's last heartbeat.
         topics = None if request.subscribed_topic_names is None else \
             tuple(sorted(set(request.subscribed_topic_names)))
-        if bridged is not None and topics is not None and topics != bridged.member.topics:
+        pattern = getattr(request, "subscribed_topic_regex", None)
+        if bridged is not None and ((topics is not None and topics != bridged.member.topics)
+                                    or (pattern is not None and (pattern or None) != bridged.member.pattern)):
             # A new subscription is a new registration: the client joins again.
             self._drop(bridged, "its subscription changed")
             return answer(FENCED_MEMBER_EPOCH, message="the subscription changed: join again")
         if bridged is None:
             if epoch != JOIN_EPOCH:
                 return answer(classic.UNKNOWN_MEMBER_ID, message="unknown member: join with epoch 0")
-            if topics is None:
-                return answer(INVALID_REQUEST, message="a joining member must name its subscribed topics")
-            bridged = self._join_consumer_member(request, topics, client_host, now)
+            if not topics and not pattern:
+                return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
+            bridged = self._join_consumer_member(request, topics or (), pattern or None, client_host, now)
             if isinstance(bridged, int):
                 return answer(bridged, message="the coordinator refused the member; see the broker's log")
         member = bridged.member
         owned = None
         if request.topic_partitions is not None:
-            names = {_uuid_of(i): t for t, i in self._topic_ids().items()}
+            names = {layout.parse_kafka_uuid(i): t for t, i in self._topic_ids().items()}
             owned = frozenset(TopicPartition(names[tp.topic_id], p) for tp in request.topic_partitions
                               if tp.topic_id in names for p in tp.partitions)
         error, assignment = member.heartbeat(epoch, owned, now)
         bridged.notify()
         return answer(error, member, assignment)
 
-    def _join_consumer_member(self, request, topics, client_host: str, now: float):
+    def _join_consumer_member(self, request, topics, pattern: Optional[str], client_host: str, now: float):
         """A new KIP-848 member, registered with its coordinator; or the error for its client."""
         members = self._groups.setdefault(request.group_id, {})
         member_id = request.member_id or str(uuid.uuid4())
@@ -534,7 +537,7 @@ class GroupBridge:
                 if other.member.instance_id == request.instance_id and not other.member.gone:
                     self._drop(other, f"instance {request.instance_id} joined again as {member_id}")
         member = ConsumerMember(
-            member_id=member_id, topics=topics, session_timeout_ms=self.session_timeout_ms,
+            member_id=member_id, topics=topics, pattern=pattern, session_timeout_ms=self.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
             else self.session_timeout_ms,
             instance_id=request.instance_id, client_id=request.header.client_id or "", client_host=client_host,
@@ -610,9 +613,10 @@ class GroupBridge:
         return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics, error_code=NONE)
 
 
-def _uuid_of(kafka_uuid: str) -> uuid.UUID:
-    """A Kafka Uuid's text form (URL-safe base64 of its 16 bytes) as the protocol's uuid."""
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(kafka_uuid + "=="))
+def consumer_id_of(member_id: str) -> str:
+    """The zkcoord consumer id of a Kafka member id. librdkafka makes its ids
+    of standard base64, whose "/" a consumer id may not hold."""
+    return member_id.replace("/", "_")
 
 
 def _by_topic(partitions) -> dict[str, list[int]]:

@@ -41,6 +41,8 @@ class BridgedMember:
     session_timeout_ms: int
     rebalance_timeout_ms: int
     instance_id: Optional[str] = None
+    # A subscription by regular expression (KIP-848's regex), besides or instead of topics.
+    pattern: Optional[str] = None
     client_id: str = ""
     client_host: str = ""
     phase: Phase = Phase.JOINING

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -441,12 +442,17 @@ def decode_partition_state(data: bytes, where: str = "partition state") -> Parti
 CLUSTER_ID_VERSION = "1"
 
 
-def cluster_id_from_bytes(raw: bytes) -> str:
-    """The cluster id Kafka makes of 16 random bytes (a random UUID's):
-    URL-safe base64 without padding, 22 characters."""
+def kafka_uuid(raw: bytes) -> str:
+    """Kafka's Uuid text form of 16 bytes (a random UUID's for the cluster id
+    and topic ids): URL-safe base64 without padding, 22 characters."""
     if not isinstance(raw, (bytes, bytearray)) or len(raw) != 16:
-        raise LayoutError("a cluster id is made of 16 bytes")
+        raise LayoutError("a Kafka Uuid is made of 16 bytes")
     return base64.urlsafe_b64encode(bytes(raw)).decode("ascii").rstrip("=")
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    """A Kafka Uuid's text form as a UUID (what the Kafka protocol carries)."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(_check_uuid(text, "Kafka Uuid") + "=="))
 
 
 def encode_cluster_id(cluster_id: str) -> bytes:
