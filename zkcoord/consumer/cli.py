@@ -246,10 +246,12 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     consumer.subscribe(topics, on_assign=lambda c, ps: changed("start", ps),
                        on_revoke=lambda c, ps: changed("stop", ps), on_lost=lambda c, ps: changed("stop", ps))
     consumed = 0
+    last_status = None
     try:
-        if args.status is not None:
-            _write_status(args.status, name(), False, held)
         while not stop.is_set():
+            if args.status is not None and (name(), tuple(sorted(held))) != last_status:
+                last_status = (name(), tuple(sorted(held)))
+                _write_status(args.status, name(), name() != "-", held)  # registered once it has a member id
             began = time.time()
             messages = consumer.consume(100, 0.1)
             returned = time.time()

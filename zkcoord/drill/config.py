@@ -25,6 +25,8 @@ class DrillSettings:
     directory: Path = setting(help="directory of the history and reports", cli=False)
     faults: int = setting(20, "how many faults to inject", minimum=1)
     consumers: int = setting(4, "consumer processes in the group", minimum=1)
+    stock_members: int = setting(0, "how many of the consumers are stock Kafka clients (confluent-kafka), "
+                                    "members through the brokers' group APIs", minimum=0)
     partitions: int = setting(12, "partitions of the drill's topic", minimum=1)
     rate: int = setting(300, "records produced per second", minimum=1)
     consumer_session_ms: int = setting(3000, "consumers' session timeout", minimum=500,
@@ -43,6 +45,8 @@ class DrillSettings:
 
     def __post_init__(self) -> None:
         check(self)
+        if self.stock_members > self.consumers:
+            raise ConfigError(f"--stock-members ({self.stock_members}) cannot exceed --consumers ({self.consumers})")
         if (self.zookeeper is None) != (self.bootstrap is None):
             raise ConfigError("aim at an existing cluster with both --zookeeper and --bootstrap, or neither")
 
@@ -67,7 +71,8 @@ class DrillSettings:
 
     def shown(self) -> dict:
         return {"faults": self.faults, "seed": self.seed, "kinds": ",".join(self.kinds),
-                "consumers": self.consumers, "partitions": self.partitions, "rate": self.rate,
+                "consumers": self.consumers, "stock members": self.stock_members, "partitions": self.partitions,
+                "rate": self.rate,
                 "consumer session ms": self.consumer_session_ms, "zk session ms": self.zk_session_ms,
                 "coordinator slots": self.coordinator_slots if self.own_cluster else "the cluster's",
                 "target": self.zookeeper or "own local cluster"}

@@ -45,7 +45,10 @@ class DrillCluster:
     ensemble: Optional[LocalEnsemble] = None
     proxies: dict[int, ProxiedEnsemble] = dataclasses.field(default_factory=dict)
     bootstrap: Optional[Sequence[str]] = None  # the servers of a cluster the drill did not start
-    use_netns: bool = False  # each consumer in a network namespace of its own (partition kinds)
+    use_netns: bool = False  # each thin consumer in a network namespace of its own (partition kinds)
+    # This many of the members are stock Kafka clients, through these brokers' group APIs.
+    stock_wanted: int = 0
+    kafka_brokers: Optional[str] = None
     namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
 
     # -- the group ----------------------------------------------------------------------------------
@@ -54,6 +57,11 @@ class DrillCluster:
         return [c for c in self.cluster.consumers if c.reachable]
 
     def add_consumer(self, start: bool = True) -> ConsumerProcess:
+        if sum(1 for c in self.live_consumers() if c.stock) < self.stock_wanted:
+            # Stock clients reach brokers by the addresses they registered, outside any namespace.
+            return self.cluster.add_consumer(
+                self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
+                extra=self.consumer_args, start=start, kafka_brokers=self.kafka_brokers)
         netns = None
         if self.use_netns:
             netns = NetworkNamespace(len(self.namespaces) + 1)
@@ -85,7 +93,8 @@ class DrillCluster:
         epoch = self.coordinator_epoch()
         if epoch <= epoch_above:
             return False
-        if any((c.status() or {}).get("epoch") != epoch for c in self.live_consumers()):
+        # A stock client does not know the coordinator's epoch: its bridge does.
+        if any((c.status() or {}).get("epoch") != epoch for c in self.live_consumers() if not c.stock):
             return False
         try:
             return group_is_whole(self.cluster.zk, self.group, self.cluster.consumers, self.partitions())
@@ -324,9 +333,9 @@ def consumer_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     """Arm the member holding the most partitions to be slow on its next Start
     or Stop, then make the group rebalance with a join; the joiner leaves again."""
-    live = ctx.live_consumers()
+    live = [c for c in ctx.live_consumers() if not c.stock]  # slowness is armed in thin consumers only
     if not live:
-        return skipped(fault, "no consumer running")
+        return skipped(fault, "no thin consumer running")
     slow = max(live, key=lambda c: (len(c.assignment()), -live.index(c)))
     injected = time.time()
     slow.signal(signal.SIGUSR1)

@@ -209,7 +209,8 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         cluster=cluster, group=topic, topic=topic, timing=settings.timing,
         consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
         ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap,
-        use_netns=any(KINDS[k].netns for k in kinds))
+        use_netns=any(KINDS[k].netns for k in kinds),
+        stock_wanted=settings.stock_members, kafka_brokers=_broker_list(cluster) if settings.stock_members else None)
     if ctx.use_netns:
         for stale in netns.remove_stale():
             progress.say(f"drill: removed network namespace {stale}, left by a drill that died")

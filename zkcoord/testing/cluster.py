@@ -97,6 +97,7 @@ class ConsumerProcess(ManagedProcess):
         super().__init__(name, directory, command)
         self.group = group
         self.netns = netns  # the NetworkNamespace it runs in, if any
+        self.stock = False  # a stock Kafka client (zkcoord consume --kafka-brokers), not a thin consumer
 
     def start(self, timeout: float = 30.0) -> "ConsumerProcess":
         # A new process is a new member: what the last one said of itself is stale.
@@ -301,15 +302,17 @@ class LocalCluster:
     def add_consumer(
         self, group: str, topics: Sequence[str] = (), pattern: Optional[str] = None,
         consumer_id: Optional[str] = None, session_timeout_ms: int = 4000, extra: Sequence[str] = (),
-        bootstrap: Optional[Sequence[str]] = None, start: bool = True, netns=None, stock: bool = False,
+        bootstrap: Optional[Sequence[str]] = None, start: bool = True, netns=None,
+        kafka_brokers: Optional[str] = None,
     ) -> ConsumerProcess:
         """A `zkcoord consume` process; with ``netns`` (a
         :class:`~zkcoord.testing.netns.NetworkNamespace`), inside that namespace;
-        ``stock``: a stock Kafka client joining through the brokers' group APIs."""
+        with ``kafka_brokers``, a stock Kafka client joining through those brokers' group APIs."""
         index = len(self.consumers) + 1
         consumer = ConsumerProcess(f"consumer {index}", self.directory / f"{ConsumerProcess.DIRECTORY_PREFIX}{index}",
                                    [], group, netns)
-        member = ["--kafka-brokers", self.broker_list] if stock else ["--bootstrap", ",".join(bootstrap or self.bootstrap)]
+        member = (["--kafka-brokers", kafka_brokers] if kafka_brokers
+                  else ["--bootstrap", ",".join(bootstrap or self.bootstrap)])
         args = ["consume", *member, "--group", group,
                 "--session-timeout-ms", str(session_timeout_ms), "--output", str(consumer.output_path),
                 "--status", str(consumer.status_path), "--events", str(consumer.events_path)]
@@ -320,6 +323,7 @@ class LocalCluster:
         if consumer_id:
             args += ["--consumer-id", consumer_id]
         consumer.command = zkcoord_command(*args, *extra)
+        consumer.stock = kafka_brokers is not None
         if netns is not None:
             consumer.command = netns.command(*consumer.command)
         self.consumers.append(consumer)
