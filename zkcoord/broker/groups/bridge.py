@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -75,6 +76,7 @@ UNKNOWN_SERVER_ERROR = kafka_errors.UnknownError.errno
 REGISTER_WAIT_S = 15.0
 FIRST_START_WAIT_S = 3.0
 EXPIRY_CHECK_S = 0.25
+MAX_PENDING_IDS = 10_000
 # What a refused registration becomes for the client.
 _REFUSALS = {
     wire.ErrorCode.INVALID_SESSION_TIMEOUT: INVALID_SESSION_TIMEOUT,
@@ -163,7 +165,9 @@ class GroupBridge:
         self.session_timeout_ms = session_timeout_ms
         self.clock = clock
         self._groups: dict[str, dict[str, _Bridged]] = {}
-        self._pending_ids: set[tuple[str, str]] = set()
+        # Member ids handed out with MEMBER_ID_REQUIRED, oldest first: a
+        # client joins with its id at once, so only the latest few are kept.
+        self._pending_ids: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._expiry = gevent.spawn(self._expire_loop)
 
     def close(self) -> None:
@@ -303,7 +307,7 @@ class GroupBridge:
         if getattr(subscription, "owned_partitions", None) is not None and subscription.version >= 1:
             owned = frozenset(TopicPartition(t.topic, p) for t in subscription.owned_partitions
                               for p in t.partitions)
-        members = self._groups.setdefault(request.group_id, {})
+        members = self._groups.get(request.group_id, {})
         member_id = request.member_id
         bridged = members.get(member_id) if member_id else None
         now = self.clock()
@@ -325,9 +329,11 @@ class GroupBridge:
             member_id = f"{request.header.client_id or 'client'}-{uuid.uuid4()}"
             if version >= 4 and instance_id is None:
                 # KIP-394: the client learns its id first and joins with it.
-                self._pending_ids.add((request.group_id, member_id))
+                self._pending_ids[(request.group_id, member_id)] = None
+                while len(self._pending_ids) > MAX_PENDING_IDS:
+                    self._pending_ids.popitem(last=False)
                 return answer(MEMBER_ID_REQUIRED, member_id)
-        self._pending_ids.discard((request.group_id, member_id))
+        self._pending_ids.pop((request.group_id, member_id), None)
         if instance_id is not None:
             for other in list(members.values()):
                 if other.member.instance_id == instance_id and not other.member.gone:
@@ -341,12 +347,10 @@ class GroupBridge:
             last_heard=now, subscription=bytes(offered[protocol_name]))
         if member.rebalance_timeout_ms <= 0:
             member.rebalance_timeout_ms = member.session_timeout_ms
-        bridged = _Bridged(member, request.group_id)
-        members[member_id] = bridged
+        bridged = self._add(member, request.group_id)
         error = self._register(bridged, classic.strategies_for(list(offered)))
         if error != NONE:
-            member.leave()
-            members.pop(member_id, None)
+            self._drop(bridged, "its registration was refused")
             return answer(error, member_id)
         bridged.started.wait(timeout=FIRST_START_WAIT_S)
         member.join(owned, self.clock())
@@ -391,6 +395,11 @@ class GroupBridge:
                          member.member_id)
                 return COORDINATOR_NOT_AVAILABLE
         return NONE
+
+    def _add(self, member, group: str) -> _Bridged:
+        bridged = _Bridged(member, group)
+        self._groups.setdefault(group, {})[member.member_id] = bridged
+        return bridged
 
     def _find(self, group: str, member_id: str) -> Optional[_Bridged]:
         return self._groups.get(group, {}).get(member_id)
@@ -492,8 +501,7 @@ class GroupBridge:
             layout.group_path(request.group_id)
         except layout.LayoutError as exc:
             return answer(INVALID_GROUP_ID, message=str(exc))
-        members = self._groups.setdefault(request.group_id, {})
-        bridged = members.get(request.member_id) if request.member_id else None
+        bridged = self._find(request.group_id, request.member_id) if request.member_id else None
         if bridged is not None and not isinstance(bridged.member, ConsumerMember):
             return answer(classic.UNKNOWN_MEMBER_ID, message="this member id speaks the classic protocol")
         now = self.clock()
@@ -530,10 +538,9 @@ class GroupBridge:
 
     def _join_consumer_member(self, request, topics, pattern: Optional[str], client_host: str, now: float):
         """A new KIP-848 member, registered with its coordinator; or the error for its client."""
-        members = self._groups.setdefault(request.group_id, {})
         member_id = request.member_id or str(uuid.uuid4())
         if request.instance_id is not None:
-            for other in list(members.values()):
+            for other in list(self._groups.get(request.group_id, {}).values()):
                 if other.member.instance_id == request.instance_id and not other.member.gone:
                     self._drop(other, f"instance {request.instance_id} joined again as {member_id}")
         member = ConsumerMember(
@@ -542,14 +549,12 @@ class GroupBridge:
             else self.session_timeout_ms,
             instance_id=request.instance_id, client_id=request.header.client_id or "", client_host=client_host,
             last_heard=now)
-        bridged = _Bridged(member, request.group_id)
-        members[member_id] = bridged
+        bridged = self._add(member, request.group_id)
         assignor = request.server_assignor
         strategies = (assignor,) if assignor in ("range", "sticky", "roundrobin") else ("sticky", "range", "roundrobin")
         error = self._register(bridged, strategies)
         if error != NONE:
-            member.leave()
-            members.pop(member_id, None)
+            self._drop(bridged, "its registration was refused")
             return error
         return bridged
 
