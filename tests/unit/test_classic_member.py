@@ -160,3 +160,25 @@ def test_the_first_assignor_zkcoord_stands_in_for_is_chosen(offered, chosen, str
 def test_a_client_with_no_assignor_zkcoord_stands_in_for_is_refused():
     with pytest.raises(classic.UnsupportedProtocols, match="custom"):
         classic.choose_protocol(["custom"])
+
+
+def test_a_retried_sync_gets_the_same_assignment():
+    member = stable_member("range")
+    assert member.sync(member.generation, 1.0) == (classic.NONE, frozenset({A, B}))
+
+
+def test_a_suspended_member_is_asked_to_let_everything_go_and_gets_it_back_after():
+    member = stable_member("cooperative-sticky")
+    member.suspend(True, 1.0)
+    assert member.heartbeat(member.generation, 1.1) == classic.REBALANCE_IN_PROGRESS
+    member.join(frozenset({A, B}), 1.2)
+    assert member.sync(member.generation, 1.3) == (classic.NONE, frozenset())
+    member.join(frozenset(), 1.4)
+    assert member.holding == frozenset()
+    assert member.sync(member.generation, 1.45) == (classic.NONE, frozenset())
+    # A Stop now is released at once: the client holds nothing.
+    assert member.stop(frozenset({B}), 1.5) == {B}
+    member.suspend(False, 2.0)
+    assert member.heartbeat(member.generation, 2.2) == classic.REBALANCE_IN_PROGRESS
+    member.join(frozenset(), 2.3)
+    assert member.sync(member.generation, 2.4) == (classic.NONE, frozenset({A}))

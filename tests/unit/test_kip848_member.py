@@ -110,3 +110,25 @@ def test_a_silent_member_expires_after_its_session_timeout():
     member = joined_member()
     assert member.expire(6.2) is None
     assert member.expire(6.3) == frozenset()
+
+
+def test_a_partition_whose_topic_cannot_be_named_yet_waits_in_the_target():
+    member = ConsumerMember("m-1", ("t", "u"), session_timeout_ms=6000, rebalance_timeout_ms=20000)
+    member.heartbeat(kip848.JOIN_EPOCH, None, 0.0)
+    u0 = TopicPartition("u", 0)
+    member.start({A: 0, u0: 0}, 0.1)
+    named = {"t"}
+    error, sent = member.heartbeat(member.generation, frozenset(), 0.2, sendable=lambda tp: tp.topic in named)
+    assert sent == frozenset({A}) and u0 not in member.holding
+    named.add("u")
+    error, sent = member.heartbeat(member.generation, frozenset({A}), 0.3, sendable=lambda tp: tp.topic in named)
+    assert sent == frozenset({A, u0})
+
+
+def test_a_suspended_member_is_sent_an_empty_target():
+    member = joined_member()
+    member.suspend(True, 1.0)
+    assert member.heartbeat(member.generation, frozenset({A, B}), 1.1) == (NONE, frozenset())
+    assert member.stop(frozenset({A}), 1.2) == frozenset()  # still owned
+    member.heartbeat(member.generation, frozenset(), 1.3)
+    assert member.revoking == frozenset()

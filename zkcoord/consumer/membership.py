@@ -155,6 +155,15 @@ class GroupMembership:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
+    def abandon(self) -> None:
+        """Stop at once without leaving, from any thread, its own included:
+        the coordinator sees the connection close and fences what this member
+        may run until its lease has ended, as after a crash."""
+        self._closing.set()
+        channel = self._channel
+        if channel is not None:
+            channel.close()
+
     @property
     def closed(self) -> bool:
         return self._closing.is_set()

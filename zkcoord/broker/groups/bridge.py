@@ -97,6 +97,8 @@ class _Bridged:
     member: ClassicMember
     group: str
     membership: Optional[GroupMembership] = None
+    # Dropped after the client let everything go (its LeaveGroup, or nothing held).
+    left: bool = False
     changed: gevent.event.Event = field(default_factory=gevent.event.Event)
     started: gevent.event.Event = field(default_factory=gevent.event.Event)
 
@@ -119,12 +121,12 @@ class _MemberListener:
         self.bridged.notify()
 
     def on_stop(self, partitions: frozenset) -> dict:
-        """Answered once the client has let ``partitions`` go, or is gone.
-
-        A client that keeps them past half its session timeout is taken as
-        gone: its next heartbeat is refused, which makes a client drop its
-        partitions at once, well before the coordinator (which fences them for
-        the session timeout from its Stop) can give them to anyone else."""
+        """Answered once the client has let ``partitions`` go (or had nothing
+        left when it went). A client that keeps them past half its session
+        timeout is dropped without an answer: the coordinator sees the
+        registration's connection close and fences the partitions until its
+        lease has ended, as after a crash, while the client's next heartbeat
+        is refused."""
         member = self.bridged.member
         member.stop(partitions, self.clock())
         self.bridged.notify()
@@ -133,11 +135,12 @@ class _MemberListener:
             waiting_on = self.bridged.changed
             waiting_on.wait(timeout=max(0.05, min(member.deadline(), give_up_at) - self.clock()))
             now = self.clock()
-            if member.expire(now) is not None:
-                self._drop(self.bridged, "it did not answer in time")
-            elif now >= give_up_at and partitions & member.revoking:
-                self._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go "
-                                         f"within half its session timeout")
+            if member.expire(now) is not None or (now >= give_up_at and partitions & member.revoking):
+                self._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
+        if member.gone and not self.bridged.left:
+            # Abandoned: the registration's connection is closed already, so
+            # this answer never reaches the coordinator, which fences instead.
+            return {}
         return {tp: member.committed[tp] for tp in partitions if tp in member.committed}
 
     def offsets(self) -> dict:
@@ -168,11 +171,17 @@ class GroupBridge:
         # Member ids handed out with MEMBER_ID_REQUIRED, oldest first: a
         # client joins with its id at once, so only the latest few are kept.
         self._pending_ids: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Member ids of static members whose instance joined again (as many).
+        self._fenced: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._closed = False
         self._expiry = gevent.spawn(self._expire_loop)
 
     def close(self) -> None:
+        """The broker is stopping: every registration ends (abandoned unless
+        its client holds nothing: the clients go on fetching from other brokers)."""
+        self._closed = True
         self._expiry.kill(block=False)
-        for members in self._groups.values():
+        for members in list(self._groups.values()):
             for bridged in list(members.values()):
                 self._drop(bridged, "the broker is stopping")
 
@@ -252,7 +261,7 @@ class GroupBridge:
                                        protocol_type="", protocol_data="", members=[]))
                 continue
             state_name, state = self._state_of(group)
-            local = {consumer_id_of(b.member.member_id): b for b in self._groups.get(group, {}).values()}
+            local = {registration_id(b.member): b for b in self._groups.get(group, {}).values()}
             members = []
             for member_id, pairs in sorted((state.assignment if state else {}).items()):
                 bridged = local.get(member_id)
@@ -315,6 +324,7 @@ class GroupBridge:
             # A member joining again: after a rebalance was asked for, or of its own accord.
             member = bridged.member
             if topics != member.topics or protocol_name != member.protocol_name:
+                member.join(owned, now)  # what it says it still owns: an eager client, nothing
                 self._drop(bridged, "its subscription changed")
                 bridged = None
             else:
@@ -324,7 +334,7 @@ class GroupBridge:
                 return answer(NONE, member_id, member)
         if member_id and bridged is None and (request.group_id, member_id) not in self._pending_ids \
                 and member_id not in members:
-            return answer(classic.UNKNOWN_MEMBER_ID, member_id)
+            return answer(self._unknown(request.group_id, member_id), member_id)
         if not member_id:
             member_id = f"{request.header.client_id or 'client'}-{uuid.uuid4()}"
             if version >= 4 and instance_id is None:
@@ -337,7 +347,7 @@ class GroupBridge:
         if instance_id is not None:
             for other in list(members.values()):
                 if other.member.instance_id == instance_id and not other.member.gone:
-                    self._drop(other, f"instance {instance_id} joined again as {member_id}")
+                    self._replaced(other, member_id)
         member = ClassicMember(
             member_id=member_id, protocol_name=protocol_name, topics=topics,
             session_timeout_ms=request.session_timeout_ms,
@@ -371,7 +381,7 @@ class GroupBridge:
         try:
             config = MemberConfig(
                 group=bridged.group, topics=member.topics, pattern=member.pattern,
-                consumer_id=consumer_id_of(member.instance_id) if member.instance_id else None,
+                consumer_id=registration_id(member) if member.instance_id else None,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
                 assignment_strategies=strategies)
@@ -379,12 +389,12 @@ class GroupBridge:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
         membership = GroupMembership([f"{s.host}:{s.port}" for s in servers.values()], config,
-                                     _MemberListener(bridged, self.clock, self._drop), dynamic_id=consumer_id_of(member.member_id))
+                                     _MemberListener(bridged, self.clock, self._drop), dynamic_id=registration_id(member))
         bridged.membership = membership
         membership.start()
         deadline = self.clock() + min(REGISTER_WAIT_S, member.rebalance_timeout_ms / 1000.0)
         while not membership.registered.wait(timeout=0.05):
-            if membership.error is not None or self.clock() >= deadline:
+            if membership.error is not None or self.clock() >= deadline or self._closed:
                 refusal = membership.error
                 membership.close(timeout=1)
                 bridged.membership = None
@@ -394,7 +404,23 @@ class GroupBridge:
                 log.info("group %s: no coordinator registered member %s in time", bridged.group,
                          member.member_id)
                 return COORDINATOR_NOT_AVAILABLE
+        if self._closed:  # the broker stopped while this registration went on
+            membership.close(timeout=1)
+            bridged.membership = None
+            return COORDINATOR_NOT_AVAILABLE
         return NONE
+
+    def _replaced(self, old: _Bridged, member_id: str) -> None:
+        """A static member's instance joined again under a new member id: the
+        old id is fenced, so its process, if alive, cannot take the place back."""
+        self._fenced[(old.group, old.member.member_id)] = None
+        while len(self._fenced) > MAX_PENDING_IDS:
+            self._fenced.popitem(last=False)
+        self._drop(old, f"instance {old.member.instance_id} joined again as {member_id}")
+
+    def _unknown(self, group: str, member_id: str) -> int:
+        """The error for a request from a member id not in the group."""
+        return FENCED_INSTANCE_ID if (group, member_id) in self._fenced else classic.UNKNOWN_MEMBER_ID
 
     def _add(self, member, group: str) -> _Bridged:
         bridged = _Bridged(member, group)
@@ -416,7 +442,7 @@ class GroupBridge:
                                      assignment=assignment)
 
         if bridged is None:
-            return answer(classic.UNKNOWN_MEMBER_ID)
+            return answer(self._unknown(request.group_id, request.member_id))
         error, given = bridged.member.sync(request.generation_id, self.clock())
         bridged.notify()
         if error != NONE:
@@ -425,7 +451,7 @@ class GroupBridge:
 
     def heartbeat(self, request):
         bridged = self._find(request.group_id, request.member_id)
-        error = classic.UNKNOWN_MEMBER_ID if bridged is None else \
+        error = self._unknown(request.group_id, request.member_id) if bridged is None else \
             bridged.member.heartbeat(request.generation_id, self.clock())
         return HeartbeatResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=error)
 
@@ -441,19 +467,28 @@ class GroupBridge:
             if bridged is None and instance_id is not None:
                 bridged = next((b for b in self._groups.get(request.group_id, {}).values()
                                 if b.member.instance_id == instance_id), None)
-            error = classic.UNKNOWN_MEMBER_ID if bridged is None else NONE
+                if bridged is not None and member_id:
+                    # The instance's former process: the current one stays.
+                    results.append(LeaveGroupResponse.MemberResponse(
+                        member_id=member_id, group_instance_id=instance_id, error_code=FENCED_INSTANCE_ID))
+                    continue
+            error = self._unknown(request.group_id, member_id) if bridged is None else NONE
             if bridged is not None:
-                self._drop(bridged, "it left")
+                self._drop(bridged, "it left", left=True)
             results.append(LeaveGroupResponse.MemberResponse(member_id=member_id, group_instance_id=instance_id,
                                                              error_code=error))
         top = results[0].error_code if version < 3 else NONE
         return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=top, members=results)
 
-    def _drop(self, bridged: _Bridged, why: str) -> None:
-        """The member is gone: its client fetches nothing more (it left, or its
-        session ran out, which makes a client drop its partitions). Its
-        registration leaves with the offsets it committed."""
+    def _drop(self, bridged: _Bridged, why: str, left: bool = False) -> None:
+        """The member is gone; its requests are refused from now on. If the
+        client has let everything go (``left``: its LeaveGroup, or it holds
+        nothing), its registration leaves with the offsets it committed;
+        otherwise it is abandoned, and the coordinator fences what it may
+        still fetch until the registration's lease has ended."""
         member = bridged.member
+        if not member.gone:
+            bridged.left = left or not member.holding
         member.leave()
         bridged.notify()
         members = self._groups.get(bridged.group, {})
@@ -464,7 +499,10 @@ class GroupBridge:
             self._groups.pop(bridged.group, None)
         membership, bridged.membership = bridged.membership, None
         if membership is not None:
-            gevent.spawn(membership.close)
+            if bridged.left:
+                gevent.spawn(membership.close)
+            else:
+                membership.abandon()
 
     def _expire_loop(self) -> None:
         while True:
@@ -477,6 +515,28 @@ class GroupBridge:
                     elif bridged.membership is not None and bridged.membership.closed is False \
                             and bridged.membership.error is not None:
                         self._drop(bridged, f"its registration failed: {bridged.membership.error}")
+                    elif bridged.membership is not None:
+                        self._watch_lease(bridged, now)
+
+    def _watch_lease(self, bridged: _Bridged, now: float) -> None:
+        """A thin consumer stops when its lease runs out; a stock client needs
+        time to be told and to let go. So once the registration's lease has
+        less than a sixth of the session left (pings come every third: one is
+        late), the client is asked to give everything up; once a request
+        renews the lease, it gets its partitions back."""
+        membership = bridged.membership
+        member = bridged.member
+        if not membership.registered.is_set():
+            at_risk = bool(member.holding)
+        else:
+            left = membership.protocol.lease_deadline - membership.clock()
+            at_risk = left < member.session_timeout_ms / 6000.0
+        if at_risk != member.suspended:
+            log.info("member %s of group %s: %s", member.member_id, bridged.group,
+                     "its registration's lease is running out: the client is to let everything go" if at_risk
+                     else "its registration's lease is renewed")
+            member.suspend(at_risk, now)
+            bridged.notify()
 
     # -- ConsumerGroupHeartbeat (KIP-848) -------------------------------------------------
 
@@ -507,7 +567,7 @@ class GroupBridge:
         now = self.clock()
         if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             if bridged is not None:
-                self._drop(bridged, "it left")
+                self._drop(bridged, "it left", left=True)
             return answer(NONE, member_epoch=epoch)
         # Each is None when unchanged since the client's last heartbeat.
         topics = None if request.subscribed_topic_names is None else \
@@ -520,19 +580,24 @@ class GroupBridge:
             return answer(FENCED_MEMBER_EPOCH, message="the subscription changed: join again")
         if bridged is None:
             if epoch != JOIN_EPOCH:
-                return answer(classic.UNKNOWN_MEMBER_ID, message="unknown member: join with epoch 0")
+                return answer(self._unknown(request.group_id, request.member_id),
+                              message="unknown member: join with epoch 0")
             if not topics and not pattern:
                 return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
             bridged = self._join_consumer_member(request, topics or (), pattern or None, client_host, now)
             if isinstance(bridged, int):
                 return answer(bridged, message="the coordinator refused the member; see the broker's log")
         member = bridged.member
+        ids = self._topic_ids()
         owned = None
         if request.topic_partitions is not None:
-            names = {layout.parse_kafka_uuid(i): t for t, i in self._topic_ids().items()}
-            owned = frozenset(TopicPartition(names[tp.topic_id], p) for tp in request.topic_partitions
-                              if tp.topic_id in names for p in tp.partitions)
-        error, assignment = member.heartbeat(epoch, owned, now)
+            names = {layout.parse_kafka_uuid(i): t for t, i in ids.items()}
+            # A topic id we cannot name (not cached yet, or deleted) leaves the
+            # report unread: what it held is not released on a guess.
+            if all(tp.topic_id in names for tp in request.topic_partitions):
+                owned = frozenset(TopicPartition(names[tp.topic_id], p) for tp in request.topic_partitions
+                                  for p in tp.partitions)
+        error, assignment = member.heartbeat(epoch, owned, now, sendable=lambda tp: tp[0] in ids)
         bridged.notify()
         return answer(error, member, assignment)
 
@@ -542,7 +607,7 @@ class GroupBridge:
         if request.instance_id is not None:
             for other in list(self._groups.get(request.group_id, {}).values()):
                 if other.member.instance_id == request.instance_id and not other.member.gone:
-                    self._drop(other, f"instance {request.instance_id} joined again as {member_id}")
+                    self._replaced(other, member_id)
         member = ConsumerMember(
             member_id=member_id, topics=topics, pattern=pattern, session_timeout_ms=self.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
@@ -575,7 +640,7 @@ class GroupBridge:
                 if bridged is None:
                     # No member: offsets of a group move only through its
                     # coordinator (its members' commits, or an admin reset).
-                    error = classic.UNKNOWN_MEMBER_ID
+                    error = self._unknown(request.group_id, member_id)
                 else:
                     error = bridged.member.commit_error(generation, tp, now)
                     if error == NONE and part.committed_offset >= 0:
@@ -618,10 +683,12 @@ class GroupBridge:
         return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics, error_code=NONE)
 
 
-def consumer_id_of(member_id: str) -> str:
-    """The zkcoord consumer id of a Kafka member id. librdkafka makes its ids
-    of standard base64, whose "/" a consumer id may not hold."""
-    return member_id.replace("/", "_")
+def registration_id(member) -> str:
+    """The zkcoord consumer id a client's member registers under: its
+    group.instance.id if it has one (a static member), else its member id.
+    librdkafka makes member ids of standard base64, whose "/" a consumer id
+    may not hold."""
+    return (member.instance_id or member.member_id).replace("/", "_")
 
 
 def _by_topic(partitions) -> dict[str, list[int]]:

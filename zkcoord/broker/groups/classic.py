@@ -76,6 +76,8 @@ def strategies_for(offered: list[str]) -> tuple[str, ...]:
 class ClassicMember(BridgedMember):
     protocol_name: str = "range"
     subscription: bytes = b""
+    # What the last SyncGroup handed over, for a retry of it.
+    given: frozenset = frozenset()
 
     @property
     def cooperative(self) -> bool:
@@ -117,8 +119,8 @@ class ClassicMember(BridgedMember):
         if generation != self.generation or self.phase is Phase.JOINING:
             return ILLEGAL_GENERATION, frozenset()
         if self.phase is Phase.STABLE:
-            return REBALANCE_IN_PROGRESS, frozenset()
-        given = self.target()
+            return NONE, self.given  # a retry: its answer was lost
+        given = self.given = self.target()
         # A cooperative client keeps fetching what it held until it sees the
         # assignment; an eager one held nothing. Either way it may now fetch both.
         self.holding = self.holding | given

@@ -35,10 +35,13 @@ class ConsumerMember(BridgedMember):
 
     stale_error = STALE_MEMBER_EPOCH
 
-    def heartbeat(self, epoch: int, owned: Optional[frozenset], now: float) -> tuple[int, Optional[frozenset]]:
+    def heartbeat(self, epoch: int, owned: Optional[frozenset], now: float,
+                  sendable=lambda tp: True) -> tuple[int, Optional[frozenset]]:
         """A heartbeat with the client's member epoch and, if it says, the
         partitions it owns. Returns the error and the assignment to send
-        (None: unchanged). The answer's epoch is ``generation``."""
+        (None: unchanged). The answer's epoch is ``generation``.
+        ``sendable(tp)``: whether a partition can be named to the client yet
+        (its topic has an id); the others wait in the target until it can."""
         if self.gone:
             return UNKNOWN_MEMBER_ID, None
         self.last_heard = now
@@ -58,7 +61,7 @@ class ConsumerMember(BridgedMember):
         if not self.revoking:
             self.rejoin_asked_at = None
         self.phase = Phase.STABLE
-        target = self.target()
+        target = frozenset(tp for tp in self.target() if sendable(tp))
         if target != self.delivered or epoch != self.generation:
             if target != self.delivered:
                 self.generation += 1

@@ -58,6 +58,9 @@ class BridgedMember:
     last_heard: float = 0.0
     # When the client was first asked to give partitions up or take new ones (None: not now).
     rejoin_asked_at: Optional[float] = None
+    # The member's registration may have lost its coordinator (its lease is
+    # running out): the client is to hold nothing until it is renewed.
+    suspended: bool = False
 
     @property
     def gone(self) -> bool:
@@ -65,7 +68,17 @@ class BridgedMember:
 
     def target(self) -> frozenset:
         """The assignment the client is to have now."""
+        if self.suspended:
+            return frozenset()
         return frozenset(self.assignment) - self.revoking
+
+    def suspend(self, suspended: bool, now: float) -> None:
+        """Take everything from the client while its registration's lease is
+        in doubt, or give it back once renewed."""
+        if suspended != self.suspended:
+            self.suspended = suspended
+            if self.needs_rejoin():
+                self._ask_rejoin(now)
 
     def needs_rejoin(self) -> bool:
         """Must the client be told of a change?"""
