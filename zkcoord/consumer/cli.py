@@ -226,19 +226,24 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
         settings["group.instance.id"] = config.consumer_id
     consumer = KafkaConsumer(settings)
     held: set = set()
+    # The member id under which it last took partitions: what its records and
+    # events name. librdkafka forgets its member id when it loses its session,
+    # before it reports the partitions lost; those are still this member's.
+    label = {"member": "-"}
 
     def name() -> str:
-        return consumer.memberid() or "-"
+        return consumer.memberid() or label["member"]
 
     def changed(event: str, partitions) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         if event == "start":
+            label["member"] = consumer.memberid() or label["member"]
             held.update(tps)
         else:
             held.difference_update(tps)
             _revoked["count"] += len(tps)
         if args.events is not None:
-            _append_event(args.events, name(), event, tps)
+            _append_event(args.events, label["member"], event, tps)
         if args.status is not None:
             _write_status(args.status, name(), True, held)
 
@@ -262,7 +267,7 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
                 out.write(json.dumps({
                     "topic": message.topic(), "partition": message.partition(), "offset": message.offset(),
                     "value": (message.value() or b"").decode("utf-8", "backslashreplace"),
-                    "member": name(), "ts": round(began, 6), "te": round(returned, 6),
+                    "member": label["member"], "ts": round(began, 6), "te": round(returned, 6),
                 }) + "\n")
                 consumed += 1
             if args.max_messages and consumed >= args.max_messages:

@@ -76,6 +76,7 @@ UNKNOWN_SERVER_ERROR = kafka_errors.UnknownError.errno
 REGISTER_WAIT_S = 15.0
 FIRST_START_WAIT_S = 3.0
 EXPIRY_CHECK_S = 0.25
+STALL_S = 1.0
 MAX_PENDING_IDS = 10_000
 # What a refused registration becomes for the client.
 _REFUSALS = {
@@ -505,12 +506,19 @@ class GroupBridge:
                 membership.abandon()
 
     def _expire_loop(self) -> None:
+        last = self.clock()
+        grace_until = last
         while True:
             gevent.sleep(EXPIRY_CHECK_S)
             now = self.clock()
+            if now - last > STALL_S:
+                # This process was stalled (paused, starved): the clients' requests
+                # wait unread in their sockets, so silence proves nothing yet.
+                grace_until = now + STALL_S
+            last = now
             for members in list(self._groups.values()):
                 for bridged in list(members.values()):
-                    if bridged.member.gone or bridged.member.expire(now) is not None:
+                    if bridged.member.gone or (now >= grace_until and bridged.member.expire(now) is not None):
                         self._drop(bridged, "it did not answer in time")
                     elif bridged.membership is not None and bridged.membership.closed is False \
                             and bridged.membership.error is not None:
