@@ -23,7 +23,8 @@ SUMMARY = re.compile(r"faults \d+; lost \d+; duplicates \d+ \(planned \d+\); dou
 
 # The short drill draws from every kind, the pauses past the session and the
 # slow member included (they found double ownership before the lease rule of
-# docs/DESIGN.md; that run is in bench/RESULTS.md).
+# docs/DESIGN.md; that run is in bench/RESULTS.md), with a stock Kafka client
+# among its members.
 CI_KINDS = ",".join(KINDS)
 
 
@@ -49,8 +50,8 @@ def processes_under(directory: Path) -> list[str]:
 @pytest.mark.timeout(600)
 def test_a_short_drill_of_random_faults_passes(tmp_path):
     directory = tmp_path / "drill"
-    result = drill("--faults", "12", "--seed", "20261123", "--kinds", CI_KINDS, "--dir", str(directory),
-                   timeout=540)
+    result = drill("--faults", "12", "--seed", "20261123", "--kinds", CI_KINDS, "--stock-members", "1",
+                   "--dir", str(directory), timeout=540)
     lines = result.stdout.strip().splitlines()
     assert lines and SUMMARY.fullmatch(lines[-1]), result.stdout[-3000:] + result.stderr[-3000:]
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
@@ -59,6 +60,10 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
     assert len(report["faults"]) == 12 and report["produced"] > 1000
     assert (directory / "timeline.html").stat().st_size > 1000
     assert "PASS" in (directory / "report.txt").read_text()
+    # The stock member took part: records delivered under a librdkafka member id.
+    delivered_by = {json.loads(line)["member"].split("-")[0] for d in directory.glob("consumer-*")
+                    for line in (d / "records.jsonl").read_text().splitlines() if line.endswith("}")}
+    assert "rdkafka" in delivered_by, delivered_by
     assert processes_under(directory) == []
 
 
@@ -67,6 +72,7 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
     (["--faults", "0"], "--faults must be at least 1"),
     (["--faults", "-2"], "--faults must be at least 1"),
     (["--consumers", "0"], "--consumers must be at least 1"),
+    (["--consumers", "2", "--stock-members", "3"], "--stock-members (3) cannot exceed --consumers (2)"),
     (["--zookeeper", "127.0.0.1:1"], "both --zookeeper and --bootstrap"),
     (["--zookeeper", "127.0.0.1:1", "--bootstrap", "nonsense"], "not host:port"),
 ])

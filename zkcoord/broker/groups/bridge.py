@@ -111,10 +111,10 @@ class _Bridged:
 class _MemberListener:
     """What the coordinator pushes to a bridged member, carried to its client."""
 
-    def __init__(self, bridged: _Bridged, clock, drop):
+    def __init__(self, bridged: _Bridged, bridge: "GroupBridge"):
         self.bridged = bridged
-        self.clock = clock
-        self._drop = drop
+        self.bridge = bridge
+        self.clock = bridge.clock
 
     def on_start(self, partitions: dict) -> None:
         self.bridged.member.start(partitions, self.clock())
@@ -136,8 +136,10 @@ class _MemberListener:
             waiting_on = self.bridged.changed
             waiting_on.wait(timeout=max(0.05, min(member.deadline(), give_up_at) - self.clock()))
             now = self.clock()
+            if not self.bridge.judging_silence(now):
+                continue
             if member.expire(now) is not None or (now >= give_up_at and partitions & member.revoking):
-                self._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
+                self.bridge._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
         if member.gone and not self.bridged.left:
             # Abandoned: the registration's connection is closed already, so
             # this answer never reaches the coordinator, which fences instead.
@@ -175,6 +177,7 @@ class GroupBridge:
         # Member ids of static members whose instance joined again (as many).
         self._fenced: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._closed = False
+        self._last_tick = self._grace_until = clock()
         self._expiry = gevent.spawn(self._expire_loop)
 
     def close(self) -> None:
@@ -390,7 +393,7 @@ class GroupBridge:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
         membership = GroupMembership([f"{s.host}:{s.port}" for s in servers.values()], config,
-                                     _MemberListener(bridged, self.clock, self._drop), dynamic_id=registration_id(member))
+                                     _MemberListener(bridged, self), dynamic_id=registration_id(member))
         bridged.membership = membership
         membership.start()
         deadline = self.clock() + min(REGISTER_WAIT_S, member.rebalance_timeout_ms / 1000.0)
@@ -505,20 +508,23 @@ class GroupBridge:
             else:
                 membership.abandon()
 
+    def judging_silence(self, now: float) -> bool:
+        """May a client's silence be held against it now? Not just after this
+        process was stalled (paused, starved): the clients' requests then wait
+        unread in their sockets, so silence proves nothing yet."""
+        if now - self._last_tick > STALL_S:
+            self._grace_until = now + STALL_S
+        self._last_tick = now
+        return now >= self._grace_until
+
     def _expire_loop(self) -> None:
-        last = self.clock()
-        grace_until = last
         while True:
             gevent.sleep(EXPIRY_CHECK_S)
             now = self.clock()
-            if now - last > STALL_S:
-                # This process was stalled (paused, starved): the clients' requests
-                # wait unread in their sockets, so silence proves nothing yet.
-                grace_until = now + STALL_S
-            last = now
+            judging = self.judging_silence(now)
             for members in list(self._groups.values()):
                 for bridged in list(members.values()):
-                    if bridged.member.gone or (now >= grace_until and bridged.member.expire(now) is not None):
+                    if bridged.member.gone or (judging and bridged.member.expire(now) is not None):
                         self._drop(bridged, "it did not answer in time")
                     elif bridged.membership is not None and bridged.membership.closed is False \
                             and bridged.membership.error is not None:
