@@ -117,6 +117,17 @@ def _write_status(path: Path, member: str, registered: bool, assignment, epoch: 
         tmp.replace(path)
 
 
+def _record_line(topic: str, partition: int, offset: int, value, member: str, began: float,
+                 returned: float) -> str:
+    """One delivered record as an output line: the record, who delivered it,
+    and the poll that returned it (began, returned)."""
+    return json.dumps({
+        "topic": topic, "partition": partition, "offset": offset,
+        "value": (value or b"").decode("utf-8", "backslashreplace"),
+        "member": member, "ts": round(began, 6), "te": round(returned, 6),
+    }) + "\n"
+
+
 def _be_slow_if_armed(slow_ms: int) -> None:
     armed, _slow_armed_at["t"] = _slow_armed_at["t"], None
     if armed is not None and time.monotonic() - armed < SLOW_ARMED_S:
@@ -178,11 +189,8 @@ def run(args: argparse.Namespace) -> int:
             records = consumer.poll(100)
             returned = time.time()
             for record in records:
-                out.write(json.dumps({
-                    "topic": record.topic, "partition": record.partition, "offset": record.offset,
-                    "value": (record.value or b"").decode("utf-8", "backslashreplace"),
-                    "member": member, "ts": round(began, 6), "te": round(returned, 6),
-                }) + "\n")
+                out.write(_record_line(record.topic, record.partition, record.offset, record.value, member,
+                                       began, returned))
                 consumed += 1
             if args.status is not None:
                 current = (consumer.membership.registered.is_set(), tuple(sorted(consumer.assignment())),
@@ -264,11 +272,8 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
                 if message.error():
                     print(f"zkcoord consume: {message.error()}", file=sys.stderr)  # the client retries
                     continue
-                out.write(json.dumps({
-                    "topic": message.topic(), "partition": message.partition(), "offset": message.offset(),
-                    "value": (message.value() or b"").decode("utf-8", "backslashreplace"),
-                    "member": label["member"], "ts": round(began, 6), "te": round(returned, 6),
-                }) + "\n")
+                out.write(_record_line(message.topic(), message.partition(), message.offset(), message.value(),
+                                       label["member"], began, returned))
                 consumed += 1
             if args.max_messages and consumed >= args.max_messages:
                 break
