@@ -110,10 +110,12 @@ class PythonMember(ConfluentMember):
                 self.values.extend(r.value.decode() for r in records)
 
 
-def _whole(zk, group, members, thin=()) -> bool:
-    """Every partition held by exactly one member, as ZooKeeper's owners say."""
+def _whole(zk, group, members, thin=(), *others) -> bool:
+    """Every partition held by exactly one member, as ZooKeeper's owners say
+    (``others``: the partitions of members followed by hand)."""
     owners = read_owners(zk, group)
     held = [tp for m in members for tp in m.assigned] + [tp for c in thin for tp in c.assignment()]
+    held += [tp for partitions in others for tp in partitions]
     return len(owners) == PARTITIONS and sorted(held) == sorted(owners) and len(set(held)) == len(held)
 
 
@@ -241,13 +243,18 @@ def test_a_client_the_coordinator_refuses_is_told_why(group_cluster):
         member.close()
 
 
-def test_an_aiokafka_consumer_joins_and_shares_the_group_with_a_confluent_one(group_cluster):
+def test_an_aiokafka_consumer_shares_a_group_with_a_confluent_and_a_thin_one(group_cluster):
     from aiokafka import AIOKafkaConsumer
 
     cluster = group_cluster
     produce(cluster, TOPIC, 300, partitions=PARTITIONS)
     other = ConfluentMember(cluster.broker_list, "aio")
+    # aiokafka assigns round robin by default, confluent-kafka range or round robin.
+    thin = cluster.add_consumer("aio", topics=[TOPIC], extra=["--strategy", "roundrobin"])
     values: list[str] = []
+
+    def thin_values():
+        return [r["value"] for r in thin.records()]
 
     async def consume():
         consumer = AIOKafkaConsumer(TOPIC, bootstrap_servers=cluster.broker_list, group_id="aio",
@@ -256,7 +263,10 @@ def test_an_aiokafka_consumer_joins_and_shares_the_group_with_a_confluent_one(gr
         await consumer.start()
         try:
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and len(values) + len(other.values) < 300:
+            while time.monotonic() < deadline and (
+                    len(values) + len(other.values) + len(thin_values()) < 300 or not consumer.assignment()
+                    or not other.assigned or not thin.assignment() or not _whole(cluster.zk, "aio", [other], [thin], {(t.topic, t.partition)
+                                                                       for t in consumer.assignment()})):
                 for records in (await consumer.getmany(timeout_ms=200)).values():
                     values.extend(r.value.decode() for r in records)
             return {(tp.topic, tp.partition) for tp in consumer.assignment()}
@@ -265,18 +275,19 @@ def test_an_aiokafka_consumer_joins_and_shares_the_group_with_a_confluent_one(gr
 
     try:
         assignment = asyncio.run(consume())
-        assert assignment and other.assigned and not assignment & other.assigned
-        _exactly_once(values + other.values, 300)
+        assert assignment and other.assigned and thin.assignment()
+        assert _whole(cluster.zk, "aio", [other], [thin], assignment)
+        _exactly_once(values + other.values + thin_values(), 300)
     finally:
         other.close()
 
 
-def test_kcat_joins_a_group_and_commits(group_cluster, tmp_path):
+def test_kcat_joins_a_group_commits_and_hands_over_to_a_thin_consumer(group_cluster, tmp_path):
     cluster = group_cluster
     produce(cluster, TOPIC, 200, partitions=PARTITIONS)
     output = tmp_path / "kcat.jsonl"
     with output.open("w") as out:
-        kcat = subprocess.Popen(["kcat", "-b", cluster.broker_list, "-G", "kcat", "-o", "beginning", "-J", "-u",
+        kcat = subprocess.Popen(["kcat", "-b", cluster.broker_list, "-G", "kcat", "-X", "auto.offset.reset=earliest", "-J", "-u",
                                  "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500",
                                  "-X", "auto.commit.interval.ms=200", TOPIC],
                                 stdout=out, stderr=subprocess.DEVNULL)
@@ -289,6 +300,18 @@ def test_kcat_joins_a_group_and_commits(group_cluster, tmp_path):
             wait_until(lambda: sum(read_offsets(cluster.zk, "kcat").values()) == 200, timeout=15)
             _exactly_once(delivered(), 200)
             assert len(read_owners(cluster.zk, "kcat")) == PARTITIONS
+            # A thin consumer joins: kcat hands it half, from its commits.
+            thin = cluster.add_consumer("kcat", topics=[TOPIC])
+            wait_until(lambda: len(thin.assignment()) == PARTITIONS // 2
+                       and len(set(read_owners(cluster.zk, "kcat").values())) == 2, timeout=30)
+            produce(cluster, TOPIC, 200, start=200, partitions=PARTITIONS)
+
+            def values():
+                return delivered() + [r["value"] for r in thin.records()]
+
+            wait_until(lambda: len(values()) >= 400, timeout=30)
+            time.sleep(0.5)  # any duplicate would arrive right behind
+            _exactly_once(values(), 400)
         finally:
             kcat.terminate()
             kcat.wait(10)
@@ -325,3 +348,26 @@ def test_kip848_consumers_share_a_group_with_classic_and_thin_members(group_clus
     finally:
         for member in members:
             member.close()
+
+
+def test_a_stock_member_that_keeps_polling_outlives_its_max_poll_interval(group_cluster):
+    """Its registration reports the client's requests as its polls: a client
+    polling all along is never evicted for not polling."""
+    from zkcoord.zk import layout
+
+    cluster = group_cluster
+    member = ConfluentMember(cluster.broker_list, "lasting", **{
+        "session.timeout.ms": 2000, "heartbeat.interval.ms": 300, "max.poll.interval.ms": 3000})
+    try:
+        wait_until(lambda: _whole(cluster.zk, "lasting", [member]), timeout=30)
+
+        def generation():
+            return layout.decode_group_state(cluster.zk.get(layout.group_state_path("lasting"))[0]).generation
+
+        first = generation()
+        deadline = time.monotonic() + 9  # three max poll intervals
+        while time.monotonic() < deadline:
+            assert _whole(cluster.zk, "lasting", [member]) and generation() == first
+            time.sleep(0.2)
+    finally:
+        member.close()

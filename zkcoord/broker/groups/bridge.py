@@ -151,7 +151,10 @@ class _MemberListener:
         return {tp: o for tp, o in member.committed.items() if tp in member.assignment or tp in member.revoking}
 
     def last_poll_ms_ago(self) -> int:
-        return -1  # a stock client's liveness is its heartbeats, judged here
+        """Since the client was last heard: its requests are its polls (a
+        client that stops polling stops heartbeating within its rebalance
+        timeout, or leaves; the bridge judges that itself, sooner)."""
+        return max(0, int((self.clock() - self.bridged.member.last_heard) * 1000))
 
 
 class GroupBridge:
