@@ -98,9 +98,11 @@ def test_an_answer_asked_for_a_newer_coordinator_comes_the_moment_one_is_elected
     zk.create(layout.COORDINATOR_PATH, layout.encode_coordinator("1"), makepath=True)
     wait_until(lambda: view.answer().coordinator_epoch == 4, message="epoch 4")
     began = time.monotonic()
-    assert view.answer_when("", known_epoch=3, timeout=5).coordinator_epoch == 4  # newer already: at once
+    assert view.answer_when("", known_epoch=3, timeout=30).coordinator_epoch == 4  # newer already: at once
+    assert time.monotonic() - began < 15  # not held for its 30 s (loose: a loaded machine is slow)
+    began = time.monotonic()
     assert view.answer_when("", known_epoch=4, timeout=0.3).coordinator_epoch == 4  # none newer: the timeout
-    assert 0.25 <= time.monotonic() - began < 2
+    assert time.monotonic() - began >= 0.25  # held until its timeout
 
     def elect_later():
         time.sleep(0.5)  # the election this test waits for, not a synchronisation of the test
