@@ -78,6 +78,14 @@ def state_name(state: Optional[layout.GroupState], owners: dict, failure: Option
     return STABLE if assigned == owners else PREPARING_REBALANCE
 
 
+def group_state(client, group: str) -> tuple[str, Optional[layout.GroupState]]:
+    """The group's state as Kafka's tool names it (state_name), and the
+    coordinator's persisted state (None: never written)."""
+    state = _read(client, layout.group_state_path(group), layout.decode_group_state)
+    failure = _read(client, layout.group_failure_path(group), layout.decode_group_failure)
+    return state_name(state, read_owners(client, group), failure, bool(read_offsets(client, group))), state
+
+
 def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -> dict:
     """``group`` as one JSON-able document: its coordinator, state,
     generation, strategy, failed rebalance, members and, per partition, the

@@ -139,17 +139,10 @@ def create_topic(client, topic: str, partitions: Optional[int] = None, *,
         return planned
     client.ensure_path(layout.BROKER_TOPICS)
     try:
-        client.create(path, layout.encode_topic(new_topic(planned)))
+        client.create(path, layout.encode_topic(layout.new_topic_assignment(planned)))
     except NodeExistsError:
         raise TopicExistsError(f"topic {topic!r} already exists") from None
     return planned
-
-
-def new_topic(partitions) -> "layout.TopicAssignment":
-    """A new topic's node as Kafka 2.8 and later write it: version 3, with a topic id."""
-    import uuid
-
-    return layout.TopicAssignment(partitions, layout.TOPIC_VERSION, layout.kafka_uuid(uuid.uuid4().bytes))
 
 
 def read_topic(client, topic: str):

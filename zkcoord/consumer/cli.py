@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -180,43 +181,55 @@ def run(args: argparse.Namespace) -> int:
         on_assign=(lambda partitions: observe("start", partitions)) if hooked else None,
         on_revoke=(lambda partitions: observe("stop", partitions)) if hooked else None,
     )
-    consumed = 0
-    last_status = None
+    member = consumer.consumer_id
+    last_status = [None]
+
+    def poll():
+        return [(r.topic, r.partition, r.offset, r.value, member) for r in consumer.poll(100)]
+
+    def keep_status():
+        current = (consumer.membership.registered.is_set(), tuple(sorted(consumer.assignment())),
+                   consumer.membership.epoch, consumer.membership.generation)
+        if current != last_status[0]:
+            _write_status(args.status, member, *current)
+            last_status[0] = current
+
     try:
-        member = consumer.consumer_id
-        while not stop.is_set():
-            began = time.time()
-            records = consumer.poll(100)
-            returned = time.time()
-            for record in records:
-                out.write(_record_line(record.topic, record.partition, record.offset, record.value, member,
-                                       began, returned))
-                consumed += 1
-            if args.status is not None:
-                current = (consumer.membership.registered.is_set(), tuple(sorted(consumer.assignment())),
-                           consumer.membership.epoch, consumer.membership.generation)
-                if current != last_status:
-                    _write_status(args.status, consumer.consumer_id, *current)
-                    last_status = current
-            if args.max_messages and consumed >= args.max_messages:
-                break
+        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None)
     finally:
         out.flush()
         consumer.close()
     return 0
 
 
-# How a thin consumer's strategy names map to a stock client's assignors.
-_KAFKA_ASSIGNORS = {"range": "range", "roundrobin": "roundrobin", "sticky": "cooperative-sticky"}
+def _deliver(out, stop: threading.Event, max_messages: int, poll: Callable[[], list],
+             keep_status: Optional[Callable[[], None]]) -> None:
+    """Either kind of member's loop: write each record ``poll()`` returns,
+    as (topic, partition, offset, value, member), dated by that poll; keep
+    the status file after each; stop on ``stop`` or after ``max_messages``."""
+    consumed = 0
+    while not stop.is_set():
+        began = time.time()
+        records = poll()
+        returned = time.time()
+        for topic, partition, offset, value, member in records:
+            out.write(_record_line(topic, partition, offset, value, member, began, returned))
+        consumed += len(records)
+        if keep_status is not None:
+            keep_status()
+        if max_messages and consumed >= max_messages:
+            break
 
 
 def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     """The member as a stock Kafka client; same output, status and events."""
     from confluent_kafka import Consumer as KafkaConsumer
 
+    from zkcoord.broker.groups.classic import ASSIGNOR_FOR_STRATEGY
+
     config = config_from(args)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # --slow-ms is a thin consumer's fault
-    assignors = [_KAFKA_ASSIGNORS[s] for s in config.assignment_strategies if s in _KAFKA_ASSIGNORS]
+    assignors = [ASSIGNOR_FOR_STRATEGY[s] for s in config.assignment_strategies if s in ASSIGNOR_FOR_STRATEGY]
     # A client speaks one rebalance style: the first assignor's.
     cooperative = bool(assignors) and assignors[0] == "cooperative-sticky"
     assignors = [a for a in assignors if (a == "cooperative-sticky") == cooperative] or ["range"]
@@ -258,25 +271,28 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     topics = list(config.topics) or ["^" + config.pattern]
     consumer.subscribe(topics, on_assign=lambda c, ps: changed("start", ps),
                        on_revoke=lambda c, ps: changed("stop", ps), on_lost=lambda c, ps: changed("stop", ps))
-    consumed = 0
-    last_status = None
+    last_status = [None]
+
+    def poll():
+        records = []
+        for message in consumer.consume(100, 0.1):
+            if message.error():
+                print(f"zkcoord consume: {message.error()}", file=sys.stderr)  # the client retries
+                continue
+            records.append((message.topic(), message.partition(), message.offset(), message.value(),
+                            label["member"]))
+        return records
+
+    def keep_status():
+        current = (name(), tuple(sorted(held)))
+        if current != last_status[0]:
+            last_status[0] = current
+            _write_status(args.status, name(), name() != "-", held)  # registered once it has a member id
+
     try:
-        while not stop.is_set():
-            if args.status is not None and (name(), tuple(sorted(held))) != last_status:
-                last_status = (name(), tuple(sorted(held)))
-                _write_status(args.status, name(), name() != "-", held)  # registered once it has a member id
-            began = time.time()
-            messages = consumer.consume(100, 0.1)
-            returned = time.time()
-            for message in messages:
-                if message.error():
-                    print(f"zkcoord consume: {message.error()}", file=sys.stderr)  # the client retries
-                    continue
-                out.write(_record_line(message.topic(), message.partition(), message.offset(), message.value(),
-                                       label["member"], began, returned))
-                consumed += 1
-            if args.max_messages and consumed >= args.max_messages:
-                break
+        if args.status is not None:
+            keep_status()
+        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None)
     finally:
         out.flush()
         consumer.close()

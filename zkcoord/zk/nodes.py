@@ -102,7 +102,7 @@ def ensure_topic_id(zk: KazooClient, topic: str, assignment: layout.TopicAssignm
     changed it, or the next read, settles the id."""
     if assignment.topic_id is not None:
         return assignment.topic_id
-    upgraded = layout.TopicAssignment(assignment.partitions, layout.TOPIC_VERSION, layout.kafka_uuid(uuid.uuid4().bytes))
+    upgraded = layout.new_topic_assignment(assignment.partitions)
     try:
         zk.set(layout.topic_path(topic), layout.encode_topic(upgraded), version=node_version)
     except (BadVersionError, NoNodeError):

@@ -41,7 +41,6 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment, ConsumerProtocolSubscription, ConsumerProtocolType,
 )
 from kafka.protocol.metadata import FindCoordinatorResponse
-from kazoo.exceptions import NoNodeError
 
 from zkcoord import wire
 from zkcoord.broker.groups import classic
@@ -51,6 +50,7 @@ from zkcoord.broker.groups.kip848 import (
 )
 from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatResponse
 from zkcoord.consumer.config import MemberConfig
+from zkcoord.coordinator.assignors import ASSIGNORS
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.records import TopicPartition
@@ -84,10 +84,8 @@ _REFUSALS = {
     wire.ErrorCode.NO_COMMON_STRATEGY: INCONSISTENT_GROUP_PROTOCOL,
     wire.ErrorCode.INVALID_REGISTRATION: INVALID_REQUEST,
 }
-# Kafka's group states, as DescribeGroups and ListGroups name them.
-STABLE = "Stable"
-EMPTY = "Empty"
-DEAD = "Dead"
+# A group whose stored state cannot be read: Kafka's name for a state not known.
+UNKNOWN_STATE = "Unknown"
 
 
 @dataclass
@@ -243,20 +241,18 @@ class GroupBridge:
         return ListGroupsResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE, groups=listed)
 
     def _state_of(self, group: str):
-        """Kafka's name for the group's state, and the coordinator's persisted view (None: never assigned)."""
+        """Kafka's name for the group's state (as `zkcoord groups describe`
+        names it), and the coordinator's persisted state (None: never written)."""
+        from zkcoord.admin.groups import group_state
+
         try:
-            state = layout.decode_group_state(self.zk.get(layout.group_state_path(group))[0])
-        except NoNodeError:
-            state = None
-        except layout.LayoutError as exc:
-            log.warning("group %s: unreadable group state: %s", group, exc)
-            state = None
-        if state is None or not state.assignment:
-            return EMPTY, state
-        return STABLE, state
+            return group_state(self.zk, group)
+        except ZkcoordError as exc:
+            log.warning("group %s: unreadable stored state: %s", group, exc)
+            return UNKNOWN_STATE, None
 
     def describe_groups(self, request):
-        from zkcoord.admin.groups import list_groups
+        from zkcoord.admin.groups import DEAD, list_groups
 
         Group = DescribeGroupsResponse.DescribedGroup
         Member = Group.DescribedGroupMember
@@ -633,7 +629,9 @@ class GroupBridge:
             last_heard=now)
         bridged = self._add(member, request.group_id)
         assignor = request.server_assignor
-        strategies = (assignor,) if assignor in ("range", "sticky", "roundrobin") else ("sticky", "range", "roundrobin")
+        # A server_assignor zkcoord has picks the strategy; otherwise the member
+        # takes any, so that it always shares one with the group.
+        strategies = (assignor,) if assignor in ASSIGNORS else ("sticky", *sorted(set(ASSIGNORS) - {"sticky"}))
         error = self._register(bridged, strategies)
         if error != NONE:
             self._drop(bridged, "its registration was refused")

@@ -42,6 +42,9 @@ REBALANCE_IN_PROGRESS = kafka_errors.RebalanceInProgressError.errno
 # the zkcoord strategy that assigns the same way.
 EAGER_PROTOCOLS = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky"}
 COOPERATIVE_PROTOCOLS = {"cooperative-sticky": "sticky"}
+# The other way: the Kafka assignor that assigns like each zkcoord strategy
+# (sticky: the cooperative one, which rebalances incrementally as zkcoord does).
+ASSIGNOR_FOR_STRATEGY = {strategy: name for name, strategy in {**EAGER_PROTOCOLS, **COOPERATIVE_PROTOCOLS}.items()}
 # The leader id every member is told: none of them leads, the coordinator
 # assigns, so every client sends an empty SyncGroup and takes what it gets.
 COORDINATOR_LEADS = "zkcoord-coordinator"

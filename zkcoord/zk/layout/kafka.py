@@ -305,6 +305,12 @@ def _check_uuid(value: object, what: str) -> str:
     return value
 
 
+def new_topic_assignment(partitions: Mapping[int, tuple[int, ...]]) -> TopicAssignment:
+    """A topic node as Kafka 2.8 and later write it: version 3, with a new
+    random topic id (an older topic given one keeps its partitions)."""
+    return TopicAssignment(partitions, TOPIC_VERSION, kafka_uuid(uuid.uuid4().bytes))
+
+
 def _check_topic_id(topic_id: object) -> str:
     return _check_uuid(topic_id, "topic id")
 
