@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -371,3 +372,11 @@ def test_a_stock_member_that_keeps_polling_outlives_its_max_poll_interval(group_
             time.sleep(0.2)
     finally:
         member.close()
+
+
+def test_a_stock_member_with_a_bad_broker_list_is_refused_at_once(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "zkcoord.cli", "consume", "--kafka-brokers", "nonsense",
+                             "--group", "g", "--topic", "t", "--output", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "'nonsense' is not host:port" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

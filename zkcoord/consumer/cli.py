@@ -226,7 +226,9 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     from confluent_kafka import Consumer as KafkaConsumer
 
     from zkcoord.broker.groups.classic import ASSIGNOR_FOR_STRATEGY
+    from zkcoord.consumer.membership import parse_bootstrap
 
+    brokers = ",".join(f"{host}:{port}" for host, port in parse_bootstrap(args.kafka_brokers))
     config = config_from(args)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # --slow-ms is a thin consumer's fault
     assignors = [ASSIGNOR_FOR_STRATEGY[s] for s in config.assignment_strategies if s in ASSIGNOR_FOR_STRATEGY]
@@ -234,7 +236,7 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     cooperative = bool(assignors) and assignors[0] == "cooperative-sticky"
     assignors = [a for a in assignors if (a == "cooperative-sticky") == cooperative] or ["range"]
     settings = {
-        "bootstrap.servers": args.kafka_brokers, "group.id": config.group,
+        "bootstrap.servers": brokers, "group.id": config.group,
         "session.timeout.ms": config.session_timeout_ms,
         "heartbeat.interval.ms": max(config.session_timeout_ms // 6, 100),
         "max.poll.interval.ms": config.max_poll_interval_ms,
