@@ -176,3 +176,20 @@ def test_a_reset_start_resolved_late_is_still_reported_at_a_stop(consumer):
     consumer._fetcher.starts[A] = 40  # a leader answers: the fetch thread resolves it
     answer = push(consumer, wire.StopRequest(coordinator_epoch=1, generation=2, revoke_all=True))
     assert wire.offsets_of(answer.offsets) == {A: 40}
+
+
+def test_a_start_whose_lease_ran_out_before_poll_is_never_announced(consumer):
+    # Drill finding: a member slow over a Start applied it after its lease had
+    # run out and the partitions had gone to another member; on_assign then
+    # told the application it owned them. It must hear neither assign nor revoke.
+    push(consumer, start(A))
+    consumer.poll(0)
+    push(consumer, start(A, B))
+    consumer.clock.now += 10.0  # slow over the Start: the lease ran out meanwhile
+    assert consumer.poll(0) == []
+    assert consumer.events == [("assign", [A])]  # B waits: the lease is not held
+    with pytest.raises(LeaseExpired):
+        consumer.membership.protocol.check_lease(consumer.clock())
+    assert consumer.poll(0) == []
+    assert consumer.events == [("assign", [A]), ("revoke", [A])]  # B withdrawn unheard
+

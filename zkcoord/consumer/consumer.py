@@ -11,7 +11,10 @@ application's own callbacks (on_assign/on_revoke), so that a slow callback
 never holds up an answer to the coordinator. One lock guards the fetcher,
 the buffer and the positions between them, and poll() fetches in short
 slices so a Stop is never held up for long. poll() hands out records only
-while the member holds its lease (docs/DESIGN.md, the lease rule).
+while the member holds its lease (docs/DESIGN.md, the lease rule), and
+on_assign too: the application is never told it owns a partition while
+another member may (a Start applied so late that the lease has run out is
+stopped before the application hears of it, and then it hears nothing).
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ class Consumer:
             if self.membership.error is not None:
                 raise self.membership.error
             with self._lock:
-                if self._callbacks:
+                if self._callbacks and self.membership.holds_lease():
                     continue  # a change came in meanwhile: its callback first
                 runs = self._take_runs(deadline)
             if runs or time.monotonic() >= deadline:
@@ -160,8 +163,14 @@ class Consumer:
         return runs
 
     def _run_callbacks(self) -> None:
-        while self._callbacks:
-            kind, partitions = self._callbacks.popleft()
+        """Run the callbacks owed, in order; an assign waits while the lease is
+        not held (the Stop that follows a lapse withdraws it, see on_stop)."""
+        while True:
+            with self._lock:
+                if not self._callbacks or (self._callbacks[0][0] == "assign"
+                                           and not self.membership.holds_lease()):
+                    return
+                kind, partitions = self._callbacks.popleft()
             callback = self._on_assign if kind == "assign" else self._on_revoke
             if callback is not None:
                 callback(partitions)
@@ -245,8 +254,24 @@ class Consumer:
                     self._positions.pop(tp, None)
                     self._committed.pop(tp, None)
                     self._unresolved.discard(tp)
-                self._callbacks.append(("revoke", set(partitions)))
+                heard = set(partitions) - self._withdraw_assigns(partitions)
+                if heard:
+                    self._callbacks.append(("revoke", heard))
         return final
+
+    def _withdraw_assigns(self, partitions) -> set[TopicPartition]:
+        """Take ``partitions`` out of assigns the application has not heard yet
+        and return those: it never learnt it owned them, so it hears no revoke
+        of them either (lock held)."""
+        stopped, unheard = set(partitions), set()
+        for kind, pending in self._callbacks:
+            if kind == "assign":
+                unheard |= pending & stopped
+                pending -= stopped
+        kept = [entry for entry in self._callbacks if entry[1]]
+        self._callbacks.clear()
+        self._callbacks.extend(kept)
+        return unheard
 
     def offsets(self) -> Optional[dict[TopicPartition, int]]:
         with self._lock:
