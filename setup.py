@@ -33,6 +33,8 @@ setup(
         # LZ4 in the magic-0 message format (pre-0.10 clients) has a header
         # checksum of its own that kafka.codec recomputes with xxhash.
         "xxhash>=3",
+        # TLS certificates for tests, the demo and zkcoord zk up --tls (zkcoord/security/certs.py).
+        "cryptography>=42",
     ],
     extras_require={
         "test": [
