@@ -150,3 +150,22 @@ def test_the_office_is_proven_only_on_the_session_that_claimed_the_epoch(store, 
     store.prove_office_async(answers.append)
     wait_until(lambda: answers, 10, message="the proof's answer")
     assert isinstance(answers[0], Deposed)
+
+
+def test_a_node_it_could_not_read_or_that_changed_under_it_is_written_all_the_same(store, zk):
+    # An owner or offset node with undecodable data is left out of what the
+    # store reads, so the core writes it as new: once, that create failed
+    # with NodeExistsError on every rebalance and commit, for good.
+    owner, offset = layout.owner_path("g", "t", 0), layout.offset_path("g", "t", 0)
+    zk.create(owner, b"\xff\xfe not an owner", makepath=True)
+    zk.create(offset, b"not an offset", makepath=True)
+    assert store.owners("g") == {} and store.offsets("g", [("t", 0)]) == {}
+    store.write_owners("g", {("t", 0): "m-1", ("t", 1): "m-1"}, recorded={})
+    store.write_offsets("g", {("t", 0): 42}, existing=set())
+    assert store.owners("g") == {("t", 0): "m-1", ("t", 1): "m-1"}
+    assert store.offsets("g", [("t", 0)]) == {("t", 0): 42}
+    # Removed by someone else since it was read: a set becomes a create, a delete nothing.
+    zk.delete(owner)
+    zk.delete(layout.owner_path("g", "t", 1))
+    store.write_owners("g", {("t", 0): "m-2"}, recorded={("t", 0): "m-1", ("t", 1): "m-1"})
+    assert store.owners("g") == {("t", 0): "m-2"}

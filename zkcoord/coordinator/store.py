@@ -200,7 +200,18 @@ class CoordinatorStore:
         (at_once or result.rawlink)(answered)
 
     def _fenced(self, operations: list[tuple[str, str, bytes | None]]) -> None:
-        self._fence_outcome(self._fenced_transaction(operations).commit())
+        # The caller chose create or set from what it read; a node it could
+        # not read (unreadable data is logged and left out) or that another
+        # process made or removed since fails the whole multi. Under our
+        # fence the node is ours to write: redo that operation as what the
+        # node's existence calls for, one correction per round.
+        for _ in range(len(operations) + 1):
+            results = self._fenced_transaction(operations).commit()
+            corrected = _corrected(operations, results)
+            if corrected is None:
+                break
+            operations = corrected
+        self._fence_outcome(results)
 
     def _fenced_transaction(self, operations: list[tuple[str, str, bytes | None]]):
         if self.epoch is None:
@@ -265,6 +276,29 @@ class CoordinatorStore:
                 self.commit([("delete", path, None)])
             return
         self.commit([self.upsert(path, layout.encode_group_failure(failure), exists)])
+
+
+def _corrected(operations: list[tuple[str, str, bytes | None]],
+               results: list) -> Optional[list[tuple[str, str, bytes | None]]]:
+    """``operations`` with the one that failed because the node's existence
+    was not what the caller read redone accordingly (a create of a node that
+    exists becomes a set, a set of a missing node a create, a delete of a
+    missing node goes), or None when no operation failed that way.
+    ``results`` are the multi's, the fence's check first."""
+    for index, (operation, result) in enumerate(zip(operations, results[1:])):
+        op, path, data = operation
+        if op == "create" and isinstance(result, NodeExistsError):
+            fix = [("set", path, data)]
+        elif op == "set" and isinstance(result, NoNodeError):
+            fix = [("create", path, data)]
+        elif op == "delete" and isinstance(result, NoNodeError):
+            fix = []
+        else:
+            continue
+        log.warning("%s: found %s, not as read; doing %s instead", path,
+                    "present" if op == "create" else "absent", fix[0][0] if fix else "nothing")
+        return operations[:index] + fix + operations[index + 1:]
+    return None
 
 
 def split_operations(operations: list[tuple[str, str, bytes | None]],
