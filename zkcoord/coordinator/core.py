@@ -34,7 +34,6 @@ import enum
 import heapq
 import itertools
 import logging
-import re
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Hashable, Mapping, Optional
@@ -53,6 +52,7 @@ from zkcoord.coordinator.planner import (
 )
 from zkcoord.coordinator.schedule import PingSchedule
 from zkcoord.errors import ZkcoordError
+from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 
@@ -526,9 +526,9 @@ class CoordinatorCore:
                 raise wire.InvalidRegistration(str(exc)) from None
         if request.pattern:
             try:
-                re.compile(request.pattern)
-            except re.error as exc:
-                raise wire.InvalidRegistration(f"bad pattern {request.pattern!r}: {exc}") from None
+                check_pattern(request.pattern)
+            except PatternError as exc:
+                raise wire.InvalidRegistration(str(exc)) from None
         if request.auto_offset_reset not in wire.OFFSET_RESETS:
             raise wire.InvalidRegistration(
                 f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {request.auto_offset_reset!r}"
