@@ -2,7 +2,9 @@
 
 A subscription pattern that would take a backtracking engine exponential
 time is served without stalling the server; one that no linear-time engine
-can run is refused with the reason.
+can run is refused with the reason. An offset beyond the partition's log
+end, reported by a member or committed by a stock Kafka client, is refused
+with a typed error, the stored offset kept, and the next owner starts there.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import time
 
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
-from zkcoord.channel import Channel
+from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import read_owners
+from zkcoord.zk.nodes import read_offsets, read_owners
 from zkcoord.testing import wait_until
-from tests.e2e.checks import wait_whole
+from tests.e2e.checks import produce, wait_whole
 
 SETTLE_S = 30
 IO_TIMEOUT_S = 5.0
@@ -99,3 +101,105 @@ def test_a_pattern_no_linear_engine_runs_is_refused_with_its_reason(cluster_fact
         assert answer.error_code == wire.ErrorCode.INVALID_REGISTRATION, answer
         assert reason in answer.error_message, answer.error_message
     assert not zk.exists(layout.group_path("refused"))
+
+
+# -- offsets beyond the log end ----------------------------------------------------------------------------
+
+WILD = 10**12
+
+
+def crafted_member(port: int, group: str, topic: str) -> Channel:
+    """A registered member that obeys its Starts and Stops; the test answers its pings."""
+    channel = Channel.connect("127.0.0.1", port, IO_TIMEOUT_S)
+    answer = channel.request(wire.RegisterConsumerRequest(group_id=group, consumer_id="c-crafted", topics=(topic,),
+                                                          session_timeout_ms=4000), timeout=IO_TIMEOUT_S)
+    assert answer.error_code == wire.ErrorCode.NONE, answer
+    return channel
+
+
+def serve_until(channel: Channel, report: dict, until, timeout: float = SETTLE_S):
+    """Obey Starts and Stops, answer pings reporting ``report`` offsets, until
+    ``until(frame)``, asked after each frame, returns something; that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = channel.receive(IO_TIMEOUT_S)
+        if frame is None:
+            continue
+        message = frame.message
+        if isinstance(message, wire.StartRequest):
+            channel.send(wire.RestartFetcherResponse(), frame.correlation_id)
+        elif isinstance(message, wire.StopRequest):
+            channel.send(wire.StopResponse(offsets=()), frame.correlation_id)
+        elif isinstance(message, wire.PingRequest):
+            channel.send(wire.PingResponse(offsets=wire.offset_entries(report), last_poll_ms_ago=0),
+                         frame.correlation_id)
+        found = until(frame)  # after answering: the member stays in step whatever is waited for
+        if found:
+            return found
+    raise AssertionError("the coordinator never sent what was waited for")
+
+
+def test_a_member_reporting_an_offset_beyond_the_log_end_is_refused(cluster_factory, zk):
+    cluster = cluster_factory(1)
+    cluster.wait_for_brokers()
+    server = cluster.servers[cluster.wait_for_coordinator()]
+    cluster.create_topic("w", 1)
+    produce(cluster, "w", 5)
+    tp = ("w", 0)
+    channel = crafted_member(server.port, "wild", "w")
+    try:
+        # A true offset is committed...
+        serve_until(channel, {tp: 3}, lambda _f: read_offsets(zk, "wild").get(tp) == 3)
+        # ...one beyond the log end (5) is refused, and the member told why.
+        refusal = serve_until(channel, {tp: WILD}, lambda f: isinstance(f.message, wire.ErrorResponse) and f.message)
+        assert refusal.error_code == wire.ErrorCode.OFFSET_OUT_OF_RANGE, refusal
+        assert str(WILD) in refusal.message and "log end 5" in refusal.message, refusal.message
+        wait_until(lambda: _closed(channel), timeout=SETTLE_S, message="the member dropped")
+    finally:
+        channel.close()
+    assert read_offsets(zk, "wild").get(tp) == 3
+    # The next owner starts where the group really was.
+    member = cluster.add_consumer("wild", topics=["w"])
+    wait_until(lambda: len(member.records()) >= 2, timeout=SETTLE_S, message="the next owner's records")
+    assert [r["value"] for r in member.records()] == ["m-3", "m-4"]
+
+
+def _closed(channel: Channel) -> bool:
+    try:
+        channel.receive(0.2)
+    except ChannelClosed:
+        return True
+    return False
+
+
+def test_a_stock_client_committing_beyond_the_log_end_gets_offset_out_of_range(cluster_factory, zk):
+    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
+
+    cluster = cluster_factory(1)
+    cluster.wait_for_brokers()
+    cluster.create_topic("k", 1)
+    produce(cluster, "k", 5)
+    tp = TopicPartition("k", 0)
+    consumer = KafkaConsumer(bootstrap_servers=cluster.broker_list, group_id="kp", auto_offset_reset="earliest",
+                             enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
+    try:
+        consumer.subscribe(["k"])
+        wait_until(lambda: consumer.poll(200) is not None and consumer.assignment(), timeout=SETTLE_S,
+                   message="the kafka-python consumer assigned")
+        consumer.commit({tp: OffsetAndMetadata(2, "", -1)})
+        wait_until(lambda: read_offsets(zk, "kp").get(("k", 0)) == 2, timeout=SETTLE_S,
+                   message="the true commit written")
+        try:
+            consumer.commit({tp: OffsetAndMetadata(WILD, "", -1)})
+        except OffsetOutOfRangeError:
+            pass
+        else:
+            raise AssertionError("a commit beyond the log end was accepted")
+        assert consumer.committed(tp) == 2
+    finally:
+        consumer.close()
+    assert read_offsets(zk, "kp").get(("k", 0)) == 2
+    member = cluster.add_consumer("kp", topics=["k"])
+    wait_until(lambda: len(member.records()) >= 3, timeout=SETTLE_S, message="the next owner's records")
+    assert [r["value"] for r in member.records()] == ["m-2", "m-3", "m-4"]

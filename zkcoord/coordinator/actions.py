@@ -121,5 +121,16 @@ class ProveOffice:
     token: int
 
 
+@dataclass(frozen=True)
+class ReadLogEnds:
+    """Ask each partition's leader for its log end offset (ListOffsets,
+    latest), within a deadline; the result holds those that answered."""
+
+    token: int
+    partitions: frozenset[TopicPartition]
+
+
 ZooKeeperOperation = (ReadOwners, ReadOffsets, WriteGroupState, WriteOffsets, WriteOwners, WriteGroupFailure,
                       ProveOffice)
+# Operations on the brokers, ended like ZooKeeper's through ``done(token, ...)``.
+BrokerOperation = (ReadLogEnds,)

@@ -36,6 +36,10 @@ class CoordinatorConfig:
               "so that members joining together make one rebalance (0: no wait)", minimum=0)
     rebalance_protocol: str = setting("incremental", "incremental: stop only what moves; eager: seed 001's "
                                                      "stop-all/start-all", choices=REBALANCE_PROTOCOLS)
+    log_end_timeout_ms: int = setting(
+        5000, "how long the coordinator waits for partitions' leaders to say where their logs end, when an "
+              "offset reported is above the last log end it learnt; past it, the committed offset is kept",
+        minimum=1)
 
     def __post_init__(self) -> None:
         check(self)

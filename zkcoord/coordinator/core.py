@@ -40,8 +40,8 @@ from typing import Callable, Hashable, Mapping, Optional
 
 from zkcoord import wire
 from zkcoord.coordinator.actions import (
-    CancelTimer, Close, Deposed, ProveOffice, ReadOffsets, ReadOwners, Send, SetTimer, WriteGroupFailure,
-    WriteGroupState, WriteOffsets, WriteOwners,
+    CancelTimer, Close, Deposed, ProveOffice, ReadLogEnds, ReadOffsets, ReadOwners, Send, SetTimer,
+    WriteGroupFailure, WriteGroupState, WriteOffsets, WriteOwners,
 )
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -245,6 +245,19 @@ def offset_is_acceptable(group: Group, member: Member, tp: TopicPartition, offse
     return True
 
 
+def beyond_log_end(tp: TopicPartition, offset: int, log_end: Optional[int]) -> Optional[str]:
+    """Why ``offset`` may not be committed for ``tp`` given its log end
+    (None: not learnt), or None if it may. An offset is the next record to
+    consume, so the log end itself is the highest allowed: committing more
+    would make the group skip records not yet written, for good."""
+    if log_end is None:
+        return (f"offset {offset} for {tp[0]}-{tp[1]} could not be checked: the partition's leader did not say "
+                "where its log ends")
+    if offset > log_end:
+        return f"offset {offset} for {tp[0]}-{tp[1]} is beyond the partition's log end {log_end}"
+    return None
+
+
 def _ignore(*_args) -> None:
     pass
 
@@ -271,6 +284,10 @@ class CoordinatorCore:
         # the only writer, so they stay true), and partitions known to have none.
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self._no_offset: dict[str, set[TopicPartition]] = {}
+        # The highest log end offset learnt of each partition (asked of its
+        # leader): an offset at or below it is committed without asking again.
+        self.log_ends: dict[TopicPartition, int] = {}
+        self._reporters: dict[str, dict[TopicPartition, Member]] = {}  # who reported each pending offset
         self.last_rebalance: Optional[RebalanceReport] = None
         self._members: dict[Hashable, Member] = {}  # by connection
         self._registering: dict[Hashable, Member] = {}  # waiting for their handover to be written
@@ -440,6 +457,9 @@ class CoordinatorCore:
         """The topic watch saw ``topic`` with ``count`` partitions (0: gone)."""
         if not self.deposed and self.partitions.get(topic) != count:
             self.partitions[topic] = count
+            # A topic deleted (and maybe created again) starts its logs anew.
+            for tp in [tp for tp in self.log_ends if tp[0] == topic and (not count or tp[1] >= count)]:
+                del self.log_ends[tp]
             log.info("topic %s has %d partition(s)", topic, count)
             for group in list(self.groups.values()):
                 if group.interested_in(topic):
@@ -1208,6 +1228,7 @@ class CoordinatorCore:
         offsets = {tp: o for tp, o in offsets.items() if offset_is_acceptable(group, member, tp, o, owned)}
         committed = self.committed.get(group.name, {})
         pending = self.pending_offsets.setdefault(group.name, {})
+        reporters = self._reporters.setdefault(group.name, {})
         taken = 0
         for tp, offset in offsets.items():
             floor = max(committed.get(tp, -1), pending.get(tp, -1))
@@ -1216,6 +1237,7 @@ class CoordinatorCore:
                             group.describe(), member.member_id, offset, tp[0], tp[1], floor)
                 continue
             pending[tp] = offset
+            reporters[tp] = member  # told if the offset is beyond the log end
             taken += 1
         return taken
 
@@ -1274,6 +1296,12 @@ class CoordinatorCore:
         if not changed:
             self._flush_ended(name, None, now)
             return
+        # Above the last log end learnt: ask the leaders before writing (an
+        # offset at or below it, the steady state of a lagging group, asks nothing).
+        beyond = frozenset(tp for tp, offset in changed.items() if offset > self.log_ends.get(tp, -1))
+        if beyond:
+            self._zk(partial(ReadLogEnds, partitions=beyond), partial(self._log_ends_read, name, beyond))
+            return
         existing = frozenset(tp for tp in changed if tp in known)
         self._zk(partial(WriteOffsets, group=name, offsets=changed, existing=existing),
                  partial(self._offsets_written, name, changed, now))
@@ -1284,6 +1312,36 @@ class CoordinatorCore:
             self._flush_ended(name, error, now)
             return
         self._offsets_read(name, asked, found)
+        flush = self._flushes.pop(name)
+        self._flush(name, now, flush.waiters + flush.later)
+
+    def _log_ends_read(self, name: str, asked, found, error, now: float) -> None:
+        """Offsets beyond what the leaders said (or that no leader answered
+        for in time) are refused: the committed offset stays, so nothing is
+        skipped; records after it may be delivered again. A member that
+        reported an offset beyond a known log end is told, and removed."""
+        if error is not None:
+            log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s", name, len(asked), error)
+        for tp, end in (found or {}).items():
+            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
+        pending = self.pending_offsets.get(name, {})
+        reporters = self._reporters.get(name, {})
+        for tp in sorted(asked):
+            if tp not in pending:
+                continue
+            why = beyond_log_end(tp, pending[tp], self.log_ends.get(tp))
+            if why is None:
+                continue
+            del pending[tp]
+            member = reporters.pop(tp, None)
+            log.warning("[group %s] %s; refused, the committed offset kept", name, why)
+            group = self.groups.get(name)
+            if (tp in self.log_ends and member is not None and member.connected and group is not None
+                    and group.members.get(member.member_id) is member):
+                self._emit(Send(member.connection, wire.ErrorResponse(
+                    error_code=wire.ErrorCode.OFFSET_OUT_OF_RANGE,
+                    message=f"member {member.member_id} reported {why}; refused"), 0))
+                self._remove(member, f"it reported {why}", now)
         flush = self._flushes.pop(name)
         self._flush(name, now, flush.waiters + flush.later)
 
@@ -1333,6 +1391,28 @@ class CoordinatorCore:
         except wire.WireError as exc:
             answer(exc, now)
             return self._take()
+        proceed = partial(self._reset_checked, conn, group, request, offsets, answer)
+        beyond = frozenset(tp for tp, offset in offsets.items() if offset > self.log_ends.get(tp, -1))
+        if request.execute and beyond:
+            self._zk(partial(ReadLogEnds, partitions=beyond),
+                     partial(self._reset_log_ends_read, offsets, beyond, proceed, answer))
+        else:
+            proceed(now)
+        return self._take()
+
+    def _reset_log_ends_read(self, offsets, asked, proceed, answer, found, error, now: float) -> None:
+        """A reset beyond a partition's log end (or where it cannot be learnt) resets nothing."""
+        for tp, end in (found or {}).items():
+            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
+        refusals = [why for why in (beyond_log_end(tp, offsets[tp], self.log_ends.get(tp)) for tp in sorted(asked))
+                    if why is not None]
+        if refusals:
+            cause = f" ({error})" if error is not None else ""
+            answer(wire.OffsetOutOfRange("; ".join(refusals) + cause + "; nothing was reset"), now)
+        else:
+            proceed(now)
+
+    def _reset_checked(self, conn, group: Group, request, offsets, answer, now: float) -> None:
         # Every partition named, or (none named, not executing) every one the group has an offset for.
         asked = frozenset(offsets) if offsets else None
         unknown = self._unknown_offsets(group.name, asked) if asked is not None else None
@@ -1342,7 +1422,6 @@ class CoordinatorCore:
         else:
             self._zk(partial(ReadOffsets, group=group.name, partitions=unknown),
                      partial(self._reset_offsets_read, group, decide, answer, unknown))
-        return self._take()
 
     def _check_reset(self, request: wire.ResetOffsetsRequest) -> tuple[Group, dict[TopicPartition, int]]:
         """The group and the offsets asked for, or the WireError that refuses them."""
@@ -1421,6 +1500,9 @@ class CoordinatorCore:
         for them are stale from now on."""
         pending = self.pending_offsets.setdefault(group.name, {})
         pending.update(offsets)
+        reporters = self._reporters.get(group.name, {})
+        for tp in offsets:
+            reporters.pop(tp, None)
         group.fences.claimed(offsets)
         log.info("%s offsets reset by an operator: %s", group.describe(),
                  ", ".join(f"{t}-{p} to {o}" for (t, p), o in sorted(offsets.items())))
