@@ -122,6 +122,16 @@ class ProveOffice:
 
 
 @dataclass(frozen=True)
+class ForgetGroup:
+    """Delete what a group without members or committed offsets left in
+    ZooKeeper (its state and failure nodes, its empty owners and offsets
+    directories); fails, deleting nothing, if an offset node exists."""
+
+    token: int
+    group: str
+
+
+@dataclass(frozen=True)
 class ReadLogEnds:
     """Ask each partition's leader for its log end offset (ListOffsets,
     latest), within a deadline; the result holds those that answered."""
@@ -131,6 +141,6 @@ class ReadLogEnds:
 
 
 ZooKeeperOperation = (ReadOwners, ReadOffsets, WriteGroupState, WriteOffsets, WriteOwners, WriteGroupFailure,
-                      ProveOffice)
+                      ProveOffice, ForgetGroup)
 # Operations on the brokers, ended like ZooKeeper's through ``done(token, ...)``.
 BrokerOperation = (ReadLogEnds,)

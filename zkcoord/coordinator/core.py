@@ -40,7 +40,7 @@ from typing import Callable, Hashable, Mapping, Optional
 
 from zkcoord import wire
 from zkcoord.coordinator.actions import (
-    CancelTimer, Close, Deposed, ProveOffice, ReadLogEnds, ReadOffsets, ReadOwners, Send, SetTimer,
+    CancelTimer, Close, Deposed, ForgetGroup, ProveOffice, ReadLogEnds, ReadOffsets, ReadOwners, Send, SetTimer,
     WriteGroupFailure, WriteGroupState, WriteOffsets, WriteOwners,
 )
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
@@ -59,7 +59,7 @@ from zkcoord.zk import layout
 log = logging.getLogger(__name__)
 
 # Timer keys: ("answers",), ("rebalance", group), ("static", conn),
-# ("ping",), ("flush",), ("office",).
+# ("ping",), ("flush",), ("office",), ("forget", group).
 PING_TIMER = ("ping",)
 # One timer for every request's deadline: at the earliest, and at most once
 # a tick; an answered request's deadline is skipped when it comes (thousands
@@ -72,6 +72,9 @@ ANSWERS_TIMER = ("answers",)
 PING_TICK_S = 0.05
 FLUSH_TIMER = ("flush",)
 OFFICE_TIMER = ("office",)
+# A group due to be forgotten but busy (a flush, a round, a fence) is looked
+# at again after this, or its retention if shorter.
+FORGET_RETRY_S = 60.0
 
 
 class CoordinatorState(enum.Enum):
@@ -358,6 +361,8 @@ class CoordinatorCore:
                 # ended writes the group empty; one that comes back asks for
                 # an earlier round.
                 self._schedule_round(group, until)
+            else:
+                self._empty(group, now)  # its retention runs from now: when it was last seen empty is not kept
             log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
                      group.describe(), len(group.fences.holders()), state.lease_ms)
         return self._take()
@@ -525,6 +530,8 @@ class CoordinatorCore:
             self._flush_pending(now)
         elif kind == "office":
             self._office_due(now)
+        elif kind == "forget":
+            self._forget_due(key[1], now)
         return self._take()
 
     # -- events: members ---------------------------------------------------------------------
@@ -569,6 +576,9 @@ class CoordinatorCore:
             choose_strategy(others + [tuple(request.assignment_strategies)])
         except NoCommonStrategyError as exc:
             raise wire.NoCommonStrategy(str(exc)) from None
+        if group is not None and group.forgetting:
+            raise wire.CoordinatorNotAvailable(f"group {request.group_id} is being forgotten (it was empty past "
+                                               "its retention); try again in a moment")
         existing = group.members.get(request.consumer_id) if group else None
         if existing is not None and not (existing.is_static and request.is_static):
             # A static member may take its own place back (its old connection
@@ -934,6 +944,7 @@ class CoordinatorCore:
             group.transition(GroupPhase.EMPTY)  # and ZooKeeper says so already
             self._flush(group.name, now)
             self._succeeded(group)
+            self._empty(group, now)
             return
         free_at = group.fences.until(now)
         if free_at is not None:
@@ -1137,6 +1148,8 @@ class CoordinatorCore:
         group.recorded_owners = owners  # only this coordinator writes them, fenced
         # The members of the round, not of now: one that joined meanwhile runs another round.
         group.transition(GroupPhase.STABLE if round_.target else GroupPhase.EMPTY)
+        if not round_.target:
+            self._empty(group, now)
         report = RebalanceReport(group.name, round_.generation, len(round_.plan.paused),
                                  sum(len(t) for t in round_.target.values()), now - round_.started)
         self.last_rebalance = report
@@ -1391,6 +1404,8 @@ class CoordinatorCore:
         except wire.WireError as exc:
             answer(exc, now)
             return self._take()
+        if not group.members:  # perhaps made by this request: forgotten in its turn if nothing comes of it
+            self._empty(group, now)
         proceed = partial(self._reset_checked, conn, group, request, offsets, answer)
         beyond = frozenset(tp for tp, offset in offsets.items() if offset > self.log_ends.get(tp, -1))
         if request.execute and beyond:
@@ -1451,6 +1466,10 @@ class CoordinatorCore:
         if not self.active:
             raise wire.CoordinatorNotAvailable("the coordinator is suspended: ZooKeeper is unreachable or its "
                                                "office is not proven yet")
+        existing = self.groups.get(request.group_id)
+        if existing is not None and existing.forgetting:
+            raise wire.RebalanceInProgress(f"group {request.group_id} is being forgotten (it was empty past its "
+                                           "retention); try again in a moment")
         return self._group(request.group_id), offsets
 
     def _reset_offsets_read(self, group: Group, decide, answer, asked, found, error, now: float) -> None:
@@ -1506,6 +1525,61 @@ class CoordinatorCore:
         group.fences.claimed(offsets)
         log.info("%s offsets reset by an operator: %s", group.describe(),
                  ", ".join(f"{t}-{p} to {o}" for (t, p), o in sorted(offsets.items())))
+
+    # -- forgetting empty groups (Kafka's offsets.retention.minutes) ------------------------------
+
+    def _empty(self, group: Group, now: float, after: Optional[float] = None) -> None:
+        """``group`` has no members now: forget it after its retention
+        (``after`` seconds, by default the retention) unless someone joins."""
+        retention = self.config.group_retention_ms / 1000.0
+        self._emit(SetTimer(("forget", group.name), now + (retention if after is None else after)))
+
+    def _forget_due(self, name: str, now: float) -> None:
+        """Forget the group if it still has no members and has no committed
+        offset: its offsets are kept for good (there is no offset expiry), and
+        a group that has members again is looked at when it next empties."""
+        group = self.groups.get(name)
+        if group is None or group.forgetting or group.members or group.phase is not GroupPhase.EMPTY:
+            return
+        busy = (not self.active or name in self._rounds or name in self._flushes or name in self._resets
+                or name in self._rebalance_due or self.pending_offsets.get(name)
+                or any(m.group == name for m in self._registering.values()) or group.fences.until(now) is not None)
+        if busy:
+            self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
+            return
+        if self.committed.get(name):
+            log.debug("%s kept past its retention: it has committed offsets", group.describe())
+            return
+        group.forgetting = True
+        self._zk(partial(ReadOffsets, group=name, partitions=None), partial(self._forget_offsets_read, group))
+
+    def _forget_offsets_read(self, group: Group, found, error, now: float) -> None:
+        if error is not None or found:
+            group.forgetting = False
+            if error is not None:
+                log.warning("%s not forgotten yet: reading its offsets failed: %s", group.describe(), error)
+                self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
+            else:
+                self._offsets_read(group.name, frozenset(found), found)
+                log.debug("%s kept past its retention: it has committed offsets", group.describe())
+            return
+        self._zk(partial(ForgetGroup, group=group.name), partial(self._group_forgotten, group))
+
+    def _group_forgotten(self, group: Group, _result, error, now: float) -> None:
+        group.forgetting = False
+        if error is not None:
+            group.state_exists = None  # what is left of it is read again by its next round
+            group.recorded_owners = None
+            log.warning("%s not forgotten yet: %s", group.describe(), error)
+            self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
+            return
+        name = group.name
+        if self.groups.get(name) is group:
+            del self.groups[name]
+        for per_group in (self.committed, self._no_offset, self.pending_offsets, self._reporters):
+            per_group.pop(name, None)
+        log.info("[group %s] forgotten: no members and no committed offsets for %d ms", name,
+                 self.config.group_retention_ms)
 
     # -- introspection ----------------------------------------------------------------------------
 

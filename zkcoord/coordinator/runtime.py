@@ -423,4 +423,6 @@ class Coordinator:
             return store.write_owners(operation.group, operation.owners, operation.previous)
         if isinstance(operation, actions.WriteGroupFailure):
             return store.write_group_failure(operation.group, operation.failure)
+        if isinstance(operation, actions.ForgetGroup):
+            return store.forget_group(operation.group)
         raise TypeError(f"unknown ZooKeeper operation {operation!r}")
