@@ -5,6 +5,8 @@ time is served without stalling the server; one that no linear-time engine
 can run is refused with the reason. An offset beyond the partition's log
 end, reported by a member or committed by a stock Kafka client, is refused
 with a typed error, the stored offset kept, and the next owner starts there.
+A group with no members and no committed offsets is forgotten after its
+retention, in ZooKeeper too; one with offsets is kept.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_offsets, read_owners
 from zkcoord.testing import wait_until
 from tests.e2e.checks import produce, wait_whole
+from tests.e2e.conftest import SERVER_ARGS
 
 SETTLE_S = 30
 IO_TIMEOUT_S = 5.0
@@ -203,3 +206,51 @@ def test_a_stock_client_committing_beyond_the_log_end_gets_offset_out_of_range(c
     member = cluster.add_consumer("kp", topics=["k"])
     wait_until(lambda: len(member.records()) >= 3, timeout=SETTLE_S, message="the next owner's records")
     assert [r["value"] for r in member.records()] == ["m-2", "m-3", "m-4"]
+
+
+# -- forgetting empty groups ---------------------------------------------------------------------------------
+
+RETENTION_MS = 2000
+
+
+def test_an_empty_group_without_offsets_is_forgotten_after_its_retention(cluster_factory, zk):
+    cluster = cluster_factory(1, server_args=(*SERVER_ARGS, "--group-retention-ms", str(RETENTION_MS)))
+    cluster.wait_for_brokers()
+    cluster.wait_for_coordinator()
+    cluster.create_topic("s", 1)
+    produce(cluster, "s", 3)
+    # A member whose pattern matches no topic runs nothing, so commits nothing.
+    passing = cluster.add_consumer("passing", pattern="absent-.*")
+    staying = cluster.add_consumer("staying", topics=["s"])
+    state_of = {g: layout.group_state_path(g) for g in ("passing", "staying")}
+    wait_until(lambda: zk.exists(state_of["passing"])
+               and layout.decode_group_state(zk.get(state_of["passing"])[0]).assignment,
+               timeout=SETTLE_S, message="the passing member in its group's state")
+    wait_until(lambda: read_offsets(zk, "staying").get(("s", 0)) == 3, timeout=SETTLE_S,
+               message="the staying group's offsets committed")
+    leaving = time.monotonic()  # the group cannot be empty before this
+    for member in (passing, staying):
+        assert member.terminate() == 0  # a clean leave
+    wait_until(lambda: all(zk.exists(p) and not layout.decode_group_state(zk.get(p)[0]).assignment
+                           for p in state_of.values()), timeout=SETTLE_S, message="both groups written empty")
+    wait_until(lambda: not zk.exists(state_of["passing"]), timeout=SETTLE_S,
+               message=f"the passing group forgotten (its offsets: {read_offsets(zk, 'passing')})")
+    assert time.monotonic() - leaving >= RETENTION_MS / 1000.0  # not before its retention
+    assert not zk.exists(layout.group_path("passing"))
+    assert not zk.exists(state_of["passing"].rsplit("/", 1)[0])
+    # The group with offsets stays past its retention, and so do its offsets.
+    stays(lambda: zk.exists(state_of["staying"]) and read_offsets(zk, "staying") == {("s", 0): 3},
+          RETENTION_MS / 1000.0, "the group with committed offsets was forgotten")
+    # A group of the same name later starts afresh.
+    again = cluster.add_consumer("passing", pattern="absent-.*")
+    wait_until(lambda: zk.exists(state_of["passing"]), timeout=SETTLE_S, message="the passing group again")
+    assert layout.decode_group_state(zk.get(state_of["passing"])[0]).generation == 1
+    assert again.alive
+
+
+def stays(predicate, seconds: float, message: str) -> None:
+    """Check ``predicate`` over a window of ``seconds``; fail as soon as it is false."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), message
+        time.sleep(0.05)

@@ -111,3 +111,17 @@ def test_a_dry_run_reset_of_a_group_that_never_was_leaves_nothing_behind():
     assert "nobody" in h.core.groups
     h.advance(RETENTION_S + 1)
     assert "nobody" not in h.core.groups
+
+
+def test_with_offset_expiry_a_group_with_offsets_is_forgotten_with_them():
+    h = CoreHarness(dataclasses.replace(RETAINING, expire_offsets=True))
+    h.zk.offsets["g"][("t", 1)] = 3  # one never read here goes too
+    h.register("a", "a")
+    h.stable(["a"])
+    h.answer("a", wire.LeaveGroupRequest(offsets=wire.offset_entries({("t", 0): 7})), correlation_id=5)
+    h.advance(RETENTION_S - 1)
+    assert h.zk.offsets["g"] == {("t", 0): 7, ("t", 1): 3}
+    h.advance(2)
+    assert "g" not in h.core.groups and "g" not in h.zk.states and not h.zk.offsets.get("g")
+    assert [(w.group, w.offsets) for w in h.zk.writes if isinstance(w, actions.ForgetGroup)] == [("g", True)]
+    assert "g" not in h.core.committed

@@ -123,12 +123,14 @@ class ProveOffice:
 
 @dataclass(frozen=True)
 class ForgetGroup:
-    """Delete what a group without members or committed offsets left in
-    ZooKeeper (its state and failure nodes, its empty owners and offsets
-    directories); fails, deleting nothing, if an offset node exists."""
+    """Delete what a group without members left in ZooKeeper (its state and
+    failure nodes, its owners and offsets directories). Its committed
+    offsets only with ``offsets``; without, it fails, deleting nothing, if
+    an offset node exists."""
 
     token: int
     group: str
+    offsets: bool = False
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,9 @@ class CoordinatorConfig:
         7 * 24 * 3600 * 1000, "a group with no members and no committed offsets is forgotten (its state "
                               "dropped, its nodes deleted from ZooKeeper) this long after it was last seen empty",
         minimum=1)
+    expire_offsets: bool = setting(
+        False, "forget a group's committed offsets too, with the group, once it has had no members for the "
+               "group retention (Kafka's offset expiry); without it, a group with offsets is kept for good")
     log_end_timeout_ms: int = setting(
         5000, "how long the coordinator waits for partitions' leaders to say where their logs end, when an "
               "offset reported is above the last log end it learnt; past it, the committed offset is kept",

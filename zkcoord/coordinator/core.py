@@ -1536,8 +1536,10 @@ class CoordinatorCore:
 
     def _forget_due(self, name: str, now: float) -> None:
         """Forget the group if it still has no members and has no committed
-        offset: its offsets are kept for good (there is no offset expiry), and
-        a group that has members again is looked at when it next empties."""
+        offset, or (``expire_offsets``, Kafka's offset expiry) whatever
+        offsets it has, which go with it. Without expiry a group with offsets
+        is kept for good. A group that has members again is looked at when
+        it next empties."""
         group = self.groups.get(name)
         if group is None or group.forgetting or group.members or group.phase is not GroupPhase.EMPTY:
             return
@@ -1547,14 +1549,14 @@ class CoordinatorCore:
         if busy:
             self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
             return
-        if self.committed.get(name):
+        if self.committed.get(name) and not self.config.expire_offsets:
             log.debug("%s kept past its retention: it has committed offsets", group.describe())
             return
         group.forgetting = True
         self._zk(partial(ReadOffsets, group=name, partitions=None), partial(self._forget_offsets_read, group))
 
     def _forget_offsets_read(self, group: Group, found, error, now: float) -> None:
-        if error is not None or found:
+        if error is not None or (found and not self.config.expire_offsets):
             group.forgetting = False
             if error is not None:
                 log.warning("%s not forgotten yet: reading its offsets failed: %s", group.describe(), error)
@@ -1563,9 +1565,11 @@ class CoordinatorCore:
                 self._offsets_read(group.name, frozenset(found), found)
                 log.debug("%s kept past its retention: it has committed offsets", group.describe())
             return
-        self._zk(partial(ForgetGroup, group=group.name), partial(self._group_forgotten, group))
+        expiring = bool(found) or bool(self.committed.get(group.name))
+        self._zk(partial(ForgetGroup, group=group.name, offsets=expiring),
+                 partial(self._group_forgotten, group, expiring))
 
-    def _group_forgotten(self, group: Group, _result, error, now: float) -> None:
+    def _group_forgotten(self, group: Group, expiring: bool, _result, error, now: float) -> None:
         group.forgetting = False
         if error is not None:
             group.state_exists = None  # what is left of it is read again by its next round
@@ -1578,7 +1582,8 @@ class CoordinatorCore:
             del self.groups[name]
         for per_group in (self.committed, self._no_offset, self.pending_offsets, self._reporters):
             per_group.pop(name, None)
-        log.info("[group %s] forgotten: no members and no committed offsets for %d ms", name,
+        log.info("[group %s] forgotten%s: no members for %d ms", name,
+                 ", its committed offsets expired" if expiring else " (it had no committed offsets)",
                  self.config.group_retention_ms)
 
     # -- introspection ----------------------------------------------------------------------------

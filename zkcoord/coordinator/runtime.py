@@ -424,5 +424,5 @@ class Coordinator:
         if isinstance(operation, actions.WriteGroupFailure):
             return store.write_group_failure(operation.group, operation.failure)
         if isinstance(operation, actions.ForgetGroup):
-            return store.forget_group(operation.group)
+            return store.forget_group(operation.group, operation.offsets)
         raise TypeError(f"unknown ZooKeeper operation {operation!r}")
