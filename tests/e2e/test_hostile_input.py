@@ -104,6 +104,21 @@ def test_a_pattern_no_linear_engine_runs_is_refused_with_its_reason(cluster_fact
         assert answer.error_code == wire.ErrorCode.INVALID_REGISTRATION, answer
         assert reason in answer.error_message, answer.error_message
     assert not zk.exists(layout.group_path("refused"))
+    # A stock client's KIP-848 subscribed_topic_regex: Kafka's INVALID_REQUEST, saying why.
+    from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+    from zkcoord.fetch.connection import BrokerConnection
+
+    cluster.wait_for_brokers()
+    connection = BrokerConnection(server.broker, client_id="hostile", timeout_s=IO_TIMEOUT_S)
+    try:
+        answer = connection._request(ConsumerGroupHeartbeatRequest(
+            version=1, group_id="refused-848", member_id="m-1", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=10_000, subscribed_topic_names=[], subscribed_topic_regex=r"(a+)\1",
+            server_assignor=None, topic_partitions=[]), ConsumerGroupHeartbeatResponse, 1)
+    finally:
+        connection.close()
+    assert answer.error_code == 42 and "invalid escape" in answer.error_message, answer  # INVALID_REQUEST
+    assert not zk.exists(layout.group_path("refused-848"))
 
 
 # -- offsets beyond the log end ----------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from zkcoord.consumer.config import MemberConfig
 from zkcoord.coordinator.assignors import ASSIGNORS
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_offsets, read_servers
@@ -590,6 +591,11 @@ class GroupBridge:
         topics = None if request.subscribed_topic_names is None else \
             tuple(sorted(set(request.subscribed_topic_names)))
         pattern = getattr(request, "subscribed_topic_regex", None)
+        if pattern:
+            try:  # RE2's syntax, as Kafka's own KIP-848 coordinator takes it (RE2/J)
+                check_pattern(pattern)
+            except PatternError as exc:
+                return answer(INVALID_REQUEST, message=str(exc))
         if bridged is not None and ((topics is not None and topics != bridged.member.topics)
                                     or (pattern is not None and (pattern or None) != bridged.member.pattern)):
             # A new subscription is a new registration: the client joins again.
