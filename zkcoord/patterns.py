@@ -28,9 +28,12 @@ from zkcoord.errors import ZkcoordError
 # Kafka bounds neither; a pattern this long is not a subscription but a
 # payload. Topic names are at most 249 characters.
 MAX_PATTERN_LENGTH = 1000
-# RE2's own bound on a compiled program (its default). A pattern whose
-# program would be larger is refused, not run.
-_MAX_PROGRAM_BYTES = 8 << 20
+# RE2's bound on what one compiled pattern may hold, its program and the
+# DFA states it builds as it matches (past it, RE2 matches without a DFA,
+# still in linear time). A pattern whose program alone would be larger is
+# refused. Subscriptions compile to a few KB; with the cache below, a crowd
+# of distinct patterns holds at most 1 GiB, in practice far less.
+_MAX_PROGRAM_BYTES = 1 << 20
 
 
 class PatternError(ZkcoordError, ValueError):
@@ -45,7 +48,7 @@ def _options() -> "re2.Options":
     return options
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
 def compile_pattern(pattern: str):
     """The compiled ``pattern``, or :class:`PatternError` saying why it is refused."""
     if not isinstance(pattern, str) or not pattern:
