@@ -269,3 +269,27 @@ def stays(predicate, seconds: float, message: str) -> None:
     while time.monotonic() < deadline:
         assert predicate(), message
         time.sleep(0.05)
+
+
+def test_a_member_told_its_offset_is_beyond_the_log_end_stops_and_its_application_is_told():
+    """The member side, against a scripted coordinator: the refusal stops its
+    partitions, it does not register again, and poll()'s caller gets the error."""
+    from zkcoord.consumer.config import MemberConfig
+    from zkcoord.consumer.membership import GroupMembership
+    from tests.e2e.test_bad_input import Recorder, ScriptedCoordinator, _running_member
+
+    coordinator, recorder = ScriptedCoordinator(epoch=5), Recorder()
+    member = GroupMembership([f"127.0.0.1:{coordinator.port}"],
+                             MemberConfig(group="g", topics=("t",), session_timeout_ms=3000), recorder)
+    member.start()
+    try:
+        channel = _running_member(coordinator, member, recorder)
+        channel.send(wire.ErrorResponse(error_code=wire.ErrorCode.OFFSET_OUT_OF_RANGE,
+                                        message="offset 10 for t-0 is beyond the partition's log end 5"), 0)
+        wait_until(lambda: member.error is not None, timeout=SETTLE_S, message="the member told")
+        assert isinstance(member.error, wire.OffsetOutOfRange) and "log end 5" in str(member.error)
+        assert recorder.stopped == [frozenset({("t", 0), ("t", 1)})] and recorder.running == {}
+        assert coordinator.registered.empty()  # it does not come back
+    finally:
+        coordinator.close()
+        member.close(timeout=5)
