@@ -1364,9 +1364,11 @@ class CoordinatorCore:
             self.committed.setdefault(name, {}).update(changed)
             self._no_offset.get(name, set()).difference_update(changed)
             pending = self.pending_offsets.get(name, {})
+            reporters = self._reporters.get(name, {})
             for tp, offset in changed.items():
                 if pending.get(tp) == offset:
                     del pending[tp]
+                    reporters.pop(tp, None)
         else:
             # A node created although the write reported a failure would make
             # every later create fail: read them again before the next write.
