@@ -56,6 +56,10 @@ class Epoch:
     session_id: int
 
 
+class GroupHasOffsets(ZkcoordError):
+    """A group to be forgotten has committed offsets: they are kept, and so is the group."""
+
+
 class NodeTooLarge(ZkcoordError):
     """A node's data exceeds what ZooKeeper accepts in one request."""
 
@@ -266,6 +270,34 @@ class CoordinatorStore:
 
     def write_group_state(self, group: str, state: layout.GroupState, exists: bool) -> None:
         self.commit([self.upsert(layout.group_state_path(group), layout.encode_group_state(state), exists)])
+
+    def forget_group(self, group: str, offsets: bool = False) -> None:
+        """Delete, fenced and children first, what the coordinator wrote of a
+        group it forgets: /zkcoord/groups/<group> and, in /consumers/<group>,
+        the owners and the offsets directories. Its committed offsets only
+        if ``offsets``: otherwise, with one, nothing is deleted
+        (GroupHasOffsets). /consumers/<group> itself goes only if nothing
+        else is in it (a Kafka 0.8 consumer's ids, say)."""
+        consumers = layout.group_path(group)
+        offsets_path = layout.offsets_path(group)
+        doomed = self._subtree(layout.group_state_path(group).rsplit("/", 1)[0])
+        for child in ("owners", "offsets"):
+            doomed += self._subtree(f"{consumers}/{child}")
+        if not offsets and any(path.count("/") > offsets_path.count("/") + 1
+                               for path in doomed if path.startswith(offsets_path + "/")):
+            raise GroupHasOffsets(f"group {group} has committed offsets; kept")
+        if set(self._children(consumers)) <= {"owners", "offsets"} and self.zk.exists(consumers) is not None:
+            doomed.append(consumers)
+        self.commit([("delete", path, None) for path in doomed])
+
+    def _subtree(self, path: str) -> list[str]:
+        """``path`` and every node under it, children before their parent ([] if it does not exist)."""
+        if self.zk.exists(path) is None:
+            return []
+        nodes: list[str] = []
+        for child in sorted(self._children(path)):
+            nodes += self._subtree(f"{path}/{child}")
+        return nodes + [path]
 
     def write_group_failure(self, group: str, failure: Optional[layout.GroupFailure]) -> None:
         """Record why the group's rebalance gave up, or clear the record (None)."""
