@@ -141,9 +141,12 @@ class _Connection:
                     return
                 while data:
                     try:
-                        data = data[sock.send(data):]
+                        sent = sock.send(data)
                     except BlockingIOError:
+                        sent = 0
+                    if not sent:  # full (a TLS socket says so with 0): the same bytes again once there is room
                         gevent.socket.wait_write(sock.fileno())
+                    data = data[sent:]
                 self._queued -= 1
         except OSError:
             pass

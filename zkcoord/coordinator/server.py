@@ -43,9 +43,11 @@ from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, validate_slot_count
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
-from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.errors import ConfigError, TlsError, ZkcoordError
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
+from zkcoord.security import tls
+from zkcoord.security.principal import ANONYMOUS
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id
@@ -146,6 +148,7 @@ class Server:
         self.metadata: Optional[MetadataView] = None
         self.topics = TopicWatch(self.zk)
         self._stream: Optional[GatedStreamServer] = None
+        self._tls = tls.server_context(config.tls)  # None: plaintext
         self._running = False
         self._session_lost = False
         self._state_changed = gevent.event.Event()
@@ -521,7 +524,16 @@ class Server:
 
     def _handle(self, sock: socket.socket, address) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            try:
+                sock = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
+            except TlsError as exc:
+                log.info("refused a connection from %s:%s: %s", address[0], address[1], exc)
+                return
         channel = Channel(sock, max_frame_size=self.config.max_frame_size)
+        channel.principal = tls.principal_of(sock)
+        if channel.principal != ANONYMOUS:
+            log.info("%s is %s by its TLS certificate", channel.peer, channel.principal)
         try:
             while self._running:
                 frame = channel.receive(timeout=IDLE_TIMEOUT_S)

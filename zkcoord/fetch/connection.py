@@ -12,6 +12,7 @@ in flight at a time; a connection is used by one thread.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import NamedTuple, Optional, Union
 
@@ -20,6 +21,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequ
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
 from zkcoord.errors import ZkcoordError
+from zkcoord.security import tls as tls_
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -67,7 +69,10 @@ class BrokerConnection:
     """A connection to ``host:port``; raises BrokerConnectionError when it
     cannot be opened or negotiated."""
 
-    def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0):
+    def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0,
+                 tls: Optional[ssl.SSLContext] = None):
+        """``tls``: a client SSLContext (zkcoord.security.tls.client_context);
+        a handshake that fails raises TlsError, not retriable when refused."""
         host, _, port = address.rpartition(":")
         self.address = address
         self._client_id = client_id
@@ -77,6 +82,8 @@ class BrokerConnection:
         except (OSError, ValueError) as exc:
             raise BrokerConnectionError(f"cannot connect to broker {address}: {exc}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self._sock = tls_.connect(self._sock, tls, host, timeout_s)
         try:
             offered = self._request(ApiVersionsRequest(version=0), ApiVersionsResponse, 0)
             if offered.error_code != NONE:
@@ -201,6 +208,9 @@ class BrokerConnection:
             if not 4 <= size <= MAX_FRAME:
                 raise BrokerConnectionError(f"broker {self.address} sent a frame of {size} bytes")
             frame = memoryview(self._receive(size))
+        except ssl.SSLError as exc:  # TLS 1.3: a broker refusing our certificate says so at the first read
+            self.close()
+            raise tls_.refusal(exc, self.address) from None
         except OSError as exc:
             self.close()
             raise BrokerConnectionError(f"broker {self.address}: {exc}") from None

@@ -54,6 +54,7 @@ from zkcoord.coordinator.assignors import ASSIGNORS
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.records import TopicPartition
+from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_offsets, read_servers
 
@@ -160,7 +161,7 @@ class GroupBridge:
     ``brokers`` returns the live brokers {id: (host, port)}."""
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
-                 session_timeout_ms: int, clock=time.monotonic):
+                 session_timeout_ms: int, clock=time.monotonic, tls: TlsConfig = PLAIN):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client."""
@@ -171,6 +172,7 @@ class GroupBridge:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
         self.clock = clock
+        self.tls = tls  # how its members reach the coordinators: as the server's own clients do
         self._groups: dict[str, dict[str, _Bridged]] = {}
         # Member ids handed out with MEMBER_ID_REQUIRED, oldest first: a
         # client joins with its id at once, so only the latest few are kept.
@@ -387,7 +389,7 @@ class GroupBridge:
                 consumer_id=registration_id(member) if member.instance_id else None,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
-                assignment_strategies=strategies)
+                assignment_strategies=strategies, tls=self.tls)
         except ConfigError as exc:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST

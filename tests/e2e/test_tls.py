@@ -1,0 +1,181 @@
+"""TLS on the coordinator protocol and on the broker's Kafka listener, with
+certificates made here: thin consumers, stock clients, mutual TLS, and the
+connections that get TLS wrong. Real servers, real ZooKeeper, real clients.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.e2e.checks import delivered_values, produce
+from tests.e2e.conftest import SERVER_ARGS
+from tests.e2e.test_stock_clients import PARTITIONS, TOPIC, ConfluentMember, PythonMember, _whole
+from zkcoord import wire
+from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.consumer.consumer import Consumer
+from zkcoord.errors import TlsError
+from zkcoord.fetch.connection import BrokerConnection, BrokerConnectionError
+from zkcoord.security import certs, tls
+from zkcoord.testing.waiting import wait_until
+from zkcoord.zk import layout
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pki")
+    ca = certs.make_ca(directory)
+    other_ca = certs.make_ca(directory / "other", "another CA")
+    return SimpleNamespace(ca=ca, server=certs.issue(ca, directory, "server"),
+                           alice=certs.issue(ca, directory, "alice"),
+                           stranger=certs.issue(other_ca, directory / "other", "mallory"))
+
+
+def server_args(pki, client_auth: str = "none", *extra: str) -> tuple[str, ...]:
+    return (*SERVER_ARGS, "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key),
+            "--tls-ca", str(pki.ca.cert), "--tls-client-auth", client_auth, *extra)
+
+
+def client(pki, who=None) -> tls.TlsConfig:
+    """A client's TLS settings: the CA, and ``who``'s certificate if given."""
+    if who is None:
+        return tls.TlsConfig(ca=str(pki.ca.cert))
+    return tls.TlsConfig(ca=str(pki.ca.cert), cert=str(who.cert), key=str(who.key))
+
+
+def _exactly_once(values, count: int) -> None:
+    delivered = Counter(values)
+    assert [v for v, n in delivered.items() if n > 1] == []
+    assert sorted(delivered) == sorted(f"m-{n}" for n in range(count))
+
+
+def test_a_thin_group_consumes_over_tls_and_the_broker_registers_an_ssl_listener(cluster_factory, pki):
+    cluster = cluster_factory(1, server_args=server_args(pki))
+    cluster.client_settings = tls.librdkafka_settings(client(pki))
+    server = cluster.servers[1]
+    registration = json.loads(cluster.zk.get(layout.broker_path(1))[0])
+    assert registration["endpoints"] == [f"SSL://127.0.0.1:{server.broker_port}"]
+    assert registration["listener_security_protocol_map"] == {"SSL": "SSL"}
+    assert registration["host"] is None and registration["port"] == -1  # no PLAINTEXT listener, as Kafka says it
+
+    cluster.create_topic(TOPIC, PARTITIONS)
+    produce(cluster, TOPIC, 300, partitions=PARTITIONS)
+    consumers = [cluster.add_consumer("secure", [TOPIC], extra=["--tls-ca", str(pki.ca.cert)]) for _ in range(2)]
+    wait_until(lambda: len(delivered_values(consumers)) >= 300 and all(c.assignment() for c in consumers),
+               timeout=40, message="300 records over TLS, both members assigned")
+    produce(cluster, TOPIC, 100, start=300, partitions=PARTITIONS)
+    wait_until(lambda: len(delivered_values(consumers)) >= 400, timeout=30, message="400 records")
+    time.sleep(0.5)  # any duplicate would arrive right behind
+    _exactly_once(delivered_values(consumers), 400)
+
+
+def test_stock_clients_produce_consume_and_describe_the_cluster_over_tls(cluster_factory, pki):
+    cluster = cluster_factory(1, server_args=server_args(pki))
+    settings = tls.librdkafka_settings(client(pki))
+    cluster.client_settings = settings
+    cluster.create_topic(TOPIC, PARTITIONS)
+    produce(cluster, TOPIC, 200, partitions=PARTITIONS)  # confluent-kafka's producer, over TLS
+
+    admin = AdminClient({"bootstrap.servers": cluster.broker_list, **settings})
+    described = admin.describe_cluster(request_timeout=15).result(timeout=20)
+    assert [(n.id, n.host, n.port) for n in described.nodes] == [(1, "127.0.0.1", cluster.servers[1].broker_port)]
+
+    stock = ConfluentMember(cluster.broker_list, "stock", **settings)
+    python = PythonMember(cluster.broker_list, "stock", security_protocol="SSL",
+                          ssl_context=tls.client_context(client(pki)))
+    members = [stock, python]
+    try:
+        wait_until(lambda: stock.assigned and python.assigned and _whole(cluster.zk, "stock", members),
+                   timeout=40, message="both stock members assigned")
+        produce(cluster, TOPIC, 200, start=200, partitions=PARTITIONS)
+        wait_until(lambda: len(stock.values) + len(python.values) >= 400, timeout=30, message="400 records")
+        time.sleep(0.5)
+        _exactly_once(stock.values + python.values, 400)
+        assert not stock.errors
+    finally:
+        for member in members:
+            member.close()
+
+
+def _metadata(channel: Channel) -> wire.Message:
+    return channel.request(wire.ClusterMetadataRequest(group_id="g"), timeout=10)
+
+
+def test_mutual_tls_names_the_principal_and_refuses_a_client_without_a_certificate(cluster_factory, pki):
+    cluster = cluster_factory(1, server_args=server_args(pki, "required"))
+    server = cluster.servers[1]
+    cluster.client_settings = tls.librdkafka_settings(client(pki, pki.alice))
+    cluster.create_topic(TOPIC, PARTITIONS)
+    produce(cluster, TOPIC, 50, partitions=PARTITIONS)
+
+    # With alice's certificate: served, and the server knows it is alice.
+    with Consumer([server.address], group="mtls", topics=[TOPIC], tls=client(pki, pki.alice)) as alice:
+        got = []
+        wait_until(lambda: got.extend(alice.poll(200)) or len(got) >= 50, timeout=30, message="alice's records")
+    wait_until(lambda: "is User:alice by its TLS certificate" in server.log_tail(20000), timeout=10,
+               message="the server to name alice")
+
+    # Without a certificate: the member fails, and poll() raises why.
+    started = time.monotonic()
+    with Consumer([server.address], group="mtls", topics=[TOPIC], tls=client(pki)) as anonymous:
+        with pytest.raises(TlsError, match="certificate"):
+            wait_until(lambda: anonymous.poll(100) and False, timeout=20, message="never", fail_on=(TlsError,))
+    assert time.monotonic() - started < 15
+    # A certificate from another CA: refused as well, and the broker refuses it too.
+    stranger = tls.client_context(tls.TlsConfig(ca=str(pki.ca.cert), cert=str(pki.stranger.cert),
+                                                key=str(pki.stranger.key)))
+    with pytest.raises(TlsError):
+        _metadata(Channel.connect("127.0.0.1", server.port, 10, tls=stranger))
+    with pytest.raises(TlsError):
+        BrokerConnection(server.broker, tls=stranger, timeout_s=10)
+    # ... while alice is still served by both.
+    alice_context = tls.client_context(client(pki, pki.alice))
+    assert isinstance(_metadata(Channel.connect("127.0.0.1", server.port, 10, tls=alice_context)),
+                      wire.ClusterMetadataResponse)
+    BrokerConnection(server.broker, tls=alice_context, timeout_s=10).close()
+    assert server.alive
+
+
+def test_tls_and_plaintext_mismatches_fail_fast_and_idle_handshakes_are_cut_off(cluster_factory, pki):
+    secure = cluster_factory(1, server_args=server_args(pki, "none", "--tls-handshake-timeout-ms", "1000"))
+    plain = cluster_factory(0)  # server 2 beside it, plaintext
+    plain_server = plain.start_servers(1, first_id=2)[0]
+    secure_server = secure.servers[1]
+    context = tls.client_context(client(pki))
+
+    # A client that connects and says nothing holds its slot for the handshake's deadline, no longer.
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10)
+            for port in (secure_server.port, secure_server.broker_port)]
+    started = time.monotonic()
+    for sock in idle:
+        assert sock.recv(1) == b""  # the server closed it
+        sock.close()
+    assert time.monotonic() - started < 5
+
+    # Plaintext against TLS: the connection is closed at once.
+    started = time.monotonic()
+    with pytest.raises(ChannelClosed):
+        _metadata(Channel.connect("127.0.0.1", secure_server.port, 10))
+    with pytest.raises(BrokerConnectionError):
+        BrokerConnection(secure_server.broker, timeout_s=10)
+    # TLS against plaintext: refused, saying why.
+    with pytest.raises(TlsError, match="does not speak TLS|broke during the handshake"):
+        _metadata(Channel.connect("127.0.0.1", plain_server.port, 10, tls=context))
+    with pytest.raises(TlsError):
+        BrokerConnection(plain_server.broker, tls=context, timeout_s=10)
+    assert time.monotonic() - started < 10
+
+    # Neither server was hurt: both still serve their own kind.
+    assert isinstance(_metadata(Channel.connect("127.0.0.1", secure_server.port, 10, tls=context)),
+                      wire.ClusterMetadataResponse)
+    assert isinstance(_metadata(Channel.connect("127.0.0.1", plain_server.port, 10)), wire.ClusterMetadataResponse)
+    BrokerConnection(secure_server.broker, tls=context, timeout_s=10).close()
+    BrokerConnection(plain_server.broker, timeout_s=10).close()
+    assert secure_server.alive and plain_server.alive
+    assert "does not speak TLS" in secure_server.log_tail(20000)
