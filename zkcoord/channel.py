@@ -69,7 +69,24 @@ class Channel:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:
             sock = tls_.connect(sock, tls, host, timeout)
-        return cls(sock)
+        channel = cls(sock)
+        if channel.peer == "?":  # a server that refused us after the handshake may have gone already
+            channel.peer = f"{host}:{port}"
+        return channel
+
+    def _alert_behind(self) -> Optional[ssl.SSLError]:
+        """After a TLS write failed: the alert the peer sent before it closed,
+        if one waits to be read (None: none, or not TLS)."""
+        try:
+            self.sock.settimeout(0.0)
+            self.sock.recv(1)
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, *_NOTHING_NOW):
+            return None
+        except ssl.SSLError as alert:
+            return alert
+        except OSError:
+            return None
+        return None
 
     def next_correlation_id(self) -> int:
         return next(self._ids) & 0x7FFFFFFF
@@ -88,6 +105,12 @@ class Channel:
                 raise ChannelClosed(f"connection to {self.peer} is closed")
             try:
                 self.sock.sendall(data)
+            except ssl.SSLError as exc:
+                alert = self._alert_behind()
+                self.close()
+                if alert is not None:  # the server refused us (a certificate) and closed: say so
+                    raise tls_.refusal(alert, self.peer) from None
+                raise ChannelClosed(f"sending to {self.peer} failed: {exc}") from None
             except OSError as exc:
                 self.close()
                 raise ChannelClosed(f"sending to {self.peer} failed: {exc}") from None

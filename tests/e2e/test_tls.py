@@ -70,9 +70,14 @@ def test_a_thin_group_consumes_over_tls_and_the_broker_registers_an_ssl_listener
     wait_until(lambda: len(delivered_values(consumers)) >= 300 and all(c.assignment() for c in consumers),
                timeout=40, message="300 records over TLS, both members assigned")
     produce(cluster, TOPIC, 100, start=300, partitions=PARTITIONS)
-    wait_until(lambda: len(delivered_values(consumers)) >= 400, timeout=30, message="400 records")
+    # Fetch responses past the broker's sendfile threshold: the file ranges go through TLS too.
+    big = [f"big-{n}-" + "x" * 4000 for n in range(100)]
+    cluster.produce(TOPIC, ((n % PARTITIONS, None, value.encode()) for n, value in enumerate(big)))
+    wait_until(lambda: len(delivered_values(consumers)) >= 500, timeout=30, message="500 records")
     time.sleep(0.5)  # any duplicate would arrive right behind
-    _exactly_once(delivered_values(consumers), 400)
+    values = delivered_values(consumers)
+    _exactly_once([v for v in values if v.startswith("m-")], 400)
+    assert sorted(v for v in values if v.startswith("big-")) == sorted(big)
 
 
 def test_stock_clients_produce_consume_and_describe_the_cluster_over_tls(cluster_factory, pki):

@@ -566,7 +566,7 @@ class Server:
                 channel.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)), exc.correlation_id or 0)
             except ChannelClosed:
                 pass
-        except ChannelClosed:
+        except (ChannelClosed, TlsError):  # TLS: an alert from the client ends it as a close does
             pass
         finally:
             channel.close()
