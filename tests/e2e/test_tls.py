@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 from collections import Counter
 from types import SimpleNamespace
@@ -23,8 +24,10 @@ from zkcoord.consumer.consumer import Consumer
 from zkcoord.errors import TlsError
 from zkcoord.fetch.connection import BrokerConnection, BrokerConnectionError
 from zkcoord.security import certs, tls
+from zkcoord.testing import zkcoord_command
 from zkcoord.testing.waiting import wait_until
 from zkcoord.zk import layout
+from zkcoord.zk.nodes import read_offsets
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +81,18 @@ def test_a_thin_group_consumes_over_tls_and_the_broker_registers_an_ssl_listener
     values = delivered_values(consumers)
     _exactly_once([v for v in values if v.startswith("m-")], 400)
     assert sorted(v for v in values if v.startswith("big-")) == sorted(big)
+
+    # The admin command finds the coordinator, asks the brokers and resets, all over TLS.
+    for consumer in consumers:
+        consumer.terminate()
+    reset = ("groups", "reset-offsets", "--bootstrap", server.address, "--group", "secure", "--topic", TOPIC,
+             "--to-offset", "0", "--execute")
+    refused = subprocess.run(zkcoord_command(*reset), capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "no server could say" in refused.stderr  # plaintext: nobody answers
+    done = subprocess.run(zkcoord_command(*reset, "--tls-ca", str(pki.ca.cert)), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert read_offsets(cluster.zk, "secure") == {(TOPIC, p): 0 for p in range(PARTITIONS)}
 
 
 def test_stock_clients_produce_consume_and_describe_the_cluster_over_tls(cluster_factory, pki):
