@@ -20,7 +20,7 @@ from kafka.errors import for_code
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import TlsError, ZkcoordError
 from zkcoord.security import tls as tls_
 
 NONE = 0
@@ -41,6 +41,13 @@ class BrokerConnectionError(ZkcoordError):
     cannot read. Retriable: a new connection may work."""
 
     retriable = True
+
+
+def _unless_refused(error: TlsError) -> ZkcoordError:
+    """A TLS failure as the caller should see it: a refusal (a certificate, a
+    protocol) as the TlsError it is, which no retry helps; a connection that
+    merely broke in a handshake as any broken connection, to retry."""
+    return error if not error.retriable else BrokerConnectionError(str(error))
 
 
 class PartitionError(ZkcoordError):
@@ -83,7 +90,11 @@ class BrokerConnection:
             raise BrokerConnectionError(f"cannot connect to broker {address}: {exc}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:
-            self._sock = tls_.connect(self._sock, tls, host, timeout_s)
+            try:
+                self._sock = tls_.connect(self._sock, tls, host, timeout_s)
+            except TlsError as exc:
+                self._sock = None
+                raise _unless_refused(exc) from None
         try:
             offered = self._request(ApiVersionsRequest(version=0), ApiVersionsResponse, 0)
             if offered.error_code != NONE:
@@ -210,7 +221,7 @@ class BrokerConnection:
             frame = memoryview(self._receive(size))
         except ssl.SSLError as exc:  # TLS 1.3: a broker refusing our certificate says so at the first read
             self.close()
-            raise tls_.refusal(exc, self.address) from None
+            raise _unless_refused(tls_.refusal(exc, self.address)) from None
         except OSError as exc:
             self.close()
             raise BrokerConnectionError(f"broker {self.address}: {exc}") from None

@@ -63,6 +63,8 @@ def describe(exc: BaseException) -> str:
         return f"the peer does not speak TLS ({text})"
     if reason in ("TLSV13_ALERT_CERTIFICATE_REQUIRED", "PEER_DID_NOT_RETURN_A_CERTIFICATE"):
         return f"a client certificate is required and none was shown ({text})"
+    if isinstance(exc, ssl.SSLEOFError):
+        return f"the peer closed the connection in the handshake; does it speak TLS? ({text})"
     return text
 
 
@@ -86,10 +88,11 @@ def connect(sock: socket.socket, context: ssl.SSLContext, host: str, timeout_s: 
     except (ssl.SSLError, socket.timeout, ssl.CertificateError) as exc:
         sock.close()
         raise refusal(exc, peer) from None
-    except OSError as exc:  # reset or closed mid-handshake: a plaintext server closing on what it cannot read
+    except OSError as exc:  # reset mid-handshake: a server going away, or a plaintext one closing on it
         sock.close()
         error = TlsError(f"TLS with {peer} failed: the connection broke during the handshake ({exc}); "
                          "does the server speak TLS?")
+        error.retriable = True
         raise error from None
     return wrapped
 
