@@ -109,14 +109,22 @@ def test_stock_clients_produce_consume_and_describe_the_cluster_over_tls(cluster
     stock = ConfluentMember(cluster.broker_list, "stock", **settings)
     python = PythonMember(cluster.broker_list, "stock", security_protocol="SSL",
                           ssl_context=tls.client_context(client(pki)))
+    # ... and `zkcoord consume --kafka-brokers`, a stock member on the command line.
+    command = cluster.add_consumer("stock", [TOPIC], kafka_brokers=cluster.broker_list,
+                                   extra=["--tls-ca", str(pki.ca.cert)])
     members = [stock, python]
     try:
-        wait_until(lambda: stock.assigned and python.assigned and _whole(cluster.zk, "stock", members),
-                   timeout=40, message="both stock members assigned")
+        wait_until(lambda: stock.assigned and python.assigned and command.assignment()
+                   and _whole(cluster.zk, "stock", members, [command]),
+                   timeout=40, message="all three stock members assigned")
         produce(cluster, TOPIC, 200, start=200, partitions=PARTITIONS)
-        wait_until(lambda: len(stock.values) + len(python.values) >= 400, timeout=30, message="400 records")
+
+        def values():
+            return stock.values + python.values + delivered_values([command])
+
+        wait_until(lambda: len(values()) >= 400, timeout=30, message="400 records")
         time.sleep(0.5)
-        _exactly_once(stock.values + python.values, 400)
+        _exactly_once(values(), 400)
         assert not stock.errors
     finally:
         for member in members:

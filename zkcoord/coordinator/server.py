@@ -525,6 +525,7 @@ class Server:
     def _handle(self, sock: socket.socket, address) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls is not None:
+            # Here, not by StreamServer's ssl_context: gevent's handshake there has no deadline.
             try:
                 sock = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
             except TlsError as exc:
