@@ -12,6 +12,9 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.channel import Channel
+from zkcoord.cli import build_parser
+from zkcoord.consumer.cli import config_from as consumer_config_from
+from zkcoord.coordinator.cli import config_from as server_config_from
 from zkcoord.errors import ConfigError, TlsError
 from zkcoord.security import certs, tls
 from zkcoord.security.config import TlsConfig, librdkafka_settings
@@ -85,6 +88,24 @@ def test_files_that_cannot_be_loaded_are_refused_naming_them(pki, tmp_path):
         tls.server_context(TlsConfig(cert=str(missing), key=str(pki["server"].key)))
     with pytest.raises(ConfigError, match="cannot load the TLS files"):
         tls.client_context(TlsConfig(ca=str(pki["server"].key)))  # a key is no CA
+
+
+def test_one_set_of_flags_reaches_both_listeners_of_a_server_and_a_consumer():
+    flags = ("--tls-cert", "s.pem", "--tls-key", "s-key.pem", "--tls-ca", "ca.pem", "--tls-client-auth", "required",
+             "--tls-handshake-timeout-ms", "500")
+    config = server_config_from(build_parser().parse_args(
+        ["server", "--id", "1", "--zookeeper", "zk", "--data-dir", "d", *flags]))
+    expected = TlsConfig(cert="s.pem", key="s-key.pem", ca="ca.pem", client_auth="required", handshake_timeout_ms=500)
+    assert config.tls == expected and config.broker.tls == expected
+    consumer = consumer_config_from(build_parser().parse_args(
+        ["consume", "--bootstrap", "h:1", "--group", "g", "--topic", "t", "--tls-ca", "ca.pem"]))
+    assert consumer.tls == TlsConfig(ca="ca.pem")
+    with pytest.raises(SystemExit):  # a server's settings are not a client's
+        build_parser().parse_args(["consume", "--bootstrap", "h:1", "--group", "g", "--topic", "t",
+                                   "--tls-client-auth", "required"])
+    with pytest.raises(ConfigError, match="needs --tls-ca too"):
+        server_config_from(build_parser().parse_args(
+            ["server", "--id", "1", "--zookeeper", "zk", "--no-broker", "--tls-cert", "s.pem", "--tls-key", "k.pem"]))
 
 
 def test_librdkafka_is_told_the_same():
