@@ -131,6 +131,10 @@ def test_stock_clients_produce_consume_and_describe_the_cluster_over_tls(cluster
             member.close()
 
 
+def _lines_naming(server, principal: str) -> str:
+    return "\n".join(line for line in server.log_tail(50000).splitlines() if principal in line)
+
+
 def _metadata(channel: Channel) -> wire.Message:
     return channel.request(wire.ClusterMetadataRequest(group_id="g"), timeout=10)
 
@@ -146,8 +150,11 @@ def test_mutual_tls_names_the_principal_and_refuses_a_client_without_a_certifica
     with Consumer([server.address], group="mtls", topics=[TOPIC], tls=client(pki, pki.alice)) as alice:
         got = []
         wait_until(lambda: got.extend(alice.poll(200)) or len(got) >= 50, timeout=30, message="alice's records")
-    wait_until(lambda: "is User:alice by its TLS certificate" in server.log_tail(20000), timeout=10,
-               message="the server to name alice")
+    # Both listeners name alice: the coordinator's (the consumer) and the broker's (the producer, the fetcher).
+    wait_until(lambda: server.log_tail(50000).count("is User:alice by its TLS certificate") >= 2
+               and "zkcoord.broker.server" in _lines_naming(server, "User:alice")
+               and "zkcoord.coordinator.server" in _lines_naming(server, "User:alice"),
+               timeout=10, message="both listeners to name alice")
 
     # Without a certificate: the member fails, and poll() raises why.
     started = time.monotonic()

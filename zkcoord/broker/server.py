@@ -263,6 +263,8 @@ class Broker:
             self._connections.add(wrapped)
             sock = wrapped
         connection = Connection(sock, address, tls.principal_of(sock))
+        if connection.principal != ANONYMOUS:
+            log.info("%s:%s is %s by its TLS certificate", address[0], address[1], connection.principal)
         sock.settimeout(self.config.idle_timeout_ms / 1000)
         try:
             while not self._stopping:
