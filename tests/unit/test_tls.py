@@ -201,3 +201,21 @@ def test_a_non_blocking_tls_channel_reads_what_has_arrived_and_waits_for_the_res
         served.close()
     finally:
         listener.close()
+
+
+def test_shutting_a_tls_connections_reading_side_keeps_what_is_sent_after_encrypted(pki):
+    # A stopping broker shuts its connections' reading side and lets answers
+    # in flight go out: over TLS still (an SSLSocket's own shutdown drops TLS).
+    listener = Listener(server_config(pki))
+    try:
+        channel = Channel.connect("127.0.0.1", listener.port, 10, tls=tls.client_context(client_config(pki)))
+        served = listener.wait()
+        tls.shutdown(served, socket.SHUT_RD)
+        message = wire.ClusterMetadataRequest(group_id="after")
+        served.sendall(wire.encode(message, 7, message.version_for(None)))
+        frame = channel.receive(5)
+        assert frame.correlation_id == 7 and frame.message.group_id == "after"
+        channel.close()
+        served.close()
+    finally:
+        listener.close()

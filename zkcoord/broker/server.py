@@ -154,7 +154,7 @@ class Broker:
         self._appended.set()
         for sock in list(self._connections):
             try:
-                sock.shutdown(socket.SHUT_RD)
+                tls.shutdown(sock, socket.SHUT_RD)  # answers in flight still go out, over TLS where it is
             except OSError:
                 pass
         if self.groups is not None:

@@ -9,6 +9,7 @@ saying what was refused and why.
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 from typing import Optional
@@ -122,6 +123,17 @@ def accept(sock: socket.socket, context: ssl.SSLContext, timeout_s: float) -> ss
     raise error
 
 
+def shutdown(sock: socket.socket, how: int) -> None:
+    """shutdown(2) on a socket, TLS or not, its TLS left in place: an
+    SSLSocket's own shutdown() drops TLS, and what is sent after it would
+    leave in clear. Raises OSError as shutdown does."""
+    twin = socket.socket(fileno=os.dup(sock.fileno()))  # the same connection; shutdown acts on it, not the fd
+    try:
+        twin.shutdown(how)
+    finally:
+        twin.close()
+
+
 def principal_of(sock: socket.socket) -> Principal:
     """Who the peer of a TLS socket proved to be (ANONYMOUS without a certificate or TLS)."""
     getpeercert = getattr(sock, "getpeercert", None)
@@ -131,4 +143,4 @@ def principal_of(sock: socket.socket) -> Principal:
 
 
 __all__ = ["CLIENT_AUTH", "CLIENT_TLS", "PLAIN", "TlsConfig", "accept", "client_context", "connect", "describe",
-           "librdkafka_settings", "principal_of", "refusal", "server_context"]
+           "librdkafka_settings", "principal_of", "refusal", "server_context", "shutdown"]
