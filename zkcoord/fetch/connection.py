@@ -263,7 +263,7 @@ class BrokerConnection:
         sock = self._sock
         if sock is not None:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                tls_.shutdown(sock, socket.SHUT_RDWR)  # TLS left in place for the owner's read to fail in
             except OSError:
                 pass
 
