@@ -5,6 +5,7 @@ connections that get TLS wrong. Real servers, real ZooKeeper, real clients.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -215,3 +216,33 @@ def test_tls_and_plaintext_mismatches_fail_fast_and_idle_handshakes_are_cut_off(
     BrokerConnection(plain_server.broker, timeout_s=10).close()
     assert secure_server.alive and plain_server.alive
     assert "does not speak TLS" in secure_server.log_tail(20000)
+
+
+def test_an_aiokafka_consumer_joins_a_group_over_tls_and_commits(cluster_factory, pki):
+    from aiokafka import AIOKafkaConsumer
+
+    cluster = cluster_factory(1, server_args=server_args(pki))
+    cluster.client_settings = tls.librdkafka_settings(client(pki))
+    cluster.create_topic(TOPIC, PARTITIONS)
+    produce(cluster, TOPIC, 200, partitions=PARTITIONS)
+    values: list[str] = []
+
+    async def consume():
+        consumer = AIOKafkaConsumer(TOPIC, bootstrap_servers=cluster.broker_list, group_id="aio",
+                                    security_protocol="SSL", ssl_context=tls.client_context(client(pki)),
+                                    auto_offset_reset="earliest", session_timeout_ms=6000,
+                                    heartbeat_interval_ms=500, auto_commit_interval_ms=200)
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(values) < 200 and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    values.extend(r.value.decode() for r in records)
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+
+    asyncio.run(consume())
+    _exactly_once(values, 200)
+    wait_until(lambda: sum(read_offsets(cluster.zk, "aio").values()) == 200, timeout=15,
+               message="aiokafka's commits in ZooKeeper")
