@@ -74,20 +74,6 @@ class Channel:
             channel.peer = f"{host}:{port}"
         return channel
 
-    def _alert_behind(self) -> Optional[ssl.SSLError]:
-        """After a TLS write failed: the alert the peer sent before it closed,
-        if one waits to be read (None: none, or not TLS)."""
-        try:
-            self.sock.settimeout(0.0)
-            self.sock.recv(1)
-        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, *_NOTHING_NOW):
-            return None
-        except ssl.SSLError as alert:
-            return alert
-        except OSError:
-            return None
-        return None
-
     def next_correlation_id(self) -> int:
         return next(self._ids) & 0x7FFFFFFF
 
@@ -106,7 +92,7 @@ class Channel:
             try:
                 self.sock.sendall(data)
             except ssl.SSLError as exc:
-                alert = self._alert_behind()
+                alert = tls_.alert_behind(self.sock)
                 self.close()
                 if alert is not None:  # the server refused us (a certificate) and closed: say so
                     raise tls_.refusal(alert, self.peer) from None

@@ -219,9 +219,11 @@ class BrokerConnection:
             if not 4 <= size <= MAX_FRAME:
                 raise BrokerConnectionError(f"broker {self.address} sent a frame of {size} bytes")
             frame = memoryview(self._receive(size))
-        except ssl.SSLError as exc:  # TLS 1.3: a broker refusing our certificate says so at the first read
+        except ssl.SSLError as exc:  # TLS 1.3: a broker refusing our certificate says so at the first exchange
+            # The write may have failed first (the broker gone), the alert unread behind it.
+            alert = tls_.alert_behind(sock) if isinstance(exc, ssl.SSLEOFError) else None
             self.close()
-            raise _unless_refused(tls_.refusal(exc, self.address)) from None
+            raise _unless_refused(tls_.refusal(alert or exc, self.address)) from None
         except OSError as exc:
             self.close()
             raise BrokerConnectionError(f"broker {self.address}: {exc}") from None

@@ -123,6 +123,23 @@ def accept(sock: socket.socket, context: ssl.SSLContext, timeout_s: float) -> ss
     raise error
 
 
+def alert_behind(sock: socket.socket) -> Optional[ssl.SSLError]:
+    """After a write on a TLS socket failed (the peer closed): the alert the
+    peer sent before it closed, if one waits to be read, else None. TLS 1.3
+    refuses a client's certificate after the client's side of the handshake
+    is done, so the client may learn why only from this."""
+    try:
+        sock.settimeout(0.0)
+        sock.recv(1)
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        return None
+    except ssl.SSLError as alert:
+        return alert
+    except OSError:
+        return None
+    return None
+
+
 def shutdown(sock: socket.socket, how: int) -> None:
     """shutdown(2) on a socket, TLS or not, its TLS left in place: an
     SSLSocket's own shutdown() drops TLS, and what is sent after it would
@@ -143,4 +160,4 @@ def principal_of(sock: socket.socket) -> Principal:
 
 
 __all__ = ["CLIENT_AUTH", "CLIENT_TLS", "PLAIN", "TlsConfig", "accept", "client_context", "connect", "describe",
-           "librdkafka_settings", "principal_of", "refusal", "server_context", "shutdown"]
+           "librdkafka_settings", "principal_of", "refusal", "server_context", "shutdown", "alert_behind"]
