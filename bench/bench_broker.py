@@ -7,6 +7,10 @@ zkcoord.testing, bounded in message count (--messages) and in time
 (--phase-timeout per phase). Broker CPU is read from /proc/<pid>/stat.
 
     python bench/bench_broker.py --messages 2000000
+    python bench/bench_broker.py --messages 2000000 --tls   # the same over TLS
+
+With ``--tls`` the broker's listener speaks TLS with certificates made for
+the run, and every client verifies it (security.protocol=SSL).
 """
 
 from __future__ import annotations
@@ -27,11 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from zkcoord.fetch.columnar import ColumnarFetcher  # noqa: E402
+from zkcoord.security import certs  # noqa: E402
+from zkcoord.security.config import TlsConfig, librdkafka_settings  # noqa: E402
+from zkcoord.security.tls import client_context  # noqa: E402
 from zkcoord.testing import (BrokerProcess, cluster_in_chroot, cpu_seconds, exit_on_signal,  # noqa: E402
                              start_ensemble)
 from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
 
 VALUE_SIZE = 100
+# The clients' TLS settings (plaintext unless --tls).
+TLS = TlsConfig()
 
 
 class Phase:
@@ -58,7 +67,7 @@ class Phase:
 def produce_confluent(bootstrap, topic, partition, count, deadline):
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "queue.buffering.max.messages": 1_000_000, "acks": 1,
-                         "compression.type": "none"})
+                         "compression.type": "none", **librdkafka_settings(TLS)})
     value = b"x" * VALUE_SIZE
     sent = 0
     while sent < count and time.monotonic() < deadline:
@@ -74,7 +83,7 @@ def produce_confluent(bootstrap, topic, partition, count, deadline):
 def consume_raw(bootstrap, topic, partition, count, deadline):
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                          "fetch.queue.backoff.ms": 1, "queued.min.messages": 500_000,
-                         "max.partition.fetch.bytes": 8 << 20})
+                         "max.partition.fetch.bytes": 8 << 20, **librdkafka_settings(TLS)})
     consumer.assign([TopicPartition(topic, partition, 0)])
     got = 0
     while got < count and time.monotonic() < deadline:
@@ -84,7 +93,7 @@ def consume_raw(bootstrap, topic, partition, count, deadline):
 
 
 def consume_fetcher(bootstrap, topic, partition, count, deadline):
-    fetcher = ColumnarFetcher(bootstrap, client_id="bench")
+    fetcher = ColumnarFetcher(bootstrap, client_id="bench", tls=client_context(TLS))
     fetcher.assign({(topic, partition): 0})
     got = 0
     while got < count and time.monotonic() < deadline:
@@ -98,7 +107,8 @@ def run(args, work: Path, broker: BrokerProcess) -> int:
     bootstrap = broker.bootstrap
     n = args.messages
     print(f"{n:,} messages of {VALUE_SIZE} bytes; broker pid {broker.pid}; "
-          f"{os.cpu_count()} cpus")
+          f"{os.cpu_count()} cpus{'; over TLS' if TLS.speaks else ''}")
+    kcat_tls = [arg for key, value in librdkafka_settings(TLS).items() for arg in ("-X", f"{key}={value}")]
 
     with Phase("produce confluent-kafka (p0)", broker.pid) as phase:
         sent = produce_confluent(bootstrap, "bench", 0, n, time.monotonic() + args.phase_timeout)
@@ -110,13 +120,13 @@ def run(args, work: Path, broker: BrokerProcess) -> int:
         f.write(line * n)
     with Phase("produce kcat (p1)", broker.pid) as phase:
         subprocess.run(["kcat", "-b", bootstrap, "-P", "-t", "bench", "-p", "1", "-l", str(lines),
-                        "-X", "linger.ms=20", "-X", "batch.size=1000000"],
+                        "-X", "linger.ms=20", "-X", "batch.size=1000000", *kcat_tls],
                        check=True, timeout=args.phase_timeout)
     phase.report(n)
 
     with Phase("fetch kcat (p1)", broker.pid) as phase:
         out = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", "bench", "-p", "1", "-o", "beginning",
-                              "-e", "-q", "-c", str(n)],
+                              "-e", "-q", "-c", str(n), *kcat_tls],
                              check=True, timeout=args.phase_timeout, stdout=subprocess.PIPE).stdout
     got = out.count(b"\n")
     phase.report(got)
@@ -138,6 +148,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--phase-timeout", type=float, default=120.0)
+    parser.add_argument("--tls", action="store_true", help="the broker's listener and every client over TLS")
     args = parser.parse_args()
     if not 1_000 <= args.messages <= 20_000_000:
         parser.error("--messages must be in [1000, 20000000]")
@@ -149,7 +160,14 @@ def main() -> int:
         # The 500 ms tick the published figures ran with; no fault drill here needs a faster one.
         ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
         with cluster_in_chroot(ensemble.connect_string, work / "cluster", "bench") as cluster:
-            broker = cluster.add_broker(0)
+            tls_args = []
+            if args.tls:
+                global TLS
+                ca = certs.make_ca(work / "pki")
+                server = certs.issue(ca, work / "pki", "broker")
+                TLS = TlsConfig(ca=str(ca.cert))
+                tls_args = ["--tls-cert", str(server.cert), "--tls-key", str(server.key)]
+            broker = cluster.add_broker(0, extra=tls_args)
             cluster.create_topic("bench", 2)
             return run(args, work, broker)
     finally:

@@ -9,16 +9,28 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import threading
 from typing import Optional
 
 from zkcoord import wire
 from zkcoord.errors import ZkcoordError
+from zkcoord.security import tls as tls_
+from zkcoord.security.principal import ANONYMOUS
 
 
 # Reads of 64 KiB one read_available makes at most: a member sending fast
 # must not hold the event loop (its watcher fires again for the rest).
 MAX_READS_AT_ONCE = 4
+# A non-blocking socket with nothing to read now: plain sockets say
+# BlockingIOError; TLS ones (gevent's) want more of the record first.
+_NOTHING_NOW = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _pending(sock: socket.socket) -> int:
+    """Bytes a TLS socket has decrypted and not yet handed out (0 for a plain one)."""
+    pending = getattr(sock, "pending", None)
+    return pending() if pending is not None else 0
 
 
 class ChannelClosed(ZkcoordError):
@@ -40,16 +52,27 @@ class Channel:
         # what is sent to it goes in the highest version not above it
         # (Message.version_for). None: the latest, as a consumer speaks.
         self.level: Optional[int] = None
+        # Who the peer proved to be (a TLS client certificate; what
+        # authentication adds), for the authorization of what it asks.
+        self.principal = ANONYMOUS
         try:
             self.peer = "%s:%s" % sock.getpeername()[:2]
         except OSError:
             self.peer = "?"
 
     @classmethod
-    def connect(cls, host: str, port: int, timeout: float) -> "Channel":
+    def connect(cls, host: str, port: int, timeout: float, tls: Optional[ssl.SSLContext] = None) -> "Channel":
+        """A channel to ``host:port``; over TLS with ``tls`` (a client context,
+        :func:`zkcoord.security.tls.client_context`), which raises TlsError
+        when the handshake fails."""
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(sock)
+        if tls is not None:
+            sock = tls_.connect(sock, tls, host, timeout)
+        channel = cls(sock)
+        if channel.peer == "?":  # a server that refused us after the handshake may have gone already
+            channel.peer = f"{host}:{port}"
+        return channel
 
     def next_correlation_id(self) -> int:
         return next(self._ids) & 0x7FFFFFFF
@@ -68,6 +91,12 @@ class Channel:
                 raise ChannelClosed(f"connection to {self.peer} is closed")
             try:
                 self.sock.sendall(data)
+            except ssl.SSLError as exc:
+                alert = tls_.alert_behind(self.sock)
+                self.close()
+                if alert is not None:  # the server refused us (a certificate) and closed: say so
+                    raise tls_.refusal(alert, self.peer) from None
+                raise ChannelClosed(f"sending to {self.peer} failed: {exc}") from None
             except OSError as exc:
                 self.close()
                 raise ChannelClosed(f"sending to {self.peer} failed: {exc}") from None
@@ -87,6 +116,9 @@ class Channel:
                 data = self.sock.recv(65536)
             except socket.timeout:
                 return None
+            except ssl.SSLError as exc:  # a TLS alert: the server refused our certificate, or none
+                self.close()
+                raise tls_.refusal(exc, self.peer) from None
             except OSError as exc:
                 self.close()
                 raise ChannelClosed(f"receiving from {self.peer} failed: {exc}") from None
@@ -115,7 +147,7 @@ class Channel:
         while True:
             try:
                 data = self.sock.recv(65536)
-            except BlockingIOError:
+            except _NOTHING_NOW:
                 break
             except OSError as exc:
                 self.peer_gone = True
@@ -129,6 +161,8 @@ class Channel:
                 raise ChannelClosed(f"{self.peer} closed the connection")
             frames.extend(self._decoder.feed(data))
             reads += 1
+            if _pending(self.sock):
+                continue  # decrypted already, out of the loop's sight: it would not say readable for it
             if len(data) < 65536 or reads == MAX_READS_AT_ONCE:
                 break  # the rest when the loop says it is readable again
         return frames

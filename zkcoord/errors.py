@@ -19,3 +19,9 @@ class ConfigError(ZkcoordError, ValueError):
 
 class EnsembleError(ZkcoordError):
     """A local ZooKeeper ensemble could not be started, reached or stopped."""
+
+
+class TlsError(ZkcoordError):
+    """A TLS handshake failed or was refused: a certificate not trusted or not
+    shown, a peer that does not speak TLS, a handshake that took too long.
+    Not retriable unless the connection merely broke during it."""

@@ -24,6 +24,7 @@ from zkcoord.consumer.cli import config_from as consumer_config_from
 from zkcoord.consumer.config import ConsumerConfig, MemberConfig
 from zkcoord.coordinator.cli import config_from as server_config_from
 from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
+from zkcoord.security.config import TlsConfig
 from zkcoord.drill.cli import settings_from as drill_settings_from
 from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.schedule import KINDS
@@ -32,7 +33,7 @@ from zkcoord.metrics.config import MetricsConfig
 from zkcoord.zk.ensemble import EnsembleConfig
 
 CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig, CoordinatorConfig, ServerConfig,
-           DrillSettings, EnsembleConfig)
+           DrillSettings, EnsembleConfig, TlsConfig)
 
 # Options that are not settings of a config but of the command's own run:
 # where to write, what to wait for, how to reach ZooKeeper before anything.

@@ -195,23 +195,26 @@ def render_state(view: dict) -> list[str]:
         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row], {})
 
 
-def log_end_offsets(client, timeout_s: Optional[float] = None) -> Callable:
+def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None) -> Callable:
     """A function giving partitions' log end offsets, asked of the brokers
     registered in ZooKeeper (each connection within ``timeout_s``, by default
-    BrokerOffsets'); a partition whose broker cannot say is left out."""
+    BrokerOffsets'; over TLS with ``tls``, a client SSLContext); a partition
+    whose broker cannot say is left out."""
     from zkcoord.admin.brokers import LATEST_TIMESTAMP, TIMEOUT_S, BrokerOffsets
 
     def ends(partitions) -> dict:
         addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
-        with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s) as brokers:
+        with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls) as brokers:
             return brokers.offsets_known(partitions, LATEST_TIMESTAMP)
 
     return ends
 
 
 def register(subparsers) -> None:
+    from zkcoord import settings
     from zkcoord.admin import reset
+    from zkcoord.security.config import CLIENT_TLS, TlsConfig
 
     parser = subparsers.add_parser("groups", help="list consumer groups, describe one, reset its offsets")
     actions = parser.add_subparsers(dest="groups_action", metavar="ACTION", required=True)
@@ -229,11 +232,14 @@ def register(subparsers) -> None:
                           help="json: one document holding every view (default text)")
     describe.add_argument("--json", dest="output", action="store_const", const="json", help="--output json")
     describe.add_argument("--no-lag", action="store_true", help="do not ask the brokers for log end offsets")
+    settings.add_options(describe, TlsConfig, only=CLIENT_TLS)  # the brokers' log ends, over TLS
     describe.set_defaults(func=run)
     reset.register(actions)
 
 
 def run(args: argparse.Namespace) -> int:
+    from zkcoord.admin.reset import client_tls
+
     try:
         if args.groups_action == "describe":
             layout.group_path(args.group)
@@ -249,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
             if args.group not in list_groups(client):
                 print(f"zkcoord groups: no group {args.group!r}", file=sys.stderr)
                 return 2
-            view = describe_group(client, args.group, None if args.no_lag else log_end_offsets(client))
+            view = describe_group(client, args.group,
+                                  None if args.no_lag else log_end_offsets(client, tls=client_tls(args)))
             if args.output == "json":
                 print(json.dumps(view, indent=2))
             else:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Mapping, Optional
 
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.records import TopicPartition
 
 # How long the command keeps asking while the coordinator moves or the group rebalances.
@@ -166,6 +166,17 @@ def render_plan(group: str, plan: Mapping[TopicPartition, int]) -> list[str]:
 
 # -- the coordinator and the brokers ------------------------------------------------------------
 
+def client_tls(args: argparse.Namespace):
+    """The client SSLContext the command's --tls-* options describe (None: plaintext), made once."""
+    if not hasattr(args, "tls_context"):
+        from zkcoord import settings
+        from zkcoord.security.config import TlsConfig
+        from zkcoord.security.tls import client_context
+
+        args.tls_context = client_context(settings.from_args(TlsConfig, args))
+    return args.tls_context
+
+
 def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     """The address of the group's coordinator, and the brokers' addresses:
     from ZooKeeper (``--zookeeper``) or asked of the servers (``--bootstrap``)."""
@@ -188,7 +199,7 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     failures = []
     for host, port in parse_bootstrap(args.bootstrap.split(",")):
         try:
-            channel = Channel.connect(host, port, CONNECT_TIMEOUT_S)
+            channel = Channel.connect(host, port, CONNECT_TIMEOUT_S, tls=client_tls(args))
         except OSError as exc:
             failures.append(f"{host}:{port}: {exc}")
             continue
@@ -221,7 +232,7 @@ def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute
     while True:
         try:
             (host, port), _ = locate(args)
-            channel = Channel.connect(host, port, CONNECT_TIMEOUT_S)
+            channel = Channel.connect(host, port, CONNECT_TIMEOUT_S, tls=client_tls(args))
             try:
                 answer = channel.request(request, ANSWER_TIMEOUT_S)
             finally:
@@ -269,7 +280,7 @@ def reset_offsets(args: argparse.Namespace) -> list[str]:
 
     mode = mode_of(args, int(time.time() * 1000))
     _, addresses = locate(args)
-    with BrokerOffsets(addresses) as brokers:
+    with BrokerOffsets(addresses, tls=client_tls(args)) as brokers:
         partitions = partitions_to_reset(args, brokers)
         known = ask(args, {tp: -1 for tp in partitions}, execute=False)
         if known.members and not args.force:
@@ -291,6 +302,9 @@ def reset_offsets(args: argparse.Namespace) -> list[str]:
 # -- the command --------------------------------------------------------------------------------
 
 def register(actions) -> None:
+    from zkcoord import settings
+    from zkcoord.security.config import CLIENT_TLS, TlsConfig
+
     parser = actions.add_parser("reset-offsets", help="move a group's committed offsets, through its coordinator, "
                                                       "as kafka-consumer-groups --reset-offsets does")
     where = parser.add_mutually_exclusive_group(required=True)
@@ -316,6 +330,7 @@ def register(actions) -> None:
     parser.add_argument("--force", action="store_true",
                         help="also while the group has members: their coordinator stops the partitions' owners, "
                              "writes, and starts the owners from the new offsets")
+    settings.add_options(parser, TlsConfig, only=CLIENT_TLS)
     parser.set_defaults(func=run)
 
 
@@ -325,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         layout.group_path(args.group)
         lines = reset_offsets(args)
-    except (ResetArgumentError, layout.LayoutError) as exc:
+    except (ResetArgumentError, layout.LayoutError, ConfigError) as exc:  # a bad argument, or --tls-* file
         print(f"zkcoord groups reset-offsets: {exc}", file=sys.stderr)
         return 2
     except ZkcoordError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from zkcoord.security.config import TlsConfig
 from zkcoord.settings import INT32_MAX, NODE_ID, PORT, bind_address, check, setting
 
 
@@ -62,6 +63,10 @@ class BrokerConfig:
                                                              "protocol may go without a heartbeat", minimum=1)
     # Kafka's connections.max.idle.ms.
     idle_timeout_ms: int = setting(600_000, "close a connection that sends nothing for this long", minimum=1)
+    # One listener, TLS or plaintext: a cluster's clients all reach its
+    # brokers one way, and Metadata names the one endpoint there is.
+    tls: TlsConfig = setting(help="TLS of the Kafka listener (SSL; plaintext without a certificate)",
+                             factory=TlsConfig, cli=False)
 
     def __post_init__(self):
         check(self)

@@ -9,6 +9,7 @@ client sends can stop the broker or touch a log it did not validate.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -33,8 +34,10 @@ from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, Handlers, MetadataC
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import TlsError, ZkcoordError
 from zkcoord.metrics.families import BrokerMetrics
+from zkcoord.security import tls
+from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,16 @@ class BrokerError(ZkcoordError):
 
 class _Closed(Exception):
     """The peer closed the connection (or we decided to)."""
+
+
+@dataclasses.dataclass(eq=False)
+class Connection:
+    """One client connection: its socket, where it comes from, and who it
+    proved to be (a TLS client certificate), for authorization to read."""
+
+    sock: socket.socket
+    address: tuple
+    principal: Principal = ANONYMOUS
 
 
 class Broker:
@@ -73,6 +86,7 @@ class Broker:
         self._wake = gevent.event.Event()
         self._pool = gevent.pool.Pool(config.max_connections)
         self._server: Optional[gevent.server.StreamServer] = None
+        self._tls = tls.server_context(config.tls)  # None: plaintext
         self._connections: set = set()
         self.metrics.watch_connections(lambda: len(self._connections))
         self._greenlets: list = []
@@ -95,7 +109,10 @@ class Broker:
             self._server = None
             raise BrokerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
         self.port = self._server.server_port
-        endpoint = layout.Endpoint("PLAINTEXT", "PLAINTEXT", self.config.advertised, self.port)
+        # Registered as Kafka registers a listener: "SSL://host:port" and its
+        # protocol in listener_security_protocol_map.
+        protocol = "SSL" if self._tls is not None else "PLAINTEXT"
+        endpoint = layout.Endpoint(protocol, protocol, self.config.advertised, self.port)
         registration = layout.BrokerRegistration.for_endpoints(
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
             rack=self.config.rack)
@@ -122,7 +139,8 @@ class Broker:
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
-            session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end)
+            session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end,
+            tls=self.config.tls)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -142,7 +160,7 @@ class Broker:
         self._appended.set()
         for sock in list(self._connections):
             try:
-                sock.shutdown(socket.SHUT_RD)
+                tls.shutdown(sock, socket.SHUT_RD)  # answers in flight still go out, over TLS where it is
             except OSError:
                 pass
         if self.groups is not None:
@@ -240,6 +258,19 @@ class Broker:
     def _serve(self, sock, address) -> None:
         self._connections.add(sock)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            try:
+                wrapped = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
+            except TlsError as exc:
+                self._connections.discard(sock)
+                log.info("refused a connection from %s:%s: %s", address[0], address[1], exc)
+                return
+            self._connections.discard(sock)
+            self._connections.add(wrapped)
+            sock = wrapped
+        connection = Connection(sock, address, tls.principal_of(sock))
+        if connection.principal != ANONYMOUS:
+            log.info("%s:%s is %s by its TLS certificate", address[0], address[1], connection.principal)
         sock.settimeout(self.config.idle_timeout_ms / 1000)
         try:
             while not self._stopping:
@@ -250,9 +281,9 @@ class Broker:
                              self.config.max_request_bytes)
                     return
                 frame = _recv_exact(sock, size)
-                parts = self._handle(frame, address[0])
+                parts = self._handle(frame, connection)
                 if parts:
-                    _send_parts(sock, parts)
+                    _send_parts(sock, parts, copy=self._tls is not None)
         except _Closed:
             pass
         except socket.timeout:
@@ -273,7 +304,8 @@ class Broker:
             except OSError:
                 pass
 
-    def _handle(self, frame: bytes, client_host: str) -> Optional[list]:
+    def _handle(self, frame: bytes, connection: Connection) -> Optional[list]:
+        client_host = connection.address[0]
         request = protocol.decode_request(frame)
         if isinstance(request, UnsupportedApiVersions):
             self.metrics.request(protocol.API_KEY_API_VERSIONS)
@@ -381,12 +413,14 @@ def _recv_exact(sock, size: int) -> bytes:
     return bytes(buf)
 
 
-def _send_parts(sock, parts: list) -> None:
-    """Send a response; closes the descriptors of its file ranges."""
+def _send_parts(sock, parts: list, copy: bool = False) -> None:
+    """Send a response; closes the descriptors of its file ranges. ``copy``:
+    read the file ranges and send them (TLS must encrypt what sendfile would
+    hand the kernel as it is)."""
     try:
         for part in parts:
             if isinstance(part, FileRange):
-                _sendfile(sock, part)
+                (_copy_range if copy else _sendfile)(sock, part)
             else:
                 sock.sendall(part)
     finally:
@@ -396,6 +430,22 @@ def _send_parts(sock, parts: list) -> None:
 def _close_slices(regions) -> None:
     for region in regions:
         os.close(region.fd)
+
+
+# What one read of a file range copies for a TLS connection.
+_COPY_CHUNK = 256 * 1024
+
+
+def _copy_range(sock, part: FileRange) -> None:
+    """A file range read and sent through the socket (TLS encrypts it)."""
+    offset, left = part.offset, part.count
+    while left > 0:
+        data = os.pread(part.fd, min(left, _COPY_CHUNK), offset)
+        if not data:
+            raise _Closed()  # the file shrank under us (retention)
+        sock.sendall(data)
+        offset += len(data)
+        left -= len(data)
 
 
 def _sendfile(sock, part: FileRange) -> None:

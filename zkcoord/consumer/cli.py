@@ -44,6 +44,7 @@ from typing import Callable, Optional
 def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord import settings
     from zkcoord.consumer.config import ConsumerConfig
+    from zkcoord.security.config import CLIENT_TLS, TlsConfig
 
     p = subparsers.add_parser("consume", help="consume a topic as a member of a group")
     member = p.add_mutually_exclusive_group(required=True)
@@ -54,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     settings.add_options(which, ConsumerConfig, only=("topics", "pattern"))
     # Offsets are always auto-committed here (see above).
     settings.add_options(p, ConsumerConfig, exclude=("topics", "pattern", "auto_commit"))
+    settings.add_options(p, TlsConfig, only=CLIENT_TLS)
     p.add_argument("--max-messages", type=int, default=0, help="stop after this many (0: never)")
     p.add_argument("--output", type=Path, default=None, help="append records here as JSON lines (default stdout)")
     p.add_argument("--status", type=Path, default=None, help="keep the member's assignment in this JSON file")
@@ -68,8 +70,9 @@ def config_from(args: argparse.Namespace):
     """The ConsumerConfig the command line describes."""
     from zkcoord import settings
     from zkcoord.consumer.config import ConsumerConfig
+    from zkcoord.security.config import TlsConfig
 
-    return settings.from_args(ConsumerConfig, args)
+    return settings.from_args(ConsumerConfig, args, tls=settings.from_args(TlsConfig, args))
 
 
 _status_lock = threading.Lock()
@@ -227,6 +230,7 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
 
     from zkcoord.broker.groups.classic import ASSIGNOR_FOR_STRATEGY
     from zkcoord.consumer.membership import parse_bootstrap
+    from zkcoord.security.config import librdkafka_settings
 
     brokers = ",".join(f"{host}:{port}" for host, port in parse_bootstrap(args.kafka_brokers))
     config = config_from(args)
@@ -247,6 +251,7 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     }
     if config.consumer_id:
         settings["group.instance.id"] = config.consumer_id
+    settings.update(librdkafka_settings(config.tls))
     consumer = KafkaConsumer(settings)
     held: set = set()
     # The member id under which it last took partitions: what its records and

@@ -14,6 +14,7 @@ from typing import Optional
 from zkcoord import wire
 from zkcoord.errors import ConfigError
 from zkcoord.patterns import PatternError, check_pattern
+from zkcoord.security.config import TlsConfig
 from zkcoord.settings import check, of, setting
 
 
@@ -36,6 +37,8 @@ class MemberConfig:
     assignment_strategies: tuple[str, ...] = setting(("range",), "an assignment strategy, in order of "
                                                                 "preference (repeatable)", flag="--strategy",
                                                      non_empty=True)
+    tls: TlsConfig = setting(help="TLS to the servers and brokers (with a CA to verify them; a certificate "
+                                  "of its own for mutual TLS)", factory=TlsConfig, cli=False)
 
     def __post_init__(self) -> None:
         check(self)

@@ -38,10 +38,11 @@ log = logging.getLogger(__name__)
 FETCH_SLICE_S = 0.05  # longest a poll() holds the lock while waiting for data
 
 
-def columnar_fetcher_factory(brokers: str, client_id: str):
+def columnar_fetcher_factory(brokers: str, client_id: str, tls=None):
+    """``tls``: the client SSLContext to reach the brokers with (None: plaintext)."""
     from zkcoord.fetch.columnar import ColumnarFetcher
 
-    return ColumnarFetcher(brokers, client_id=client_id)
+    return ColumnarFetcher(brokers, client_id=client_id, tls=tls)
 
 
 class Consumer:
@@ -214,7 +215,9 @@ class Consumer:
                 brokers = ",".join(f"{b.host}:{b.port}" for b in self.membership.brokers)
                 if not brokers:
                     raise ZkcoordError("the cluster metadata named no broker to fetch from")
-                self._fetcher = self._fetcher_factory(brokers, self.consumer_id)
+                # TLS as to the coordinator; a factory of plaintext fetchers is never asked to.
+                tls = {"tls": self.membership.tls} if self.membership.tls is not None else {}
+                self._fetcher = self._fetcher_factory(brokers, self.consumer_id, **tls)
             added = {tp: o for tp, o in partitions.items() if tp not in self._fetcher.assignment()}
             if not added:
                 return

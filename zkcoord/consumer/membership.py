@@ -29,8 +29,9 @@ from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel
 from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState
-from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.errors import ConfigError, TlsError, ZkcoordError
 from zkcoord.records import TopicPartition
+from zkcoord.security.tls import client_context
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class GroupMembership:
             assignment_strategies=config.assignment_strategies,
         ), listener)
         self.session_timeout = config.session_timeout_ms / 1000.0
+        self.tls = client_context(config.tls)  # None: plaintext; the fetcher's connections use it too
         self.brokers: list[wire.Endpoint] = []
         self.error: Optional[ZkcoordError] = None  # raised to the application by the next poll()
         self.registered = threading.Event()
@@ -207,6 +209,13 @@ class GroupMembership:
                 log.error("member %s removed from its group: %s", self.consumer_id, exc)
                 self.error = exc
                 self.protocol.fail()
+            except TlsError as exc:
+                if exc.retriable:
+                    log.info("member %s: %s; starting again from the bootstrap list", self.consumer_id, exc)
+                else:  # a certificate or protocol refused: trying again cannot help, the application is told
+                    log.error("member %s: %s", self.consumer_id, exc)
+                    self.error = exc
+                    self.protocol.fail()
             except (ZkcoordError, OSError) as exc:
                 if not self._closing.is_set():
                     log.info("member %s: %s; starting again from the bootstrap list", self.consumer_id, exc)
@@ -255,7 +264,7 @@ class GroupMembership:
             self._closing.wait(0.2)  # no coordinator elected yet
             return None
         try:
-            channel = Channel.connect(target.host, target.port, CONNECT_TIMEOUT_S)
+            channel = Channel.connect(target.host, target.port, CONNECT_TIMEOUT_S, tls=self.tls)
         except OSError:
             self._unreachable_epoch = metadata.coordinator_epoch  # dead, most likely: wait for its successor
             raise
@@ -295,14 +304,22 @@ class GroupMembership:
             host, port = self.servers[self._next_server]
             self._next_server = (self._next_server + 1) % len(self.servers)
             try:
-                channel = Channel.connect(host, port, CONNECT_TIMEOUT_S)
+                channel = Channel.connect(host, port, CONNECT_TIMEOUT_S, tls=self.tls)
             except OSError:
+                continue
+            except TlsError as exc:
+                if not exc.retriable:
+                    raise  # a refusal: every server of the cluster would refuse alike
                 continue
             known = self._unreachable_epoch
             request = wire.ClusterMetadataRequest(group_id=self.group, known_epoch=-1 if known is None else known,
                                                   max_wait_ms=0 if known is None else METADATA_WAIT_MS)
             try:
                 answer = channel.request(request, timeout=CONNECT_TIMEOUT_S + request.max_wait_ms / 1000.0)
+            except TlsError as exc:  # TLS 1.3: a server refusing our certificate says so at the first read
+                if not exc.retriable:
+                    raise
+                continue
             except (ZkcoordError, OSError):
                 continue
             finally:

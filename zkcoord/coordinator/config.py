@@ -9,6 +9,7 @@ from zkcoord import wire
 from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.errors import ConfigError
 from zkcoord.metrics.config import MetricsConfig
+from zkcoord.security.config import TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")
@@ -78,6 +79,13 @@ class ServerConfig:
         None, "coordinator slots the groups are spread over, each elected on its own, so that every server "
               "coordinates a share; set by a cluster's first server, fixed after that (default: the cluster's "
               "count, 1 for a new cluster)", validate=validate_slot_count)
+    tls: TlsConfig = setting(help="TLS of the coordinator protocol's listener and the embedded broker's",
+                             factory=TlsConfig, cli=False)
 
     def __post_init__(self) -> None:
         check(self)
+        if self.tls.serves and not self.tls.speaks:
+            # The embedded broker's bridge registers stock members with the
+            # coordinators as a client does: it must verify them too.
+            raise ConfigError("a server with --tls-cert needs --tls-ca too: it connects to the cluster's "
+                              "coordinators as a client, and verifies them against it")

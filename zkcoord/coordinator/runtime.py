@@ -150,9 +150,12 @@ class _Connection:
                     return
                 while data:
                     try:
-                        data = data[sock.send(data):]
+                        sent = sock.send(data)
                     except BlockingIOError:
+                        sent = 0
+                    if not sent:  # full (a TLS socket says so with 0): the same bytes again once there is room
                         gevent.socket.wait_write(sock.fileno())
+                    data = data[sent:]
                 self._queued -= 1
         except OSError:
             pass
@@ -165,11 +168,12 @@ class Coordinator:
 
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
                  topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
-                 metrics: CoreMetrics = NO_METRICS, log_ends: Optional[Callable[[frozenset], Mapping]] = None):
+                 metrics: CoreMetrics = NO_METRICS, log_ends: Optional[Callable[[frozenset], Mapping]] = None,
+                 broker_tls=None):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
         ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into;
         ``log_ends``: partitions' log end offsets (by default asked of their leaders, the brokers
-        registered in ZooKeeper), those that answered."""
+        registered in ZooKeeper, over TLS with ``broker_tls``, a client SSLContext), those that answered."""
         self.store = store
         self.topics = topics
         self.config = config
@@ -185,6 +189,7 @@ class Coordinator:
         self._operations = gevent.pool.Group()
         self._broker_reads = gevent.pool.Group()  # not ZooKeeper's: they do not wait for its turn
         self._log_ends = log_ends
+        self._broker_tls = broker_tls
         self._waiting_operations: collections.deque = collections.deque()
         self._stopped = False
 
@@ -396,7 +401,7 @@ class Coordinator:
         answered by then, the core takes as not learnt."""
         timeout_s = self.config.log_end_timeout_ms / 1000.0
         if self._log_ends is None:  # each broker's share of the time: one that hangs does not take it all
-            self._log_ends = log_end_offsets(self.store.zk, timeout_s=timeout_s / 2)
+            self._log_ends = log_end_offsets(self.store.zk, timeout_s=timeout_s / 2, tls=self._broker_tls)
         try:
             with gevent.Timeout(timeout_s, LogEndsTimeout(f"the partitions' leaders did not answer within "
                                                           f"{timeout_s:g}s")):

@@ -43,9 +43,11 @@ from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, validate_slot_count
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
-from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.errors import ConfigError, TlsError, ZkcoordError
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
+from zkcoord.security import tls
+from zkcoord.security.principal import ANONYMOUS
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id
@@ -146,6 +148,8 @@ class Server:
         self.metadata: Optional[MetadataView] = None
         self.topics = TopicWatch(self.zk)
         self._stream: Optional[GatedStreamServer] = None
+        self._tls = tls.server_context(config.tls)  # None: plaintext
+        self._client_tls = tls.client_context(config.tls)  # how its coordinators reach the brokers
         self._running = False
         self._session_lost = False
         self._state_changed = gevent.event.Event()
@@ -464,7 +468,7 @@ class Server:
         any failure, nothing is left running."""
         slot = store.slot
         coordinator = Coordinator(store, self.config.coordinator, store.epoch.number, self.zk_session_timeout_ms,
-                                  self.topics, metrics=self.core_metrics)
+                                  self.topics, metrics=self.core_metrics, broker_tls=self._client_tls)
         # Published before it starts, so that a suspension meanwhile reaches it.
         if self.zk.state != KazooState.CONNECTED:
             coordinator.session_changed(connected=False)
@@ -521,7 +525,17 @@ class Server:
 
     def _handle(self, sock: socket.socket, address) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            # Here, not by StreamServer's ssl_context: gevent's handshake there has no deadline.
+            try:
+                sock = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
+            except TlsError as exc:
+                log.info("refused a connection from %s:%s: %s", address[0], address[1], exc)
+                return
         channel = Channel(sock, max_frame_size=self.config.max_frame_size)
+        channel.principal = tls.principal_of(sock)
+        if channel.principal != ANONYMOUS:
+            log.info("%s is %s by its TLS certificate", channel.peer, channel.principal)
         try:
             while self._running:
                 frame = channel.receive(timeout=IDLE_TIMEOUT_S)
@@ -554,7 +568,7 @@ class Server:
                 channel.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)), exc.correlation_id or 0)
             except ChannelClosed:
                 pass
-        except ChannelClosed:
+        except (ChannelClosed, TlsError):  # TLS: an alert from the client ends it as a close does
             pass
         finally:
             channel.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import ssl
 import threading
 import time
 from typing import Iterable, NamedTuple, Optional, Union
@@ -173,13 +174,16 @@ class ColumnarFetcher:
     (OffsetOutOfRangeError from ``fetch``).
     """
 
-    def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest"):
+    def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest",
+                 tls: Optional[ssl.SSLContext] = None):
+        """``tls``: a client SSLContext for the brokers (None: plaintext)."""
         if offset_reset not in RESETS:
             raise FetchError(f"offset_reset must be one of {', '.join(RESETS)}, not {offset_reset!r}")
         self._bootstrap = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
         if not self._bootstrap:
             raise FetchError("no broker address to fetch from")
         self._client_id = client_id
+        self._tls = tls
         self._reset = offset_reset
         self._epochs = itertools.count(1)
         self._turns = itertools.count(1)
@@ -332,7 +336,8 @@ class ColumnarFetcher:
                 by_leader.setdefault(leader, []).append(tp)
         for leader, tps in by_leader.items():
             try:
-                with BrokerConnection(leader, client_id=self._client_id, timeout_s=5.0) as connection:
+                with BrokerConnection(leader, client_id=self._client_id, tls=self._tls,
+                                      timeout_s=5.0) as connection:
                     for tp in tps:
                         try:
                             resolved[tp] = self._bound(connection, tp, positions[tp])
@@ -351,7 +356,7 @@ class ColumnarFetcher:
         problems = []
         for address in list(self._bootstrap):
             try:
-                return BrokerConnection(address, client_id=self._client_id, timeout_s=5.0)
+                return BrokerConnection(address, client_id=self._client_id, tls=self._tls, timeout_s=5.0)
             except BrokerConnectionError as exc:
                 problems.append(str(exc))
         raise BrokerConnectionError("; ".join(problems))
@@ -436,7 +441,7 @@ class ColumnarFetcher:
                     return
                 if not holder:
                     try:
-                        holder.append(BrokerConnection(address, client_id=self._client_id,
+                        holder.append(BrokerConnection(address, client_id=self._client_id, tls=self._tls,
                                                        timeout_s=REQUEST_TIMEOUT_S))
                     except BrokerConnectionError as exc:
                         log.info("fetcher: %s", exc)

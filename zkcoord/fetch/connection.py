@@ -12,6 +12,7 @@ in flight at a time; a connection is used by one thread.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import NamedTuple, Optional, Union
 
@@ -19,7 +20,8 @@ from kafka.errors import for_code
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.security import tls as tls_
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -39,6 +41,13 @@ class BrokerConnectionError(ZkcoordError):
     cannot read. Retriable: a new connection may work."""
 
     retriable = True
+
+
+def _unless_refused(error: TlsError) -> ZkcoordError:
+    """A TLS failure as the caller should see it: a refusal (a certificate, a
+    protocol) as the TlsError it is, which no retry helps; a connection that
+    merely broke in a handshake as any broken connection, to retry."""
+    return error if not error.retriable else BrokerConnectionError(str(error))
 
 
 class PartitionError(ZkcoordError):
@@ -67,7 +76,10 @@ class BrokerConnection:
     """A connection to ``host:port``; raises BrokerConnectionError when it
     cannot be opened or negotiated."""
 
-    def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0):
+    def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0,
+                 tls: Optional[ssl.SSLContext] = None):
+        """``tls``: a client SSLContext (zkcoord.security.tls.client_context);
+        a handshake that fails raises TlsError, not retriable when refused."""
         host, _, port = address.rpartition(":")
         self.address = address
         self._client_id = client_id
@@ -77,6 +89,12 @@ class BrokerConnection:
         except (OSError, ValueError) as exc:
             raise BrokerConnectionError(f"cannot connect to broker {address}: {exc}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                self._sock = tls_.connect(self._sock, tls, host, timeout_s)
+            except TlsError as exc:
+                self._sock = None
+                raise _unless_refused(exc) from None
         try:
             offered = self._request(ApiVersionsRequest(version=0), ApiVersionsResponse, 0)
             if offered.error_code != NONE:
@@ -217,6 +235,11 @@ class BrokerConnection:
             if not 4 <= size <= MAX_FRAME:
                 raise BrokerConnectionError(f"broker {self.address} sent a frame of {size} bytes")
             frame = memoryview(self._receive(size))
+        except ssl.SSLError as exc:  # TLS 1.3: a broker refusing our certificate says so at the first exchange
+            # The write may have failed first (the broker gone), the alert unread behind it.
+            alert = tls_.alert_behind(sock) if isinstance(exc, ssl.SSLEOFError) else None
+            self.close()
+            raise _unless_refused(tls_.refusal(alert or exc, self.address)) from None
         except OSError as exc:
             self.close()
             raise BrokerConnectionError(f"broker {self.address}: {exc}") from None
@@ -258,7 +281,7 @@ class BrokerConnection:
         sock = self._sock
         if sock is not None:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                tls_.shutdown(sock, socket.SHUT_RDWR)  # TLS left in place for the owner's read to fail in
             except OSError:
                 pass
 

@@ -70,6 +70,7 @@ class QueryMember:
             group=self.options.group, topics=self.options.topics, pattern=self.options.pattern,
             session_timeout_ms=self.options.session_timeout_ms,
             auto_offset_reset=wire.SMALLEST if self.options.starting == EARLIEST else wire.LARGEST,
+            tls=self.options.tls,
         ), self)
         self._membership.start()
         log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)

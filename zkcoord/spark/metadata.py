@@ -14,6 +14,7 @@ import threading
 from typing import Iterable
 
 from zkcoord.records import TopicPartition
+from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
 from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SourceOptions
@@ -26,8 +27,11 @@ KAFKA_TIMEOUT_S = 15.0
 
 
 class ClusterView:
-    def __init__(self, zookeeper: str):
+    def __init__(self, zookeeper: str, tls: TlsConfig = PLAIN):
+        """``tls``: how to reach the brokers (plaintext by default)."""
         self.zookeeper = zookeeper
+        self.tls = tls
+        self._tls_context = None
         self._zk = None
         self._brokers: dict[str, object] = {}  # address -> BrokerConnection, for offset bounds
         self._lock = threading.Lock()
@@ -35,10 +39,10 @@ class ClusterView:
 
     # Never pickled: a reader that holds a view sends only its connect string.
     def __getstate__(self):
-        return {"zookeeper": self.zookeeper}
+        return {"zookeeper": self.zookeeper, "tls": self.tls}
 
     def __setstate__(self, state):
-        self.__init__(state["zookeeper"])
+        self.__init__(state["zookeeper"], state.get("tls", PLAIN))
 
     @property
     def zk(self):
@@ -179,9 +183,12 @@ class ClusterView:
         connection = self._brokers.get(address)
         if connection is None:
             from zkcoord.fetch.connection import BrokerConnection
+            from zkcoord.security.tls import client_context
 
+            if self._tls_context is None and self.tls.speaks:
+                self._tls_context = client_context(self.tls)
             connection = self._brokers[address] = BrokerConnection(address, client_id="zkcoord-spark-planner",
-                                                                   timeout_s=KAFKA_TIMEOUT_S)
+                                                                   timeout_s=KAFKA_TIMEOUT_S, tls=self._tls_context)
         return connection
 
     def _drop_broker(self, address: str) -> None:

@@ -3,7 +3,9 @@
 Names follow Spark's own Kafka source where the idea is the same
 (``subscribe``, ``subscribePattern``, ``startingOffsets``, ``endingOffsets``,
 ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``,
-``kafkaConsumer.pollTimeoutMs``); ``zookeeper`` replaces
+``kafkaConsumer.pollTimeoutMs``); TLS to the servers and brokers takes
+librdkafka's PEM options (``ssl.ca.location``, ``ssl.certificate.location``,
+``ssl.key.location``); ``zookeeper`` replaces
 ``kafka.bootstrap.servers`` because topics, partitions and brokers are found
 in ZooKeeper, and ``group`` makes a streaming query a member of a consumer
 group. Pure: no ZooKeeper, no Spark.
@@ -19,6 +21,7 @@ from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import parse_bootstrap
 from zkcoord.errors import ConfigError
 from zkcoord.patterns import PatternError, check_pattern, matches
+from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.offsets import PartitionOffsets, parse_offsets_json
 from zkcoord.zk import layout
@@ -35,7 +38,10 @@ _KNOWN = {
     "zookeeper", "subscribe", "subscribepattern", "startingoffsets", "endingoffsets",
     "maxoffsetspertrigger", "minpartitions", "failondataloss", "kafkaconsumer.polltimeoutms",
     "group", "servers", "sessiontimeoutms", "handofftimeoutms",
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
 }
+# The TLS options, as TlsConfig's settings.
+_TLS = {"ssl.ca.location": "ca", "ssl.certificate.location": "cert", "ssl.key.location": "key"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class SourceOptions:
     servers: tuple[str, ...] = ()  # coordinator endpoints; empty: read /zkcoord/servers
     session_timeout_ms: int = settings.default(MemberConfig, "session_timeout_ms")  # a group member's, as any
     handoff_timeout_ms: int = 8_000
+    tls: TlsConfig = PLAIN  # to the servers and the brokers
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -99,6 +106,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             parse_bootstrap(servers)
         except ConfigError as exc:
             raise SourceOptionError(f"option 'servers': {exc}") from None
+    try:
+        tls = TlsConfig(**{setting: opts[option] for option, setting in _TLS.items() if option in opts})
+    except ConfigError as exc:
+        raise SourceOptionError(f"TLS options: {exc}") from None
     # Options not given keep SourceOptions' defaults.
     given = {name: value for name, value in (
         ("max_offsets_per_trigger", _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")),
@@ -116,6 +127,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
         group=group,
         servers=servers,
+        tls=tls,
         **given,
     )
 

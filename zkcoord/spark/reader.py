@@ -20,6 +20,8 @@ from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, OFFSET_OUT_OF_RANGE, BrokerConnection, BrokerConnectionError, PartitionError,
 )
 from zkcoord.fetch.records import decode_batches
+from zkcoord.security.config import PLAIN, TlsConfig
+from zkcoord.security.tls import client_context
 from zkcoord.spark.errors import DataLossError, ReadTimeoutError, SparkSourceError
 from zkcoord.spark.offsets import OffsetRange
 
@@ -41,6 +43,7 @@ class ReadTask:
     poll_timeout_ms: int = 120_000
     fail_on_data_loss: bool = True
     brokers: tuple[str, ...] = ()
+    tls: TlsConfig = PLAIN  # how to reach the brokers
 
 
 def read_task(task: ReadTask) -> Iterator:
@@ -61,6 +64,7 @@ class _RangeReader:
         self.task = task
         self.range = task.range
         self.leader = task.broker
+        self.tls = client_context(task.tls)  # None: plaintext
         self.connection: Optional[BrokerConnection] = None
         self.fetch_bytes = FETCH_BYTES
         self.backoff = RETRY_BACKOFF_S[0]
@@ -127,7 +131,7 @@ class _RangeReader:
 
     def _connect(self) -> BrokerConnection:
         if self.connection is None:
-            self.connection = BrokerConnection(self.leader, client_id="zkcoord-spark-reader")
+            self.connection = BrokerConnection(self.leader, client_id="zkcoord-spark-reader", tls=self.tls)
         return self.connection
 
     def _lost_leader(self) -> None:
@@ -137,7 +141,8 @@ class _RangeReader:
         r = self.range
         for address in dict.fromkeys((self.leader, *self.task.brokers)):
             try:
-                with BrokerConnection(address, client_id="zkcoord-spark-reader", timeout_s=5.0) as probe:
+                with BrokerConnection(address, client_id="zkcoord-spark-reader", timeout_s=5.0,
+                                      tls=self.tls) as probe:
                     leader = probe.leader(r.topic, r.partition)
             except BrokerConnectionError:
                 continue

@@ -62,7 +62,7 @@ def _tasks(view: ClusterView, options: SourceOptions, ranges: list[OffsetRange])
     leaders = view.leaders(sorted({(r.topic, r.partition) for r in ranges}))
     brokers = tuple(sorted(view.brokers().values()))  # where a retried task looks for a new leader
     return [RangePartition(ReadTask(r, leaders[(r.topic, r.partition)], options.poll_timeout_ms,
-                                    options.fail_on_data_loss, brokers)) for r in ranges]
+                                    options.fail_on_data_loss, brokers, options.tls)) for r in ranges]
 
 
 class ZkcoordDataSource(DataSource):
@@ -87,7 +87,7 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[RangePartition]:
-        view = ClusterView(self.options.zookeeper)
+        view = ClusterView(self.options.zookeeper, self.options.tls)
         try:
             partitions = view.partitions(view.topics(self.options))
             bounds = view.bounds(partitions)
@@ -116,7 +116,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._init_state()
 
     def _init_state(self) -> None:
-        self._view = ClusterView(self.options.zookeeper)
+        self._view = ClusterView(self.options.zookeeper, self.options.tls)
         self._group = None
         self._target: Optional[PartitionOffsets] = None  # Trigger.AvailableNow's end
         self._lock = threading.Lock()

@@ -167,6 +167,8 @@ class LocalCluster:
         self.consumers: list[ConsumerProcess] = []
         self._zk = None
         self._producer = None
+        # librdkafka properties the producer adds (security.protocol=SSL and its files, for a TLS cluster).
+        self.client_settings: dict[str, str] = {}
 
     @property
     def zk(self):
@@ -275,7 +277,7 @@ class LocalCluster:
 
         if self._producer is None:
             self._producer = Producer({"bootstrap.servers": self.broker_list, "linger.ms": 5,
-                                       "acks": "all", "log_level": 3})
+                                       "acks": "all", "log_level": 3, **self.client_settings})
         failures = []
 
         def delivered(err, _msg):

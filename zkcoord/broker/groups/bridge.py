@@ -55,6 +55,7 @@ from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
+from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_offsets, read_servers
 
@@ -162,7 +163,7 @@ class GroupBridge:
     ``brokers`` returns the live brokers {id: (host, port)}."""
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
-                 session_timeout_ms: int, clock=time.monotonic, log_end=None):
+                 session_timeout_ms: int, clock=time.monotonic, log_end=None, tls: TlsConfig = PLAIN):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
@@ -176,6 +177,7 @@ class GroupBridge:
         self.session_timeout_ms = session_timeout_ms
         self.clock = clock
         self._log_end = log_end
+        self.tls = tls  # how its members reach the coordinators: as the server's own clients do
         self._groups: dict[str, dict[str, _Bridged]] = {}
         # Member ids handed out with MEMBER_ID_REQUIRED, oldest first: a
         # client joins with its id at once, so only the latest few are kept.
@@ -392,7 +394,7 @@ class GroupBridge:
                 consumer_id=registration_id(member) if member.instance_id else None,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
-                assignment_strategies=strategies)
+                assignment_strategies=strategies, tls=self.tls)
         except ConfigError as exc:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
