@@ -1,0 +1,150 @@
+"""The one way zkcoord opens a ZooKeeper client: credentials, TLS and per-path ACLs from a
+:class:`~zkcoord.zk.security.ZkSecurity`, and the start, ownership check and ACL migration that go with it."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator, Optional
+
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoNodeError
+from kazoo.protocol.states import KazooState, KeeperState
+from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions
+
+from zkcoord.zk.security import ZOOKEEPER_ROOT, ZkSecurity, ZooKeeperAuthError, client_options
+
+
+class _Transaction(TransactionRequest):
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
+        if acl is None:
+            acl = self.client.acl_for(path)
+        return super().create(path, value, acl, ephemeral, sequence)
+
+
+class ZooKeeperClient(KazooClient):
+    """A kazoo client whose creates (plain, with their made parents, in
+    transactions) carry the ACL the policy gives each path, unless a caller
+    gives one. kazoo's single ``default_acl`` cannot tell paths apart."""
+
+    def __init__(self, *args, security: ZkSecurity, acl_for: Callable[[str], list[ACL]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.security = security
+        self.acl_for = acl_for
+
+    def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False, makepath=False,
+                     include_data=False):
+        if acl is None and isinstance(path, str):
+            acl = self.acl_for(path)
+        return super().create_async(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence,
+                                    makepath=makepath, include_data=include_data)
+
+    def transaction(self):
+        return _Transaction(self)
+
+
+def open_client(hosts: str, security: Optional[ZkSecurity] = None, **kazoo_options) -> ZooKeeperClient:
+    """A (not yet started) client on ``hosts`` with ``security``'s credentials,
+    TLS and ACL policy, and any other kazoo options (handler, timeout, retry)."""
+    security = security or ZkSecurity()
+    return ZooKeeperClient(hosts=hosts, security=security, **client_options(security), **kazoo_options)
+
+
+def start(client: KazooClient, timeout: float) -> None:
+    """``client.start(timeout)``, and then one round trip: kazoo calls a
+    session connected before its SASL exchange ends, so only an answered
+    request proves the credentials. A refused credential raises
+    :class:`ZooKeeperAuthError` at once instead of a time-out (kazoo stops
+    trying after AUTH_FAILED, and ``start`` would only wait)."""
+    deadline = time.monotonic() + timeout
+    refused = []  # a fresh session is lost only when its credentials are refused
+
+    def watch(state) -> None:
+        if state == KazooState.LOST and client.client_state != KeeperState.CLOSED:
+            refused.append(state)
+
+    client.add_listener(watch)
+    client.start_async()
+    probe = None
+    while True:
+        if refused or client.client_state == KeeperState.AUTH_FAILED:
+            _give_up(client)
+            security = getattr(client, "security", None)
+            who = (f"{security.zk_auth} ({security.zk_sasl_mechanism}) user {security.zk_user!r}"
+                   if security is not None and security.zk_auth == "sasl" else "the credentials")
+            raise ZooKeeperAuthError(f"ZooKeeper refused {who}: wrong user or password?")
+        if probe is None and client.connected:
+            probe = client.exists_async("/")
+        if probe is not None:
+            try:
+                probe.get(timeout=0.05)
+                client.remove_listener(watch)
+                return
+            except AuthFailedError:
+                continue  # the state says so too, on the next round
+            except client.handler.timeout_exception:
+                pass
+            except ConnectionLoss:
+                probe = None
+        elif time.monotonic() < deadline:
+            time.sleep(0.05)
+        if time.monotonic() >= deadline:
+            _give_up(client)
+            raise client.handler.timeout_exception("Connection time-out")
+
+
+def _give_up(client: KazooClient) -> None:
+    client.stop()
+    client.close()
+
+
+def check_ownership(client: KazooClient, security: ZkSecurity, path: str) -> None:
+    """Refuse to go on when ``path`` exists and belongs to another principal
+    (with digest, ZooKeeper accepts any password and refuses only the writes:
+    a mistyped password shows here, named, rather than as NoAuth later)."""
+    if not security.authenticated:
+        return
+    try:
+        acls, _ = client.get_acls(path)
+    except NoNodeError:
+        return
+    ours = security.owner_id()
+    writers = [acl.id for acl in acls if acl.perms & Permissions.WRITE]
+    if any(w == ours or w == ANYONE_ID_UNSAFE for w in writers):
+        return
+    names = ", ".join(f"{w.scheme}:{w.id}" for w in writers) or "nobody"
+    raise ZooKeeperAuthError(f"{path} in ZooKeeper is writable only by {names}, not by {ours.scheme}:{ours.id} "
+                             f"as which zkcoord authenticates ({security.zk_auth} user {security.zk_user!r}): "
+                             f"wrong user or password?")
+
+
+def walk(client: KazooClient, path: str = "/") -> Iterator[str]:
+    """Every node from ``path`` down, parents first, but ZooKeeper's own subtree."""
+    pending = [path]
+    while pending:
+        node = pending.pop()
+        if node == ZOOKEEPER_ROOT or node.startswith(ZOOKEEPER_ROOT + "/"):
+            continue
+        yield node
+        try:
+            children = client.get_children(node)
+        except NoNodeError:
+            continue
+        pending.extend(sorted((node.rstrip("/") + "/" + child for child in children), reverse=True))
+
+
+def secure_tree(client: ZooKeeperClient, root: str = "/") -> int:
+    """Set the policy's ACL on every node from ``root`` down (as Kafka's
+    zookeeper-security-migration does); returns how many nodes were set."""
+    count = 0
+    for path in walk(client, root):
+        if path == "/":
+            continue  # the root belongs to whoever runs ZooKeeper (or is the chroot's)
+        try:
+            client.set_acls(path, client.acl_for(path))
+        except NoNodeError:
+            continue  # deleted while we walked
+        count += 1
+    return count
+
+
+__all__ = ["ZooKeeperClient", "check_ownership", "open_client", "secure_tree", "start", "walk"]
