@@ -24,8 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.metrics.config import MetricsConfig
+    from zkcoord.zk.security import ZkSecurity
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+    settings.add_options(parser, ZkSecurity)
     settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT})
     settings.add_options(parser, LogConfig)
     settings.add_options(parser, MetricsConfig)
@@ -55,8 +57,9 @@ def run(args) -> int:
 
     import gevent
     import gevent.event
-    from kazoo.client import KazooClient
+    from zkcoord.zk import client as zk_client
     from zkcoord.zk.gevent_handler import GeventHandler
+    from zkcoord.zk.security import ZkSecurity
 
     from zkcoord import settings
     from zkcoord.broker.server import Broker
@@ -67,19 +70,21 @@ def run(args) -> int:
     from zkcoord.errors import ZkcoordError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    registry = families.new_registry()  # this process's own
+    zk_metrics = families.ZooKeeperMetrics(registry)
     try:
         config = config_from(args)
         metrics_config = settings.from_args(MetricsConfig, args)
+        zk_security = settings.from_args(ZkSecurity, args)
+        client = zk_client.open_client(args.zookeeper, zk_security,
+                                       handler=GeventHandler(on_request=zk_metrics.observe),
+                                       timeout=args.zk_session_timeout)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2
-    registry = families.new_registry()  # this process's own
-    zk_metrics = families.ZooKeeperMetrics(registry)
-    client = KazooClient(hosts=args.zookeeper, handler=GeventHandler(on_request=zk_metrics.observe),
-                         timeout=args.zk_session_timeout)
     zk_metrics.watch(lambda: client.connected)
     try:
-        client.start(timeout=args.zk_timeout)
+        zk_client.start(client, timeout=args.zk_timeout)
     except Exception as exc:
         print(f"zkcoord broker: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1

@@ -96,14 +96,15 @@ class Sampler(threading.Thread):
         self._stopping.set()
 
     def run(self) -> None:
-        from kazoo.client import KazooClient
         from kazoo.retry import KazooRetry
+
+        from zkcoord.zk import client as zk_client
 
         from zkcoord.zk.nodes import read_offsets, read_owners
 
         # Retry connecting for ever: the drill takes ZooKeeper's quorum away on purpose.
-        client = KazooClient(hosts=self.zookeeper, connection_retry=KazooRetry(max_tries=-1, max_delay=1))
-        client.start(timeout=30)
+        client = zk_client.open_client(self.zookeeper, connection_retry=KazooRetry(max_tries=-1, max_delay=1))
+        zk_client.start(client, timeout=30)
         started = time.monotonic()
         try:
             while not self._stopping.is_set() and time.monotonic() - started < self.max_seconds:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Iterable
+from typing import Iterable, Optional
 
 from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
 from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SourceOptions
 from zkcoord.zk import layout
+from zkcoord.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
 
@@ -26,30 +27,37 @@ KAFKA_TIMEOUT_S = 15.0
 
 
 class ClusterView:
-    def __init__(self, zookeeper: str):
+    def __init__(self, zookeeper: str, security: Optional[ZkSecurity] = None):
         self.zookeeper = zookeeper
+        self.security = security or ZkSecurity()
         self._zk = None
         self._brokers: dict[str, object] = {}  # address -> BrokerConnection, for offset bounds
         self._lock = threading.Lock()
         self._brokers_lock = threading.Lock()
 
-    # Never pickled: a reader that holds a view sends only its connect string.
+    # Never pickled: a reader that holds a view sends only its connect string
+    # and ZooKeeper settings (file names, never a password).
     def __getstate__(self):
-        return {"zookeeper": self.zookeeper}
+        return {"zookeeper": self.zookeeper, "security": self.security}
 
     def __setstate__(self, state):
-        self.__init__(state["zookeeper"])
+        self.__init__(state["zookeeper"], state.get("security"))
 
     @property
     def zk(self):
         with self._lock:
             if self._zk is None:
-                from kazoo.client import KazooClient
+                from zkcoord.errors import ZkcoordError
+                from zkcoord.zk import client as zk_client
 
-                client = KazooClient(hosts=self.zookeeper)
                 try:
-                    client.start(timeout=ZK_TIMEOUT_S)
+                    client = zk_client.open_client(self.zookeeper, self.security)
+                except ZkcoordError as exc:
+                    raise SparkSourceError(f"ZooKeeper settings: {exc}") from None
+                try:
+                    zk_client.start(client, timeout=ZK_TIMEOUT_S)
                 except Exception as exc:
+                    client.close()
                     raise SparkSourceError(f"cannot reach ZooKeeper at {self.zookeeper}: {exc}") from None
                 self._zk = client
             return self._zk

@@ -67,34 +67,39 @@ def start(client: KazooClient, timeout: float) -> None:
     probe = None
     while True:
         if refused or client.client_state == KeeperState.AUTH_FAILED:
-            _give_up(client)
-            security = getattr(client, "security", None)
-            who = (f"{security.zk_auth} ({security.zk_sasl_mechanism}) user {security.zk_user!r}"
-                   if security is not None and security.zk_auth == "sasl" else "the credentials")
-            raise ZooKeeperAuthError(f"ZooKeeper refused {who}: wrong user or password?")
+            _give_up(client, watch)
+            raise _refusal(client)
         if probe is None and client.connected:
             probe = client.exists_async("/")
         if probe is not None:
-            try:
-                probe.get(timeout=0.05)
-                client.remove_listener(watch)
-                return
-            except AuthFailedError:
-                continue  # the state says so too, on the next round
-            except client.handler.timeout_exception:
-                pass
-            except ConnectionLoss:
-                probe = None
+            probe.wait(0.05)
+            if probe.ready():
+                try:
+                    probe.get()
+                    client.remove_listener(watch)
+                    return
+                except AuthFailedError:
+                    _give_up(client, watch)
+                    raise _refusal(client) from None
+                except ConnectionLoss:
+                    probe = None
         elif time.monotonic() < deadline:
             time.sleep(0.05)
         if time.monotonic() >= deadline:
-            _give_up(client)
+            _give_up(client, watch)
             raise client.handler.timeout_exception("Connection time-out")
 
 
-def _give_up(client: KazooClient) -> None:
-    client.stop()
-    client.close()
+def _refusal(client: KazooClient) -> ZooKeeperAuthError:
+    security = getattr(client, "security", None)
+    who = (f"{security.zk_auth} ({security.zk_sasl_mechanism}) user {security.zk_user!r}"
+           if security is not None and security.zk_auth == "sasl" else "the credentials")
+    return ZooKeeperAuthError(f"ZooKeeper refused {who}: wrong user or password?")
+
+
+def _give_up(client: KazooClient, watch) -> None:
+    client.remove_listener(watch)
+    client.stop()  # the caller closes it, as after any failed start
 
 
 def check_ownership(client: KazooClient, security: ZkSecurity, path: str) -> None:

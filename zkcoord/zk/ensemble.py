@@ -22,15 +22,17 @@ import secrets
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from zkcoord.errors import ConfigError, EnsembleError
 from zkcoord.settings import check, of, setting
 from zkcoord.zk.security import AUTH_SCHEMES, ZkSecurity
+
+if TYPE_CHECKING:  # ssl is loaded only when TLS is used: gevent patches it first in servers
+    import ssl
 
 VALID_SIZES = (1, 3, 5)
 USER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -335,7 +337,9 @@ class LocalEnsemble:
             ]
         return lines
 
-    def _client_tls_context(self) -> ssl.SSLContext:
+    def _client_tls_context(self) -> "ssl.SSLContext":
+        import ssl
+
         context = ssl.create_default_context(cafile=str(self.tls_dir / "ca.pem"))
         context.check_hostname = False  # 127.0.0.1 is in the certificate; the CA is what matters
         context.load_cert_chain(str(self.tls_dir / "client.pem"), str(self.tls_dir / "client-key.pem"))

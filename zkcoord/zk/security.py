@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import ssl
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -133,6 +132,24 @@ class ZkSecurity:
         return None
 
 
+def command_line(security: ZkSecurity) -> list[str]:
+    """The options that give a zkcoord command ``security`` (those that differ
+    from the defaults): for processes started with the same settings."""
+    from zkcoord.settings import default_of, fields, flag_of
+
+    args: list[str] = []
+    for f, spec, _ in fields(ZkSecurity):
+        value = getattr(security, f.name)
+        if value == default_of(f):
+            continue
+        flag = flag_of(f, spec)
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag[2:])
+        else:
+            args += [flag, str(value)]
+    return args
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
@@ -157,6 +174,8 @@ def acl_policy(security: ZkSecurity) -> Callable[[str], list[ACL]]:
 def _check_tls_files(security: ZkSecurity) -> None:
     """Load the CA and client certificate once here, so a bad file is a clear
     error now rather than a connection loop failing in the background."""
+    import ssl  # not at import: gevent patches ssl before a server loads it
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         context.load_verify_locations(cafile=str(security.zk_ca_file))
@@ -189,4 +208,5 @@ def client_options(security: ZkSecurity) -> dict:
     return options
 
 
-__all__ = ["AUTH_SCHEMES", "KAFKA_ROOTS", "ZkSecurity", "ZooKeeperAuthError", "acl_policy", "client_options"]
+__all__ = ["AUTH_SCHEMES", "KAFKA_ROOTS", "ZkSecurity", "ZooKeeperAuthError", "acl_policy", "client_options",
+           "command_line"]
