@@ -7,7 +7,7 @@ import time
 from typing import Callable, Iterator, Optional
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoNodeError
+from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNodeError
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions
 
@@ -108,18 +108,20 @@ def check_ownership(client: KazooClient, security: ZkSecurity, path: str) -> Non
     a mistyped password shows here, named, rather than as NoAuth later)."""
     if not security.authenticated:
         return
+    ours = security.owner_id()
+    as_whom = (f"not to {ours.scheme}:{ours.id}, as which zkcoord authenticates ({security.zk_auth} user "
+               f"{security.zk_user!r}): wrong user or password?")
     try:
         acls, _ = client.get_acls(path)
     except NoNodeError:
         return
-    ours = security.owner_id()
+    except NoAuthError:  # reading ACLs takes READ or ADMIN: not even those
+        raise ZooKeeperAuthError(f"{path} in ZooKeeper belongs to another principal, {as_whom}") from None
     writers = [acl.id for acl in acls if acl.perms & Permissions.WRITE]
     if any(w == ours or w == ANYONE_ID_UNSAFE for w in writers):
         return
     names = ", ".join(f"{w.scheme}:{w.id}" for w in writers) or "nobody"
-    raise ZooKeeperAuthError(f"{path} in ZooKeeper is writable only by {names}, not by {ours.scheme}:{ours.id} "
-                             f"as which zkcoord authenticates ({security.zk_auth} user {security.zk_user!r}): "
-                             f"wrong user or password?")
+    raise ZooKeeperAuthError(f"{path} in ZooKeeper belongs to another principal (writable by {names}), {as_whom}")
 
 
 def walk(client: KazooClient, path: str = "/") -> Iterator[str]:
@@ -148,6 +150,10 @@ def secure_tree(client: ZooKeeperClient, root: str = "/") -> int:
             client.set_acls(path, client.acl_for(path))
         except NoNodeError:
             continue  # deleted while we walked
+        except NoAuthError:
+            who = client.security.owner_id()
+            raise ZooKeeperAuthError(f"ZooKeeper refused to set the ACLs of {path}: {who.scheme}:{who.id} may not "
+                                     f"administer it (secured before, by another principal?)") from None
         count += 1
     return count
 
