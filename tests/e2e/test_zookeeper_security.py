@@ -18,6 +18,8 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl
 
 from tests.e2e.conftest import SERVER_ARGS
+from zkcoord.spark.metadata import ClusterView
+from zkcoord.spark.options import parse_options
 from zkcoord.testing import LocalCluster, wait_until, zkcoord_command
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
@@ -73,6 +75,18 @@ def test_a_group_runs_on_sasl_and_tls_and_what_it_wrote_only_zkcoord_may_change(
             acls = sorted(cluster.zk.get_acls(path)[0])
             kafka = not path.startswith(layout.ZKCOORD_ROOT)
             assert acls == sorted([owner, world_read] if kafka else [owner]), path
+
+        # The Spark source's driver finds the topic with the same settings, given as its options.
+        options = parse_options({"zookeeper": sasl_tls.connect_string, "subscribe": "t", "zookeeper.auth": "sasl",
+                                 "zookeeper.user": "zkcoord",
+                                 "zookeeper.passwordFile": str(security.zk_password_file),
+                                 "zookeeper.caFile": str(security.zk_ca_file)}, streaming=False)
+        view = ClusterView(options.zookeeper, options.zk_security)
+        try:
+            assert view.topics(options) == ["t"]
+            assert view.committed("g", view.partitions(["t"])) == {("t", 0): 20, ("t", 1): 20}
+        finally:
+            view.close()
 
         # Over TLS but with no credentials: Kafka's nodes read, nothing written, zkcoord's state hidden.
         anonymous = started(sasl_tls, user="")
