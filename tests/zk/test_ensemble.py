@@ -232,3 +232,29 @@ def test_cli_kill_of_a_node_outside_the_ensemble_is_refused(tmp_path):
     LocalEnsemble.create(tmp_path / "e", nodes=1)
     result = _zkcoord("zk", "kill", "--dir", str(tmp_path / "e"), "--node", "4")
     assert result.returncode == 2 and "not in this 1-node ensemble" in result.stderr
+
+
+def test_a_tls_ensemble_serves_tls_only_and_its_nodes_talk_tls_among_themselves(tmp_path):
+    from zkcoord.zk import client as zk_client
+    from zkcoord.zk.ensemble import four_letter_word
+
+    ensemble = LocalEnsemble.create(tmp_path / "zk", nodes=3, tick_ms=250, tls=True)
+    try:
+        ensemble.start(timeout=60)
+        assert sorted(s.mode for s in ensemble.status()) == ["follower", "follower", "leader"]  # asked over TLS
+        assert not (four_letter_word(ensemble.client_port(1), "srvr") or "").startswith("Zookeeper version")
+        written = zk_client.open_client(f"127.0.0.1:{ensemble.client_port(1)}", ensemble.client_security())
+        zk_client.start(written, timeout=15)
+        read = zk_client.open_client(f"127.0.0.1:{ensemble.client_port(3)}", ensemble.client_security())
+        zk_client.start(read, timeout=15)
+        try:
+            written.create("/over-tls", b"1")
+            read.sync("/over-tls")
+            assert read.get("/over-tls")[0] == b"1"
+        finally:
+            written.stop()
+            read.stop()
+        for node in ensemble.node_ids:
+            assert "Using TLS encrypted quorum communication" in ensemble.log_path(node).read_text()
+    finally:
+        ensemble.destroy()

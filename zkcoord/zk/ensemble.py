@@ -335,6 +335,14 @@ class LocalEnsemble:
                 # they are with SASL or digest; TLS keeps the wire private.
                 "ssl.clientAuth=want",
             ]
+            if self.nodes > 1:  # the nodes talk TLS among themselves too, with the same certificate
+                lines += [
+                    "sslQuorum=true",
+                    f"ssl.quorum.keyStore.location={self.tls_dir / 'zookeeper-keystore.pem'}",
+                    "ssl.quorum.keyStore.type=PEM",
+                    f"ssl.quorum.trustStore.location={self.tls_dir / 'ca.pem'}",
+                    "ssl.quorum.trustStore.type=PEM",
+                ]
         return lines
 
     def _client_tls_context(self) -> "ssl.SSLContext":
