@@ -103,6 +103,13 @@ def test_a_group_runs_on_sasl_and_tls_and_what_it_wrote_only_zkcoord_may_change(
                     with pytest.raises(NoAuthError):
                         refused()
             assert read_offsets(cluster.zk, "g") == {("t", 0): 20, ("t", 1): 20}
+            # The admin commands read zkcoord's state too: without its credentials, a named refusal.
+            tls_only = command_line(sasl_tls.client_security(user=""))
+            for command in (("groups", "list"), ("groups", "describe", "--group", "g", "--state")):
+                refused = zkcoord(*command, "--zookeeper", sasl_tls.connect_string, *tls_only)
+                assert refused.returncode == 1
+                assert ("refused an operation to a client without credentials, which the node's ACL does not "
+                        "allow") in refused.stderr, refused.stderr
         finally:
             anonymous.stop()
             other.stop()

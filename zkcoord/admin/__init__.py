@@ -45,8 +45,12 @@ def zookeeper_session(connect: str, timeout: float = 15.0, security: Optional[Zk
     except Exception as exc:  # kazoo raises its own timeout and connection errors
         client.close()
         raise ZooKeeperUnreachable(f"cannot reach ZooKeeper at {connect}: {exc}") from None
+    from kazoo.exceptions import NoAuthError
+
     try:
         yield client
+    except NoAuthError:
+        raise ZooKeeperAuthError(zk_client.refused_by_acl(client.security, connect)) from None
     finally:
         client.stop()
         client.close()

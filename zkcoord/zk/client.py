@@ -124,6 +124,19 @@ def check_ownership(client: KazooClient, security: ZkSecurity, path: str) -> Non
     raise ZooKeeperAuthError(f"{path} in ZooKeeper belongs to another principal (writable by {names}), {as_whom}")
 
 
+def refused_by_acl(security: ZkSecurity, connect: str) -> str:
+    """What to say when ZooKeeper refused an operation for want of permission
+    (kazoo's NoAuthError names neither the node nor the principal)."""
+    if security.authenticated:
+        who = f"{security.zk_auth} user {security.zk_user!r}"
+        hint = "the nodes belong to another principal (another user, or a wrong digest password)"
+    else:
+        who = "a client without credentials"
+        hint = ("zkcoord's nodes are written only by its principal, and those under /zkcoord are read only by it: "
+                "give zkcoord's credentials (--zk-auth, --zk-user, --zk-password-file)")
+    return f"ZooKeeper at {connect} refused an operation to {who}, which the node's ACL does not allow: {hint}"
+
+
 def walk(client: KazooClient, path: str = "/") -> Iterator[str]:
     """Every node from ``path`` down, parents first, but ZooKeeper's own subtree."""
     pending = [path]
@@ -158,4 +171,4 @@ def secure_tree(client: ZooKeeperClient, root: str = "/") -> int:
     return count
 
 
-__all__ = ["ZooKeeperClient", "check_ownership", "open_client", "secure_tree", "start", "walk"]
+__all__ = ["ZooKeeperClient", "check_ownership", "open_client", "refused_by_acl", "secure_tree", "start", "walk"]
