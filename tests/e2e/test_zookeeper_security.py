@@ -151,6 +151,7 @@ def test_refused_missing_or_broken_credentials_are_clear_errors_at_once(sasl_tls
     owner = started(sasl_tls)
     try:
         owner.ensure_path(layout.GROUPS)
+        owner.ensure_path(layout.BROKER_IDS)
     finally:
         owner.stop()
     server = zkcoord("server", "--id", "7", "--zookeeper", sasl_tls.connect_string, "--no-broker",
@@ -158,6 +159,15 @@ def test_refused_missing_or_broken_credentials_are_clear_errors_at_once(sasl_tls
     assert server.returncode != 0
     assert ("/zkcoord in ZooKeeper belongs to another principal, not to sasl:other, as which zkcoord "
             "authenticates (sasl user 'other'): wrong user or password?") in server.stderr, server.stderr[-2000:]
+
+    # With digest ZooKeeper takes any password: a wrong one shows when a broker meets the nodes it must write.
+    monkeypatch.setenv("ZKCOORD_TEST_WRONG", "not-the-password")
+    digest = sasl_tls.client_security(zk_auth="digest", zk_password_file=None, zk_password_env="ZKCOORD_TEST_WRONG")
+    broker = zkcoord("broker", "--id", "9", "--zookeeper", sasl_tls.connect_string, "--port", "0",
+                     "--data-dir", str(tmp_path / "data"), *command_line(digest), timeout=60)
+    assert broker.returncode == 1
+    assert ("/brokers/ids in ZooKeeper belongs to another principal (writable by sasl:zkcoord), not to "
+            "digest:zkcoord:") in broker.stderr, broker.stderr[-2000:]
 
 
 def client_settings(up: subprocess.CompletedProcess) -> list[str]:

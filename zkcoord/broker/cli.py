@@ -59,6 +59,7 @@ def run(args) -> int:
     import gevent.event
     from zkcoord.zk import client as zk_client
     from zkcoord.zk.gevent_handler import GeventHandler
+    from zkcoord.zk import layout
     from zkcoord.zk.security import ZkSecurity
 
     from zkcoord import settings
@@ -87,6 +88,13 @@ def run(args) -> int:
         zk_client.start(client, timeout=args.zk_timeout)
     except Exception as exc:
         print(f"zkcoord broker: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        zk_client.check_ownership(client, zk_security, layout.BROKER_IDS)
+    except ZkcoordError as exc:
+        print(f"zkcoord broker: {exc}", file=sys.stderr)
+        client.stop()
+        client.close()
         return 1
     broker = Broker(config, client, metrics=families.BrokerMetrics(registry))
     endpoint = None

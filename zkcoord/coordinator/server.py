@@ -179,7 +179,8 @@ class Server:
             raise ServerError(f"cannot reach ZooKeeper at {self.config.zookeeper}: {detail}") from None
         try:
             check_multi_read(self.zk)
-            zk_client.check_ownership(self.zk, self.config.zk_security, layout.ZKCOORD_ROOT)
+            for root in (layout.ZKCOORD_ROOT, layout.CONSUMERS):
+                zk_client.check_ownership(self.zk, self.config.zk_security, root)
             self.slots = self._agree_slot_count()
             cluster_id(self.zk)  # the first broker or server to start creates it, as Kafka's first broker does
         except (ZooKeeperTooOld, ConfigError, layout.LayoutError, ZooKeeperAuthError) as exc:
