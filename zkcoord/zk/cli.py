@@ -58,10 +58,10 @@ def _up(args: argparse.Namespace) -> int:
     ensemble = LocalEnsemble.create(args.dir, settings.from_args(EnsembleConfig, args))
     ensemble.start(timeout=args.timeout)
     _print_status(ensemble)
-    print(ensemble.connect_string)
     if ensemble.users or ensemble.tls:
         # What a zkcoord command needs to use this ensemble, ready to paste.
         print("client settings: " + " ".join(command_line(ensemble.client_security())))
+    print(ensemble.connect_string)  # last, as scripts take it
     return 0
 
 
