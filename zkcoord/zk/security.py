@@ -196,9 +196,11 @@ def client_options(security: ZkSecurity) -> dict:
     if security.zk_auth == "digest":
         options["auth_data"] = [("digest", f"{security.zk_user}:{security.password()}")]
     elif security.zk_auth == "sasl":
-        sasl = {"mechanism": security.zk_sasl_mechanism, "username": security.zk_user}
-        if security.zk_sasl_mechanism != "GSSAPI":
-            sasl["password"] = security.password()
+        sasl = {"mechanism": security.zk_sasl_mechanism}
+        if security.zk_sasl_mechanism == "GSSAPI":
+            sasl["principal"] = security.zk_user  # pure-sasl's name for the Kerberos client principal
+        else:
+            sasl.update(username=security.zk_user, password=security.password())
         options["sasl_options"] = sasl
     if security.tls:
         _check_tls_files(security)
