@@ -57,10 +57,12 @@ def start(client: KazooClient, timeout: float) -> None:
     trying after AUTH_FAILED, and ``start`` would only wait)."""
     deadline = time.monotonic() + timeout
     refused = []  # a fresh session is lost only when its credentials are refused
+    changed = client.handler.event_object()  # wakes the wait for a session at once
 
     def watch(state) -> None:
         if state == KazooState.LOST and client.client_state != KeeperState.CLOSED:
             refused.append(state)
+        changed.set()
 
     client.add_listener(watch)
     client.start_async()
@@ -83,8 +85,9 @@ def start(client: KazooClient, timeout: float) -> None:
                     raise _refusal(client) from None
                 except ConnectionLoss:
                     probe = None
-        elif time.monotonic() < deadline:
-            time.sleep(0.05)
+        else:
+            changed.wait(max(0.0, min(0.05, deadline - time.monotonic())))
+            changed.clear()
         if time.monotonic() >= deadline:
             _give_up(client, watch)
             raise client.handler.timeout_exception("Connection time-out")
