@@ -222,3 +222,20 @@ def test_zk_up_with_digest_and_tls_serves_admin_commands_and_zk_secure_takes_an_
             owner_client.stop()
     finally:
         zkcoord("zk", "down", "--dir", str(directory), "--purge")
+
+
+def test_a_session_on_a_secured_ensemble_can_still_be_expired_on_purpose(sasl_tls):
+    from zkcoord.testing import expire_session
+
+    victim = started(sasl_tls)
+    observer = started(sasl_tls)
+    try:
+        victim.create("/expire-me", b"", ephemeral=True)
+        old_session = victim.client_id[0]
+        expire_session(victim, sasl_tls.connect_string)
+        wait_until(lambda: observer.exists("/expire-me") is None, timeout=10, message="the ephemeral gone")
+        wait_until(lambda: victim.connected and victim.client_id[0] != old_session, timeout=15,
+                   message="the victim on a new session")
+    finally:
+        victim.stop()
+        observer.stop()
