@@ -14,7 +14,7 @@ from zkcoord import settings
 from zkcoord.errors import ConfigError
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.metadata import ClusterView
-from zkcoord.spark.options import parse_options
+from zkcoord.spark.options import parse_options, zookeeper_options
 from zkcoord.zk.security import ZkSecurity, acl_policy, client_options, command_line
 
 
@@ -101,3 +101,13 @@ def test_the_spark_source_takes_the_same_settings_as_options_and_never_ships_a_p
     shipped = pickle.dumps(view)
     assert b"s3cret" not in shipped
     assert pickle.loads(shipped).security == options.zk_security
+
+
+def test_a_security_passes_to_the_spark_source_as_the_options_it_came_from(tmp_path):
+    security = ZkSecurity(zk_auth="digest", zk_user="zk", zk_password_env="ZK_PW", zk_ca_file=tmp_path / "ca.pem",
+                          zk_kafka_readable=False)
+    options = zookeeper_options(security)
+    assert options == {"zookeeper.auth": "digest", "zookeeper.user": "zk", "zookeeper.passwordEnv": "ZK_PW",
+                       "zookeeper.caFile": str(tmp_path / "ca.pem"), "zookeeper.kafkaReadable": "false"}
+    assert parse_options({"zookeeper": "h", "subscribe": "t", **options}, streaming=True).zk_security == security
+    assert zookeeper_options(ZkSecurity()) == {}

@@ -140,6 +140,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     )
 
 
+def zookeeper_options(security: ZkSecurity) -> dict[str, str]:
+    """The source's options that give it ``security`` (those that differ from the defaults)."""
+    defaults = ZkSecurity()
+    return {option: str(getattr(security, name)).lower() if kind is bool else str(getattr(security, name))
+            for option, (name, kind) in _ZK_OPTIONS.items() if getattr(security, name) != getattr(defaults, name)}
+
+
 def _zk_security(opts: Mapping[str, str]) -> ZkSecurity:
     values = {}
     for option, (name, kind) in _ZK_OPTIONS.items():
