@@ -8,6 +8,7 @@ errors at once."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -239,3 +240,22 @@ def test_a_session_on_a_secured_ensemble_can_still_be_expired_on_purpose(sasl_tl
     finally:
         victim.stop()
         observer.stop()
+
+
+def test_tls_that_does_not_agree_is_named_when_no_session_comes(sasl_tls, tmp_path):
+    from zkcoord.security.certs import make_ca
+    from zkcoord.zk.security import ZooKeeperTLSError
+
+    stranger = make_ca(tmp_path / "other-ca", common_name="another CA")
+    for security, says in [
+        (sasl_tls.client_security(zk_ca_file=stranger.cert, zk_cert_file=None, zk_key_file=None),
+         f"no TLS with ZooKeeper at 127.0.0.1:{sasl_tls.client_port(1)}: CERTIFICATE_VERIFY_FAILED"),
+        (sasl_tls.client_security(zk_ca_file=None, zk_cert_file=None, zk_key_file=None),
+         f"ZooKeeper at 127.0.0.1:{sasl_tls.client_port(1)} speaks TLS only: give its CA with --zk-ca-file"),
+    ]:
+        client = zk_client.open_client(sasl_tls.connect_string, security)
+        began = time.monotonic()
+        with pytest.raises(ZooKeeperTLSError, match=re.escape(says)):
+            zk_client.start(client, timeout=3)
+        assert time.monotonic() - began < 8
+        client.close()

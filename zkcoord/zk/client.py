@@ -11,7 +11,7 @@ from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNod
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions
 
-from zkcoord.zk.security import ZOOKEEPER_ROOT, ZkSecurity, ZooKeeperAuthError, client_options
+from zkcoord.zk.security import ZOOKEEPER_ROOT, ZkSecurity, ZooKeeperAuthError, ZooKeeperTLSError, client_options
 
 
 class _Transaction(TransactionRequest):
@@ -46,7 +46,9 @@ def open_client(hosts: str, security: Optional[ZkSecurity] = None, **kazoo_optio
     """A (not yet started) client on ``hosts`` with ``security``'s credentials,
     TLS and ACL policy, and any other kazoo options (handler, timeout, retry)."""
     security = security or ZkSecurity()
-    return ZooKeeperClient(hosts=hosts, security=security, **client_options(security), **kazoo_options)
+    client = ZooKeeperClient(hosts=hosts, security=security, **client_options(security), **kazoo_options)
+    client.connect = hosts  # as given, for the diagnosis of a failed start
+    return client
 
 
 def start(client: KazooClient, timeout: float) -> None:
@@ -90,7 +92,53 @@ def start(client: KazooClient, timeout: float) -> None:
             changed.clear()
         if time.monotonic() >= deadline:
             _give_up(client, watch)
+            reason = _tls_mismatch(client)
+            if reason is not None:
+                raise ZooKeeperTLSError(reason)
             raise client.handler.timeout_exception("Connection time-out")
+
+
+def _tls_mismatch(client: KazooClient) -> Optional[str]:
+    """Why no session came, when TLS is the reason: a handshake that fails
+    (another CA, a plaintext port), or a TLS port asked for in plaintext.
+    kazoo retries such failures in the background until the time-out and
+    says only that; one handshake here names the cause."""
+    import socket
+    import ssl
+
+    security = getattr(client, "security", None)
+    hosts = getattr(client, "connect", "")
+    if security is None or not hosts:
+        return None
+    host, _, port = hosts.split("/", 1)[0].split(",")[0].rpartition(":")
+    try:
+        address = (host.strip("[]"), int(port))
+    except ValueError:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    if security.tls:
+        try:
+            context.load_verify_locations(cafile=str(security.zk_ca_file))
+        except (OSError, ssl.SSLError):
+            return None  # open_client checked it: changed since
+    else:
+        context.verify_mode = ssl.CERT_NONE  # only: does the port speak TLS?
+    try:
+        with socket.create_connection(address, timeout=2) as raw:
+            with context.wrap_socket(raw, server_hostname=address[0]):
+                pass
+    except ssl.SSLError as exc:
+        if security.tls:
+            return (f"no TLS with ZooKeeper at {host}:{port}: {exc.reason or exc} (does the port speak TLS, and "
+                    f"did the CA in {security.zk_ca_file} sign its certificate?)")
+        return None
+    except OSError:
+        return None
+    if not security.tls:
+        return (f"ZooKeeper at {host}:{port} speaks TLS only: give its CA with --zk-ca-file "
+                f"(zookeeper.caFile for the Spark source)")
+    return None
 
 
 def _refusal(client: KazooClient) -> ZooKeeperAuthError:

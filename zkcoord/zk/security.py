@@ -44,6 +44,12 @@ class ZooKeeperAuthError(ZkcoordError):
     """ZooKeeper refused zkcoord's credentials, or the nodes are another principal's."""
 
 
+class ZooKeeperTLSError(ZkcoordError):
+    """No session with ZooKeeper because TLS did not agree: another CA, or TLS on one side only."""
+
+    retriable = True  # a ZooKeeper restarted with the right certificate would answer
+
+
 def _check_user(value: Optional[str]) -> None:
     if value is not None and (not value or ":" in value):
         raise ConfigError(f"zk_user must be a non-empty name without ':', not {value!r}")
@@ -210,5 +216,5 @@ def client_options(security: ZkSecurity) -> dict:
     return options
 
 
-__all__ = ["AUTH_SCHEMES", "KAFKA_ROOTS", "ZkSecurity", "ZooKeeperAuthError", "acl_policy", "client_options",
+__all__ = ["AUTH_SCHEMES", "KAFKA_ROOTS", "ZkSecurity", "ZooKeeperAuthError", "ZooKeeperTLSError", "acl_policy", "client_options",
            "command_line"]
