@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import re
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -181,6 +181,8 @@ class LocalEnsemble:
         self.base_port = validate_base_port(base_port)
         self.tick_ms = tick_ms
         self._pids = dict(pids)
+        if auth not in AUTH_SCHEMES:
+            raise ConfigError(f"auth must be one of {AUTH_SCHEMES}, not {auth!r}")
         self.auth = auth
         self.users = tuple(users) if auth != "none" else ()
         self.tls = tls
