@@ -84,9 +84,9 @@ class Producer(threading.Thread):
 class Sampler(threading.Thread):
     """Reads the group's owners and committed offsets every SAMPLE_INTERVAL_S."""
 
-    def __init__(self, zookeeper: str, group: str, directory: Path, max_seconds: float):
+    def __init__(self, zookeeper: str, group: str, directory: Path, max_seconds: float, security=None):
         super().__init__(name="drill-sampler", daemon=True)
-        self.zookeeper, self.group = zookeeper, group
+        self.zookeeper, self.group, self.security = zookeeper, group, security
         self.path = Path(directory) / SAMPLES
         self.max_seconds = max_seconds
         self.samples = 0
@@ -103,7 +103,8 @@ class Sampler(threading.Thread):
         from zkcoord.zk.nodes import read_offsets, read_owners
 
         # Retry connecting for ever: the drill takes ZooKeeper's quorum away on purpose.
-        client = zk_client.open_client(self.zookeeper, connection_retry=KazooRetry(max_tries=-1, max_delay=1))
+        client = zk_client.open_client(self.zookeeper, self.security,
+                                       connection_retry=KazooRetry(max_tries=-1, max_delay=1))
         zk_client.start(client, timeout=30)
         started = time.monotonic()
         try:
