@@ -37,6 +37,8 @@ setup(
         "xxhash>=3",
         # TLS certificates for tests, the demo and zkcoord zk up --tls (zkcoord/security/certs.py).
         "cryptography>=42",
+        # Subscription patterns matched in linear time (zkcoord/patterns.py).
+        "google-re2>=1.1",
     ],
     extras_require={
         "test": [

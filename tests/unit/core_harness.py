@@ -39,10 +39,17 @@ class FakeZooKeeper:
     states: dict = field(default_factory=dict)  # group -> GroupState
     failures: dict = field(default_factory=dict)
     writes: list = field(default_factory=list)  # every write, in order
+    # The brokers' log ends, which ReadLogEnds asks for: by partition, else
+    # ``default_log_end`` (None: its leader does not answer).
+    log_ends: dict = field(default_factory=dict)
+    default_log_end: Optional[int] = 1_000_000
 
     def apply(self, op):
         if isinstance(op, actions.ProveOffice):
             return None
+        if isinstance(op, actions.ReadLogEnds):
+            ends = {tp: self.log_ends.get(tp, self.default_log_end) for tp in op.partitions}
+            return {tp: end for tp, end in ends.items() if end is not None}
         if isinstance(op, actions.ReadOwners):
             return dict(self.owners.get(op.group, {}))
         if isinstance(op, actions.ReadOffsets):
@@ -60,6 +67,10 @@ class FakeZooKeeper:
             self.owners[op.group] = dict(op.owners)
         elif isinstance(op, actions.WriteGroupFailure):
             self.failures[op.group] = op.failure
+        elif isinstance(op, actions.ForgetGroup):
+            assert op.offsets or not self.offsets.get(op.group), f"forgetting {op.group}, which has offsets"
+            for held in (self.states, self.failures, self.owners, self.offsets):
+                held.pop(op.group, None)
         return None
 
 
@@ -78,6 +89,9 @@ class CoreHarness:
         self._answered: dict = {}  # conn -> correlation ids it answered
         self.log: list = []  # (time, conn, message) of every frame sent
         self.prove_office = True
+        # The brokers answer ReadLogEnds at once (from zk.log_ends); if
+        # False, the question waits in ``operations`` like ZooKeeper's.
+        self.brokers_answer = True
         self.apply(self.core.load(states or {}, self.now, self.now))
         self.apply(self.core.start(self.now))
         for topic, count in (partitions or {"t": 4}).items():
@@ -96,7 +110,9 @@ class CoreHarness:
                 self.timers[action.key] = action.at
             elif isinstance(action, actions.CancelTimer):
                 self.timers.pop(action.key, None)
-            elif isinstance(action, actions.ZooKeeperOperation):
+            elif isinstance(action, actions.BrokerOperation) and self.brokers_answer:
+                self.apply(self.core.done(action.token, self.now, self.zk.apply(action), None))
+            elif isinstance(action, actions.ZooKeeperOperation + actions.BrokerOperation):
                 self.operations[action.token] = action
             else:
                 raise AssertionError(f"unknown action {action}")

@@ -150,3 +150,60 @@ def test_the_office_is_proven_only_on_the_session_that_claimed_the_epoch(store, 
     store.prove_office_async(answers.append)
     wait_until(lambda: answers, 10, message="the proof's answer")
     assert isinstance(answers[0], Deposed)
+
+
+def test_a_node_it_could_not_read_or_that_changed_under_it_is_written_all_the_same(store, zk):
+    # An owner or offset node with undecodable data is left out of what the
+    # store reads, so the core writes it as new: once, that create failed
+    # with NodeExistsError on every rebalance and commit, for good.
+    owner, offset = layout.owner_path("g", "t", 0), layout.offset_path("g", "t", 0)
+    zk.create(owner, b"\xff\xfe not an owner", makepath=True)
+    zk.create(offset, b"not an offset", makepath=True)
+    assert store.owners("g") == {} and store.offsets("g", [("t", 0)]) == {}
+    store.write_owners("g", {("t", 0): "m-1", ("t", 1): "m-1"}, recorded={})
+    store.write_offsets("g", {("t", 0): 42}, existing=set())
+    assert store.owners("g") == {("t", 0): "m-1", ("t", 1): "m-1"}
+    assert store.offsets("g", [("t", 0)]) == {("t", 0): 42}
+    # Removed by someone else since it was read: a set becomes a create, a delete nothing.
+    zk.delete(owner)
+    zk.delete(layout.owner_path("g", "t", 1))
+    store.write_owners("g", {("t", 0): "m-2"}, recorded={("t", 0): "m-1", ("t", 1): "m-1"})
+    assert store.owners("g") == {("t", 0): "m-2"}
+
+
+def _written_group(store, group: str) -> None:
+    """A group as an empty round leaves it: its state, a failure record, an
+    owners directory emptied, and offsets."""
+    state = layout.GroupState(2, "range", {}, lease_ms=3000)
+    store.write_group_state(group, state, exists=False)
+    store.write_group_failure(group, layout.GroupFailure(2, 5, "gave up"))
+    store.write_owners(group, {("t", 0): "m"}, recorded={})
+    store.write_owners(group, {}, recorded={("t", 0): "m"})
+    store.write_offsets(group, {("t", 0): 4, ("u", 1): 9}, existing=set())
+
+
+def test_forgetting_a_group_keeps_its_offsets_unless_they_expire(store, zk):
+    from zkcoord.coordinator.store import GroupHasOffsets
+
+    _written_group(store, "g")
+    zk.ensure_path(layout.group_path("g") + "/ids")  # a Kafka 0.8 consumer's: not ours to delete
+    with pytest.raises(GroupHasOffsets, match="committed offsets"):
+        store.forget_group("g")
+    assert store.offsets("g", [("t", 0), ("u", 1)]) == {("t", 0): 4, ("u", 1): 9}
+    assert "g" in store.group_states() and zk.exists(layout.group_failure_path("g"))
+    store.forget_group("g", offsets=True)
+    assert "g" not in store.group_states() and not zk.exists(layout.group_state_path("g").rsplit("/", 1)[0])
+    assert zk.get_children(layout.group_path("g")) == ["ids"]
+    zk.delete(layout.group_path("g") + "/ids")
+    store.write_group_state("h", layout.GroupState(1, "range", {}, lease_ms=0), exists=False)
+    store.forget_group("h")  # no offsets: everything of it goes
+    assert not zk.exists(layout.group_path("h")) and "h" not in store.group_states()
+
+
+def test_a_deposed_coordinator_forgets_nothing(store, zk):
+    _written_group(store, "g")
+    successor = CoordinatorStore(zk, server_id=2)
+    successor.claim_epoch()
+    with pytest.raises(Deposed):
+        store.forget_group("g", offsets=True)
+    assert "g" in successor.group_states() and successor.offsets("g", [("t", 0)]) == {("t", 0): 4}

@@ -84,3 +84,28 @@ class BrokerOffsets:
                 raise NoBroker(f"{tp[0]}-{tp[1]} has no leader to ask")
             result[tp] = self._connect(leader).list_offset(tp[0], tp[1], timestamp)
         return result
+
+    def offsets_known(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        """:meth:`offsets` of the partitions whose leader answers, one request
+        per leader; a partition without a leader, or whose leader cannot be
+        reached or answers with an error, is left out."""
+        partitions = list(partitions)
+        try:
+            unknown = [tp for tp in partitions if self._metadata.get(tp) is None]
+            if unknown:
+                self._metadata.update(self._any().partitions({t for t, _ in unknown}))
+        except ZkcoordError:
+            return {}
+        by_leader: dict[str, list[TopicPartition]] = {}
+        for tp in partitions:
+            leader = self._metadata.get(tp)
+            if leader is not None:
+                by_leader.setdefault(leader, []).append(tp)
+        result = {}
+        for leader, led in by_leader.items():
+            try:
+                answers = self._connect(leader).list_offsets(led, timestamp)
+            except ZkcoordError:  # that broker is down: its partitions are left out
+                continue
+            result.update({TopicPartition(*tp): o for tp, o in answers.items() if isinstance(o, int)})
+        return result

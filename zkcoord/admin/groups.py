@@ -195,21 +195,17 @@ def render_state(view: dict) -> list[str]:
         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row], {})
 
 
-def log_end_offsets(client) -> Callable:
+def log_end_offsets(client, timeout_s: Optional[float] = None) -> Callable:
     """A function giving partitions' log end offsets, asked of the brokers
-    registered in ZooKeeper; a partition whose broker cannot say is left out."""
-    from zkcoord.admin.brokers import LATEST_TIMESTAMP, BrokerOffsets
+    registered in ZooKeeper (each connection within ``timeout_s``, by default
+    BrokerOffsets'); a partition whose broker cannot say is left out."""
+    from zkcoord.admin.brokers import LATEST_TIMESTAMP, TIMEOUT_S, BrokerOffsets
 
     def ends(partitions) -> dict:
         addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
-        result = {}
-        with BrokerOffsets(addresses) as brokers:
-            for tp in partitions:
-                try:
-                    result.update(brokers.offsets([tp], LATEST_TIMESTAMP))
-                except ZkcoordError:  # that partition's broker is down, or it has no leader: no lag shown
-                    continue
-        return result
+        # One request per leader; a partition whose leader is down, or that has none, shows no lag.
+        with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s) as brokers:
+            return brokers.offsets_known(partitions, LATEST_TIMESTAMP)
 
     return ends
 

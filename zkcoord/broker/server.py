@@ -122,10 +122,15 @@ class Broker:
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
-            session_timeout_ms=self.config.group_consumer_session_timeout_ms)
+            session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
+
+    def _log_end(self, tp) -> Optional[int]:
+        """The log end offset of a partition this broker leads, else None."""
+        plog = self.logs.get(tuple(tp))
+        return None if plog is None else plog.log_end_offset
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, let requests in flight finish (up to ``timeout``),

@@ -13,6 +13,7 @@ from typing import Optional
 
 from zkcoord import wire
 from zkcoord.errors import ConfigError
+from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.settings import check, of, setting
 
 
@@ -40,6 +41,11 @@ class MemberConfig:
         check(self)
         if not self.topics and not self.pattern:
             raise ConfigError("subscribe to topics or to a pattern")
+        if self.pattern:
+            try:
+                check_pattern(self.pattern)
+            except PatternError as exc:
+                raise ConfigError(str(exc)) from None
 
     @property
     def is_static(self) -> bool:

@@ -201,6 +201,12 @@ class GroupMembership:
                 log.warning("member %s removed from its group: %s; it rejoins when the application polls",
                             self.consumer_id, exc)
                 evicted = True
+            except wire.OffsetOutOfRange as exc:
+                # It counted records its partitions do not have: registering
+                # again would not make its offsets right. The application is told.
+                log.error("member %s removed from its group: %s", self.consumer_id, exc)
+                self.error = exc
+                self.protocol.fail()
             except (ZkcoordError, OSError) as exc:
                 if not self._closing.is_set():
                     log.info("member %s: %s; starting again from the bootstrap list", self.consumer_id, exc)

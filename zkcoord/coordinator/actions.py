@@ -121,5 +121,28 @@ class ProveOffice:
     token: int
 
 
+@dataclass(frozen=True)
+class ForgetGroup:
+    """Delete what a group without members left in ZooKeeper (its state and
+    failure nodes, its owners and offsets directories). Its committed
+    offsets only with ``offsets``; without, it fails, deleting nothing, if
+    an offset node exists."""
+
+    token: int
+    group: str
+    offsets: bool = False
+
+
+@dataclass(frozen=True)
+class ReadLogEnds:
+    """Ask each partition's leader for its log end offset (ListOffsets,
+    latest), within a deadline; the result holds those that answered."""
+
+    token: int
+    partitions: frozenset[TopicPartition]
+
+
 ZooKeeperOperation = (ReadOwners, ReadOffsets, WriteGroupState, WriteOffsets, WriteOwners, WriteGroupFailure,
-                      ProveOffice)
+                      ProveOffice, ForgetGroup)
+# Operations on the brokers, ended like ZooKeeper's through ``done(token, ...)``.
+BrokerOperation = (ReadLogEnds,)

@@ -37,6 +37,18 @@ class CoordinatorConfig:
               "so that members joining together make one rebalance (0: no wait)", minimum=0)
     rebalance_protocol: str = setting("incremental", "incremental: stop only what moves; eager: seed 001's "
                                                      "stop-all/start-all", choices=REBALANCE_PROTOCOLS)
+    # Kafka's offsets.retention.minutes (7 days), for what has no offsets to keep.
+    group_retention_ms: int = setting(
+        7 * 24 * 3600 * 1000, "a group with no members and no committed offsets is forgotten (its state "
+                              "dropped, its nodes deleted from ZooKeeper) this long after it was last seen empty",
+        minimum=1)
+    expire_offsets: bool = setting(
+        False, "forget a group's committed offsets too, with the group, once it has had no members for the "
+               "group retention (Kafka's offset expiry); without it, a group with offsets is kept for good")
+    log_end_timeout_ms: int = setting(
+        5000, "how long the coordinator waits for partitions' leaders to say where their logs end, when an "
+              "offset reported is above the last log end it learnt; past it, the committed offset is kept",
+        minimum=1)
 
     def __post_init__(self) -> None:
         check(self)

@@ -34,15 +34,14 @@ import enum
 import heapq
 import itertools
 import logging
-import re
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Hashable, Mapping, Optional
 
 from zkcoord import wire
 from zkcoord.coordinator.actions import (
-    CancelTimer, Close, Deposed, ProveOffice, ReadOffsets, ReadOwners, Send, SetTimer, WriteGroupFailure,
-    WriteGroupState, WriteOffsets, WriteOwners,
+    CancelTimer, Close, Deposed, ForgetGroup, ProveOffice, ReadLogEnds, ReadOffsets, ReadOwners, Send, SetTimer,
+    WriteGroupFailure, WriteGroupState, WriteOffsets, WriteOwners,
 )
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -53,13 +52,14 @@ from zkcoord.coordinator.planner import (
 )
 from zkcoord.coordinator.schedule import PingSchedule
 from zkcoord.errors import ZkcoordError
+from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
 
 # Timer keys: ("answers",), ("rebalance", group), ("static", conn),
-# ("ping",), ("flush",), ("office",).
+# ("ping",), ("flush",), ("office",), ("forget", group).
 PING_TIMER = ("ping",)
 # One timer for every request's deadline: at the earliest, and at most once
 # a tick; an answered request's deadline is skipped when it comes (thousands
@@ -72,6 +72,9 @@ ANSWERS_TIMER = ("answers",)
 PING_TICK_S = 0.05
 FLUSH_TIMER = ("flush",)
 OFFICE_TIMER = ("office",)
+# A group due to be forgotten but busy (a flush, a round, a fence) is looked
+# at again after this, or its retention if shorter.
+FORGET_RETRY_S = 60.0
 
 
 class CoordinatorState(enum.Enum):
@@ -245,6 +248,19 @@ def offset_is_acceptable(group: Group, member: Member, tp: TopicPartition, offse
     return True
 
 
+def beyond_log_end(tp: TopicPartition, offset: int, log_end: Optional[int]) -> Optional[str]:
+    """Why ``offset`` may not be committed for ``tp`` given its log end
+    (None: not learnt), or None if it may. An offset is the next record to
+    consume, so the log end itself is the highest allowed: committing more
+    would make the group skip records not yet written, for good."""
+    if log_end is None:
+        return (f"offset {offset} for {tp[0]}-{tp[1]} could not be checked: the partition's leader did not say "
+                "where its log ends")
+    if offset > log_end:
+        return f"offset {offset} for {tp[0]}-{tp[1]} is beyond the partition's log end {log_end}"
+    return None
+
+
 def _ignore(*_args) -> None:
     pass
 
@@ -271,6 +287,10 @@ class CoordinatorCore:
         # the only writer, so they stay true), and partitions known to have none.
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self._no_offset: dict[str, set[TopicPartition]] = {}
+        # The highest log end offset learnt of each partition (asked of its
+        # leader): an offset at or below it is committed without asking again.
+        self.log_ends: dict[TopicPartition, int] = {}
+        self._reporters: dict[str, dict[TopicPartition, Member]] = {}  # who reported each pending offset
         self.last_rebalance: Optional[RebalanceReport] = None
         self._members: dict[Hashable, Member] = {}  # by connection
         self._registering: dict[Hashable, Member] = {}  # waiting for their handover to be written
@@ -341,6 +361,8 @@ class CoordinatorCore:
                 # ended writes the group empty; one that comes back asks for
                 # an earlier round.
                 self._schedule_round(group, until)
+            else:
+                self._empty(group, now)  # its retention runs from now: when it was last seen empty is not kept
             log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
                      group.describe(), len(group.fences.holders()), state.lease_ms)
         return self._take()
@@ -440,6 +462,9 @@ class CoordinatorCore:
         """The topic watch saw ``topic`` with ``count`` partitions (0: gone)."""
         if not self.deposed and self.partitions.get(topic) != count:
             self.partitions[topic] = count
+            # A topic deleted (and maybe created again) starts its logs anew.
+            for tp in [tp for tp in self.log_ends if tp[0] == topic and (not count or tp[1] >= count)]:
+                del self.log_ends[tp]
             log.info("topic %s has %d partition(s)", topic, count)
             for group in list(self.groups.values()):
                 if group.interested_in(topic):
@@ -505,6 +530,8 @@ class CoordinatorCore:
             self._flush_pending(now)
         elif kind == "office":
             self._office_due(now)
+        elif kind == "forget":
+            self._forget_due(key[1], now)
         return self._take()
 
     # -- events: members ---------------------------------------------------------------------
@@ -526,9 +553,9 @@ class CoordinatorCore:
                 raise wire.InvalidRegistration(str(exc)) from None
         if request.pattern:
             try:
-                re.compile(request.pattern)
-            except re.error as exc:
-                raise wire.InvalidRegistration(f"bad pattern {request.pattern!r}: {exc}") from None
+                check_pattern(request.pattern)
+            except PatternError as exc:
+                raise wire.InvalidRegistration(str(exc)) from None
         if request.auto_offset_reset not in wire.OFFSET_RESETS:
             raise wire.InvalidRegistration(
                 f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {request.auto_offset_reset!r}"
@@ -549,6 +576,9 @@ class CoordinatorCore:
             choose_strategy(others + [tuple(request.assignment_strategies)])
         except NoCommonStrategyError as exc:
             raise wire.NoCommonStrategy(str(exc)) from None
+        if group is not None and group.forgetting:
+            raise wire.CoordinatorNotAvailable(f"group {request.group_id} is being forgotten (it was empty past "
+                                               "its retention); try again in a moment")
         existing = group.members.get(request.consumer_id) if group else None
         if existing is not None and not (existing.is_static and request.is_static):
             # A static member may take its own place back (its old connection
@@ -914,6 +944,7 @@ class CoordinatorCore:
             group.transition(GroupPhase.EMPTY)  # and ZooKeeper says so already
             self._flush(group.name, now)
             self._succeeded(group)
+            self._empty(group, now)
             return
         free_at = group.fences.until(now)
         if free_at is not None:
@@ -1117,6 +1148,8 @@ class CoordinatorCore:
         group.recorded_owners = owners  # only this coordinator writes them, fenced
         # The members of the round, not of now: one that joined meanwhile runs another round.
         group.transition(GroupPhase.STABLE if round_.target else GroupPhase.EMPTY)
+        if not round_.target:
+            self._empty(group, now)
         report = RebalanceReport(group.name, round_.generation, len(round_.plan.paused),
                                  sum(len(t) for t in round_.target.values()), now - round_.started)
         self.last_rebalance = report
@@ -1208,6 +1241,7 @@ class CoordinatorCore:
         offsets = {tp: o for tp, o in offsets.items() if offset_is_acceptable(group, member, tp, o, owned)}
         committed = self.committed.get(group.name, {})
         pending = self.pending_offsets.setdefault(group.name, {})
+        reporters = self._reporters.setdefault(group.name, {})
         taken = 0
         for tp, offset in offsets.items():
             floor = max(committed.get(tp, -1), pending.get(tp, -1))
@@ -1216,6 +1250,7 @@ class CoordinatorCore:
                             group.describe(), member.member_id, offset, tp[0], tp[1], floor)
                 continue
             pending[tp] = offset
+            reporters[tp] = member  # told if the offset is beyond the log end
             taken += 1
         return taken
 
@@ -1274,6 +1309,12 @@ class CoordinatorCore:
         if not changed:
             self._flush_ended(name, None, now)
             return
+        # Above the last log end learnt: ask the leaders before writing (an
+        # offset at or below it, the steady state of a lagging group, asks nothing).
+        beyond = frozenset(tp for tp, offset in changed.items() if offset > self.log_ends.get(tp, -1))
+        if beyond:
+            self._zk(partial(ReadLogEnds, partitions=beyond), partial(self._log_ends_read, name, beyond))
+            return
         existing = frozenset(tp for tp in changed if tp in known)
         self._zk(partial(WriteOffsets, group=name, offsets=changed, existing=existing),
                  partial(self._offsets_written, name, changed, now))
@@ -1287,15 +1328,47 @@ class CoordinatorCore:
         flush = self._flushes.pop(name)
         self._flush(name, now, flush.waiters + flush.later)
 
+    def _log_ends_read(self, name: str, asked, found, error, now: float) -> None:
+        """Offsets beyond what the leaders said (or that no leader answered
+        for in time) are refused: the committed offset stays, so nothing is
+        skipped; records after it may be delivered again. A member that
+        reported an offset beyond a known log end is told, and removed."""
+        if error is not None:
+            log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s", name, len(asked), error)
+        for tp, end in (found or {}).items():
+            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
+        pending = self.pending_offsets.get(name, {})
+        reporters = self._reporters.get(name, {})
+        for tp in sorted(asked):
+            if tp not in pending:
+                continue
+            why = beyond_log_end(tp, pending[tp], self.log_ends.get(tp))
+            if why is None:
+                continue
+            del pending[tp]
+            member = reporters.pop(tp, None)
+            log.warning("[group %s] %s; refused, the committed offset kept", name, why)
+            group = self.groups.get(name)
+            if (tp in self.log_ends and member is not None and member.connected and group is not None
+                    and group.members.get(member.member_id) is member):
+                self._emit(Send(member.connection, wire.ErrorResponse(
+                    error_code=wire.ErrorCode.OFFSET_OUT_OF_RANGE,
+                    message=f"member {member.member_id} reported {why}; refused"), 0))
+                self._remove(member, f"it reported {why}", now)
+        flush = self._flushes.pop(name)
+        self._flush(name, now, flush.waiters + flush.later)
+
     def _offsets_written(self, name: str, changed, began: float, _result, error, now: float) -> None:
         self.metrics.offsets_flushed(now - began, failed=error is not None)
         if error is None:
             self.committed.setdefault(name, {}).update(changed)
             self._no_offset.get(name, set()).difference_update(changed)
             pending = self.pending_offsets.get(name, {})
+            reporters = self._reporters.get(name, {})
             for tp, offset in changed.items():
                 if pending.get(tp) == offset:
                     del pending[tp]
+                    reporters.pop(tp, None)
         else:
             # A node created although the write reported a failure would make
             # every later create fail: read them again before the next write.
@@ -1333,6 +1406,30 @@ class CoordinatorCore:
         except wire.WireError as exc:
             answer(exc, now)
             return self._take()
+        if not group.members:  # perhaps made by this request: forgotten in its turn if nothing comes of it
+            self._empty(group, now)
+        proceed = partial(self._reset_checked, conn, group, request, offsets, answer)
+        beyond = frozenset(tp for tp, offset in offsets.items() if offset > self.log_ends.get(tp, -1))
+        if request.execute and beyond:
+            self._zk(partial(ReadLogEnds, partitions=beyond),
+                     partial(self._reset_log_ends_read, offsets, beyond, proceed, answer))
+        else:
+            proceed(now)
+        return self._take()
+
+    def _reset_log_ends_read(self, offsets, asked, proceed, answer, found, error, now: float) -> None:
+        """A reset beyond a partition's log end (or where it cannot be learnt) resets nothing."""
+        for tp, end in (found or {}).items():
+            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
+        refusals = [why for why in (beyond_log_end(tp, offsets[tp], self.log_ends.get(tp)) for tp in sorted(asked))
+                    if why is not None]
+        if refusals:
+            cause = f" ({error})" if error is not None else ""
+            answer(wire.OffsetOutOfRange("; ".join(refusals) + cause + "; nothing was reset"), now)
+        else:
+            proceed(now)
+
+    def _reset_checked(self, conn, group: Group, request, offsets, answer, now: float) -> None:
         # Every partition named, or (none named, not executing) every one the group has an offset for.
         asked = frozenset(offsets) if offsets else None
         unknown = self._unknown_offsets(group.name, asked) if asked is not None else None
@@ -1342,7 +1439,6 @@ class CoordinatorCore:
         else:
             self._zk(partial(ReadOffsets, group=group.name, partitions=unknown),
                      partial(self._reset_offsets_read, group, decide, answer, unknown))
-        return self._take()
 
     def _check_reset(self, request: wire.ResetOffsetsRequest) -> tuple[Group, dict[TopicPartition, int]]:
         """The group and the offsets asked for, or the WireError that refuses them."""
@@ -1372,6 +1468,10 @@ class CoordinatorCore:
         if not self.active:
             raise wire.CoordinatorNotAvailable("the coordinator is suspended: ZooKeeper is unreachable or its "
                                                "office is not proven yet")
+        existing = self.groups.get(request.group_id)
+        if existing is not None and existing.forgetting:
+            raise wire.RebalanceInProgress(f"group {request.group_id} is being forgotten (it was empty past its "
+                                           "retention); try again in a moment")
         return self._group(request.group_id), offsets
 
     def _reset_offsets_read(self, group: Group, decide, answer, asked, found, error, now: float) -> None:
@@ -1421,9 +1521,72 @@ class CoordinatorCore:
         for them are stale from now on."""
         pending = self.pending_offsets.setdefault(group.name, {})
         pending.update(offsets)
+        reporters = self._reporters.get(group.name, {})
+        for tp in offsets:
+            reporters.pop(tp, None)
         group.fences.claimed(offsets)
         log.info("%s offsets reset by an operator: %s", group.describe(),
                  ", ".join(f"{t}-{p} to {o}" for (t, p), o in sorted(offsets.items())))
+
+    # -- forgetting empty groups (Kafka's offsets.retention.minutes) ------------------------------
+
+    def _empty(self, group: Group, now: float, after: Optional[float] = None) -> None:
+        """``group`` has no members now: forget it after its retention
+        (``after`` seconds, by default the retention) unless someone joins."""
+        retention = self.config.group_retention_ms / 1000.0
+        self._emit(SetTimer(("forget", group.name), now + (retention if after is None else after)))
+
+    def _forget_due(self, name: str, now: float) -> None:
+        """Forget the group if it still has no members and has no committed
+        offset, or (``expire_offsets``, Kafka's offset expiry) whatever
+        offsets it has, which go with it. Without expiry a group with offsets
+        is kept for good. A group that has members again is looked at when
+        it next empties."""
+        group = self.groups.get(name)
+        if group is None or group.forgetting or group.members or group.phase is not GroupPhase.EMPTY:
+            return
+        busy = (not self.active or name in self._rounds or name in self._flushes or name in self._resets
+                or name in self._rebalance_due or self.pending_offsets.get(name)
+                or any(m.group == name for m in self._registering.values()) or group.fences.until(now) is not None)
+        if busy:
+            self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
+            return
+        if self.committed.get(name) and not self.config.expire_offsets:
+            log.debug("%s kept past its retention: it has committed offsets", group.describe())
+            return
+        group.forgetting = True
+        self._zk(partial(ReadOffsets, group=name, partitions=None), partial(self._forget_offsets_read, group))
+
+    def _forget_offsets_read(self, group: Group, found, error, now: float) -> None:
+        if error is not None or (found and not self.config.expire_offsets):
+            group.forgetting = False
+            if error is not None:
+                log.warning("%s not forgotten yet: reading its offsets failed: %s", group.describe(), error)
+                self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
+            else:
+                self._offsets_read(group.name, frozenset(found), found)
+                log.debug("%s kept past its retention: it has committed offsets", group.describe())
+            return
+        expiring = bool(found) or bool(self.committed.get(group.name))
+        self._zk(partial(ForgetGroup, group=group.name, offsets=expiring),
+                 partial(self._group_forgotten, group, expiring))
+
+    def _group_forgotten(self, group: Group, expiring: bool, _result, error, now: float) -> None:
+        group.forgetting = False
+        if error is not None:
+            group.state_exists = None  # what is left of it is read again by its next round
+            group.recorded_owners = None
+            log.warning("%s not forgotten yet: %s", group.describe(), error)
+            self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
+            return
+        name = group.name
+        if self.groups.get(name) is group:
+            del self.groups[name]
+        for per_group in (self.committed, self._no_offset, self.pending_offsets, self._reporters):
+            per_group.pop(name, None)
+        log.info("[group %s] forgotten%s: no members for %d ms", name,
+                 ", its committed offsets expired" if expiring else " (it had no committed offsets)",
+                 self.config.group_retention_ms)
 
     # -- introspection ----------------------------------------------------------------------------
 

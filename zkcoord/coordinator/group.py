@@ -110,6 +110,8 @@ class Group:
     attempts: int = 0  # rebalance rounds failed in a row since the last change asked for one
     # When the first member of a new group joined, while its first round waits for the others.
     forming_since: Optional[float] = None
+    # Its nodes are being deleted (no members, no offsets, past its retention): nobody joins meanwhile.
+    forgetting: bool = False
 
     def transition(self, phase: GroupPhase) -> None:
         if phase not in _ALLOWED[self.phase]:

@@ -9,17 +9,18 @@ running. The runtime carries the decision out (Stop, Start, write owners).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from zkcoord.coordinator.assignors import ASSIGNORS, Assignment
+from zkcoord.patterns import matches
 from zkcoord.records import TopicPartition
 
 
 @dataclass(frozen=True)
 class Subscription:
-    """Named topics and/or a regular expression over topic names (seed 001's wildcard)."""
+    """Named topics and/or a regular expression over topic names (seed 001's
+    wildcard), accepted by zkcoord.patterns: matched in linear time."""
 
     topics: frozenset[str] = frozenset()
     pattern: Optional[str] = None
@@ -27,7 +28,7 @@ class Subscription:
     def matches(self, topic: str) -> bool:
         if topic in self.topics:
             return True
-        return self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
+        return self.pattern is not None and matches(self.pattern, topic)
 
     def select(self, all_topics) -> frozenset[str]:
         return frozenset(t for t in all_topics if self.matches(t))

@@ -22,7 +22,7 @@ import contextlib
 import itertools
 from functools import partial
 import logging
-from typing import Callable, Hashable, Optional
+from typing import Callable, Hashable, Mapping, Optional
 
 import gevent
 import gevent.event
@@ -31,6 +31,8 @@ import gevent.queue
 import gevent.socket
 
 from zkcoord import wire
+from zkcoord.admin.groups import log_end_offsets
+from zkcoord.errors import ZkcoordError
 from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import actions
@@ -42,6 +44,13 @@ from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
+
+
+class LogEndsTimeout(ZkcoordError):
+    """The partitions' leaders did not say where their logs end in time."""
+
+    retriable = True
+
 
 __all__ = ["Coordinator", "CoordinatorConfig"]
 
@@ -156,9 +165,11 @@ class Coordinator:
 
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
                  topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
-                 metrics: CoreMetrics = NO_METRICS):
+                 metrics: CoreMetrics = NO_METRICS, log_ends: Optional[Callable[[frozenset], Mapping]] = None):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
-        ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into."""
+        ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into;
+        ``log_ends``: partitions' log end offsets (by default asked of their leaders, the brokers
+        registered in ZooKeeper), those that answered."""
         self.store = store
         self.topics = topics
         self.config = config
@@ -172,6 +183,8 @@ class Coordinator:
         self._timers: dict[Hashable, object] = {}
         self._loop = gevent.get_hub().loop
         self._operations = gevent.pool.Group()
+        self._broker_reads = gevent.pool.Group()  # not ZooKeeper's: they do not wait for its turn
+        self._log_ends = log_ends
         self._waiting_operations: collections.deque = collections.deque()
         self._stopped = False
 
@@ -231,6 +244,7 @@ class Coordinator:
             self._cancel_timer(key)
         self._waiting_operations.clear()
         self._operations.kill(block=False)
+        self._broker_reads.kill(block=False)
         self._stopped = True
 
     def _partitions_changed(self, topic: str, partitions: int) -> None:
@@ -327,6 +341,8 @@ class Coordinator:
                 self._cancel_timer(action.key)
             elif isinstance(action, actions.ProveOffice):
                 self._prove_office(action)  # never behind the others: the office depends on it
+            elif isinstance(action, actions.ReadLogEnds):
+                self._broker_reads.spawn(self._read_log_ends, action)
             elif isinstance(action, actions.ZooKeeperOperation):
                 self._waiting_operations.append(action)
                 self._start_operations()
@@ -375,6 +391,21 @@ class Coordinator:
             self._start_operations()
         self._event(lambda now: self.core.done(operation.token, now, result, error))
 
+    def _read_log_ends(self, action: actions.ReadLogEnds) -> None:
+        """Ask the leaders, within the log end timeout: whatever has not
+        answered by then, the core takes as not learnt."""
+        timeout_s = self.config.log_end_timeout_ms / 1000.0
+        if self._log_ends is None:  # each broker's share of the time: one that hangs does not take it all
+            self._log_ends = log_end_offsets(self.store.zk, timeout_s=timeout_s / 2)
+        try:
+            with gevent.Timeout(timeout_s, LogEndsTimeout(f"the partitions' leaders did not answer within "
+                                                          f"{timeout_s:g}s")):
+                result, error = self._log_ends(action.partitions), None
+        except Exception as exc:  # no broker reachable, ZooKeeper's errors, the timeout: the core decides
+            result, error = None, exc
+        if not self._stopped:
+            self._event(lambda now: self.core.done(action.token, now, result, error))
+
     def _carry_out(self, operation):
         store = self.store
         if isinstance(operation, actions.ReadOwners):
@@ -392,4 +423,6 @@ class Coordinator:
             return store.write_owners(operation.group, operation.owners, operation.previous)
         if isinstance(operation, actions.WriteGroupFailure):
             return store.write_group_failure(operation.group, operation.failure)
+        if isinstance(operation, actions.ForgetGroup):
+            return store.forget_group(operation.group, operation.offsets)
         raise TypeError(f"unknown ZooKeeper operation {operation!r}")

@@ -56,6 +56,10 @@ class Epoch:
     session_id: int
 
 
+class GroupHasOffsets(ZkcoordError):
+    """A group to be forgotten has committed offsets: they are kept, and so is the group."""
+
+
 class NodeTooLarge(ZkcoordError):
     """A node's data exceeds what ZooKeeper accepts in one request."""
 
@@ -200,7 +204,18 @@ class CoordinatorStore:
         (at_once or result.rawlink)(answered)
 
     def _fenced(self, operations: list[tuple[str, str, bytes | None]]) -> None:
-        self._fence_outcome(self._fenced_transaction(operations).commit())
+        # The caller chose create or set from what it read; a node it could
+        # not read (unreadable data is logged and left out) or that another
+        # process made or removed since fails the whole multi. Under our
+        # fence the node is ours to write: redo that operation as what the
+        # node's existence calls for, one correction per round.
+        for _ in range(len(operations) + 1):
+            results = self._fenced_transaction(operations).commit()
+            corrected = _corrected(operations, results)
+            if corrected is None:
+                break
+            operations = corrected
+        self._fence_outcome(results)
 
     def _fenced_transaction(self, operations: list[tuple[str, str, bytes | None]]):
         if self.epoch is None:
@@ -256,6 +271,34 @@ class CoordinatorStore:
     def write_group_state(self, group: str, state: layout.GroupState, exists: bool) -> None:
         self.commit([self.upsert(layout.group_state_path(group), layout.encode_group_state(state), exists)])
 
+    def forget_group(self, group: str, offsets: bool = False) -> None:
+        """Delete, fenced and children first, what the coordinator wrote of a
+        group it forgets: /zkcoord/groups/<group> and, in /consumers/<group>,
+        the owners and the offsets directories. Its committed offsets only
+        if ``offsets``: otherwise, with one, nothing is deleted
+        (GroupHasOffsets). /consumers/<group> itself goes only if nothing
+        else is in it (a Kafka 0.8 consumer's ids, say)."""
+        consumers = layout.group_path(group)
+        offsets_path = layout.offsets_path(group)
+        doomed = self._subtree(layout.group_state_path(group).rsplit("/", 1)[0])
+        for child in ("owners", "offsets"):
+            doomed += self._subtree(f"{consumers}/{child}")
+        if not offsets and any(path.count("/") > offsets_path.count("/") + 1
+                               for path in doomed if path.startswith(offsets_path + "/")):
+            raise GroupHasOffsets(f"group {group} has committed offsets; kept")
+        if set(self._children(consumers)) <= {"owners", "offsets"} and self.zk.exists(consumers) is not None:
+            doomed.append(consumers)
+        self.commit([("delete", path, None) for path in doomed])
+
+    def _subtree(self, path: str) -> list[str]:
+        """``path`` and every node under it, children before their parent ([] if it does not exist)."""
+        if self.zk.exists(path) is None:
+            return []
+        nodes: list[str] = []
+        for child in sorted(self._children(path)):
+            nodes += self._subtree(f"{path}/{child}")
+        return nodes + [path]
+
     def write_group_failure(self, group: str, failure: Optional[layout.GroupFailure]) -> None:
         """Record why the group's rebalance gave up, or clear the record (None)."""
         path = layout.group_failure_path(group)
@@ -265,6 +308,29 @@ class CoordinatorStore:
                 self.commit([("delete", path, None)])
             return
         self.commit([self.upsert(path, layout.encode_group_failure(failure), exists)])
+
+
+def _corrected(operations: list[tuple[str, str, bytes | None]],
+               results: list) -> Optional[list[tuple[str, str, bytes | None]]]:
+    """``operations`` with the one that failed because the node's existence
+    was not what the caller read redone accordingly (a create of a node that
+    exists becomes a set, a set of a missing node a create, a delete of a
+    missing node goes), or None when no operation failed that way.
+    ``results`` are the multi's, the fence's check first."""
+    for index, (operation, result) in enumerate(zip(operations, results[1:])):
+        op, path, data = operation
+        if op == "create" and isinstance(result, NodeExistsError):
+            fix = [("set", path, data)]
+        elif op == "set" and isinstance(result, NoNodeError):
+            fix = [("create", path, data)]
+        elif op == "delete" and isinstance(result, NoNodeError):
+            fix = []
+        else:
+            continue
+        log.warning("%s: found %s, not as read; doing %s instead", path,
+                    "present" if op == "create" else "absent", fix[0][0] if fix else "nothing")
+        return operations[:index] + fix + operations[index + 1:]
+    return None
 
 
 def split_operations(operations: list[tuple[str, str, bytes | None]],

@@ -147,20 +147,36 @@ class BrokerConnection:
 
     def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
         """The offset for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms)."""
+        answer = self.list_offsets([(topic, partition)], timestamp)[(topic, partition)]
+        if isinstance(answer, PartitionError):
+            raise answer
+        return answer
+
+    def list_offsets(self, partitions, timestamp: int) -> dict[tuple[str, int], Union[int, "PartitionError"]]:
+        """:meth:`list_offset` of several partitions in one request: each
+        one's offset, or the PartitionError its leader answered with."""
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            wanted.setdefault(topic, []).append(partition)
         version = self._list_offsets_version
+        Topic = ListOffsetsRequest.ListOffsetsTopic
         request = ListOffsetsRequest(
             version=version, replica_id=-1, isolation_level=0,
-            topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
-                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                    partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])])
+            topics=[Topic(name=topic, partitions=[
+                Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
+                for p in sorted(set(ps))]) for topic, ps in sorted(wanted.items())])
         response = self._request(request, ListOffsetsResponse, version)
+        result: dict = {}
         for topic_data in response.topics:
             for part in topic_data.partitions:
-                if topic_data.name == topic and part.partition_index == partition:
-                    if part.error_code != NONE:
-                        raise PartitionError(topic, partition, part.error_code)
-                    return part.offset
-        raise BrokerConnectionError(f"broker {self.address} answered ListOffsets of {topic}-{partition} without it")
+                tp = (topic_data.name, part.partition_index)
+                if part.partition_index in wanted.get(topic_data.name, ()):
+                    result[tp] = (part.offset if part.error_code == NONE
+                                  else PartitionError(tp[0], tp[1], part.error_code))
+        missing = sorted((t, p) for t, ps in wanted.items() for p in ps if (t, p) not in result)
+        if missing:
+            raise BrokerConnectionError(f"broker {self.address} answered ListOffsets without {missing}")
+        return result
 
     def leader(self, topic: str, partition: int) -> Optional[str]:
         """The address of the partition's leader as this broker knows it, or

@@ -25,6 +25,7 @@ from zkcoord import settings
 from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import parse_bootstrap
 from zkcoord.errors import ConfigError
+from zkcoord.patterns import PatternError, check_pattern, matches
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.offsets import PartitionOffsets, parse_offsets_json
 from zkcoord.zk import layout
@@ -75,7 +76,7 @@ class SourceOptions:
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
-            return re.fullmatch(self.pattern, topic) is not None
+            return matches(self.pattern, topic)
         return topic in self.topics
 
 
@@ -174,9 +175,9 @@ def _subscription(opts: Mapping[str, str]) -> tuple[tuple[str, ...], Optional[st
         raise SourceOptionError("give exactly one of the options 'subscribe' and 'subscribePattern'")
     if pattern is not None:
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise SourceOptionError(f"option 'subscribePattern': {pattern!r} is not a regex: {exc}") from None
+            check_pattern(pattern)
+        except PatternError as exc:
+            raise SourceOptionError(f"option 'subscribePattern': {exc}") from None
         return (), pattern
     topics = tuple(sorted({t.strip() for t in subscribe.split(",") if t.strip()}))
     if not topics:

@@ -16,7 +16,7 @@ from zkcoord.wire.codec import (
 from zkcoord.wire.errors import (
     ConsumerIdInUse, CoordinatorNotAvailable, ErrorCode, FrameTooLarge,
     GroupNotEmpty, IllegalState, InvalidMessage, InvalidRegistration, InvalidRequest, MalformedFrame,
-    MaxPollIntervalExceeded,
+    MaxPollIntervalExceeded, OffsetOutOfRange,
     NoCommonStrategy, NotCoordinator, RebalanceInProgress,
     InvalidSessionTimeout, StaleEpoch, StaleGeneration, UnknownError,
     UnknownMessageType, UnknownPartition, UnsupportedVersion, WireError, code_for, error_for,
@@ -35,7 +35,7 @@ __all__ = [
     "decode", "encode",
     "ConsumerIdInUse", "CoordinatorNotAvailable", "ErrorCode", "FrameTooLarge",
     "GroupNotEmpty", "IllegalState", "InvalidMessage", "InvalidRegistration", "InvalidRequest", "MalformedFrame",
-    "MaxPollIntervalExceeded",
+    "MaxPollIntervalExceeded", "OffsetOutOfRange",
     "NoCommonStrategy", "NotCoordinator", "RebalanceInProgress",
     "InvalidSessionTimeout", "StaleEpoch", "StaleGeneration", "UnknownError",
     "UnknownMessageType", "UnknownPartition", "UnsupportedVersion", "WireError", "code_for",

@@ -38,6 +38,7 @@ class ErrorCode(IntEnum):
     GROUP_NOT_EMPTY = 16
     UNKNOWN_PARTITION = 17
     INVALID_REQUEST = 18
+    OFFSET_OUT_OF_RANGE = 19
 
 
 class WireError(ZkcoordError):
@@ -186,6 +187,13 @@ class InvalidRequest(WireError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class OffsetOutOfRange(WireError):
+    """An offset above the partition's log end (or one whose log end could not
+    be learnt): refused, the committed offset kept."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
 _CLASSES = {
     cls.code: cls
     for cls in (
@@ -194,7 +202,7 @@ _CLASSES = {
         InvalidRegistration, StaleEpoch, StaleGeneration, NotCoordinator,
         CoordinatorNotAvailable, IllegalState, NoCommonStrategy,
         RebalanceInProgress, MaxPollIntervalExceeded, GroupNotEmpty,
-        UnknownPartition, InvalidRequest,
+        UnknownPartition, InvalidRequest, OffsetOutOfRange,
     )
 }
 

@@ -53,6 +53,7 @@ from zkcoord.consumer.config import MemberConfig
 from zkcoord.coordinator.assignors import ASSIGNORS
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_offsets, read_servers
@@ -69,6 +70,7 @@ FENCED_INSTANCE_ID = kafka_errors.FencedInstanceIdError.errno
 GROUP_ID_NOT_FOUND = kafka_errors.GroupIdNotFoundError.errno
 INVALID_REQUEST = kafka_errors.InvalidRequestError.errno
 UNKNOWN_SERVER_ERROR = kafka_errors.UnknownError.errno
+OFFSET_OUT_OF_RANGE = kafka_errors.OffsetOutOfRangeError.errno
 
 # How long a new member's JoinGroup waits for the coordinator to register it,
 # and then for its first Start (a member that gets nothing hears no Start; it
@@ -160,10 +162,12 @@ class GroupBridge:
     ``brokers`` returns the live brokers {id: (host, port)}."""
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
-                 session_timeout_ms: int, clock=time.monotonic):
+                 session_timeout_ms: int, clock=time.monotonic, log_end=None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
-        those of KIP-848's members, which the broker sets, not the client."""
+        those of KIP-848's members, which the broker sets, not the client.
+        ``log_end(tp)``: the partition's log end offset if this broker leads
+        it, else None (the coordinator checks those against their leader)."""
         self.broker_id = broker_id
         self.zk = zk
         self._brokers = brokers
@@ -171,6 +175,7 @@ class GroupBridge:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
         self.clock = clock
+        self._log_end = log_end
         self._groups: dict[str, dict[str, _Bridged]] = {}
         # Member ids handed out with MEMBER_ID_REQUIRED, oldest first: a
         # client joins with its id at once, so only the latest few are kept.
@@ -586,6 +591,11 @@ class GroupBridge:
         topics = None if request.subscribed_topic_names is None else \
             tuple(sorted(set(request.subscribed_topic_names)))
         pattern = getattr(request, "subscribed_topic_regex", None)
+        if pattern:
+            try:  # RE2's syntax, as Kafka's own KIP-848 coordinator takes it (RE2/J)
+                check_pattern(pattern)
+            except PatternError as exc:
+                return answer(INVALID_REQUEST, message=str(exc))
         if bridged is not None and ((topics is not None and topics != bridged.member.topics)
                                     or (pattern is not None and (pattern or None) != bridged.member.pattern)):
             # A new subscription is a new registration: the client joins again.
@@ -659,12 +669,24 @@ class GroupBridge:
                 else:
                     error = bridged.member.commit_error(generation, tp, now)
                     if error == NONE and part.committed_offset >= 0:
+                        error = self._within_log(request.group_id, member_id, tp, part.committed_offset)
+                    if error == NONE and part.committed_offset >= 0:
                         bridged.member.commit(tp, part.committed_offset)
                 partitions.append(Partition(partition_index=part.partition_index, error_code=error))
             topics.append(Topic(name=topic.name, partitions=partitions))
         if bridged is None and member_id == "":
             log.info("group %s: refused a commit from outside the group (no member id)", request.group_id)
         return OffsetCommitResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics)
+
+    def _within_log(self, group: str, member_id: str, tp: TopicPartition, offset: int) -> int:
+        """OFFSET_OUT_OF_RANGE for an offset beyond the partition's log end
+        (committing it would make the group skip records not yet written)."""
+        end = self._log_end(tp) if self._log_end is not None else None
+        if end is not None and offset > end:
+            log.info("group %s: member %s committed offset %d for %s-%d, beyond the log end %d; refused",
+                     group, member_id, offset, tp[0], tp[1], end)
+            return OFFSET_OUT_OF_RANGE
+        return NONE
 
     def offset_fetch(self, request):
         Topic = OffsetFetchResponse.OffsetFetchResponseTopic

@@ -1,0 +1,122 @@
+"""Offsets beyond a partition's log end (core.py), on a manual clock: an
+offset above the last log end learnt is committed only once the partition's
+leader has said where its log ends (ReadLogEnds); one beyond it is refused,
+the committed offset kept, and the member that reported it told
+(OFFSET_OUT_OF_RANGE) and removed; one at or below a known log end asks
+nothing; a leader that does not answer keeps the committed offset."""
+
+from zkcoord import wire
+from zkcoord.coordinator import actions
+
+from tests.unit.core_harness import P, CoreHarness, FakeZooKeeper
+from tests.unit.test_core_offset_reset import OP, reset
+
+
+def pinged_with(h: CoreHarness, conn: str, offsets: dict) -> None:
+    """Wait for ``conn``'s next ping and answer it reporting ``offsets``."""
+    for _ in range(100):
+        pings = [(m, c) for m, c in h.unanswered(conn) if isinstance(m, wire.PingRequest)]
+        if pings:
+            h.answer(conn, wire.PingResponse(offsets=wire.offset_entries(offsets), last_poll_ms_ago=0), pings[0][1])
+            return
+        h.advance(0.1, settle=False)
+    raise AssertionError(f"{conn} was never pinged")
+
+
+def flush(h: CoreHarness) -> None:
+    h.advance(1.0, settle=False)  # the flush interval
+
+
+def running_a(log_end: int) -> CoreHarness:
+    h = CoreHarness()
+    h.zk.log_ends[P[0]] = log_end
+    h.register("a", "a")
+    h.stable(["a"])
+    h.brokers_answer = False
+    return h
+
+
+def test_an_offset_beyond_the_log_end_is_refused_and_its_member_told():
+    h = running_a(log_end=50)
+    h.zk.offsets["g"][P[0]] = 20
+    h.core.committed["g"][P[0]] = 20
+    pinged_with(h, "a", {P[0]: 10**12, P[1]: 5})
+    flush(h)
+    asked = [op for op in h.operations.values() if isinstance(op, actions.ReadLogEnds)]
+    assert [op.partitions for op in asked] == [frozenset({P[0], P[1]})]
+    assert not any(isinstance(op, actions.WriteOffsets) for op in h.operations.values())  # nothing before the answer
+    h.complete(actions.ReadLogEnds, result={P[0]: 50, P[1]: 9})
+    h.settle()
+    assert h.zk.offsets["g"][P[0]] == 20 and h.zk.offsets["g"][P[1]] == 5
+    errors = [m for m in h.requests("a", wire.ErrorResponse)]
+    assert [e.error_code for e in errors] == [wire.ErrorCode.OFFSET_OUT_OF_RANGE]
+    assert "1000000000000" in errors[0].message and "log end 50" in errors[0].message
+    assert "a" in h.closed and "a" not in h.core.groups["g"].members
+    assert h.core.log_ends[P[0]] == 50
+
+
+def test_an_offset_at_or_below_the_last_log_end_learnt_asks_nothing():
+    h = running_a(log_end=50)
+    pinged_with(h, "a", {P[0]: 30})
+    flush(h)
+    h.complete(actions.ReadLogEnds, result={P[0]: 50})
+    h.settle()
+    assert h.zk.offsets["g"][P[0]] == 30
+    pinged_with(h, "a", {P[0]: 50})  # the log end itself: everything consumed
+    flush(h)
+    assert not any(isinstance(op, actions.ReadLogEnds) for op in h.operations.values())
+    h.settle()
+    assert h.zk.offsets["g"][P[0]] == 50 and h.requests("a", wire.ErrorResponse) == []
+
+
+def test_a_leader_that_does_not_answer_keeps_the_committed_offset_and_blames_nobody():
+    h = running_a(log_end=50)
+    h.zk.offsets["g"][P[0]] = 20
+    h.core.committed["g"][P[0]] = 20
+    pinged_with(h, "a", {P[0]: 30})
+    flush(h)
+    h.complete(actions.ReadLogEnds, error=TimeoutError("no answer within 5 s"))
+    h.settle()
+    assert h.zk.offsets["g"][P[0]] == 20
+    assert h.requests("a", wire.ErrorResponse) == [] and "a" in h.core.groups["g"].members
+    pinged_with(h, "a", {P[0]: 31})  # asked again with the next report
+    flush(h)
+    h.complete(actions.ReadLogEnds, result={P[0]: 50})
+    h.settle()
+    assert h.zk.offsets["g"][P[0]] == 31
+
+
+def test_a_stop_beyond_the_log_end_starts_the_next_owner_at_the_committed_offset():
+    h = CoreHarness()
+    h.zk.log_ends.update({P[2]: 100, P[3]: 100})
+    h.register("a", "a")
+    h.stable(["a"])
+    h.zk.offsets["g"].update({P[2]: 60, P[3]: 60})
+    h.core.committed["g"].update({P[2]: 60, P[3]: 60})
+    h.register("b", "b")
+    h.advance(0.1)
+    h.answer("a", wire.StopResponse(offsets=wire.offset_entries({P[2]: 70, P[3]: 10**15})))
+    h.settle()
+    (start,) = h.requests("b", wire.StartRequest)
+    assert {(p.topic, p.partition): p.offset for p in start.partitions} == {P[2]: 70, P[3]: 60}
+    assert h.zk.offsets["g"][P[3]] == 60
+    assert [e.error_code for e in h.requests("a", wire.ErrorResponse)] == [wire.ErrorCode.OFFSET_OUT_OF_RANGE]
+
+
+def test_a_reset_beyond_the_log_end_resets_nothing():
+    h = CoreHarness(zk=FakeZooKeeper(log_ends={tp: 45 for tp in P}))
+    h.register("a", "a")
+    h.stable(["a"])
+    h.answer("a", wire.LeaveGroupRequest(offsets=wire.offset_entries({tp: 40 for tp in P})), correlation_id=5)
+    h.advance(0.5)
+    before = dict(h.zk.offsets["g"])
+    answer = reset(h, {P[0]: 46, P[1]: 3})
+    assert answer.error_code == wire.ErrorCode.OFFSET_OUT_OF_RANGE
+    assert "t-0" in answer.error_message and "log end 45" in answer.error_message
+    assert h.zk.offsets["g"] == before and OP in h.closed
+    answer = reset(h, {P[0]: 45}, conn="op2")  # the log end itself is allowed
+    assert answer.error_code == wire.ErrorCode.NONE and h.zk.offsets["g"][P[0]] == 45
+    h.apply(h.core.partitions_changed("u", 1, h.now))
+    h.zk.default_log_end = None  # no leader answers: nothing is reset either
+    answer = reset(h, {("u", 0): 5}, conn="op3")
+    assert answer.error_code == wire.ErrorCode.OFFSET_OUT_OF_RANGE and "could not be checked" in answer.error_message
