@@ -19,6 +19,8 @@ setup(
     ext_modules=[RECORD_DECODER],
     install_requires=[
         "kazoo==2.11.0",
+        # kazoo's SASL to ZooKeeper (DIGEST-MD5, GSSAPI) goes through pure-sasl.
+        "pure-sasl>=0.6.2",
         "gevent>=24.2",
         "construct==2.10.70",
         "kafka-python==3.0.12",

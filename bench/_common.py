@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 import gevent
 from kazoo.client import KazooClient
+from zkcoord.zk import client as zk_client
 from zkcoord.zk.gevent_handler import GeventHandler
 
 from zkcoord.consumer.config import MemberConfig
@@ -148,8 +149,8 @@ class Harness:
 
     def start(self, servers: int = 3) -> None:
         self.ensemble = start_ensemble(self.work / "zk", nodes=self.zk_nodes, tick_ms=ZK_TICK_MS, timeout=90)
-        self.zk = KazooClient(hosts=self.ensemble.connect_string, handler=GeventHandler())
-        self.zk.start(30)
+        self.zk = zk_client.open_client(self.ensemble.connect_string, handler=GeventHandler())
+        zk_client.start(self.zk, 30)
         self.cluster = LocalCluster(self.ensemble.connect_string, self.work / "cluster", self.server_args)
         self.cluster.start_servers(servers, timeout=60)  # waits until every broker is registered too
         self.cluster.wait_for_coordinator(60)

@@ -94,7 +94,7 @@ def _spark_pipeline(report: _Report, zk, connect: str, workdir: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
-    from kazoo.client import KazooClient
+    from zkcoord.zk import client as zk_client
 
     from zkcoord.zk.nodes import read_offsets
     from zkcoord.admin.topics import create_topic
@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
         ensemble.start()
         for s in ensemble.status():
             report.line(f"node {s.node}  127.0.0.1:{s.client_port}  {s.mode}")
-        zk = KazooClient(hosts=ensemble.connect_string)
-        zk.start(timeout=15)
+        zk = zk_client.open_client(ensemble.connect_string)
+        zk_client.start(zk, timeout=15)
 
         report.section("zkcoord servers (coordinator candidates with embedded brokers)")
         cluster = LocalCluster(ensemble.connect_string, workdir / "cluster",

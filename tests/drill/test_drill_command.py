@@ -141,3 +141,32 @@ def test_a_drill_against_an_existing_cluster_breaks_only_its_own_consumers(zk_co
         assert all("needs the drill's own cluster" in f["note"] for f in report["faults"] if f not in injected)
         assert all(s.alive for s in cluster.servers.values())  # the drill left the servers alone
         assert processes_under(directory) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_drill_against_a_cluster_on_a_secured_zookeeper(tmp_path):
+    from zkcoord.zk.ensemble import LocalEnsemble
+    from zkcoord.zk.security import command_line
+
+    ensemble = LocalEnsemble.create(tmp_path / "zk", nodes=1, tick_ms=250, auth="sasl", tls=True)
+    try:
+        ensemble.start(timeout=60)
+        security = ensemble.client_security()
+        with LocalCluster(ensemble.connect_string, tmp_path / "cluster", ("--zk-session-timeout-ms", "3000"),
+                          zk_security=security) as cluster:
+            cluster.start_servers(1)
+            cluster.wait_for_coordinator()
+            directory = tmp_path / "drill"
+            args = ("--zookeeper", ensemble.connect_string, "--bootstrap", ",".join(cluster.bootstrap),
+                    "--faults", "2", "--seed", "5", "--consumers", "2", "--kinds", "consumer-kill",
+                    "--dir", str(directory))
+            refused = drill(*args)  # without credentials: refused before anything starts
+            assert refused.returncode != 0 and not directory.exists(), refused.stdout + refused.stderr
+            result = drill(*args, *command_line(security), timeout=240)
+            assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+            report = json.loads((directory / "report.json").read_text())
+            assert report["ok"], report
+            assert (directory / "samples.jsonl").stat().st_size > 0  # the sampler read the secured ZooKeeper
+            assert processes_under(directory) == []
+    finally:
+        ensemble.destroy()

@@ -232,3 +232,59 @@ def test_cli_kill_of_a_node_outside_the_ensemble_is_refused(tmp_path):
     LocalEnsemble.create(tmp_path / "e", nodes=1)
     result = _zkcoord("zk", "kill", "--dir", str(tmp_path / "e"), "--node", "4")
     assert result.returncode == 2 and "not in this 1-node ensemble" in result.stderr
+
+
+def test_a_tls_ensemble_serves_tls_only_and_its_nodes_talk_tls_among_themselves(tmp_path):
+    from zkcoord.zk import client as zk_client
+    from zkcoord.zk.ensemble import four_letter_word
+
+    ensemble = LocalEnsemble.create(tmp_path / "zk", nodes=3, tick_ms=250, tls=True)
+    try:
+        ensemble.start(timeout=60)
+        assert sorted(s.mode for s in ensemble.status()) == ["follower", "follower", "leader"]  # asked over TLS
+        assert not (four_letter_word(ensemble.client_port(1), "srvr") or "").startswith("Zookeeper version")
+        written = zk_client.open_client(f"127.0.0.1:{ensemble.client_port(1)}", ensemble.client_security())
+        zk_client.start(written, timeout=15)
+        read = zk_client.open_client(f"127.0.0.1:{ensemble.client_port(3)}", ensemble.client_security())
+        zk_client.start(read, timeout=15)
+        try:
+            written.create("/over-tls", b"1")
+            read.sync("/over-tls")
+            assert read.get("/over-tls")[0] == b"1"
+        finally:
+            written.stop()
+            read.stop()
+        for node in ensemble.node_ids:
+            assert "Using TLS encrypted quorum communication" in ensemble.log_path(node).read_text()
+    finally:
+        ensemble.destroy()
+
+
+def test_a_secured_ensemble_is_laid_out_with_private_credentials_and_remembered(tmp_path):
+    import stat
+
+    ensemble = LocalEnsemble.create(tmp_path / "zk", nodes=3, auth="sasl", users=("zkcoord", "ops"), tls=True)
+    config = ensemble.config_path(2).read_text().splitlines()
+    assert f"secureClientPort={ensemble.client_port(2)}" in config
+    assert not any(line.startswith("clientPort=") for line in config)  # nothing left in plaintext
+    assert "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider" in config
+    assert "sslQuorum=true" in config
+    jaas = ensemble.jaas_path.read_text()
+    for user in ("zkcoord", "ops"):
+        password = ensemble.password_file(user).read_text().strip()
+        assert len(password) >= 20 and f'user_{user}="{password}"' in jaas
+        assert stat.S_IMODE(ensemble.password_file(user).stat().st_mode) == 0o600
+    assert stat.S_IMODE(ensemble.jaas_path.stat().st_mode) == 0o600
+    assert f"-Djava.security.auth.login.config={ensemble.jaas_path}" in ensemble._java_command(1)
+
+    again = LocalEnsemble.load(tmp_path / "zk")
+    assert (again.auth, again.users, again.tls) == ("sasl", ("zkcoord", "ops"), True)
+    assert again.client_security("ops").zk_user == "ops"
+    with pytest.raises(ConfigError, match="user 'nobody' is not one of this ensemble's"):
+        again.client_security("nobody")
+    with pytest.raises(ConfigError, match="a user name is 1 to 64 letters"):
+        LocalEnsemble.create(tmp_path / "bad", nodes=1, auth="sasl", users=('x" y',))
+
+    plain = LocalEnsemble.create(tmp_path / "plain", nodes=1)
+    assert (plain.auth, plain.users, plain.tls) == ("none", (), False)
+    assert f"clientPort={plain.client_port(1)}" in plain.config_path(1).read_text().splitlines()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 from zkcoord.errors import ZkcoordError
+from zkcoord.zk.security import ZkSecurity, ZooKeeperAuthError
 
 
 class ZooKeeperUnreachable(ZkcoordError):
@@ -14,19 +16,41 @@ class ZooKeeperUnreachable(ZkcoordError):
     retriable = True
 
 
-@contextlib.contextmanager
-def zookeeper_session(connect: str, timeout: float = 15.0) -> Iterator:
-    """A started kazoo client on ``connect`` for the length of one command."""
-    from kazoo.client import KazooClient
+def add_security_options(parser: argparse.ArgumentParser) -> None:
+    """The ZooKeeper credential, TLS and ACL options, beside a command's ``--zookeeper``."""
+    from zkcoord import settings
 
-    client = KazooClient(hosts=connect)
+    settings.add_options(parser, ZkSecurity)
+
+
+def security_from(args: argparse.Namespace) -> ZkSecurity:
+    """The :class:`ZkSecurity` the options of :func:`add_security_options` describe."""
+    from zkcoord import settings
+
+    return settings.from_args(ZkSecurity, args)
+
+
+@contextlib.contextmanager
+def zookeeper_session(connect: str, timeout: float = 15.0, security: Optional[ZkSecurity] = None) -> Iterator:
+    """A started kazoo client on ``connect`` for the length of one command,
+    with ``security``'s credentials, TLS and ACL policy."""
+    from zkcoord.zk import client as zk_client
+
+    client = zk_client.open_client(connect, security)
     try:
-        client.start(timeout=timeout)
+        zk_client.start(client, timeout=timeout)
+    except ZooKeeperAuthError as exc:
+        client.close()
+        raise ZooKeeperAuthError(f"ZooKeeper at {connect}: {exc}") from None
     except Exception as exc:  # kazoo raises its own timeout and connection errors
         client.close()
         raise ZooKeeperUnreachable(f"cannot reach ZooKeeper at {connect}: {exc}") from None
+    from kazoo.exceptions import NoAuthError
+
     try:
         yield client
+    except NoAuthError:
+        raise ZooKeeperAuthError(zk_client.refused_by_acl(client.security, connect)) from None
     finally:
         client.stop()
         client.close()

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from kazoo.exceptions import NoNodeError
 
-from zkcoord.admin import zookeeper_session
+from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_brokers, read_offsets, read_owners, read_servers
@@ -220,10 +220,12 @@ def register(subparsers) -> None:
     actions = parser.add_subparsers(dest="groups_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="list groups")
     listing.add_argument("--zookeeper", required=True)
+    add_security_options(listing)
     listing.set_defaults(func=run)
     describe = actions.add_parser("describe", help="a group's offsets, lag and owners (or members, or state), "
                                                    "as kafka-consumer-groups --describe prints them")
     describe.add_argument("--zookeeper", required=True)
+    add_security_options(describe)
     describe.add_argument("--group", required=True)
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--members", action="store_true", help="one line per member: host, client id, partitions")
@@ -247,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"zkcoord groups: {exc}", file=sys.stderr)
         return 2
     try:
-        with zookeeper_session(args.zookeeper) as client:
+        with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             if args.groups_action == "list":
                 for name in list_groups(client):
                     print(name)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Mapping, Optional
 
+from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.records import TopicPartition
 
@@ -185,11 +186,10 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     from zkcoord.consumer.membership import parse_bootstrap
 
     if args.zookeeper:
-        from zkcoord.admin import zookeeper_session
         from zkcoord.admin.groups import group_coordinator
         from zkcoord.zk.nodes import read_brokers, read_servers
 
-        with zookeeper_session(args.zookeeper) as client:
+        with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             slot, _, server, _ = group_coordinator(client, args.group)
             endpoint = read_servers(client).get(server) if server is not None else None
             brokers = ["%s:%d" % r.plaintext_address() for r in read_brokers(client).values()]
@@ -310,6 +310,7 @@ def register(actions) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--zookeeper", help="the cluster's ZooKeeper connect string")
     where.add_argument("--bootstrap", help="zkcoord servers, host:port[,host:port...]")
+    add_security_options(parser)
     parser.add_argument("--group", required=True)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",

@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Mapping, Optional, Sequence
 
-from zkcoord.admin import zookeeper_session
+from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import broker_ids
@@ -214,6 +214,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     def common(name, help_text):
         sub = actions.add_parser(name, help=help_text)
         sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+        add_security_options(sub)
         sub.set_defaults(func=run)
         return sub
 
@@ -242,7 +243,7 @@ def run(args) -> int:
         print(f"zkcoord topics: {exc}", file=sys.stderr)
         return 2
     try:
-        with zookeeper_session(args.zookeeper) as client:
+        with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             return _act(client, args)
     except (TopicArgumentError, TopicExistsError, UnknownTopicError) as exc:
         print(f"zkcoord topics: {exc}", file=sys.stderr)

@@ -25,8 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
+    from zkcoord.zk.security import ZkSecurity
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+    settings.add_options(parser, ZkSecurity)
     settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT})
     settings.add_options(parser, LogConfig)
     settings.add_options(parser, MetricsConfig)
@@ -59,8 +61,10 @@ def run(args) -> int:
 
     import gevent
     import gevent.event
-    from kazoo.client import KazooClient
+    from zkcoord.zk import client as zk_client
     from zkcoord.zk.gevent_handler import GeventHandler
+    from zkcoord.zk import layout
+    from zkcoord.zk.security import ZkSecurity
 
     from zkcoord import settings
     from zkcoord.broker.server import Broker
@@ -71,21 +75,30 @@ def run(args) -> int:
     from zkcoord.errors import ZkcoordError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    registry = families.new_registry()  # this process's own
+    zk_metrics = families.ZooKeeperMetrics(registry)
     try:
         config = config_from(args)
         metrics_config = settings.from_args(MetricsConfig, args)
+        zk_security = settings.from_args(ZkSecurity, args)
+        client = zk_client.open_client(args.zookeeper, zk_security,
+                                       handler=GeventHandler(on_request=zk_metrics.observe),
+                                       timeout=args.zk_session_timeout)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2
-    registry = families.new_registry()  # this process's own
-    zk_metrics = families.ZooKeeperMetrics(registry)
-    client = KazooClient(hosts=args.zookeeper, handler=GeventHandler(on_request=zk_metrics.observe),
-                         timeout=args.zk_session_timeout)
     zk_metrics.watch(lambda: client.connected)
     try:
-        client.start(timeout=args.zk_timeout)
+        zk_client.start(client, timeout=args.zk_timeout)
     except Exception as exc:
         print(f"zkcoord broker: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        zk_client.check_ownership(client, zk_security, layout.BROKER_IDS)
+    except ZkcoordError as exc:
+        print(f"zkcoord broker: {exc}", file=sys.stderr)
+        client.stop()
+        client.close()
         return 1
     broker = Broker(config, client, metrics=families.BrokerMetrics(registry))
     endpoint = None

@@ -16,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
+    from zkcoord.zk.security import ZkSecurity
 
     p = subparsers.add_parser("server", help="run a zkcoord server in the foreground until SIGTERM")
     settings.add_options(p, ServerConfig)
@@ -28,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     settings.add_options(p, LogConfig)
     settings.add_options(p, MetricsConfig)
     settings.add_options(p, TlsConfig)
+    settings.add_options(p, ZkSecurity)
     p.add_argument("--port-file", type=Path, default=None,
                    help="once serving, write the bound ports here as JSON (port, broker_port, metrics_port)")
     p.set_defaults(func=run)
@@ -41,6 +43,7 @@ def config_from(args: argparse.Namespace):
     from zkcoord.errors import ConfigError
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
+    from zkcoord.zk.security import ZkSecurity
 
     tls = settings.from_args(TlsConfig, args)  # both listeners: a client reaching one reaches the other alike
     broker = None
@@ -51,7 +54,8 @@ def config_from(args: argparse.Namespace):
                                     host=getattr(args, "ServerConfig.host"),
                                     log=settings.from_args(LogConfig, args), tls=tls)
     return settings.from_args(ServerConfig, args, coordinator=settings.from_args(CoordinatorConfig, args),
-                              broker=broker, metrics=settings.from_args(MetricsConfig, args), tls=tls)
+                              broker=broker, metrics=settings.from_args(MetricsConfig, args), tls=tls,
+                              zk_security=settings.from_args(ZkSecurity, args))
 
 
 def run(args: argparse.Namespace) -> int:

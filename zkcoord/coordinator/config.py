@@ -11,6 +11,7 @@ from zkcoord.errors import ConfigError
 from zkcoord.metrics.config import MetricsConfig
 from zkcoord.security.config import TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
+from zkcoord.zk.security import ZkSecurity
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")
 
@@ -65,6 +66,8 @@ class ServerConfig:
     host: str = bind_address()
     port: int = setting(0, "the coordinator protocol's port (0: a free one)", **PORT)
     zk_session_timeout_ms: int = setting(6000, "ZooKeeper session timeout asked for", minimum=500)
+    zk_security: ZkSecurity = setting(help="ZooKeeper credentials, TLS and ACL policy", factory=ZkSecurity,
+                                      cli=False)
     max_connections: Optional[int] = setting(None, "most connections served at once (default: as many as "
                                                    "the open-file limit allows)", minimum=1)
     max_frame_size: int = setting(wire.MAX_FRAME_SIZE, "largest coordinator-protocol frame accepted",

@@ -29,7 +29,7 @@ from typing import Optional
 import gevent
 import gevent.event
 import gevent.pool
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
@@ -48,10 +48,12 @@ from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.security import tls
 from zkcoord.security.principal import ANONYMOUS
+from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
+from zkcoord.zk.security import ZooKeeperAuthError
 from zkcoord.zk.session import SessionTimeoutWitness, delete_if_owned
 
 log = logging.getLogger(__name__)
@@ -125,9 +127,9 @@ class Server:
         zk_metrics = families.ZooKeeperMetrics(self.metrics_registry)
         handler = GeventHandler(on_request=zk_metrics.observe)
         self._zk_log = SessionTimeoutWitness()
-        self.zk = KazooClient(
+        self.zk = zk_client.open_client(
+            config.zookeeper, config.zk_security,
             logger=self._zk_log,
-            hosts=config.zookeeper,
             handler=handler,
             timeout=config.zk_session_timeout_ms / 1000.0,
             # kazoo's default gives up after one failed round of reconnecting
@@ -171,16 +173,21 @@ class Server:
         self._running = True
         self.zk.add_listener(self._on_zk_state)
         try:
-            self.zk.start(timeout=30)
+            zk_client.start(self.zk, timeout=30)
+        except ZooKeeperAuthError as exc:
+            self.zk.close()
+            raise ServerError(f"ZooKeeper at {self.config.zookeeper}: {exc}") from None
         except (Exception, gevent.Timeout) as exc:  # kazoo's errors; its gevent timeout is a BaseException
             self.zk.close()
             detail = str(exc) or "no session within 30 s"
             raise ServerError(f"cannot reach ZooKeeper at {self.config.zookeeper}: {detail}") from None
         try:
             check_multi_read(self.zk)
+            for root in (layout.ZKCOORD_ROOT, layout.CONSUMERS):
+                zk_client.check_ownership(self.zk, self.config.zk_security, root)
             self.slots = self._agree_slot_count()
             cluster_id(self.zk)  # the first broker or server to start creates it, as Kafka's first broker does
-        except (ZooKeeperTooOld, ConfigError, layout.LayoutError) as exc:
+        except (ZooKeeperTooOld, ConfigError, layout.LayoutError, ZooKeeperAuthError) as exc:
             self.zk.stop()
             self.zk.close()
             raise ServerError(str(exc)) from None

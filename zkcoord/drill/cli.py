@@ -21,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord import settings
     from zkcoord.drill.config import DrillSettings
     from zkcoord.drill.schedule import KINDS
+    from zkcoord.zk.security import ZkSecurity
 
     p = subparsers.add_parser(
         "drill", help="run a failover drill of random faults and check the invariants",
@@ -35,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="directory for the history and reports (default ./zkcoord-drill-DATE-TIME)")
     p.add_argument("--zookeeper", default=None, help="an existing cluster's ZooKeeper connect string")
     p.add_argument("--bootstrap", default=None, help="an existing cluster's servers, host:port[,host:port...]")
+    settings.add_options(p, ZkSecurity)
     p.set_defaults(func=run)
 
 
@@ -44,6 +46,7 @@ def settings_from(args: argparse.Namespace):
     from zkcoord.drill.config import DrillSettings
     from zkcoord.drill.schedule import parse_kinds
     from zkcoord.errors import ConfigError
+    from zkcoord.zk.security import ZkSecurity
 
     if args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
         raise ConfigError(f"--dir {args.dir} is not empty: a drill writes its history into a directory of its own")
@@ -54,7 +57,7 @@ def settings_from(args: argparse.Namespace):
         DrillSettings, args, seed=args.seed if args.seed is not None else int(time.time()) % 1_000_000,
         kinds=tuple(parse_kinds(args.kinds)),
         directory=args.dir or Path.cwd() / time.strftime("zkcoord-drill-%Y%m%d-%H%M%S"),
-        zookeeper=args.zookeeper, bootstrap=bootstrap)
+        zookeeper=args.zookeeper, bootstrap=bootstrap, zk_security=settings.from_args(ZkSecurity, args))
 
 
 def run(args: argparse.Namespace) -> int:

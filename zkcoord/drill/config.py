@@ -10,6 +10,7 @@ from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.drill.schedule import Timing, known_kinds
 from zkcoord.errors import ConfigError
 from zkcoord.settings import check, setting
+from zkcoord.zk.security import ZkSecurity
 
 
 def _positive(value: float) -> None:
@@ -42,6 +43,8 @@ class DrillSettings:
     # An existing cluster to aim at: its ZooKeeper and its servers (None: the drill's own).
     zookeeper: Optional[str] = setting(None, "an existing cluster's ZooKeeper connect string", cli=False)
     bootstrap: Optional[tuple[str, ...]] = setting(None, "an existing cluster's servers", cli=False)
+    zk_security: ZkSecurity = setting(help="an existing cluster's ZooKeeper credentials and TLS",
+                                      factory=ZkSecurity, cli=False)
 
     def __post_init__(self) -> None:
         check(self)

@@ -84,7 +84,7 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Op
                            + "; ".join(f"{k}: {why}" for k, why in skipped.items()))
     schedule = plan(settings.seed, settings.faults, list(settings.kinds), settings.timing)
     if not settings.own_cluster:
-        with zookeeper_session(settings.zookeeper, timeout=10):
+        with zookeeper_session(settings.zookeeper, timeout=10, security=settings.zk_security):
             pass  # a clear error (ZooKeeperUnreachable) before anything starts
     directory = settings.directory
     directory.mkdir(parents=True, exist_ok=True)
@@ -200,7 +200,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         bootstrap = None
     else:
         zookeeper = settings.zookeeper
-        resources.cluster = cluster = LocalCluster(zookeeper, directory)
+        resources.cluster = cluster = LocalCluster(zookeeper, directory, zk_security=settings.zk_security)
         bootstrap = list(settings.bootstrap)
     # A topic and a group of its own, so a drill on a shared cluster touches nothing else.
     topic = f"drill-{settings.seed}-{int(time.time())}"
@@ -218,7 +218,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         ctx.add_consumer()
     bound = settings.max_minutes * 60 + 300
     resources.workers = workers = [Producer(_broker_list(cluster), topic, settings.rate, directory, bound),
-                                   Sampler(zookeeper, topic, directory, bound)]
+                                   Sampler(zookeeper, topic, directory, bound, settings.zk_security)]
     for worker in workers:
         worker.start()
     if ctx.wait_whole(120) is None:

@@ -84,9 +84,9 @@ class Producer(threading.Thread):
 class Sampler(threading.Thread):
     """Reads the group's owners and committed offsets every SAMPLE_INTERVAL_S."""
 
-    def __init__(self, zookeeper: str, group: str, directory: Path, max_seconds: float):
+    def __init__(self, zookeeper: str, group: str, directory: Path, max_seconds: float, security=None):
         super().__init__(name="drill-sampler", daemon=True)
-        self.zookeeper, self.group = zookeeper, group
+        self.zookeeper, self.group, self.security = zookeeper, group, security
         self.path = Path(directory) / SAMPLES
         self.max_seconds = max_seconds
         self.samples = 0
@@ -96,14 +96,16 @@ class Sampler(threading.Thread):
         self._stopping.set()
 
     def run(self) -> None:
-        from kazoo.client import KazooClient
         from kazoo.retry import KazooRetry
+
+        from zkcoord.zk import client as zk_client
 
         from zkcoord.zk.nodes import read_offsets, read_owners
 
         # Retry connecting for ever: the drill takes ZooKeeper's quorum away on purpose.
-        client = KazooClient(hosts=self.zookeeper, connection_retry=KazooRetry(max_tries=-1, max_delay=1))
-        client.start(timeout=30)
+        client = zk_client.open_client(self.zookeeper, self.security,
+                                       connection_retry=KazooRetry(max_tries=-1, max_delay=1))
+        zk_client.start(client, timeout=30)
         started = time.monotonic()
         try:
             while not self._stopping.is_set() and time.monotonic() - started < self.max_seconds:

@@ -11,7 +11,9 @@ exactly the same records (the offsets of each batch are in the checkpoint).
         [--group pipeline] [--available-now] [--produce 10000]
 
 With ``--group`` the query is a member of that consumer group: run it twice
-and the two queries share the topic's partitions.
+and the two queries share the topic's partitions. The ``--zk-*`` options
+(docs/ZOOKEEPER.md, "Securing ZooKeeper") reach a secured ZooKeeper; they are
+passed on as the source's ``zookeeper.*`` options.
 
 The session runs on ``SPARK_MASTER`` if set (``spark://host:7077``), else on
 the master given to spark-submit, else ``local[2]``. On a cluster, from a
@@ -38,6 +40,10 @@ import argparse
 import os
 import sys
 import time
+
+from zkcoord import settings
+from zkcoord.errors import ConfigError
+from zkcoord.zk.security import ZkSecurity
 
 
 def build_spark(app: str = "zkcoord-pipeline"):
@@ -69,13 +75,13 @@ def build_spark(app: str = "zkcoord-pipeline"):
     return spark
 
 
-def produce(zookeeper: str, topic: str, count: int) -> None:
+def produce(zookeeper: str, topic: str, count: int, security=None) -> None:
     """Demo records: keys user-0 .. user-9, one per message, spread over the partitions."""
     from confluent_kafka import Producer
 
     from zkcoord.spark.metadata import ClusterView
 
-    view = ClusterView(zookeeper)
+    view = ClusterView(zookeeper, security=security)
     try:
         bootstrap = ",".join(sorted(view.brokers().values()))
     finally:
@@ -100,9 +106,13 @@ def aggregate(batch_df, batch_id: int, out: str) -> None:
     result.write.mode("overwrite").parquet(os.path.join(out, f"batch={batch_id}"))
 
 
-def start(spark, args):
+def start(spark, args, security):
+    from zkcoord.spark.options import zookeeper_options
+
     reader = (spark.readStream.format("zkcoord").option("zookeeper", args.zookeeper)
               .option("subscribe", args.topic).option("startingOffsets", "earliest"))
+    for key, value in zookeeper_options(security).items():
+        reader = reader.option(key, value)
     if args.group:
         reader = reader.option("group", args.group)
     if args.max_offsets_per_trigger:
@@ -134,6 +144,7 @@ def totals(spark, out: str) -> dict[str, int]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zookeeper", required=True)
+    settings.add_options(parser, ZkSecurity)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--out", required=True, help="parquet output directory")
     parser.add_argument("--checkpoint", help="default: <out>/_checkpoint")
@@ -143,12 +154,16 @@ def main(argv=None) -> int:
     parser.add_argument("--produce", type=int, default=0, help="first produce this many demo records")
     parser.add_argument("--timeout", type=float, default=0, help="stop after this many seconds (0: run on)")
     args = parser.parse_args(argv)
+    try:
+        security = settings.from_args(ZkSecurity, args)
+    except ConfigError as exc:
+        parser.error(str(exc))
     if args.produce:
-        produce(args.zookeeper, args.topic, args.produce)
+        produce(args.zookeeper, args.topic, args.produce, security)
     spark = build_spark()
     context = spark.sparkContext
     print(f"application {context.applicationId} on {context.master}", flush=True)
-    query = start(spark, args)
+    query = start(spark, args, security)
     seen: set = set()
     began = time.monotonic()
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Iterable
+from typing import Iterable, Optional
 
 from zkcoord.records import TopicPartition
 from zkcoord.security.config import PLAIN, TlsConfig
@@ -19,6 +19,7 @@ from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartiti
 from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SourceOptions
 from zkcoord.zk import layout
+from zkcoord.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
 
@@ -27,33 +28,40 @@ KAFKA_TIMEOUT_S = 15.0
 
 
 class ClusterView:
-    def __init__(self, zookeeper: str, tls: TlsConfig = PLAIN):
-        """``tls``: how to reach the brokers (plaintext by default)."""
+    def __init__(self, zookeeper: str, *, tls: TlsConfig = PLAIN, security: Optional[ZkSecurity] = None):
+        """``tls``: how to reach the brokers (plaintext by default); ``security``: ZooKeeper's credentials and TLS."""
         self.zookeeper = zookeeper
         self.tls = tls
         self._tls_context = None
+        self.security = security or ZkSecurity()
         self._zk = None
         self._brokers: dict[str, object] = {}  # address -> BrokerConnection, for offset bounds
         self._lock = threading.Lock()
         self._brokers_lock = threading.Lock()
 
-    # Never pickled: a reader that holds a view sends only its connect string.
+    # Never pickled: a reader that holds a view sends only its connect string
+    # and ZooKeeper settings (file names, never a password).
     def __getstate__(self):
-        return {"zookeeper": self.zookeeper, "tls": self.tls}
+        return {"zookeeper": self.zookeeper, "tls": self.tls, "security": self.security}
 
     def __setstate__(self, state):
-        self.__init__(state["zookeeper"], state.get("tls", PLAIN))
+        self.__init__(state["zookeeper"], tls=state.get("tls", PLAIN), security=state.get("security"))
 
     @property
     def zk(self):
         with self._lock:
             if self._zk is None:
-                from kazoo.client import KazooClient
+                from zkcoord.errors import ZkcoordError
+                from zkcoord.zk import client as zk_client
 
-                client = KazooClient(hosts=self.zookeeper)
                 try:
-                    client.start(timeout=ZK_TIMEOUT_S)
+                    client = zk_client.open_client(self.zookeeper, self.security)
+                except ZkcoordError as exc:
+                    raise SparkSourceError(f"ZooKeeper settings: {exc}") from None
+                try:
+                    zk_client.start(client, timeout=ZK_TIMEOUT_S)
                 except Exception as exc:
+                    client.close()
                     raise SparkSourceError(f"cannot reach ZooKeeper at {self.zookeeper}: {exc}") from None
                 self._zk = client
             return self._zk

@@ -8,12 +8,19 @@ librdkafka's PEM options (``ssl.ca.location``, ``ssl.certificate.location``,
 ``ssl.key.location``); ``zookeeper`` replaces
 ``kafka.bootstrap.servers`` because topics, partitions and brokers are found
 in ZooKeeper, and ``group`` makes a streaming query a member of a consumer
-group. Pure: no ZooKeeper, no Spark.
+group. The ``zookeeper.*`` options are zkcoord's ZooKeeper credentials, TLS
+and ACL settings (:class:`~zkcoord.zk.security.ZkSecurity`), each named after
+its setting: ``zookeeper.auth``, ``zookeeper.user``, ``zookeeper.passwordFile``,
+``zookeeper.caFile``... Pure: no ZooKeeper, no Spark.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from zkcoord import settings
@@ -25,6 +32,7 @@ from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.offsets import PartitionOffsets, parse_offsets_json
 from zkcoord.zk import layout
+from zkcoord.zk.security import ZkSecurity
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -44,6 +52,17 @@ _KNOWN = {
 _TLS = {"ssl.ca.location": "ca", "ssl.certificate.location": "cert", "ssl.key.location": "key"}
 
 
+def _zk_option(name: str) -> str:
+    """The option of a ZkSecurity setting: zk_password_file -> zookeeper.passwordFile."""
+    first, *rest = name.removeprefix("zk_").split("_")
+    return "zookeeper." + first + "".join(word.capitalize() for word in rest)
+
+
+# option -> (the setting's name, its type)
+_ZK_OPTIONS = {_zk_option(f.name): (f.name, kind) for f, _, kind in settings.fields(ZkSecurity)}
+_KNOWN |= {option.lower() for option in _ZK_OPTIONS}
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     zookeeper: str
@@ -60,6 +79,7 @@ class SourceOptions:
     session_timeout_ms: int = settings.default(MemberConfig, "session_timeout_ms")  # a group member's, as any
     handoff_timeout_ms: int = 8_000
     tls: TlsConfig = PLAIN  # to the servers and the brokers
+    zk_security: ZkSecurity = dataclasses.field(default_factory=ZkSecurity)
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -128,8 +148,37 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         group=group,
         servers=servers,
         tls=tls,
+        zk_security=_zk_security(opts),
         **given,
     )
+
+
+def zookeeper_options(security: ZkSecurity) -> dict[str, str]:
+    """The source's options that give it ``security`` (those that differ from the defaults)."""
+    defaults = ZkSecurity()
+    return {option: str(getattr(security, name)).lower() if kind is bool else str(getattr(security, name))
+            for option, (name, kind) in _ZK_OPTIONS.items() if getattr(security, name) != getattr(defaults, name)}
+
+
+def _zk_security(opts: Mapping[str, str]) -> ZkSecurity:
+    values = {}
+    for option, (name, kind) in _ZK_OPTIONS.items():
+        raw = opts.get(option.lower())
+        if raw is None:
+            continue
+        if kind is bool:
+            values[name] = _boolean(raw, option)
+        elif Path in typing.get_args(kind):
+            values[name] = Path(raw)
+        else:
+            values[name] = raw
+    try:
+        return ZkSecurity(**values)
+    except ConfigError as exc:
+        text = str(exc)
+        for option, (name, _) in _ZK_OPTIONS.items():
+            text = re.sub(rf"\b{name}\b", option, text)
+        raise SourceOptionError(f"ZooKeeper options: {text}") from None
 
 
 def _subscription(opts: Mapping[str, str]) -> tuple[tuple[str, ...], Optional[str]]:

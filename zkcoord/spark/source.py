@@ -87,7 +87,7 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[RangePartition]:
-        view = ClusterView(self.options.zookeeper, self.options.tls)
+        view = ClusterView(self.options.zookeeper, tls=self.options.tls, security=self.options.zk_security)
         try:
             partitions = view.partitions(view.topics(self.options))
             bounds = view.bounds(partitions)
@@ -116,7 +116,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._init_state()
 
     def _init_state(self) -> None:
-        self._view = ClusterView(self.options.zookeeper, self.options.tls)
+        self._view = ClusterView(self.options.zookeeper, tls=self.options.tls, security=self.options.zk_security)
         self._group = None
         self._target: Optional[PartitionOffsets] = None  # Trigger.AvailableNow's end
         self._lock = threading.Lock()

@@ -19,6 +19,7 @@ from typing import Iterator, Optional, Sequence
 from zkcoord.testing.process import ClusterError, ManagedProcess, zkcoord_command
 from zkcoord.testing.waiting import wait_until
 from zkcoord.testing.zookeeper import fresh_chroot
+from zkcoord.zk.security import ZkSecurity, command_line
 
 
 class ServerProcess(ManagedProcess):
@@ -158,10 +159,13 @@ class LocalCluster:
     """Servers, brokers and consumers against one ZooKeeper connect string,
     under ``directory``; servers take ``server_args`` on top of their ids and ports."""
 
-    def __init__(self, zookeeper: str, directory: Path, server_args: Sequence[str] = ()):
+    def __init__(self, zookeeper: str, directory: Path, server_args: Sequence[str] = (),
+                 zk_security: Optional[ZkSecurity] = None):
         self.zookeeper = zookeeper
         self.directory = Path(directory)
-        self.server_args = tuple(server_args)
+        self.zk_security = zk_security or ZkSecurity()
+        # Every server and broker of the cluster authenticates as the cluster's client does.
+        self.server_args = (*command_line(self.zk_security), *server_args)
         self.servers: dict[int, ServerProcess] = {}
         self.brokers: list[BrokerProcess] = []
         self.consumers: list[ConsumerProcess] = []
@@ -174,10 +178,10 @@ class LocalCluster:
     def zk(self):
         """A kazoo client on the cluster's ZooKeeper, started on first use, closed by close()."""
         if self._zk is None:
-            from kazoo.client import KazooClient
+            from zkcoord.zk import client as zk_client
 
-            self._zk = KazooClient(hosts=self.zookeeper)
-            self._zk.start(timeout=30)
+            self._zk = zk_client.open_client(self.zookeeper, self.zk_security)
+            zk_client.start(self._zk, timeout=30)
         return self._zk
 
     # -- servers ----------------------------------------------------------------------------------
@@ -236,7 +240,8 @@ class LocalCluster:
     # -- brokers ------------------------------------------------------------------------------------
 
     def add_broker(self, broker_id: int, extra: Sequence[str] = ()) -> BrokerProcess:
-        broker = BrokerProcess(broker_id, self.zookeeper, self.directory / f"broker-{broker_id}", extra)
+        broker = BrokerProcess(broker_id, self.zookeeper, self.directory / f"broker-{broker_id}",
+                               (*command_line(self.zk_security), *extra))
         self.brokers.append(broker)
         broker.start()
         return broker

@@ -144,7 +144,11 @@ def expire_session(client: KazooClient, connect_string: str, timeout: float = 10
     # client, reconnecting to its session meanwhile, can drop the thief's
     # connection under that read. Attaching is all the thief has to do.
     hosts = connect_string.split("/", 1)[0]
-    thief = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=timeout)
+    from zkcoord.zk.client import open_client
+
+    # As the victim connects (TLS, credentials), or ZooKeeper would not let the thief in.
+    thief = open_client(hosts, getattr(client, "security", None), client_id=(session_id, password),
+                        timeout=timeout)
     thief.start(timeout=timeout)
     thief.stop()
     thief.close()

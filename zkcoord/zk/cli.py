@@ -1,4 +1,5 @@
-"""`zkcoord zk ...`: bring a local ZooKeeper ensemble up and down, and break it on purpose."""
+"""`zkcoord zk ...`: bring a local ZooKeeper ensemble up and down, break it on purpose,
+and put zkcoord's ACLs on a tree written without them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import argparse
 from pathlib import Path
 
 from zkcoord import settings
+from zkcoord.errors import ConfigError
 from zkcoord.zk.ensemble import EnsembleConfig, LocalEnsemble
+from zkcoord.zk.security import ZkSecurity, command_line
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,6 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("--dir", type=Path, required=True)
     status.set_defaults(func=_status)
 
+    secure = actions.add_parser(
+        "secure", help="set zkcoord's ACLs on every node of an existing tree (as Kafka's "
+                       "zookeeper-security-migration does), as the credentials given own them")
+    secure.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+    secure.add_argument("--path", default="/", help="the subtree to secure (default: all but /zookeeper)")
+    settings.add_options(secure, ZkSecurity)
+    secure.set_defaults(func=_secure)
+
 
 def _print_status(ensemble: LocalEnsemble) -> None:
     for s in ensemble.status():
@@ -47,7 +58,10 @@ def _up(args: argparse.Namespace) -> int:
     ensemble = LocalEnsemble.create(args.dir, settings.from_args(EnsembleConfig, args))
     ensemble.start(timeout=args.timeout)
     _print_status(ensemble)
-    print(ensemble.connect_string)
+    if ensemble.users or ensemble.tls:
+        # What a zkcoord command needs to use this ensemble, ready to paste.
+        print("client settings: " + " ".join(command_line(ensemble.client_security())))
+    print(ensemble.connect_string)  # last, as scripts take it
     return 0
 
 
@@ -71,6 +85,20 @@ def _start_node(args: argparse.Namespace) -> int:
     ensemble = LocalEnsemble.load(args.dir)
     pid = ensemble.start_node(args.node)
     print(f"node {args.node} started (pid {pid})")
+    return 0
+
+
+def _secure(args: argparse.Namespace) -> int:
+    from zkcoord.admin import zookeeper_session
+    from zkcoord.zk.client import secure_tree
+
+    security = settings.from_args(ZkSecurity, args)
+    if not security.authenticated:
+        raise ConfigError("zk secure needs credentials (--zk-auth digest or sasl, --zk-user and a password): "
+                          "the nodes become theirs")
+    with zookeeper_session(args.zookeeper, security=security) as client:
+        count = secure_tree(client, args.path)
+    print(f"ACLs set on {count} node(s) under {args.path}")
     return 0
 
 

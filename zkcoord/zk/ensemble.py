@@ -13,29 +13,40 @@ ensemble a test uses is the one a user gets.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from zkcoord.errors import ConfigError, EnsembleError
 from zkcoord.settings import check, of, setting
+from zkcoord.zk.security import AUTH_SCHEMES, ZkSecurity
+
+if TYPE_CHECKING:  # ssl is loaded only when TLS is used: gevent patches it first in servers
+    import ssl
 
 VALID_SIZES = (1, 3, 5)
+USER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 STATE_FILE = "ensemble.json"
 STATE_VERSION = 1
 
 # Where Debian's `zookeeper` package puts the server and its dependencies. The
 # jar's manifest names the rest of its class path; slf4j-simple makes the
-# server log to stderr, which we send to the node's log file.
+# server log to stderr, which we send to the node's log file. The manifest
+# leaves out two Netty jars the secure client port (NettyServerCnxnFactory)
+# needs; Debian packages them in libnetty-java, a dependency of zookeeper's.
 DEFAULT_CLASSPATH = ":".join(
-    ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"]
+    ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar",
+     "/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar"]
 )
 CLASSPATH_ENV = "ZKCOORD_ZOOKEEPER_CLASSPATH"
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -85,9 +96,19 @@ class EnsembleConfig:
     base_port: Optional[int] = setting(None, "first client port (default: a free one)",
                                        validate=validate_base_port)
     tick_ms: int = setting(500, "ZooKeeper's tickTime", minimum=50, maximum=10_000)
+    auth: str = setting("none", "how clients authenticate: digest (ZooKeeper's built-in user:password "
+                                "scheme) or sasl (DIGEST-MD5 against the users below)", choices=AUTH_SCHEMES)
+    users: tuple[str, ...] = setting(("zkcoord",), "users to create, each with a generated password in the "
+                                                   "ensemble's credentials/ directory; the first is zkcoord's",
+                                     flag="--user", non_empty=True)
+    tls: bool = setting(False, "clients connect over TLS only, with a CA and certificates generated into the "
+                               "ensemble's tls/ directory")
 
     def __post_init__(self) -> None:
         check(self)
+        for user in self.users:
+            if not USER_NAME.fullmatch(user):
+                raise ConfigError(f"a user name is 1 to 64 letters, digits, '.', '_' or '-', not {user!r}")
 
 
 def _port_free(port: int) -> bool:
@@ -108,10 +129,14 @@ def find_free_base_port(nodes: int, start: int = 21000, stop: int = 60000, step:
     raise EnsembleError(f"no free block of ports for {nodes} ZooKeeper nodes between {start} and {stop}")
 
 
-def four_letter_word(port: int, word: str, timeout: float = 1.0) -> Optional[str]:
-    """Send a ZooKeeper four-letter word; None if the node did not answer."""
+def four_letter_word(port: int, word: str, timeout: float = 1.0,
+                     tls: Optional[ssl.SSLContext] = None) -> Optional[str]:
+    """Send a ZooKeeper four-letter word (over TLS with ``tls``); None if the node did not answer."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        with contextlib.ExitStack() as stack:
+            conn = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=timeout))
+            if tls is not None:
+                conn = stack.enter_context(tls.wrap_socket(conn, server_hostname="127.0.0.1"))
             conn.sendall(word.encode("ascii"))
             chunks = []
             while True:
@@ -149,12 +174,18 @@ class LocalEnsemble:
     '127.0.0.1:21000,127.0.0.1:21001,127.0.0.1:21002'
     """
 
-    def __init__(self, directory: Path, nodes: int, base_port: int, tick_ms: int, pids: dict[int, int]):
+    def __init__(self, directory: Path, nodes: int, base_port: int, tick_ms: int, pids: dict[int, int],
+                 auth: str = "none", users: tuple[str, ...] = (), tls: bool = False):
         self.directory = Path(directory).resolve()
         self.nodes = validate_size(nodes)
         self.base_port = validate_base_port(base_port)
         self.tick_ms = tick_ms
         self._pids = dict(pids)
+        if auth not in AUTH_SCHEMES:
+            raise ConfigError(f"auth must be one of {AUTH_SCHEMES}, not {auth!r}")
+        self.auth = auth
+        self.users = tuple(users) if auth != "none" else ()
+        self.tls = tls
 
     # -- creation and persistence -------------------------------------------------
 
@@ -174,7 +205,9 @@ class LocalEnsemble:
                 )
         if base_port is None:
             base_port = find_free_base_port(nodes)
-        ensemble = cls(directory, nodes, base_port, tick_ms, pids={})
+        ensemble = cls(directory, nodes, base_port, tick_ms, pids={}, auth=config.auth, users=config.users,
+                       tls=config.tls)
+        ensemble._write_credentials()
         ensemble._write_configs()
         ensemble._save()
         return ensemble
@@ -197,6 +230,9 @@ class LocalEnsemble:
                 int(state["base_port"]),
                 int(state["tick_ms"]),
                 {int(k): int(v) for k, v in state.get("pids", {}).items()},
+                auth=str(state.get("auth", "none")),
+                users=tuple(str(u) for u in state.get("users", ())),
+                tls=bool(state.get("tls", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EnsembleError(f"{path} is damaged: {exc!r}") from None
@@ -209,6 +245,9 @@ class LocalEnsemble:
             "base_port": self.base_port,
             "tick_ms": self.tick_ms,
             "pids": {str(k): v for k, v in sorted(self._pids.items())},
+            "auth": self.auth,
+            "users": list(self.users),
+            "tls": self.tls,
         }
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
@@ -241,6 +280,95 @@ class LocalEnsemble:
         if node not in self.node_ids:
             raise ConfigError(f"node {node} is not in this {self.nodes}-node ensemble (nodes are 1..{self.nodes})")
 
+    # -- security --------------------------------------------------------------------------
+
+    @property
+    def jaas_path(self) -> Path:
+        return self.directory / "jaas.conf"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.directory / "tls"
+
+    def password_file(self, user: str) -> Path:
+        if user not in self.users:
+            raise ConfigError(f"user {user!r} is not one of this ensemble's ({', '.join(self.users) or 'none'})")
+        return self.directory / "credentials" / f"{user}.password"
+
+    def _write_credentials(self) -> None:
+        """Passwords (one file per user, readable by the owner only), the JAAS
+        file that gives them to ZooKeeper's SASL provider, and the certificates."""
+        from zkcoord.security.certs import issue, make_ca
+
+        for user in self.users:
+            path = self.password_file(user)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(18) + "\n")
+            os.chmod(path, 0o600)
+        if self.auth == "sasl":
+            # DigestLoginModule's user_<name>="<password>": the names are checked,
+            # the passwords url-safe, so neither needs quoting beyond this.
+            entries = " ".join(f'user_{u}="{self.password_file(u).read_text().strip()}"' for u in self.users)
+            self.jaas_path.write_text(
+                f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required {entries};\n}};\n")
+            os.chmod(self.jaas_path, 0o600)
+        if self.tls:
+            ca = make_ca(self.tls_dir, common_name="zkcoord ZooKeeper CA")
+            server = issue(ca, self.tls_dir, "zookeeper")
+            # ZooKeeper's PEM key store is one file: the key, then the certificate.
+            keystore = self.tls_dir / "zookeeper-keystore.pem"
+            keystore.write_bytes(server.key.read_bytes() + server.cert.read_bytes())
+            os.chmod(keystore, 0o600)
+            issue(ca, self.tls_dir, "client")
+
+    def _security_lines(self) -> list[str]:
+        lines = []
+        if self.auth == "sasl":
+            lines.append("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+        if self.tls:
+            lines += [
+                # Only the Netty connection factory serves a secure client port.
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                f"ssl.keyStore.location={self.tls_dir / 'zookeeper-keystore.pem'}",
+                "ssl.keyStore.type=PEM",
+                f"ssl.trustStore.location={self.tls_dir / 'ca.pem'}",
+                "ssl.trustStore.type=PEM",
+                # A client certificate is welcome, not required: clients prove who
+                # they are with SASL or digest; TLS keeps the wire private.
+                "ssl.clientAuth=want",
+            ]
+            if self.nodes > 1:  # the nodes talk TLS among themselves too, with the same certificate
+                lines += [
+                    "sslQuorum=true",
+                    f"ssl.quorum.keyStore.location={self.tls_dir / 'zookeeper-keystore.pem'}",
+                    "ssl.quorum.keyStore.type=PEM",
+                    f"ssl.quorum.trustStore.location={self.tls_dir / 'ca.pem'}",
+                    "ssl.quorum.trustStore.type=PEM",
+                ]
+        return lines
+
+    def _client_tls_context(self) -> "ssl.SSLContext":
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.tls_dir / "ca.pem"))
+        context.check_hostname = False  # 127.0.0.1 is in the certificate; the CA is what matters
+        context.load_cert_chain(str(self.tls_dir / "client.pem"), str(self.tls_dir / "client-key.pem"))
+        return context
+
+    def client_security(self, user: Optional[str] = None, **overrides) -> ZkSecurity:
+        """The client settings for this ensemble: ``user``'s credentials (the
+        first user's by default; "" for none) and its TLS files."""
+        if user is None:
+            user = self.users[0] if self.users else ""
+        options: dict = {}
+        if user:
+            options.update(zk_auth=self.auth, zk_user=user, zk_password_file=self.password_file(user))
+        if self.tls:
+            options.update(zk_ca_file=self.tls_dir / "ca.pem", zk_cert_file=self.tls_dir / "client.pem",
+                           zk_key_file=self.tls_dir / "client-key.pem")
+        options.update(overrides)
+        return ZkSecurity(**options)
+
     def _write_configs(self) -> None:
         for node in self.node_ids:
             data_dir = self.node_dir(node) / "data"
@@ -251,8 +379,9 @@ class LocalEnsemble:
                 "initLimit=20",
                 "syncLimit=10",
                 f"dataDir={data_dir}",
-                f"clientPort={self.client_port(node)}",
-                "clientPortAddress=127.0.0.1",
+                # With TLS the client port speaks TLS only: nothing is left in plaintext.
+                f"{'secureClientPort' if self.tls else 'clientPort'}={self.client_port(node)}",
+                f"{'secureClientPortAddress' if self.tls else 'clientPortAddress'}=127.0.0.1",
                 # Sessions from 2 ticks (fast expiry in drills) to 120 ticks.
                 f"minSessionTimeout={2 * self.tick_ms}",
                 f"maxSessionTimeout={120 * self.tick_ms}",
@@ -260,6 +389,7 @@ class LocalEnsemble:
                 "admin.enableServer=false",
                 "autopurge.purgeInterval=1",
             ]
+            lines += self._security_lines()
             if self.nodes > 1:
                 for peer in self.node_ids:
                     quorum = self.base_port + QUORUM_PORT_OFFSET + peer - 1
@@ -289,6 +419,7 @@ class LocalEnsemble:
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
             "-Dzookeeper.admin.enableServer=false",
+            *([f"-Djava.security.auth.login.config={self.jaas_path}"] if self.auth == "sasl" else []),
             "-cp",
             classpath,
             QUORUM_MAIN,
@@ -365,11 +496,12 @@ class LocalEnsemble:
     # -- health ----------------------------------------------------------------------------
 
     def status(self) -> list[NodeStatus]:
+        tls = self._client_tls_context() if self.tls else None
         return [
             NodeStatus(
                 node=k,
                 client_port=self.client_port(k),
-                mode=_mode_from_srvr(four_letter_word(self.client_port(k), "srvr")),
+                mode=_mode_from_srvr(four_letter_word(self.client_port(k), "srvr", tls=tls)),
                 pid=self._pids.get(k),
             )
             for k in self.node_ids

@@ -26,6 +26,7 @@ SERVERS = "/zkcoord/servers"
 COORDINATOR_EPOCH_PATH = "/zkcoord/coordinator_epoch"
 GROUPS = "/zkcoord/groups"
 SLOTS = "/zkcoord/slots"
+ZKCOORD_ROOT = "/zkcoord"  # everything of zkcoord's own but the coordinator node under /consumers
 
 
 def broker_path(broker_id: int) -> str:
