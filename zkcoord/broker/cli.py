@@ -23,12 +23,14 @@ KAFKA_PORT = 9092
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
+    from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
     settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT})
     settings.add_options(parser, LogConfig)
     settings.add_options(parser, MetricsConfig)
+    settings.add_options(parser, ConnectionLimits)
     parser.add_argument("--port-file", help="write the bound ports here once serving (port, metrics_port)")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start (default 15)")
@@ -40,8 +42,10 @@ def config_from(args: argparse.Namespace):
     """The BrokerConfig the command line describes."""
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
+    from zkcoord.limits import ConnectionLimits
 
-    return settings.from_args(BrokerConfig, args, log=settings.from_args(LogConfig, args))
+    return settings.from_args(BrokerConfig, args, log=settings.from_args(LogConfig, args),
+                              limits=settings.from_args(ConnectionLimits, args))
 
 
 def run(args) -> int:
@@ -60,6 +64,7 @@ def run(args) -> int:
 
     from zkcoord import settings
     from zkcoord.broker.server import Broker
+    from zkcoord.limits import Guard
     from zkcoord.metrics import families
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.metrics.endpoint import MetricsEndpoint
@@ -83,7 +88,8 @@ def run(args) -> int:
     except Exception as exc:
         print(f"zkcoord broker: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
-    broker = Broker(config, client, metrics=families.BrokerMetrics(registry))
+    broker = Broker(config, client, metrics=families.BrokerMetrics(registry),
+                    guard=Guard(config.limits, families.ListenerMetrics(registry).refused))
     endpoint = None
     try:
         if metrics_config.enabled:

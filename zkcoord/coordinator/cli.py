@@ -14,6 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
+    from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
 
     p = subparsers.add_parser("server", help="run a zkcoord server in the foreground until SIGTERM")
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          flags={"port": "--broker-port"}, optional=("data_dir",))
     settings.add_options(p, LogConfig)
     settings.add_options(p, MetricsConfig)
+    settings.add_options(p, ConnectionLimits)
     p.add_argument("--port-file", type=Path, default=None,
                    help="once serving, write the bound ports here as JSON (port, broker_port, metrics_port)")
     p.set_defaults(func=run)
@@ -37,17 +39,19 @@ def config_from(args: argparse.Namespace):
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.errors import ConfigError
+    from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
 
+    limits = settings.from_args(ConnectionLimits, args)  # both listeners'
     broker = None
     if not args.no_broker:
         if getattr(args, "BrokerConfig.data_dir") is None:
             raise ConfigError("--data-dir is required for the embedded broker (or pass --no-broker)")
         broker = settings.from_args(BrokerConfig, args, broker_id=getattr(args, "ServerConfig.server_id"),
                                     host=getattr(args, "ServerConfig.host"),
-                                    log=settings.from_args(LogConfig, args))
+                                    log=settings.from_args(LogConfig, args), limits=limits)
     return settings.from_args(ServerConfig, args, coordinator=settings.from_args(CoordinatorConfig, args),
-                              broker=broker, metrics=settings.from_args(MetricsConfig, args))
+                              broker=broker, metrics=settings.from_args(MetricsConfig, args), limits=limits)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Hashable, Mapping, Optional
 
-from zkcoord import wire
+from zkcoord import limits, wire
 from zkcoord.coordinator.actions import (
     CancelTimer, Close, Deposed, ProveOffice, ReadOffsets, ReadOwners, Send, SetTimer, WriteGroupFailure,
     WriteGroupState, WriteOffsets, WriteOwners,
@@ -613,7 +613,9 @@ class CoordinatorCore:
         else:
             request: Optional[Request] = member.outstanding
             if request is None or request.correlation_id != correlation_id:
-                log.warning("member %s sent an unsolicited %s", member.member_id, type(message).__name__)
+                # Rate-limited: a member (or anyone who registered) could send thousands a second.
+                limits.abuse_log.log(limits.UNSOLICITED, logging.WARNING, "member %s sent an unsolicited %s",
+                                     member.member_id, type(message).__name__)
             else:
                 member.outstanding = None  # its deadline will find it answered
                 request.on_answer(member, message, now)
