@@ -46,9 +46,9 @@ class ConnectionLimits:
     max_buffered_bytes: int = setting(
         256 * 1024 * 1024, "most bytes the process keeps for partial frames over all its connections; "
                            "a frame that would go beyond is refused and its connection closed", minimum=1024)
-    abuse_log_lines: int = setting(10, "lines logged per kind of protocol abuse per interval, the rest "
-                                       "summed up in one line", minimum=1, cli=False)
-    abuse_log_interval_s: float = setting(10.0, "the interval of abuse_log_lines", minimum=0.001, cli=False)
+    abuse_log_lines: int = setting(10, "lines logged per kind of protocol abuse (malformed or unsolicited "
+                                       "frames, refusals) per interval, the rest summed up in one line", minimum=1)
+    abuse_log_interval_ms: int = setting(10_000, "the interval of --abuse-log-lines", minimum=1)
 
     def __post_init__(self) -> None:
         check(self)
@@ -232,7 +232,7 @@ class Guard:
         self.limits = limits
         self.budget = ByteBudget(limits.max_buffered_bytes)
         self.count = count
-        abuse_log.configure(limits.abuse_log_lines, limits.abuse_log_interval_s)
+        abuse_log.configure(limits.abuse_log_lines, limits.abuse_log_interval_ms / 1000)
 
     def listener(self, name: str) -> "ListenerGuard":
         return ListenerGuard(name, self)

@@ -38,7 +38,7 @@ from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import ZkcoordError
-from zkcoord.limits import MALFORMED, FrameAccount, Guard, LimitExceeded
+from zkcoord.limits import MALFORMED, FrameAccount, Guard, LimitExceeded, abuse_log
 from zkcoord.metrics.families import BrokerMetrics
 from zkcoord.zk import layout
 
@@ -222,6 +222,7 @@ class Broker:
         last_retention = time.monotonic()
         while not self._stopping:
             gevent.sleep(min(1.0, self.config.retention_check_ms / 1000))
+            abuse_log.flush()  # what it held back is summed up even when the abuse has stopped
             for plog in list(self.logs.values()):
                 plog.maybe_flush()
             if (time.monotonic() - last_retention) * 1000 >= self.config.retention_check_ms:

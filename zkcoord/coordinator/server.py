@@ -44,7 +44,7 @@ from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, v
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.errors import ConfigError, ZkcoordError
-from zkcoord.limits import Guard
+from zkcoord.limits import Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.zk import layout
@@ -282,6 +282,7 @@ class Server:
         while self._running:
             self._state_changed.wait(1.0)
             self._state_changed.clear()
+            abuse_log.flush()  # what it held back is summed up even when the abuse has stopped
             if self._running and self.zk.client_state == KeeperState.CLOSED:
                 self._resign_all()
                 raise ServerError("the ZooKeeper client closed and will not reconnect")
