@@ -471,7 +471,7 @@ class Producer(threading.Thread):
         super().__init__(daemon=True)
         from confluent_kafka import Producer as KafkaProducer
 
-        self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 3})
+        self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 0})
         self.rate = rate
         self.stopping = threading.Event()
         self.sent = 0
@@ -576,6 +576,8 @@ def main(argv=None) -> int:
             profiler.disable()
         delivered = sum(lines(m.output_path) for m in members) - delivered_before
         rebalances = sum(lines(m.events_path) for m in members) - events_before
+        producer.stopping.set()  # before the results: its client's last words must not follow them
+        producer.join(10)
         # The fuzz's connections are all closed: let the server see them go.
         time.sleep(3.0)
         probe_failure = probe(ports) if server.alive else "the server process died"
