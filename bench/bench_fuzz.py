@@ -20,7 +20,9 @@ Measured: crashes (the server process died, or a probe went unanswered for
 Starts and Stops its members obeyed meanwhile (the fuzz must cause none),
 and the server's RSS from after the first 5% of frames (allocators and
 caches warmed) to a moment after the last (its connections gone), with its
-peak. The last line is
+peak; and the CPU the server and the bench itself spent meanwhile, to see
+which limits the rate (--profile runs the server under cProfile and prints
+where its time went). The last line is
 
     frames N; crashes C; group deliveries during fuzz D; server RSS growth M MiB
 
@@ -34,8 +36,8 @@ the frames it sent); everything started is stopped on exit.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
+import os
 import pstats
 import random
 import shutil
@@ -224,6 +226,7 @@ class Fuzz:
         self.connect_failures = 0
         self._lock = threading.Lock()
         self._trickling = 0
+        self.session_seconds: dict[str, list] = {}  # kind -> [sessions, seconds]
         self.on_progress: Optional[Callable[[int], None]] = None
 
     def _take(self, count: int) -> int:
@@ -263,15 +266,20 @@ class Fuzz:
         while True:
             roll = rng.random()
             if roll < 0.002 and self._trickling < 4:
-                done = self._trickle(rng)
+                session = self._trickle
             elif roll < 0.003:
-                done = self._crowd(rng)
+                session = self._crowd
             elif roll < 0.005:
-                done = self._member(rng)
+                session = self._member
             else:
-                done = self._burst(rng)
-            if not done:
+                session = self._burst
+            began = time.monotonic()
+            if not session(rng):
                 return
+            with self._lock:
+                spent = self.session_seconds.setdefault(session.__name__.lstrip("_"), [0, 0.0])
+                spent[0] += 1
+                spent[1] += time.monotonic() - began
 
     def _frames(self, listener: str, count: int, rng: random.Random) -> list[bytes]:
         templates = self.templates[listener]
@@ -294,7 +302,13 @@ class Fuzz:
             return True
         try:
             sock.sendall(b"".join(self._frames(listener, count, rng)))
-            drain(sock, 0.05)
+            if rng.random() < 0.9:
+                # Said all: the server answers what it can and closes, and
+                # the fuzz goes on without waiting for a silence.
+                sock.shutdown(socket.SHUT_WR)
+                drain(sock, 1.0)
+            else:
+                drain(sock, 0.05)
         except OSError:
             pass  # closed on us: what a bad frame earns
         finally:
@@ -488,6 +502,11 @@ class Producer(threading.Thread):
         self.producer.flush(5)
 
 
+def own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
 def lines(path: Path) -> int:
     try:
         with open(path, "rb") as f:
@@ -516,7 +535,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-seconds", type=float, default=1500.0,
                         help="stop the fuzz after this long, whatever is left (default 1500)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--profile", action="store_true", help="profile the senders (the bench's own cost)")
+    parser.add_argument("--profile", action="store_true", help="run the server under cProfile and print where its time went")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, exit_on_signal)
@@ -528,7 +547,12 @@ def main(argv=None) -> int:
     try:
         ensemble = start_ensemble(work / "zk", nodes=1, timeout=60)
         cluster = LocalCluster(ensemble.connect_string, work / "cluster", SERVER_ARGS)
-        (server,) = cluster.start_servers(1, timeout=60)
+        server = cluster.add_server(1, start=False)
+        profile_path = work / "server.pstats"
+        if args.profile:  # python -m cProfile -o ... -m zkcoord.cli server ...
+            server.command = [*server.command[:1], "-m", "cProfile", "-o", str(profile_path), *server.command[1:]]
+        server.start(60)
+        cluster.wait_for_brokers(60)
         cluster.wait_for_coordinator(60)
         cluster.create_topic(TOPIC, PARTITIONS)
         cluster.create_topic(SINK, 1)
@@ -556,7 +580,8 @@ def main(argv=None) -> int:
                     peak[0] = max(peak[0], rss_mib(server.pid))
                 except (OSError, RuntimeError):
                     pass
-            if sent % 100_000 < 24:
+            if sent >= marks.get("report", 100_000):
+                marks["report"] = sent - sent % 100_000 + 100_000
                 print(f"  {sent} frames sent, {time.monotonic() - began:.0f} s", flush=True)
 
         fuzz.on_progress = progress
@@ -567,13 +592,10 @@ def main(argv=None) -> int:
               f"frames ({len(fuzz.templates['coordinator'])} + {len(fuzz.templates['broker'])} valid templates), "
               f"server RSS {rss_before:.1f} MiB", flush=True)
         began = time.monotonic()
-        if args.profile:
-            profiler = cProfile.Profile()
-            profiler.enable()
+        server_cpu, bench_cpu = server.cpu_seconds(), own_cpu_seconds()
         fuzz.run()
         elapsed = time.monotonic() - began
-        if args.profile:
-            profiler.disable()
+        server_cpu, bench_cpu = server.cpu_seconds() - server_cpu, own_cpu_seconds() - bench_cpu
         delivered = sum(lines(m.output_path) for m in members) - delivered_before
         rebalances = sum(lines(m.events_path) for m in members) - events_before
         producer.stopping.set()  # before the results: its client's last words must not follow them
@@ -591,12 +613,17 @@ def main(argv=None) -> int:
         tracebacks = server.log_path.read_text(errors="replace").count("Traceback")
         counted = refusals(server) if server.alive else {}
         if args.profile:
+            server.terminate(timeout=30)  # cProfile writes its stats as the server exits
             out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(15)
+            pstats.Stats(str(profile_path), stream=out).sort_stats("tottime").print_stats(25)
             print(out.getvalue())
         print(f"{fuzz.sent} frames on {fuzz.connections} connections in {elapsed:.1f} s "
               f"({fuzz.sent / elapsed:,.0f} frames/s); {fuzz.connect_failures} connects refused; "
               f"{prober.probes} probes")
+        print("sessions: " + ", ".join(f"{kind} {count} ({seconds / count * 1000:.1f} ms each)"
+                                       for kind, (count, seconds) in sorted(fuzz.session_seconds.items())))
+        print(f"CPU during the fuzz: server {server_cpu:.1f} s ({100 * server_cpu / elapsed:.0f}% of a core), "
+              f"bench {bench_cpu:.1f} s ({100 * bench_cpu / elapsed:.0f}%)")
         print(f"server RSS {rss_before:.1f} MiB at start, {marks.get('rss', rss_before):.1f} after "
               f"{warm} frames, peak {peak[0]:.1f}, {rss_after:.1f} after the fuzz; "
               f"tracebacks in its log {tracebacks}")
