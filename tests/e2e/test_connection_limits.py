@@ -233,3 +233,24 @@ def test_a_server_channel_served_after_all_that(server):
         assert response.error_code == 0
     finally:
         channel.close()
+
+
+def test_a_registered_member_trickling_a_frame_is_cut_at_its_deadline(server):
+    """A member's connection is read by the coordinator's event loop, not by
+    a greenlet waiting on it: a timer holds its partial frame to the deadline."""
+    before = refusals(server, "coordinator", "frame_deadline")
+    channel = Channel.connect("127.0.0.1", server.port, IO_TIMEOUT_S)
+    try:
+        # A long session: nothing but the frame's deadline ends this connection within the test.
+        registered = channel.request(wire.RegisterConsumerRequest(
+            group_id="limits-member", consumer_id="trickler", topics=("limits-topic",), session_timeout_ms=30_000),
+            IO_TIMEOUT_S)
+        assert registered.error_code == 0
+        channel.sock.sendall((1000).to_bytes(4, "big") + b"\x00")  # a frame begun, never finished
+        started = time.monotonic()
+        assert closed_by_server(channel.sock, timeout=FRAME_TIMEOUT_S + 5), "the partial frame was kept"
+        assert time.monotonic() - started <= FRAME_TIMEOUT_S + 1.5
+    finally:
+        channel.close()
+    wait_until(lambda: refusals(server, "coordinator", "frame_deadline") >= before + 1, 5,
+               message="the deadline miss counted")
