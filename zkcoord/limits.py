@@ -31,7 +31,10 @@ UNSOLICITED = "unsolicited"      # a valid frame nobody asked for
 FRAME_DEADLINE = "frame_deadline"  # a frame not whole within its deadline
 PER_ADDRESS = "per_address"      # a connection over the per-address cap
 BUFFER_CAP = "buffer_cap"        # a frame over the buffered-bytes cap
-KINDS = (MALFORMED, UNSOLICITED, FRAME_DEADLINE, PER_ADDRESS, BUFFER_CAP)
+# Refusals of well-formed requests, logged through the abuse log as well
+# (a client can send them as fast as it likes), not counted as refusals here.
+REFUSED_PRODUCE = "refused_produce"
+REFUSED_REGISTRATION = "refused_registration"
 
 
 @dataclass(frozen=True)

@@ -637,7 +637,8 @@ class CoordinatorCore:
         # While suspended every member that tries is refused, thousands a
         # second; the suspension itself is logged once, as a warning.
         level = logging.DEBUG if isinstance(exc, wire.CoordinatorNotAvailable) else logging.INFO
-        log.log(level, "refused consumer %s of group %s: %s", request.consumer_id, request.group_id, exc)
+        limits.abuse_log.log(limits.REFUSED_REGISTRATION, level, "refused consumer %s of group %s: %s",
+                             request.consumer_id, request.group_id, exc)
         self._emit(Send(conn, wire.RegisterConsumerResponse(error_code=exc.code, error_message=str(exc),
                                                             coordinator_epoch=self.epoch), correlation_id))
         self._emit(Close(conn))
