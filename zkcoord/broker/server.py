@@ -258,6 +258,9 @@ class Broker:
                 frame = self._read_request(sock, account, peer)
                 parts = self._handle(frame, address[0])
                 if parts:
+                    # An answer (a large fetch to a slow reader) may take as
+                    # long as the idle limit, whatever the request's deadline left.
+                    sock.settimeout(self.config.idle_timeout_ms / 1000)
                     _send_parts(sock, parts)
         except _Closed:
             pass
