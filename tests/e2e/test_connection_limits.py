@@ -254,3 +254,27 @@ def test_a_registered_member_trickling_a_frame_is_cut_at_its_deadline(server):
         channel.close()
     wait_until(lambda: refusals(server, "coordinator", "frame_deadline") >= before + 1, 5,
                message="the deadline miss counted")
+
+
+def test_unsolicited_frames_from_a_member_are_logged_a_few_lines_at_a_time(server):
+    """Every unsolicited frame once logged a warning of its own."""
+    log_before = server.log_path.read_text(errors="replace").count("sent an unsolicited")
+    channel = Channel.connect("127.0.0.1", server.port, IO_TIMEOUT_S)
+    floods = 200
+    try:
+        registered = channel.request(wire.RegisterConsumerRequest(
+            group_id="limits-unsolicited", consumer_id="chatty", topics=("limits-topic",),
+            session_timeout_ms=30_000), IO_TIMEOUT_S)
+        assert registered.error_code == 0
+        began = time.monotonic()
+        for i in range(floods):
+            channel.send(wire.PingResponse(), correlation_id=1_000_000 + i)  # answers to nothing asked
+        with connect(server.port) as other:  # the server serves on, busy logging nothing
+            assert answered(other, coordinator_frame())
+    finally:
+        channel.close()
+    intervals = (time.monotonic() - began) // ABUSE_INTERVAL_S + 2
+    wait_until(lambda: "more unsolicited line(s) suppressed" in server.log_path.read_text(errors="replace"),
+               ABUSE_INTERVAL_S + 5, message="a summary of the suppressed lines")
+    logged = server.log_path.read_text(errors="replace").count("sent an unsolicited") - log_before
+    assert 1 <= logged <= ABUSE_LINES * intervals
