@@ -141,7 +141,9 @@ class Harness:
     def __init__(self, work: Path, server_args: Sequence[str] = (), zk_nodes: int = 3):
         self.work = work
         self.zk_nodes = zk_nodes
-        self.server_args = ("--zk-session-timeout-ms", str(ZK_SESSION_TIMEOUT_MS), *server_args)
+        # Every member runs on this host: one address, past the per-address cap meant for the network.
+        self.server_args = ("--zk-session-timeout-ms", str(ZK_SESSION_TIMEOUT_MS),
+                            "--max-connections-per-address", "1000000", *server_args)
         self.ensemble: Optional[LocalEnsemble] = None
         self.cluster: Optional[LocalCluster] = None
         self.zk: Optional[KazooClient] = None

@@ -3,11 +3,18 @@
 Both ends use it: the server's per-connection greenlets (sockets patched by
 gevent) and the consumer's network thread (plain sockets). It owns the frame
 decoder and the correlation ids; it does no protocol logic of its own.
+
+On a server's side it is given its listener's
+:class:`~zkcoord.limits.ListenerGuard`: a frame must then arrive whole within the frame timeout of its first byte
+(the caller's timeout applies only between frames), and the bytes kept for a
+partial one count against the process's cap. Going over either raises
+:class:`FrameRefused`.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import socket
 import ssl
 import threading
@@ -17,7 +24,9 @@ from zkcoord import wire
 from zkcoord.errors import ZkcoordError
 from zkcoord.security import tls as tls_
 from zkcoord.security.principal import ANONYMOUS
+from zkcoord.limits import MALFORMED, LimitExceeded, ListenerGuard
 
+log = logging.getLogger(__name__)
 
 # Reads of 64 KiB one read_available makes at most: a member sending fast
 # must not hold the event loop (its watcher fires again for the rest).
@@ -39,10 +48,21 @@ class ChannelClosed(ZkcoordError):
     retriable = True
 
 
+class FrameRefused(wire.MalformedFrame):
+    """A frame refused for a limit of the listener (``kind``: zkcoord.limits'
+    FRAME_DEADLINE or BUFFER_CAP), not for its content."""
+
+    def __init__(self, exc: LimitExceeded):
+        super().__init__(str(exc))
+        self.kind = exc.kind
+
+
 class Channel:
-    def __init__(self, sock: socket.socket, max_frame_size: int = wire.MAX_FRAME_SIZE):
+    def __init__(self, sock: socket.socket, max_frame_size: int = wire.MAX_FRAME_SIZE,
+                 guard: Optional[ListenerGuard] = None):
         self.sock = sock
         self._decoder = wire.FrameDecoder(max_frame_size=max_frame_size)
+        self.guard = guard
         self._ready: list[wire.Frame] = []
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -59,6 +79,7 @@ class Channel:
             self.peer = "%s:%s" % sock.getpeername()[:2]
         except OSError:
             self.peer = "?"
+        self.account = guard.account(self.peer) if guard is not None else None
 
     @classmethod
     def connect(cls, host: str, port: int, timeout: float, tls: Optional[ssl.SSLContext] = None) -> "Channel":
@@ -107,14 +128,19 @@ class Channel:
 
         Raises ChannelClosed when the peer goes away and a WireError when it
         sends something that is not a valid frame (the caller then closes).
+        ``timeout`` is how long to wait for a frame to begin: once one has,
+        with an account, it has what is left of its frame timeout instead.
         """
         while not self._ready:
             if self.closed:
                 raise ChannelClosed(f"connection to {self.peer} is closed")
-            self.sock.settimeout(timeout)
+            left = self.account.remaining() if self.account is not None else None
+            self.sock.settimeout(timeout if left is None else max(left, 0.0))
             try:
                 data = self.sock.recv(65536)
             except socket.timeout:
+                if left is not None:
+                    self.check_deadline()
                 return None
             except ssl.SSLError as exc:  # a TLS alert: the server refused our certificate, or none
                 self.close()
@@ -125,8 +151,43 @@ class Channel:
             if not data:
                 self.close()
                 raise ChannelClosed(f"{self.peer} closed the connection")
-            self._ready.extend(self._decoder.feed(data))
+            self._ready.extend(self._feed(data))
         return self._ready.pop(0)
+
+    def _feed(self, data: bytes) -> list[wire.Frame]:
+        """The frames ``data`` completes; the frame left partial accounted for."""
+        frames: list[wire.Frame] = []
+        try:
+            frames = self._decoder.feed(data)
+            return frames
+        finally:
+            if self.account is not None:
+                try:
+                    self.account.progress(self._decoder.in_frame, self._decoder.buffered, completed=bool(frames))
+                except LimitExceeded as exc:
+                    raise FrameRefused(exc) from None
+
+    def check_deadline(self) -> None:
+        """Raise FrameRefused if a frame begun is past its deadline."""
+        if self.account is not None:
+            try:
+                self.account.check()
+            except LimitExceeded as exc:
+                raise FrameRefused(exc) from None
+
+    def report_refusal(self, exc: wire.WireError) -> None:
+        """Log (rate-limited, on a server) and count why this channel is
+        closed for what its peer sent."""
+        if self.guard is None:
+            log.info("closing %s after a bad frame: %s", self.peer, exc)
+            return
+        kind = exc.kind if isinstance(exc, FrameRefused) else MALFORMED
+        self.guard.refused(kind, "closing %s after a bad frame: %s", self.peer, exc)
+
+    @property
+    def frame_time_left(self) -> Optional[float]:
+        """Seconds left for the frame in progress (None: none is, or no deadline)."""
+        return self.account.remaining() if self.account is not None else None
 
     @property
     def has_buffered(self) -> bool:
@@ -159,7 +220,7 @@ class Channel:
                 if frames:
                     break
                 raise ChannelClosed(f"{self.peer} closed the connection")
-            frames.extend(self._decoder.feed(data))
+            frames.extend(self._feed(data))
             reads += 1
             if _pending(self.sock):
                 continue  # decrypted already, out of the loop's sight: it would not say readable for it
@@ -183,6 +244,8 @@ class Channel:
 
     def close(self) -> None:
         self.closed = True
+        if self.account is not None:
+            self.account.close()
         try:
             self.sock.close()
         except OSError:

@@ -339,3 +339,52 @@ def test_mutated_requests_never_hurt_the_broker(shared_cluster, topic):
             pass
         raw.close()
     assert_intact(shared_cluster, topic)
+
+
+def _null_field_requests():
+    """Requests whose arrays are null (a length of -1) where Kafka's schema allows none; the fuzz found each
+    reaching a handler, which failed on it."""
+    from kafka.protocol.consumer import LeaveGroupRequest
+
+    fetch_null_topics = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, topics=None)
+    fetch_null_partitions = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, topics=[
+        FetchRequest.FetchTopic(topic="t", partitions=None)])
+    leave_null_members = LeaveGroupRequest(group_id="g", members=None)
+    return [(fetch_null_topics, 4), (fetch_null_partitions, 11), (leave_null_members, 3)]
+
+
+@pytest.mark.parametrize("request_version", _null_field_requests(),
+                         ids=["fetch-topics", "fetch-partitions", "leave-group-members"])
+def test_a_null_where_the_schema_allows_none_is_a_protocol_error(request_version):
+    from zkcoord.broker import protocol
+
+    request, version = request_version
+    request.API_VERSION = version
+    request.with_header(correlation_id=1, client_id="null")
+    with pytest.raises(protocol.ProtocolError, match="is null, which its type does not allow"):
+        protocol.decode_request(bytes(request.encode(header=True)))
+
+
+def test_a_nullable_field_may_still_be_null():
+    from zkcoord.broker import protocol
+
+    request = MetadataRequest(topics=None)  # null: every topic, from version 1
+    request.API_VERSION = 1
+    request.with_header(correlation_id=1, client_id="null")
+    assert protocol.decode_request(bytes(request.encode(header=True))).topics is None
+
+
+@pytest.mark.parametrize("request_version", _null_field_requests(),
+                         ids=["fetch-topics", "fetch-partitions", "leave-group-members"])
+def test_null_fields_close_the_connection_without_an_unexpected_error(shared_cluster, topic, request_version):
+    request, version = request_version
+    broker = shared_cluster.brokers[0]
+    errors_before = broker.log_tail(1 << 20).count("unexpected error")
+    raw = Raw(broker.port)
+    request.API_VERSION = version
+    request.with_header(correlation_id=1, client_id="null")
+    raw.send_frame(bytes(request.encode(header=True)))
+    assert raw.closed_by_peer()
+    raw.close()
+    assert_intact(shared_cluster, topic)
+    assert broker.log_tail(1 << 20).count("unexpected error") == errors_before

@@ -23,6 +23,7 @@ KAFKA_PORT = 9092
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
+    from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
     from zkcoord.zk.security import ZkSecurity
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.add_options(parser, LogConfig)
     settings.add_options(parser, MetricsConfig)
     settings.add_options(parser, TlsConfig)
+    settings.add_options(parser, ConnectionLimits)
     parser.add_argument("--port-file", help="write the bound ports here once serving (port, metrics_port)")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start (default 15)")
@@ -44,10 +46,11 @@ def config_from(args: argparse.Namespace):
     """The BrokerConfig the command line describes."""
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
+    from zkcoord.limits import ConnectionLimits
     from zkcoord.security.config import TlsConfig
 
     return settings.from_args(BrokerConfig, args, log=settings.from_args(LogConfig, args),
-                              tls=settings.from_args(TlsConfig, args))
+                              tls=settings.from_args(TlsConfig, args), limits=settings.from_args(ConnectionLimits, args))
 
 
 def run(args) -> int:
@@ -68,6 +71,7 @@ def run(args) -> int:
 
     from zkcoord import settings
     from zkcoord.broker.server import Broker
+    from zkcoord.limits import Guard
     from zkcoord.metrics import families
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.metrics.endpoint import MetricsEndpoint
@@ -100,7 +104,8 @@ def run(args) -> int:
         client.stop()
         client.close()
         return 1
-    broker = Broker(config, client, metrics=families.BrokerMetrics(registry))
+    broker = Broker(config, client, metrics=families.BrokerMetrics(registry),
+                    guard=Guard(config.limits, families.ListenerMetrics(registry).refused))
     endpoint = None
     try:
         if metrics_config.enabled:

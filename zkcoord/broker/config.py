@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from zkcoord.security.config import TlsConfig
+from zkcoord.limits import ConnectionLimits
 from zkcoord.settings import INT32_MAX, NODE_ID, PORT, bind_address, check, setting
 
 
@@ -67,6 +68,8 @@ class BrokerConfig:
     # brokers one way, and Metadata names the one endpoint there is.
     tls: TlsConfig = setting(help="TLS of the Kafka listener (SSL; plaintext without a certificate)",
                              factory=TlsConfig, cli=False)
+    limits: ConnectionLimits = setting(help="what one peer may hold of the listener", factory=ConnectionLimits,
+                                       cli=False)
 
     def __post_init__(self):
         check(self)

@@ -23,6 +23,7 @@ from zkcoord.broker.log import (
     InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
     ReadSlice, RecordTooLargeError,
 )
+from zkcoord.limits import REFUSED_PRODUCE, abuse_log
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,9 @@ class Handlers:
                     except tuple(cls for cls, _ in _APPEND_ERRORS) as exc:
                         error = next(code for cls, code in _APPEND_ERRORS if isinstance(exc, cls))
                         message = str(exc)
-                        log.info("produce to %s-%d refused: %s", topic.name, data.index, exc)
+                        # Rate-limited: any client can send corrupt batches as fast as it likes.
+                        abuse_log.log(REFUSED_PRODUCE, logging.INFO, "produce to %s-%d refused: %s", topic.name,
+                                      data.index, exc)
                 partitions.append(Partition(index=data.index, error_code=error, base_offset=base,
                                             log_append_time_ms=-1, log_start_offset=start,
                                             record_errors=[], error_message=message))

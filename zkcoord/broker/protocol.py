@@ -164,8 +164,65 @@ def _decode_whole(request_class, frame: bytes, version: int):
     if end > len(frame):
         raise ProtocolError(f"{request_class.__name__} v{version} is {end - len(frame)} bytes shorter than "
                             f"its fields announce")
+    _check_nulls(request, _null_checks(request_class, version), "")
     request._header = header
     return request
+
+
+# Field types whose encoding can say null (a length of -1): arrays, structs and these.
+_NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
+_NULL_CHECKS: dict[tuple[type, int], tuple] = {}
+
+
+class _NullCheck(NamedTuple):
+    name: str
+    refused: bool  # null refused: the field is not nullable in this version
+    array: bool
+    elements_refused: bool  # an array of strings or bytes: a null element refused
+    children: tuple  # the checks of a struct's (or each array element's) fields
+
+
+def _null_checks(request_class, version: int) -> tuple:
+    """Where a ``request_class`` request of ``version`` may carry a null its
+    schema does not allow, worked out once per class and version."""
+    key = (request_class, version)
+    checks = _NULL_CHECKS.get(key)
+    if checks is None:
+        checks = _NULL_CHECKS[key] = _field_checks(request_class._struct.fields, version)
+    return checks
+
+
+def _field_checks(fields: dict, version: int) -> tuple:
+    checks = []
+    for field in fields.values():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue  # absent, or tagged (absent means its default, never null)
+        kind = field._type_str
+        array = kind.startswith("[]")
+        nested = field.is_struct() or field.is_struct_array()
+        children = _field_checks(field.fields, version) if nested else ()
+        refused = (array or nested or kind in _NULLABLE_KINDS) and not field.nullable_for_version_q(version)
+        elements_refused = array and not nested and kind[2:] in _NULLABLE_KINDS
+        if refused or elements_refused or children:
+            checks.append(_NullCheck(field.name, refused, array, elements_refused, children))
+    return tuple(checks)
+
+
+def _check_nulls(struct, checks: tuple, path: str) -> None:
+    """Refuse a null where the schema allows none, as Kafka does: the
+    decoder lets any length of -1 through, and the handlers rely on the
+    schema."""
+    for check in checks:
+        value = getattr(struct, check.name)
+        if value is None:
+            if check.refused:
+                raise ProtocolError(f"field {path}{check.name} is null, which its type does not allow")
+            continue
+        if check.elements_refused and None in value:
+            raise ProtocolError(f"array {path}{check.name} holds a null, which its type does not allow")
+        if check.children:
+            for item in value if check.array else (value,):
+                _check_nulls(item, check.children, f"{path}{check.name}.")
 
 
 class FileRange(NamedTuple):

@@ -4,7 +4,11 @@ and a reconcile greenlet that follows ZooKeeper.
 
 Requests on one connection are handled in order, one at a time, as a Kafka
 broker does. A frame that cannot be served closes the connection; nothing a
-client sends can stop the broker or touch a log it did not validate.
+client sends can stop the broker or touch a log it did not validate. What a
+client may hold is bounded (zkcoord.limits): its idle time between requests,
+a request's time from its first byte to its last, its address's connections,
+and the bytes of partial requests the process keeps (grown as they arrive,
+not taken at once from the size a client announces).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.limits import MALFORMED, TLS_HANDSHAKE, FrameAccount, Guard, LimitExceeded, abuse_log
 from zkcoord.metrics.families import BrokerMetrics
 from zkcoord.security import tls
 from zkcoord.security.principal import ANONYMOUS, Principal
@@ -43,6 +48,9 @@ from zkcoord.zk import layout
 log = logging.getLogger(__name__)
 
 _RECONCILE_EVERY_S = 5.0  # a safety net for a lost watch; watches do the real work
+# A request's buffer starts this large and doubles as its bytes arrive, each
+# growth charged to the process's budget before it is made.
+_FIRST_BUFFER = 64 * 1024
 
 
 class BrokerError(ZkcoordError):
@@ -68,11 +76,15 @@ class Broker:
 
     ``zk_client`` must be started by the caller, with a gevent handler when the
     process runs on gevent; the broker registers itself through it and never
-    stops it. ``metrics``: where it counts (its own registry if not given).
+    stops it. ``metrics``: where it counts (its own registry if not given);
+    ``guard``: the process's limits at work, shared with its other listener
+    (one of its own, counting nothing, if not given).
     """
 
-    def __init__(self, config: BrokerConfig, zk_client: KazooClient, metrics: Optional[BrokerMetrics] = None):
+    def __init__(self, config: BrokerConfig, zk_client: KazooClient, metrics: Optional[BrokerMetrics] = None,
+                 guard: Optional[Guard] = None):
         self.config = config
+        self._listener = (guard or Guard(config.limits)).listener("broker")
         self.zk = zk_client
         self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
         self.logs: dict[tuple[str, int], PartitionLog] = {}
@@ -233,6 +245,7 @@ class Broker:
         last_retention = time.monotonic()
         while not self._stopping:
             gevent.sleep(min(1.0, self.config.retention_check_ms / 1000))
+            abuse_log.flush()  # what it held back is summed up even when the abuse has stopped
             for plog in list(self.logs.values()):
                 plog.maybe_flush()
             if (time.monotonic() - last_retention) * 1000 >= self.config.retention_check_ms:
@@ -256,40 +269,42 @@ class Broker:
     # -- connections ---------------------------------------------------------
 
     def _serve(self, sock, address) -> None:
+        if not self._listener.admit(address[0]):
+            sock.close()
+            return
         self._connections.add(sock)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._tls is not None:
-            try:
-                wrapped = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
-            except TlsError as exc:
-                self._connections.discard(sock)
-                log.info("refused a connection from %s:%s: %s", address[0], address[1], exc)
-                return
-            self._connections.discard(sock)
-            self._connections.add(wrapped)
-            sock = wrapped
-        connection = Connection(sock, address, tls.principal_of(sock))
-        if connection.principal != ANONYMOUS:
-            log.info("%s:%s is %s by its TLS certificate", address[0], address[1], connection.principal)
-        sock.settimeout(self.config.idle_timeout_ms / 1000)
+        peer = "%s:%s" % address[:2]
+        account = self._listener.account(peer)
         try:
-            while not self._stopping:
-                size_bytes = _recv_exact(sock, 4)
-                size = int.from_bytes(size_bytes, "big", signed=True)
-                if size < 0 or size > self.config.max_request_bytes:
-                    log.info("closing %s: request of %d bytes (limit %d)", address, size,
-                             self.config.max_request_bytes)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                try:
+                    wrapped = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
+                except TlsError as exc:
+                    self._listener.refused(TLS_HANDSHAKE, "refused a connection from %s: %s", peer, exc)
                     return
-                frame = _recv_exact(sock, size)
+                self._connections.discard(sock)
+                self._connections.add(wrapped)
+                sock = wrapped
+            connection = Connection(sock, address, tls.principal_of(sock))
+            if connection.principal != ANONYMOUS:
+                log.info("%s is %s by its TLS certificate", peer, connection.principal)
+            while not self._stopping:
+                frame = self._read_request(sock, account, peer)
                 parts = self._handle(frame, connection)
                 if parts:
+                    # An answer (a large fetch to a slow reader) may take as
+                    # long as the idle limit, whatever the request's deadline left.
+                    sock.settimeout(self.config.idle_timeout_ms / 1000)
                     _send_parts(sock, parts, copy=self._tls is not None)
         except _Closed:
             pass
         except socket.timeout:
-            log.info("closing %s: idle for %d ms", address, self.config.idle_timeout_ms)
+            log.info("closing %s: idle for %d ms", peer, self.config.idle_timeout_ms)
+        except LimitExceeded as exc:
+            self._listener.closed_for(exc)
         except ProtocolError as exc:
-            log.info("closing %s: %s", address, exc)
+            self._listener.refused(MALFORMED, "closing %s: %s", peer, exc)
         except OSError as exc:
             if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN):
                 log.warning("connection %s failed: %s", address, exc)
@@ -298,11 +313,37 @@ class Broker:
             # keep serving the others.
             log.exception("closing %s after an unexpected error", address)
         finally:
+            account.close()
+            self._listener.release(address[0])
             self._connections.discard(sock)
             try:
                 sock.close()
             except OSError:
                 pass
+
+    def _read_request(self, sock, account: FrameAccount, peer: str) -> bytearray:
+        """The next request frame (without its size): its first byte may
+        take the idle timeout, the rest of it must come within the frame
+        timeout of that byte."""
+        head = bytearray(4)
+        got = 0
+        while got < 4:
+            got += _recv_part(sock, memoryview(head)[got:], account, self.config.idle_timeout_ms / 1000)
+            account.progress(True, got)
+        size = int.from_bytes(head, "big", signed=True)
+        if size < 0 or size > self.config.max_request_bytes:
+            raise ProtocolError(f"request of {size} bytes (limit {self.config.max_request_bytes})")
+        frame = bytearray()
+        got = 0
+        while got < size:
+            if got == len(frame):
+                grown = min(size, max(2 * len(frame), _FIRST_BUFFER))
+                account.progress(True, 4 + grown)  # charged before it is allocated
+                frame.extend(bytes(grown - len(frame)))
+            with memoryview(frame) as view:
+                got += _recv_part(sock, view[got:], account, None)
+        account.progress(False, 0)
+        return frame
 
     def _handle(self, frame: bytes, connection: Connection) -> Optional[list]:
         client_host = connection.address[0]
@@ -401,16 +442,24 @@ class Broker:
         return admin_apis.create_topics_response(request, outcomes, self.config)
 
 
-def _recv_exact(sock, size: int) -> bytes:
-    buf = bytearray(size)
-    view = memoryview(buf)
-    got = 0
-    while got < size:
-        n = sock.recv_into(view[got:])
+def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> int:
+    """recv_into ``view``: before a frame has begun within ``idle_s`` (a
+    socket.timeout past it), within it within what is left of its deadline
+    (LimitExceeded past it)."""
+    while True:
+        left = account.remaining()
+        if left is not None:
+            account.check()
+        sock.settimeout(idle_s if left is None else left)
+        try:
+            n = sock.recv_into(view)
+        except socket.timeout:
+            if left is None:
+                raise
+            continue  # the check above refuses it
         if n == 0:
             raise _Closed()
-        got += n
-    return bytes(buf)
+        return n
 
 
 def _send_parts(sock, parts: list, copy: bool = False) -> None:

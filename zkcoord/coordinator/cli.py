@@ -14,6 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
+    from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
     from zkcoord.zk.security import ZkSecurity
@@ -30,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     settings.add_options(p, MetricsConfig)
     settings.add_options(p, TlsConfig)
     settings.add_options(p, ZkSecurity)
+    settings.add_options(p, ConnectionLimits)
     p.add_argument("--port-file", type=Path, default=None,
                    help="once serving, write the bound ports here as JSON (port, broker_port, metrics_port)")
     p.set_defaults(func=run)
@@ -41,21 +43,23 @@ def config_from(args: argparse.Namespace):
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.errors import ConfigError
+    from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
     from zkcoord.zk.security import ZkSecurity
 
     tls = settings.from_args(TlsConfig, args)  # both listeners: a client reaching one reaches the other alike
+    limits = settings.from_args(ConnectionLimits, args)  # both listeners'
     broker = None
     if not args.no_broker:
         if getattr(args, "BrokerConfig.data_dir") is None:
             raise ConfigError("--data-dir is required for the embedded broker (or pass --no-broker)")
         broker = settings.from_args(BrokerConfig, args, broker_id=getattr(args, "ServerConfig.server_id"),
                                     host=getattr(args, "ServerConfig.host"),
-                                    log=settings.from_args(LogConfig, args), tls=tls)
+                                    log=settings.from_args(LogConfig, args), tls=tls, limits=limits)
     return settings.from_args(ServerConfig, args, coordinator=settings.from_args(CoordinatorConfig, args),
                               broker=broker, metrics=settings.from_args(MetricsConfig, args), tls=tls,
-                              zk_security=settings.from_args(ZkSecurity, args))
+                              zk_security=settings.from_args(ZkSecurity, args), limits=limits)
 
 
 def run(args: argparse.Namespace) -> int:

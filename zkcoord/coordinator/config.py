@@ -8,6 +8,7 @@ from typing import Optional
 from zkcoord import wire
 from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.errors import ConfigError
+from zkcoord.limits import ConnectionLimits
 from zkcoord.metrics.config import MetricsConfig
 from zkcoord.security.config import TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
@@ -78,6 +79,8 @@ class ServerConfig:
     broker: Optional[object] = setting(None, "the embedded broker's settings (None: no broker)", cli=False)
     metrics: MetricsConfig = setting(help="the metrics endpoint (its host defaults to the server's)",
                                      factory=MetricsConfig, cli=False)
+    limits: ConnectionLimits = setting(help="what one peer may hold of the listeners (shared with the embedded "
+                                            "broker)", factory=ConnectionLimits, cli=False)
     coordinator_slots: Optional[int] = setting(
         None, "coordinator slots the groups are spread over, each elected on its own, so that every server "
               "coordinates a share; set by a cluster's first server, fixed after that (default: the cluster's "

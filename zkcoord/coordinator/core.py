@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Hashable, Mapping, Optional
 
-from zkcoord import wire
+from zkcoord import limits, wire
 from zkcoord.coordinator.actions import (
     CancelTimer, Close, Deposed, ForgetGroup, ProveOffice, ReadLogEnds, ReadOffsets, ReadOwners, Send, SetTimer,
     WriteGroupFailure, WriteGroupState, WriteOffsets, WriteOwners,
@@ -643,7 +643,9 @@ class CoordinatorCore:
         else:
             request: Optional[Request] = member.outstanding
             if request is None or request.correlation_id != correlation_id:
-                log.warning("member %s sent an unsolicited %s", member.member_id, type(message).__name__)
+                # Rate-limited: a member (or anyone who registered) could send thousands a second.
+                limits.abuse_log.log(limits.UNSOLICITED, logging.WARNING, "member %s sent an unsolicited %s",
+                                     member.member_id, type(message).__name__)
             else:
                 member.outstanding = None  # its deadline will find it answered
                 request.on_answer(member, message, now)
@@ -665,7 +667,8 @@ class CoordinatorCore:
         # While suspended every member that tries is refused, thousands a
         # second; the suspension itself is logged once, as a warning.
         level = logging.DEBUG if isinstance(exc, wire.CoordinatorNotAvailable) else logging.INFO
-        log.log(level, "refused consumer %s of group %s: %s", request.consumer_id, request.group_id, exc)
+        limits.abuse_log.log(limits.REFUSED_REGISTRATION, level, "refused consumer %s of group %s: %s",
+                             request.consumer_id, request.group_id, exc)
         self._emit(Send(conn, wire.RegisterConsumerResponse(error_code=exc.code, error_message=str(exc),
                                                             coordinator_epoch=self.epoch), correlation_id))
         self._emit(Close(conn))

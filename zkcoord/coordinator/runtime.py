@@ -84,6 +84,7 @@ class _Connection:
         self._outbox: gevent.queue.Queue = gevent.queue.Queue()
         self._queued = 0  # frames (or their rest) in the outbox or being written by the writer
         self._watcher = None
+        self._deadline = None  # a libev timer while a frame is partly read
         self.writer = gevent.spawn(self._write)
 
     def read_with(self, on_frames: Callable[[list], None], on_error: Callable[[BaseException], None]) -> None:
@@ -102,6 +103,28 @@ class _Connection:
             if self.channel.peer_gone:  # it went after sending those
                 self.stop_reading()
                 on_error(ChannelClosed(f"{self.channel.peer} closed the connection"))
+            elif self._deadline is None and self._watcher is not None:
+                watch_deadline()
+
+        def watch_deadline():
+            # Nothing reads a trickling peer's socket on a timeout here, so a
+            # timer holds the frame in progress to its deadline.
+            left = self.channel.frame_time_left
+            if left is None:
+                return
+            self._deadline = gevent.get_hub().loop.timer(max(left, 0.0))
+            self._deadline.start(deadline_due)
+
+        def deadline_due():
+            self._deadline.close()
+            self._deadline = None
+            try:
+                self.channel.check_deadline()
+            except wire.WireError as exc:
+                self.stop_reading()
+                on_error(exc)
+                return
+            watch_deadline()  # another frame, begun since: its own deadline
 
         self._watcher = gevent.get_hub().loop.io(self.channel.sock.fileno(), 1)  # 1: libev's READ
         self._watcher.start(readable)
@@ -112,6 +135,9 @@ class _Connection:
         if self._watcher is not None:
             self._watcher.close()
             self._watcher = None
+        if self._deadline is not None:
+            self._deadline.close()
+            self._deadline = None
 
     def send(self, message: wire.Message, correlation_id: int) -> None:
         if self.ended.is_set():
@@ -300,7 +326,7 @@ class Coordinator:
 
     def _read_failed(self, connection: _Connection, exc: BaseException) -> None:
         if isinstance(exc, wire.WireError):
-            log.warning("closing %s after a bad frame: %s", connection.channel.peer, exc)
+            connection.channel.report_refusal(exc)
             connection.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)), exc.correlation_id or 0)
         connection.ended.set()
 

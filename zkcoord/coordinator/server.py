@@ -44,6 +44,7 @@ from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, v
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
+from zkcoord.limits import TLS_HANDSHAKE, Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.security import tls
@@ -58,7 +59,8 @@ from zkcoord.zk.session import SessionTimeoutWitness, delete_if_owned
 
 log = logging.getLogger(__name__)
 
-# How long a connection may sit without sending its first request.
+# How long a connection may sit between requests before it registers (a
+# request begun has the frame timeout, zkcoord.limits, for the rest of it).
 IDLE_TIMEOUT_S = 60.0
 # The longest a ClusterMetadata answer is held for a newer coordinator.
 MAX_METADATA_WAIT_S = 5.0
@@ -141,6 +143,9 @@ class Server:
         self.slots = config.coordinator_slots or DEFAULT_SLOTS  # the cluster's, once started
         self.coordinators: dict[int, Coordinator] = {}  # by the slot held
         self.core_metrics = families.CoordinatorMetrics(self.metrics_registry)
+        # The process's limits, shared by both listeners: one budget of partial frames.
+        self.guard = Guard(config.limits, families.ListenerMetrics(self.metrics_registry).refused)
+        self._listener = self.guard.listener("coordinator")
         self.metrics_registry.register(families.CoordinatorCollector(
             lambda: {slot: coordinator.core for slot, coordinator in self.coordinators.items()},
             lambda: self.slots))
@@ -217,7 +222,8 @@ class Server:
         if self.config.broker is not None:
             from zkcoord.broker import Broker
 
-            self.broker = Broker(self.config.broker, self.zk, metrics=families.BrokerMetrics(self.metrics_registry))
+            self.broker = Broker(self.config.broker, self.zk, metrics=families.BrokerMetrics(self.metrics_registry),
+                                 guard=self.guard)
             self.broker.start()  # first: its logs' files count against the connections' room
         limit = connection_limit(self.config.max_connections,
                                  others=self.config.broker.max_connections if self.broker is not None else 0)
@@ -287,6 +293,7 @@ class Server:
         while self._running:
             self._state_changed.wait(1.0)
             self._state_changed.clear()
+            abuse_log.flush()  # what it held back is summed up even when the abuse has stopped
             if self._running and self.zk.client_state == KeeperState.CLOSED:
                 self._resign_all()
                 raise ServerError("the ZooKeeper client closed and will not reconnect")
@@ -531,15 +538,25 @@ class Server:
     # -- connections ----------------------------------------------------------------------------
 
     def _handle(self, sock: socket.socket, address) -> None:
+        if not self._listener.admit(address[0]):
+            sock.close()
+            return
+        try:
+            self._serve_connection(sock, address)
+        finally:
+            self._listener.release(address[0])
+
+    def _serve_connection(self, sock: socket.socket, address) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls is not None:
             # Here, not by StreamServer's ssl_context: gevent's handshake there has no deadline.
             try:
                 sock = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
             except TlsError as exc:
-                log.info("refused a connection from %s:%s: %s", address[0], address[1], exc)
+                self._listener.refused(TLS_HANDSHAKE, "refused a connection from %s:%s: %s", address[0], address[1],
+                                       exc)
                 return
-        channel = Channel(sock, max_frame_size=self.config.max_frame_size)
+        channel = Channel(sock, max_frame_size=self.config.max_frame_size, guard=self._listener)
         channel.principal = tls.principal_of(sock)
         if channel.principal != ANONYMOUS:
             log.info("%s is %s by its TLS certificate", channel.peer, channel.principal)
@@ -570,7 +587,7 @@ class Server:
                         correlation_id=frame.correlation_id,
                     )
         except wire.WireError as exc:
-            log.info("closing %s after a bad frame: %s", channel.peer, exc)
+            channel.report_refusal(exc)
             try:
                 channel.send(wire.ErrorResponse(error_code=exc.code, message=str(exc)), exc.correlation_id or 0)
             except ChannelClosed:

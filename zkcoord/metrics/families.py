@@ -64,6 +64,26 @@ class ZooKeeperMetrics:
         self._connected.set_function(lambda: 1.0 if connected() else 0.0)
 
 
+# -- the listeners -------------------------------------------------------------------------------
+
+
+class ListenerMetrics:
+    """What the process's listeners refused (zkcoord.limits): by listener
+    (coordinator, broker) and kind (malformed, frame_deadline, per_address, buffer_cap, tls_handshake)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._refused = Counter(PREFIX + "listener_refusals_total",
+                                "Connections and frames a listener refused and closed, by listener and why: "
+                                "malformed (not a valid frame), frame_deadline (not whole within the frame "
+                                "timeout), per_address (over the connections one address may hold), buffer_cap "
+                                "(over the bytes the process keeps for partial frames), tls_handshake (a TLS "
+                                "handshake refused or not done within its timeout)",
+                                ["listener", "kind"], registry=registry)
+
+    def refused(self, listener: str, kind: str) -> None:
+        self._refused.labels(listener, kind).inc()
+
+
 # -- the coordinator -------------------------------------------------------------------------------
 
 

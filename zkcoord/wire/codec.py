@@ -158,6 +158,11 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return len(self._buffer)
 
+    @property
+    def in_frame(self):
+        """Whether part of a frame (its size, some of it) has arrived and not the rest."""
+        return bool(self._buffer) or self._size is not None
+
     def feed(self, data):
         if self._error is not None:
             raise self._error
