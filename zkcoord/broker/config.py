@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from zkcoord.security.config import SecurityConfig
 from zkcoord.settings import INT32_MAX, NODE_ID, PORT, bind_address, check, setting
 
 
@@ -62,6 +63,7 @@ class BrokerConfig:
                                                              "protocol may go without a heartbeat", minimum=1)
     # Kafka's connections.max.idle.ms.
     idle_timeout_ms: int = setting(600_000, "close a connection that sends nothing for this long", minimum=1)
+    security: SecurityConfig = setting(help="SASL, and the authorizer", factory=SecurityConfig, cli=False)
 
     def __post_init__(self):
         check(self)

@@ -21,20 +21,25 @@ import gevent.event
 import gevent.pool
 import gevent.server
 from gevent.socket import wait_write
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 from prometheus_client import CollectorRegistry
 
 from zkcoord.broker import admin_apis, protocol
+from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.groups import GroupBridge
 from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, Handlers, MetadataCache
 from zkcoord.broker.log import PartitionLog
+from zkcoord.broker.peer import Peer
+from zkcoord.broker.sasl import SaslSession
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import ZkcoordError
 from zkcoord.metrics.families import BrokerMetrics
+from zkcoord.security import store as security_store
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -236,6 +241,7 @@ class Broker:
         self._connections.add(sock)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.config.idle_timeout_ms / 1000)
+        peer = Peer(address[0], self._sasl_session())
         try:
             while not self._stopping:
                 size_bytes = _recv_exact(sock, 4)
@@ -245,9 +251,18 @@ class Broker:
                              self.config.max_request_bytes)
                     return
                 frame = _recv_exact(sock, size)
-                parts = self._handle(frame, address[0])
+                if peer.sasl is not None and peer.sasl.raw:
+                    parts = self._sasl_token(frame, peer)
+                else:
+                    parts = self._handle(frame, peer)
                 if parts:
                     _send_parts(sock, parts)
+                if peer.closing:
+                    # As Kafka (connection.failed.authentication.delay.ms): the
+                    # client reads the refusal before the close, and a password
+                    # guesser is slowed down.
+                    gevent.sleep(sasl_codes.FAILED_AUTHENTICATION_DELAY_S)
+                    return
         except _Closed:
             pass
         except socket.timeout:
@@ -268,7 +283,51 @@ class Broker:
             except OSError:
                 pass
 
-    def _handle(self, frame: bytes, client_host: str) -> Optional[list]:
+    def _sasl_session(self) -> Optional[SaslSession]:
+        mechanisms = self.config.security.sasl_mechanisms
+        if not mechanisms:
+            return None
+        return SaslSession(mechanisms, lambda name, mechanism: security_store.credential(self.zk, name, mechanism),
+                           lambda name, password: security_store.check_password(self.zk, name, password))
+
+    def _sasl_handshake(self, request, peer: Peer):
+        mechanisms = peer.sasl.mechanisms if peer.sasl is not None else ()
+        error = peer.sasl.handshake(request.mechanism, request.API_VERSION) if peer.sasl else \
+            sasl_codes.UNSUPPORTED_SASL_MECHANISM
+        if error:
+            log.info("%s: SASL handshake for %r refused (error %d; offered: %s)", peer.host, request.mechanism,
+                     error, ", ".join(mechanisms) or "none")
+            peer.closing = True
+        return SaslHandshakeResponse(version=request.API_VERSION, error_code=error, mechanisms=list(mechanisms))
+
+    def _sasl_authenticate(self, request, peer: Peer):
+        if peer.sasl is None or peer.sasl.raw:
+            step = sasl_codes.Step(error_code=sasl_codes.ILLEGAL_SASL_STATE,
+                                   error_message="SaslAuthenticate without a SaslHandshake version 1 before it")
+        else:
+            step = peer.sasl.authenticate(request.auth_bytes)
+        self._after_sasl(step, peer)
+        return SaslAuthenticateResponse(version=request.API_VERSION, error_code=step.error_code,
+                                     error_message=step.error_message, auth_bytes=step.reply,
+                                     session_lifetime_ms=0)
+
+    def _sasl_token(self, frame: bytes, peer: Peer) -> list:
+        """A bare token after a version 0 handshake: answered bare; a failure
+        closes the connection unanswered, as Kafka does."""
+        step = peer.sasl.authenticate(frame)
+        self._after_sasl(step, peer)
+        return [] if step.error_code else [len(step.reply).to_bytes(4, "big") + step.reply]
+
+    def _after_sasl(self, step, peer: Peer) -> None:
+        if step.error_code:
+            log.info("%s: SASL authentication refused: %s", peer.host, step.error_message)
+            peer.closing = True
+        elif peer.sasl.authenticated:
+            peer.principal = peer.sasl.principal
+            log.info("%s: authenticated as %s with %s", peer.host, peer.principal, peer.sasl.mechanism)
+
+    def _handle(self, frame: bytes, peer: Peer) -> Optional[list]:
+        client_host = peer.host
         request = protocol.decode_request(frame)
         if isinstance(request, UnsupportedApiVersions):
             self.metrics.request(protocol.API_KEY_API_VERSIONS)
@@ -277,6 +336,10 @@ class Broker:
         correlation_id = request.header.correlation_id
         key = request.API_KEY
         self.metrics.request(key)
+        if (self.config.security.authentication_required and not peer.authenticated
+                and key not in protocol.BEFORE_AUTHENTICATION):
+            # Kafka closes such a connection; there is no error a client would read.
+            raise ProtocolError(f"{type(request).__name__} before authenticating, and authentication is required")
         if key == protocol.API_KEY_FETCH:
             return self._fetch(request, correlation_id)
         if key == protocol.API_KEY_PRODUCE:
@@ -301,6 +364,10 @@ class Broker:
             response = self.groups.join_group(request, client_host)
         elif key == protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT:
             response = self.groups.consumer_group_heartbeat(request, client_host)
+        elif key == protocol.API_KEY_SASL_HANDSHAKE:
+            response = self._sasl_handshake(request, peer)
+        elif key == protocol.API_KEY_SASL_AUTHENTICATE:
+            response = self._sasl_authenticate(request, peer)
         elif key in protocol.GROUP_APIS:
             response = getattr(self.groups, protocol.GROUP_APIS[key])(request)
         else:

@@ -15,6 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.metrics.config import MetricsConfig
+    from zkcoord.security.config import SecurityConfig
 
     p = subparsers.add_parser("server", help="run a zkcoord server in the foreground until SIGTERM")
     settings.add_options(p, ServerConfig)
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          flags={"port": "--broker-port"}, optional=("data_dir",))
     settings.add_options(p, LogConfig)
     settings.add_options(p, MetricsConfig)
+    settings.add_options(p, SecurityConfig)
     p.add_argument("--port-file", type=Path, default=None,
                    help="once serving, write the bound ports here as JSON (port, broker_port, metrics_port)")
     p.set_defaults(func=run)
@@ -38,16 +40,18 @@ def config_from(args: argparse.Namespace):
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.errors import ConfigError
     from zkcoord.metrics.config import MetricsConfig
+    from zkcoord.security.config import SecurityConfig
 
+    security = settings.from_args(SecurityConfig, args)
     broker = None
     if not args.no_broker:
         if getattr(args, "BrokerConfig.data_dir") is None:
             raise ConfigError("--data-dir is required for the embedded broker (or pass --no-broker)")
         broker = settings.from_args(BrokerConfig, args, broker_id=getattr(args, "ServerConfig.server_id"),
                                     host=getattr(args, "ServerConfig.host"),
-                                    log=settings.from_args(LogConfig, args))
+                                    log=settings.from_args(LogConfig, args), security=security)
     return settings.from_args(ServerConfig, args, coordinator=settings.from_args(CoordinatorConfig, args),
-                              broker=broker, metrics=settings.from_args(MetricsConfig, args))
+                              broker=broker, metrics=settings.from_args(MetricsConfig, args), security=security)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from zkcoord import wire
 from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.errors import ConfigError
 from zkcoord.metrics.config import MetricsConfig
+from zkcoord.security.config import SecurityConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")
@@ -66,6 +67,8 @@ class ServerConfig:
         None, "coordinator slots the groups are spread over, each elected on its own, so that every server "
               "coordinates a share; set by a cluster's first server, fixed after that (default: the cluster's "
               "count, 1 for a new cluster)", validate=validate_slot_count)
+    security: SecurityConfig = setting(help="authentication and the authorizer", factory=SecurityConfig,
+                                       cli=False)
 
     def __post_init__(self) -> None:
         check(self)
