@@ -135,6 +135,13 @@ MESSAGES = {
                      session_timeout_ms=int32, max_poll_interval_ms=int32,
                      is_static=st.booleans(),
                      assignment_strategies=tuples(text), offsets=tuples(tpos)),
+        3: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
+                     topics=tuples(text), pattern=text,
+                     auto_commit=st.booleans(), auto_offset_reset=text,
+                     session_timeout_ms=int32, max_poll_interval_ms=int32,
+                     is_static=st.booleans(),
+                     assignment_strategies=tuples(text), offsets=tuples(tpos),
+                     user=text, password=text),
     },
     RegisterConsumerResponse: {
         0: st.builds(RegisterConsumerResponse, error_code=codes),

@@ -38,6 +38,11 @@ class ErrorCode(IntEnum):
     GROUP_NOT_EMPTY = 16
     UNKNOWN_PARTITION = 17
     INVALID_REQUEST = 18
+    # 19 is another part of the protocol's.
+    AUTHENTICATION_FAILED = 20
+    GROUP_AUTHORIZATION_FAILED = 21
+    TOPIC_AUTHORIZATION_FAILED = 22
+    STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL = 23
 
 
 class WireError(ZkcoordError):
@@ -186,6 +191,32 @@ class InvalidRequest(WireError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class AuthenticationFailed(WireError):
+    """The registration's credential did not prove its user (unknown user,
+    wrong password), or the coordinator requires one and none was given."""
+
+    code = ErrorCode.AUTHENTICATION_FAILED
+
+
+class GroupAuthorizationFailed(WireError):
+    """The authenticated principal may not do this to the group (no ACL allows it)."""
+
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class TopicAuthorizationFailed(WireError):
+    """The authenticated principal may not read a topic of its subscription (no ACL allows it)."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class StaticMemberOwnedByOtherPrincipal(WireError):
+    """A static consumer id registered by one principal, claimed by another:
+    only the principal that holds it may take it over."""
+
+    code = ErrorCode.STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL
+
+
 _CLASSES = {
     cls.code: cls
     for cls in (
@@ -194,7 +225,9 @@ _CLASSES = {
         InvalidRegistration, StaleEpoch, StaleGeneration, NotCoordinator,
         CoordinatorNotAvailable, IllegalState, NoCommonStrategy,
         RebalanceInProgress, MaxPollIntervalExceeded, GroupNotEmpty,
-        UnknownPartition, InvalidRequest,
+        UnknownPartition, InvalidRequest, AuthenticationFailed,
+        GroupAuthorizationFailed, TopicAuthorizationFailed,
+        StaticMemberOwnedByOtherPrincipal,
     )
 }
 

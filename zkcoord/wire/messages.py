@@ -13,7 +13,7 @@ wire/README.md describes every field, with a byte-level example; wire/vectors.js
 holds the frames this module must read and write.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar
 
@@ -215,7 +215,10 @@ class RegisterConsumerRequest(Message):
     """Consumer to coordinator, once per connection. The subscription is
     ``topics`` (named topics) and/or ``pattern`` (a regex, "" for none);
     version 0 carries it as Kafka 0.8's topic_count JSON, so it can hold one
-    or the other. ``assignment_strategies`` are in order of preference."""
+    or the other. ``assignment_strategies`` are in order of preference.
+    Version 3 adds a credential (``user`` and ``password``, "" for none),
+    for a connection the coordinator protects with TLS; the password never
+    shows in the message's repr."""
 
     TYPE = MessageType.REGISTER_CONSUMER_REQUEST
     group_id: str
@@ -229,6 +232,8 @@ class RegisterConsumerRequest(Message):
     is_static: bool = False
     assignment_strategies: tuple = ("range",)
     offsets: tuple = ()
+    user: str = ""
+    password: str = field(default="", repr=False)
     LAYOUTS = {
         0: Struct("group_id" / String,
                   "consumer_id" / String,
@@ -243,6 +248,7 @@ class RegisterConsumerRequest(Message):
                   "session_timeout_ms" / Int32),
         1: Struct(*_REGISTER_V1),
         2: Struct(*_REGISTER_V1, "offsets" / Array32(TPO)),
+        3: Struct(*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "password" / String),
     }
 
 
