@@ -39,6 +39,7 @@ from zkcoord.coordinator.core import NO_METRICS, CoordinatorCore, CoreMetrics, R
 from zkcoord.coordinator.group import Group
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
+from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -239,12 +240,14 @@ class Coordinator:
 
     # -- members ------------------------------------------------------------------------------
 
-    def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int) -> None:
-        """Register the consumer behind ``channel``; its frames then reach the
-        core from the event loop's callbacks until the connection ends."""
+    def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int,
+                     principal: Principal = ANONYMOUS) -> None:
+        """Register the consumer behind ``channel`` (authenticated as
+        ``principal``); its frames then reach the core from the event loop's
+        callbacks until the connection ends."""
         with self._connection(channel) as (conn, connection):
             host = channel.peer.rpartition(":")[0] if ":" in channel.peer else ""
-            self._event(partial(self.core.register, host=host), conn, request, correlation_id)
+            self._event(partial(self.core.register, host=host, principal=principal), conn, request, correlation_id)
             connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
             connection.ended.wait()
 
