@@ -39,7 +39,8 @@ CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig,
 PROCESS_OPTIONS = {
     ("broker",): {"--zookeeper", "--port-file", "--zk-timeout", "--zk-session-timeout"},
     ("server",): {"--no-broker", "--port-file"},
-    ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms", "--kafka-brokers"},
+    ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms", "--kafka-brokers",
+                   "--password-file"},
     ("drill",): {"--seed", "--kinds", "--dir", "--zookeeper", "--bootstrap"},
     ("zk", "up"): {"--dir", "--timeout"},
 }

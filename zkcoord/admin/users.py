@@ -7,30 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
 
 from zkcoord.admin import zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.security import scram
+from zkcoord.security.secrets import read_password
 from zkcoord.security.store import UnknownUser, delete_user, list_users, set_user
 from zkcoord.zk.layout.security import validate_user
-
-
-def read_password(path: Optional[str], what: str = "--password-file") -> str:
-    """The first line of ``path`` ('-' or None: standard input), without its line end."""
-    try:
-        if path in (None, "-"):
-            text = sys.stdin.readline()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.readline()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the password from {what} {path}: {exc}") from None
-    password = text.rstrip("\r\n")
-    if not password:
-        source = "standard input" if path in (None, "-") else path
-        raise ConfigError(f"no password: the first line of {source} is empty")
-    return password
 
 
 def _mechanisms(values) -> tuple[str, ...]:

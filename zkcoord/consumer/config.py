@@ -35,11 +35,16 @@ class MemberConfig:
     assignment_strategies: tuple[str, ...] = setting(("range",), "an assignment strategy, in order of "
                                                                 "preference (repeatable)", flag="--strategy",
                                                      non_empty=True)
+    # A credential for the coordinator (RegisterConsumer version 3), as `zkcoord users` stored it.
+    user: Optional[str] = setting(None, "the user to authenticate to the coordinator as", non_empty=True)
+    password: Optional[str] = setting(None, "the user's password", non_empty=True, cli=False, secret=True)
 
     def __post_init__(self) -> None:
         check(self)
         if not self.topics and not self.pattern:
             raise ConfigError("subscribe to topics or to a pattern")
+        if (self.user is None) != (self.password is None):
+            raise ConfigError("a credential needs both a user and a password")
 
     @property
     def is_static(self) -> bool:

@@ -198,18 +198,22 @@ class AclCache:
 
     def start(self) -> "AclCache":
         self._zk.ensure_path(sec.ACL_CHANGES)
-        self._reload()
+        self._reload()  # before the first request is decided
         self._zk.ChildrenWatch(sec.ACL_CHANGES, self._on_change, send_event=False)
         return self
 
     def _on_change(self, _children) -> bool:
         if self._stopped:
             return False
+        # Read off the watch's callback, which must not block on ZooKeeper.
+        self._zk.handler.spawn(self._reload_logged)
+        return True
+
+    def _reload_logged(self) -> None:
         try:
             self._reload()
         except Exception as exc:  # keep the old snapshot; the next notification retries
             log.warning("could not reload ACLs: %s", exc)
-        return True
 
     def _reload(self) -> None:
         acls = read_acls(self._zk)
