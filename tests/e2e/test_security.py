@@ -1,14 +1,20 @@
 """Authenticated members and group ACLs on a real server: thin consumers
 register with a credential (RegisterConsumer version 3) checked against the
-users in ZooKeeper, the authorizer decides from the ACLs in ZooKeeper, a
-static id stays its principal's, and every refusal reaches the application
-from poll() as its typed error."""
+users in ZooKeeper and fetch over SASL with it; stock Kafka clients
+authenticate to the broker with SASL and join through its group bridge,
+which registers them on behalf of their principal; the authorizer decides
+from the ACLs in ZooKeeper; a static id stays its principal's; and every
+refusal reaches the application (poll() raises the typed error; a stock
+client reports Kafka's)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from confluent_kafka import Consumer as KafkaConsumer, KafkaError
+from kafka import KafkaConsumer as PythonConsumer
 
 from tests.e2e.checks import produce
 from tests.e2e.conftest import SERVER_ARGS
@@ -21,21 +27,35 @@ TOPIC = "events"
 PARTITIONS = 2
 
 
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 @pytest.fixture(scope="module")
 def secured(zk_ensemble, tmp_path_factory):
-    """One server with the authorizer on; alice may read group g and the
-    topic, carol only the group, bob nothing; admin is a super user."""
+    """One server with the authorizer on and SASL on its broker; alice may
+    read groups g and g-stock-* and the topic, carol only group g, bob
+    nothing but describe the topic; admin and the broker's own user are
+    super users; the test's producer (anonymous) may only describe the topic."""
     from zkcoord.testing import LocalCluster, fresh_chroot
 
+    directory = tmp_path_factory.mktemp("secured")
+    bridge_password = directory / "bridge-password"
+    bridge_password.write_text("broker-pw\n")
     with fresh_chroot(zk_ensemble.connect_string, "sec") as (connect, zk):
-        for name in ("alice", "bob", "carol", "mallory", "admin"):
+        for name in ("alice", "bob", "carol", "mallory", "admin", "broker"):
             store.set_user(zk, name, f"{name}-pw")
         for who in ("alice", "carol", "mallory"):
             store.add_acls(zk, acl.group("g"), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
+        for stock_group in ("g-stock-1", "g-stock-2", "g-stock-3"):  # one a test: each commits all it reads
+            store.add_acls(zk, acl.group(stock_group), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
         for who in ("alice", "mallory"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
-        with LocalCluster(connect, tmp_path_factory.mktemp("secured"),
-                          SERVER_ARGS + ("--authorizer", "on", "--super-user", "User:admin")) as cluster:
+        for who in ("ANONYMOUS", "bob"):
+            store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.DESCRIBE)])
+        args = SERVER_ARGS + ("--authorizer", "on", "--super-user", "User:admin", "--super-user", "User:broker",
+                              "--bridge-user", "broker", "--bridge-password-file", str(bridge_password),
+                              *[a for m in MECHANISMS for a in ("--sasl-mechanism", m)])
+        with LocalCluster(connect, directory, args) as cluster:
             cluster.start_servers(1)
             cluster.create_topic(TOPIC, PARTITIONS)
             produce(cluster, TOPIC, 40, partitions=PARTITIONS)
@@ -98,3 +118,96 @@ def test_a_static_id_is_its_principals(secured):
             assert "held by User:alice; User:mallory may not take it over" in str(exc)
         alice.poll(100)
         assert alice.assignment() == held and alice.membership.error is None
+
+
+def test_an_anonymous_fetch_of_a_protected_topic_is_refused(secured):
+    from zkcoord.fetch.connection import BrokerConnection, PartitionError
+
+    with BrokerConnection(secured.broker_list) as anonymous:
+        assert anonymous.list_offset(TOPIC, 0, -2) == 0  # it may Describe the topic
+        with pytest.raises(PartitionError) as refused:
+            anonymous.fetch(TOPIC, 0, 0, max_wait_ms=0, partition_max_bytes=1 << 20)
+    assert refused.value.code == 29  # TOPIC_AUTHORIZATION_FAILED
+    with BrokerConnection(secured.broker_list, credential=("alice", "alice-pw")) as alice:
+        assert alice.fetch(TOPIC, 0, 0, max_wait_ms=0, partition_max_bytes=1 << 20)
+
+
+class StockMember:
+    """A stock client in a group over SASL, polled on its own thread."""
+
+    def __init__(self, consumer, poll):
+        self.consumer, self._poll = consumer, poll
+        self.values, self.errors = [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self._poll(self)
+            except Exception as exc:  # kafka-python raises the group's refusal from poll()
+                self.errors.append(exc)
+                self._stop.wait(0.2)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()
+
+
+def confluent_member(cluster, user, mechanism, group="g-stock"):
+    consumer = KafkaConsumer({
+        "bootstrap.servers": cluster.broker_list, "group.id": group, "auto.offset.reset": "earliest",
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.username": user,
+        "sasl.password": f"{user}-pw", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    consumer.subscribe([TOPIC])
+
+    def poll(member):
+        message = consumer.poll(0.1)
+        if message is None:
+            return
+        if message.error():
+            member.errors.append(message.error())
+        else:
+            member.values.append(message.value())
+    return StockMember(consumer, poll)
+
+
+def python_member(cluster, user, mechanism, group="g-stock"):
+    consumer = PythonConsumer(
+        bootstrap_servers=cluster.broker_list, group_id=group, auto_offset_reset="earliest",
+        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism, sasl_plain_username=user,
+        sasl_plain_password=f"{user}-pw", session_timeout_ms=6000, heartbeat_interval_ms=500)
+    consumer.subscribe([TOPIC])
+
+    def poll(member):
+        for records in consumer.poll(timeout_ms=100).values():
+            member.values.extend(r.value for r in records)
+    return StockMember(consumer, poll)
+
+
+@pytest.mark.parametrize("make, mechanism, group", [(confluent_member, "SCRAM-SHA-256", "g-stock-1"),
+                                                    (python_member, "PLAIN", "g-stock-2"),
+                                                    (confluent_member, "SCRAM-SHA-512", "g-stock-3")])
+def test_stock_clients_authenticate_join_and_consume(secured, make, mechanism, group):
+    stock = make(secured, "alice", mechanism, group)
+    try:
+        wait_until(lambda: len(stock.values) >= 40, timeout=40, message="the stock member to read the topic")
+        assert sorted(stock.values)[:40] == sorted(f"m-{n}".encode() for n in range(40))
+        assert not stock.errors
+    finally:
+        stock.close()
+
+
+def test_a_stock_client_without_read_on_the_group_is_refused(secured):
+    confluent = confluent_member(secured, "bob", "SCRAM-SHA-256")
+    python = python_member(secured, "bob", "PLAIN")
+    try:
+        wait_until(lambda: confluent.errors and python.errors, timeout=30, message="both clients' refusals")
+        assert {e.code() for e in confluent.errors} == {KafkaError.GROUP_AUTHORIZATION_FAILED}, confluent.errors
+        assert "GroupAuthorizationFailed" in type(python.errors[0]).__name__, python.errors
+        assert not confluent.values and not python.values
+    finally:
+        confluent.close()
+        python.close()

@@ -141,7 +141,7 @@ MESSAGES = {
                      session_timeout_ms=int32, max_poll_interval_ms=int32,
                      is_static=st.booleans(),
                      assignment_strategies=tuples(text), offsets=tuples(tpos),
-                     user=text, password=text),
+                     user=text, password=text, on_behalf_of=text),
     },
     RegisterConsumerResponse: {
         0: st.builds(RegisterConsumerResponse, error_code=codes),

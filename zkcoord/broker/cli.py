@@ -24,13 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.metrics.config import MetricsConfig
-    from zkcoord.security.config import SecurityConfig
+    from zkcoord.security.config import add_options as security_options
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
     settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT})
     settings.add_options(parser, LogConfig)
     settings.add_options(parser, MetricsConfig)
-    settings.add_options(parser, SecurityConfig)
+    security_options(parser)
     parser.add_argument("--port-file", help="write the bound ports here once serving (port, metrics_port)")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start (default 15)")
@@ -42,10 +42,10 @@ def config_from(args: argparse.Namespace):
     """The BrokerConfig the command line describes."""
     from zkcoord import settings
     from zkcoord.broker.config import BrokerConfig, LogConfig
-    from zkcoord.security.config import SecurityConfig
+    from zkcoord.security.config import from_args as security_from_args
 
     return settings.from_args(BrokerConfig, args, log=settings.from_args(LogConfig, args),
-                              security=settings.from_args(SecurityConfig, args))
+                              security=security_from_args(args))
 
 
 def run(args) -> int:

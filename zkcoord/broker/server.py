@@ -39,6 +39,7 @@ from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVers
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import ZkcoordError
 from zkcoord.metrics.families import BrokerMetrics
+from zkcoord.security import acl
 from zkcoord.security import store as security_store
 from zkcoord.zk import layout
 
@@ -85,6 +86,7 @@ class Broker:
         self._zkstate: Optional[ZkState] = None
         self.port: Optional[int] = None
         self.groups: Optional[GroupBridge] = None
+        self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
 
     # -- lifecycle -------------------------------------------------------
 
@@ -124,10 +126,15 @@ class Broker:
             self.logs.clear()
             raise
         self.zk.add_listener(self._on_zk_state)
+        security = self.config.security
+        if security.authorizing:
+            self.acls = security_store.AclCache(self.zk).start()
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
-            session_timeout_ms=self.config.group_consumer_session_timeout_ms)
+            session_timeout_ms=self.config.group_consumer_session_timeout_ms,
+            authorize=self.authorize if self.acls is not None else None,
+            credential=(security.bridge_user, security.bridge_password) if security.bridge_user else None)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -147,6 +154,8 @@ class Broker:
                 pass
         if self.groups is not None:
             self.groups.close()
+        if self.acls is not None:
+            self.acls.stop()
         self._pool.join(timeout=timeout)
         self._pool.kill(block=True, timeout=1)
         gevent.killall(self._greenlets, block=True, timeout=1)
@@ -283,6 +292,13 @@ class Broker:
             except OSError:
                 pass
 
+    def authorize(self, principal, operation: str, resource, host: str) -> bool:
+        """The authorizer's answer (everything is allowed while it is off)."""
+        if self.acls is None:
+            return True
+        return acl.authorize(self.acls.acls, principal, operation, resource, host,
+                             self.config.security.super_principals)
+
     def _sasl_session(self) -> Optional[SaslSession]:
         mechanisms = self.config.security.sasl_mechanisms
         if not mechanisms:
@@ -341,7 +357,7 @@ class Broker:
             # Kafka closes such a connection; there is no error a client would read.
             raise ProtocolError(f"{type(request).__name__} before authenticating, and authentication is required")
         if key == protocol.API_KEY_FETCH:
-            return self._fetch(request, correlation_id)
+            return self._fetch(request, correlation_id, self._may(peer, acl.READ))
         if key == protocol.API_KEY_PRODUCE:
             response = self.handlers.produce(request)
             self._appended.set()
@@ -349,9 +365,9 @@ class Broker:
             if response is None:
                 return None
         elif key == protocol.API_KEY_METADATA:
-            response = self.handlers.metadata(request)
+            response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE))
         elif key == protocol.API_KEY_LIST_OFFSETS:
-            response = self.handlers.list_offsets(request)
+            response = self.handlers.list_offsets(request, self._may(peer, acl.DESCRIBE))
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request)
         elif key == protocol.API_KEY_CREATE_TOPICS:
@@ -361,9 +377,11 @@ class Broker:
         elif key == protocol.API_KEY_DESCRIBE_CLUSTER:
             response = admin_apis.describe_cluster(request, self.config.broker_id, self.metadata_cache)
         elif key == protocol.API_KEY_JOIN_GROUP:
-            response = self.groups.join_group(request, client_host)
+            response = self.groups.join_group(request, client_host, peer.principal)
         elif key == protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT:
-            response = self.groups.consumer_group_heartbeat(request, client_host)
+            response = self.groups.consumer_group_heartbeat(request, client_host, peer.principal)
+        elif key in protocol.AUTHORIZED_GROUP_APIS:
+            response = getattr(self.groups, protocol.GROUP_APIS[key])(request, peer.principal, client_host)
         elif key == protocol.API_KEY_SASL_HANDSHAKE:
             response = self._sasl_handshake(request, peer)
         elif key == protocol.API_KEY_SASL_AUTHENTICATE:
@@ -375,12 +393,16 @@ class Broker:
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
 
-    def _fetch(self, request, correlation_id: int) -> list:
+    def _may(self, peer: Peer, operation: str):
+        """Whether ``peer`` may do ``operation`` on a topic, as a function of the topic's name."""
+        return lambda topic: self.authorize(peer.principal, operation, acl.topic(topic), peer.host)
+
+    def _fetch(self, request, correlation_id: int, readable) -> list:
         wait_s = min(max(request.max_wait_ms, 0), self.config.max_fetch_wait_ms) / 1000
         deadline = time.monotonic() + wait_s
         while True:
             appended = self._appended
-            outcome = self.handlers.fetch(request)
+            outcome = self.handlers.fetch(request, readable)
             remaining = deadline - time.monotonic()
             if (outcome.bytes_ready >= max(request.min_bytes, 1) or outcome.has_error
                     or remaining <= 0 or self._stopping):

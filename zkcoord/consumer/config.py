@@ -38,6 +38,9 @@ class MemberConfig:
     # A credential for the coordinator (RegisterConsumer version 3), as `zkcoord users` stored it.
     user: Optional[str] = setting(None, "the user to authenticate to the coordinator as", non_empty=True)
     password: Optional[str] = setting(None, "the user's password", non_empty=True, cli=False, secret=True)
+    on_behalf_of: Optional[str] = setting(None, "the principal a broker registers a stock client for "
+                                                "(User:bob); its user must be a super user", non_empty=True,
+                                          cli=False)
 
     def __post_init__(self) -> None:
         check(self)

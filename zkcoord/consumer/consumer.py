@@ -38,10 +38,10 @@ log = logging.getLogger(__name__)
 FETCH_SLICE_S = 0.05  # longest a poll() holds the lock while waiting for data
 
 
-def columnar_fetcher_factory(brokers: str, client_id: str):
+def columnar_fetcher_factory(brokers: str, client_id: str, credential=None):
     from zkcoord.fetch.columnar import ColumnarFetcher
 
-    return ColumnarFetcher(brokers, client_id=client_id)
+    return ColumnarFetcher(brokers, client_id=client_id, credential=credential)
 
 
 class Consumer:
@@ -214,7 +214,9 @@ class Consumer:
                 brokers = ",".join(f"{b.host}:{b.port}" for b in self.membership.brokers)
                 if not brokers:
                     raise ZkcoordError("the cluster metadata named no broker to fetch from")
-                self._fetcher = self._fetcher_factory(brokers, self.consumer_id)
+                # The member's credential serves the brokers' SASL as well.
+                credential = {"credential": (self.config.user, self.config.password)} if self.config.user else {}
+                self._fetcher = self._fetcher_factory(brokers, self.consumer_id, **credential)
             added = {tp: o for tp, o in partitions.items() if tp not in self._fetcher.assignment()}
             if not added:
                 return

@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.metrics.config import MetricsConfig
-    from zkcoord.security.config import SecurityConfig
+    from zkcoord.security.config import add_options as security_options
 
     p = subparsers.add_parser("server", help="run a zkcoord server in the foreground until SIGTERM")
     settings.add_options(p, ServerConfig)
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          flags={"port": "--broker-port"}, optional=("data_dir",))
     settings.add_options(p, LogConfig)
     settings.add_options(p, MetricsConfig)
-    settings.add_options(p, SecurityConfig)
+    security_options(p)
     p.add_argument("--port-file", type=Path, default=None,
                    help="once serving, write the bound ports here as JSON (port, broker_port, metrics_port)")
     p.set_defaults(func=run)
@@ -40,9 +40,9 @@ def config_from(args: argparse.Namespace):
     from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
     from zkcoord.errors import ConfigError
     from zkcoord.metrics.config import MetricsConfig
-    from zkcoord.security.config import SecurityConfig
+    from zkcoord.security.config import from_args as security_from_args
 
-    security = settings.from_args(SecurityConfig, args)
+    security = security_from_args(args)
     broker = None
     if not args.no_broker:
         if getattr(args, "BrokerConfig.data_dir") is None:

@@ -590,6 +590,15 @@ class Server:
             principal = user(name)
         elif getattr(message, "password", ""):
             raise wire.AuthenticationFailed("a password without a user")
+        delegated = getattr(message, "on_behalf_of", "")
+        if delegated:
+            if principal not in security.super_principals:
+                raise wire.AuthenticationFailed(f"{principal} may not register on behalf of {delegated}: "
+                                                f"only a super user (a broker's credential) may")
+            try:
+                principal = Principal.parse(delegated)
+            except ConfigError as exc:
+                raise wire.AuthenticationFailed(f"on_behalf_of {delegated!r}: {exc}") from None
         if security.authentication_required and principal == ANONYMOUS:
             raise wire.AuthenticationFailed(
                 f"authentication is required: {type(message).__name__} must carry a credential "

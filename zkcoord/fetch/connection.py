@@ -18,6 +18,9 @@ from typing import NamedTuple, Optional, Union
 from kafka.errors import for_code
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+)
 
 from zkcoord.errors import ZkcoordError
 
@@ -67,7 +70,10 @@ class BrokerConnection:
     """A connection to ``host:port``; raises BrokerConnectionError when it
     cannot be opened or negotiated."""
 
-    def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0):
+    def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0,
+                 credential: Optional[tuple[str, str]] = None):
+        """``credential`` (user, password): authenticate with SASL/PLAIN first
+        (over TLS where the password must not be seen)."""
         host, _, port = address.rpartition(":")
         self.address = address
         self._client_id = client_id
@@ -85,9 +91,22 @@ class BrokerConnection:
             self._fetch_version = self._pick(ranges, FetchRequest.API_KEY, FETCH_VERSIONS, "Fetch")
             self._list_offsets_version = self._pick(ranges, ListOffsetsRequest.API_KEY, LIST_OFFSETS_VERSIONS,
                                                     "ListOffsets")
+            if credential is not None:
+                self._authenticate(*credential)
         except BaseException:
             self.close()
             raise
+
+    def _authenticate(self, user: str, password: str) -> None:
+        handshake = self._request(SaslHandshakeRequest(version=1, mechanism="PLAIN"), SaslHandshakeResponse, 1)
+        if handshake.error_code != NONE:
+            raise BrokerConnectionError(f"broker {self.address} refused SASL/PLAIN (error {handshake.error_code}; "
+                                        f"it offers {', '.join(handshake.mechanisms) or 'no mechanism'})")
+        token = b"\0" + user.encode("utf-8") + b"\0" + password.encode("utf-8")
+        answer = self._request(SaslAuthenticateRequest(version=1, auth_bytes=token), SaslAuthenticateResponse, 1)
+        if answer.error_code != NONE:
+            raise BrokerConnectionError(f"broker {self.address} refused user {user!r}: "
+                                        f"{answer.error_message or answer.error_code}")
 
     def _pick(self, offered: dict, api_key: int, ours: tuple[int, int], name: str) -> int:
         low, high = offered.get(api_key, (None, None))

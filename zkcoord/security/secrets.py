@@ -11,6 +11,7 @@ from typing import Optional
 from zkcoord.errors import ConfigError
 
 PASSWORD_ENV = "ZKCOORD_PASSWORD"
+BRIDGE_PASSWORD_ENV = "ZKCOORD_BRIDGE_PASSWORD"
 
 
 def read_password(path: Optional[str], what: str = "--password-file") -> str:
@@ -30,16 +31,17 @@ def read_password(path: Optional[str], what: str = "--password-file") -> str:
     return password
 
 
-def password_for(user: Optional[str], path: Optional[str]) -> Optional[str]:
-    """The password of a command's ``--user``: from ``--password-file``, else
-    from $ZKCOORD_PASSWORD; None without a user."""
+def password_for(user: Optional[str], path: Optional[str], user_flag: str = "--user",
+                 file_flag: str = "--password-file", env: str = PASSWORD_ENV) -> Optional[str]:
+    """The password of a command's ``user_flag``: from ``file_flag``, else
+    from ``$env``; None without a user."""
     if user is None:
         if path is not None:
-            raise ConfigError("--password-file without --user")
+            raise ConfigError(f"{file_flag} without {user_flag}")
         return None
     if path is not None:
-        return read_password(path)
-    password = os.environ.get(PASSWORD_ENV)
+        return read_password(path, file_flag)
+    password = os.environ.get(env)
     if not password:
-        raise ConfigError(f"--user {user} needs a password: --password-file PATH or ${PASSWORD_ENV}")
+        raise ConfigError(f"{user_flag} {user} needs a password: {file_flag} PATH or ${env}")
     return password

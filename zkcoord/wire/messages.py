@@ -218,7 +218,9 @@ class RegisterConsumerRequest(Message):
     or the other. ``assignment_strategies`` are in order of preference.
     Version 3 adds a credential (``user`` and ``password``, "" for none),
     for a connection the coordinator protects with TLS; the password never
-    shows in the message's repr."""
+    shows in the message's repr. ``on_behalf_of`` names the principal a
+    broker registers a stock client's member for (that client authenticated
+    to the broker): honoured only from a super user."""
 
     TYPE = MessageType.REGISTER_CONSUMER_REQUEST
     group_id: str
@@ -234,6 +236,7 @@ class RegisterConsumerRequest(Message):
     offsets: tuple = ()
     user: str = ""
     password: str = field(default="", repr=False)
+    on_behalf_of: str = ""
     LAYOUTS = {
         0: Struct("group_id" / String,
                   "consumer_id" / String,
@@ -248,7 +251,8 @@ class RegisterConsumerRequest(Message):
                   "session_timeout_ms" / Int32),
         1: Struct(*_REGISTER_V1),
         2: Struct(*_REGISTER_V1, "offsets" / Array32(TPO)),
-        3: Struct(*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "password" / String),
+        3: Struct(*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "password" / String,
+                  "on_behalf_of" / String),
     }
 
 
