@@ -63,6 +63,7 @@ def secured(zk_ensemble, tmp_path_factory):
 
 
 def member(cluster, name, password=None, **settings):
+    """A thin consumer of the topic in group g, as ``name`` (None: anonymous)."""
     settings.setdefault("session_timeout_ms", 6000)
     settings.setdefault("group", "g")
     credential = {} if name is None else {"user": name, "password": password or f"{name}-pw"}
@@ -105,6 +106,46 @@ def test_refusals_reach_poll_as_typed_errors(secured, name, password, error, rea
         exc = refusal(refused)
         assert isinstance(exc, error), exc
         assert reason in str(exc)
+
+
+def test_only_a_super_user_registers_on_behalf_of_another(secured):
+    with member(secured, "alice", on_behalf_of="User:admin", group="g-admin") as claiming:
+        exc = refusal(claiming)
+        assert isinstance(exc, wire.AuthenticationFailed), exc
+        assert "User:alice may not register on behalf of User:admin" in str(exc)
+
+
+def test_a_server_requiring_authentication_refuses_an_anonymous_member(cluster_factory, zk):
+    store.set_user(zk, "alice", "alice-pw")
+    cluster = cluster_factory(1, server_args=SERVER_ARGS + ("--authentication-required",))
+    with member(cluster, None) as anonymous:
+        exc = refusal(anonymous)
+    assert isinstance(exc, wire.AuthenticationFailed), exc
+    assert "authentication is required: RegisterConsumerRequest must carry a credential" in str(exc)
+    cluster.create_topic(TOPIC, 1)
+    with member(cluster, "alice") as alice:  # and registers one that has a credential
+        wait_until(lambda: alice.poll(100) is not None and alice.assignment(), timeout=30,
+                   message="alice to register and get the partition")
+
+
+def test_consume_takes_the_password_from_a_file_or_the_environment_only(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    def consume(*args, env=None):
+        return subprocess.run([sys.executable, "-m", "zkcoord.cli", "consume", "--bootstrap", "127.0.0.1:1",
+                               "--topic", "t", "--group", "g", *args], capture_output=True, text=True, timeout=60,
+                              env={k: v for k, v in os.environ.items() if k != "ZKCOORD_PASSWORD"} | (env or {}))
+    missing = consume("--user", "alice")
+    assert missing.returncode == 2 and "--user alice needs a password: --password-file PATH or $ZKCOORD_PASSWORD" \
+        in missing.stderr, missing.stderr
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    refused = consume("--user", "alice", "--password-file", str(empty))
+    assert refused.returncode == 2 and "no password: the first line of" in refused.stderr, refused.stderr
+    orphan = consume("--password-file", str(empty))
+    assert orphan.returncode == 2 and "--password-file without --user" in orphan.stderr, orphan.stderr
 
 
 def test_a_static_id_is_its_principals(secured):
