@@ -35,7 +35,8 @@ def secured(zk_ensemble, tmp_path_factory):
     """One server with the authorizer on and SASL on its broker; alice may
     read groups g and g-stock-* and the topic, carol only group g, bob
     nothing but describe the topic; admin and the broker's own user are
-    super users; the test's producer (anonymous) may only describe the topic."""
+    super users; the test's producer (anonymous) may describe and write the
+    topic, not read it."""
     from zkcoord.testing import LocalCluster, fresh_chroot
 
     directory = tmp_path_factory.mktemp("secured")
@@ -52,6 +53,7 @@ def secured(zk_ensemble, tmp_path_factory):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
         for who in ("ANONYMOUS", "bob"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.DESCRIBE)])
+        store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry("User:ANONYMOUS", acl.ALLOW, acl.WRITE)])
         args = SERVER_ARGS + ("--authorizer", "on", "--super-user", "User:admin", "--super-user", "User:broker",
                               "--bridge-user", "broker", "--bridge-password-file", str(bridge_password),
                               *[a for m in MECHANISMS for a in ("--sasl-mechanism", m)])
@@ -171,6 +173,18 @@ def test_an_anonymous_fetch_of_a_protected_topic_is_refused(secured):
     assert refused.value.code == 29  # TOPIC_AUTHORIZATION_FAILED
     with BrokerConnection(secured.broker_list, credential=("alice", "alice-pw")) as alice:
         assert alice.fetch(TOPIC, 0, 0, max_wait_ms=0, partition_max_bytes=1 << 20)
+
+
+def test_a_produce_without_write_is_refused(secured):
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": secured.broker_list, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-pw"})
+    failures = []
+    producer.produce(TOPIC, value=b"not alice's to write", partition=0,
+                     on_delivery=lambda err, _msg: failures.append(err))
+    producer.flush(20)
+    assert [e.code() for e in failures] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], failures
 
 
 class StockMember:

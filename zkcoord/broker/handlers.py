@@ -213,8 +213,9 @@ class Handlers:
 
     # -- Produce -----------------------------------------------------------
 
-    def produce(self, request):
-        """Append every partition's batches; None when acks=0 (no response)."""
+    def produce(self, request, writable: Callable[[str], bool] = lambda _topic: True):
+        """Append every partition's batches; None when acks=0 (no response).
+        ``writable(topic)``: the authorizer's Write."""
         Topic = ProduceResponse.TopicProduceResponse
         Partition = Topic.PartitionProduceResponse
         topics = []
@@ -223,7 +224,9 @@ class Handlers:
             for data in topic.partition_data:
                 error, base, start, message = NONE, -1, -1, None
                 plog = self.logs.get((topic.name, data.index))
-                if plog is None:
+                if not writable(topic.name):
+                    error = TOPIC_AUTHORIZATION_FAILED
+                elif plog is None:
                     error = self._missing_error(topic.name, data.index)
                 elif request.transactional_id is not None:
                     error = INVALID_TXN_STATE

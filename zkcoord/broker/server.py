@@ -359,7 +359,7 @@ class Broker:
         if key == protocol.API_KEY_FETCH:
             return self._fetch(request, correlation_id, self._may(peer, acl.READ))
         if key == protocol.API_KEY_PRODUCE:
-            response = self.handlers.produce(request)
+            response = self.handlers.produce(request, self._may(peer, acl.WRITE))
             self._appended.set()
             self._appended = gevent.event.Event()
             if response is None:
