@@ -33,7 +33,8 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 @pytest.fixture(scope="module")
 def secured(zk_ensemble, tmp_path_factory):
     """One server with the authorizer on and SASL on its broker; alice may
-    read groups g and g-stock-* and the topic, carol only group g, bob
+    read groups g and g-stock-* and the topic, carol only group g (and
+    describe g-reset), bob
     nothing but describe the topic; admin and the broker's own user are
     super users; the test's producer (anonymous) may describe and write the
     topic, not read it."""
@@ -51,6 +52,7 @@ def secured(zk_ensemble, tmp_path_factory):
             store.add_acls(zk, acl.group(stock_group), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
         for who in ("alice", "mallory"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
+        store.add_acls(zk, acl.group("g-reset"), [acl.AclEntry("User:carol", acl.ALLOW, acl.DESCRIBE)])
         for who in ("ANONYMOUS", "bob"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry("User:ANONYMOUS", acl.ALLOW, acl.WRITE)])
@@ -148,6 +150,28 @@ def test_consume_takes_the_password_from_a_file_or_the_environment_only(tmp_path
     assert refused.returncode == 2 and "no password: the first line of" in refused.stderr, refused.stderr
     orphan = consume("--password-file", str(empty))
     assert orphan.returncode == 2 and "--password-file without --user" in orphan.stderr, orphan.stderr
+
+
+def test_an_offset_reset_asks_describe_to_look_and_delete_to_execute(secured, tmp_path):
+    import subprocess
+    import sys
+
+    def reset(user, *args):
+        secret = tmp_path / f"{user}-pw"
+        secret.write_text(f"{user}-pw\n")
+        return subprocess.run([sys.executable, "-m", "zkcoord.cli", "groups", "reset-offsets", "--bootstrap",
+                               ",".join(secured.bootstrap), "--group", "g-reset", "--topic", TOPIC, "--to-earliest",
+                               "--user", user, "--password-file", str(secret), *args],
+                              capture_output=True, text=True, timeout=60)
+    looked = reset("carol")
+    assert looked.returncode == 0, looked.stderr
+    refused = reset("carol", "--execute")
+    assert refused.returncode == 1
+    assert "GroupAuthorizationFailed: User:carol is not authorized to Delete group 'g-reset'" in refused.stderr
+    wrong = reset("bob")  # bob has no ACL on g-reset at all
+    assert wrong.returncode == 1 and "User:bob is not authorized to Describe group 'g-reset'" in wrong.stderr
+    done = reset("admin", "--execute")
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_static_id_is_its_principals(secured):

@@ -183,7 +183,9 @@ MESSAGES = {
     LeaveGroupRequest: {1: st.builds(LeaveGroupRequest, offsets=tuples(tpos))},
     LeaveGroupResponse: {1: st.builds(LeaveGroupResponse, error_code=codes)},
     ResetOffsetsRequest: {1: st.builds(ResetOffsetsRequest, group_id=text, execute=st.booleans(),
-                                       force=st.booleans(), offsets=tuples(tpos))},
+                                       force=st.booleans(), offsets=tuples(tpos)),
+                          2: st.builds(ResetOffsetsRequest, group_id=text, execute=st.booleans(),
+                                       force=st.booleans(), offsets=tuples(tpos), user=text, password=text)},
     ResetOffsetsResponse: {1: st.builds(ResetOffsetsResponse, error_code=codes, error_message=text,
                                         members=tuples(text), previous=tuples(tpos))},
 }

@@ -216,7 +216,8 @@ def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute
 
     request = wire.ResetOffsetsRequest(group_id=args.group, execute=execute, force=args.force,
                                        offsets=tuple(wire.TopicPartitionOffset(t, p, o)
-                                                     for (t, p), o in sorted(offsets.items())))
+                                                     for (t, p), o in sorted(offsets.items())),
+                                       user=args.user or "", password=args.password or "")
     deadline = time.monotonic() + RETRY_FOR_S
     while True:
         try:
@@ -316,16 +317,23 @@ def register(actions) -> None:
     parser.add_argument("--force", action="store_true",
                         help="also while the group has members: their coordinator stops the partitions' owners, "
                              "writes, and starts the owners from the new offsets")
+    parser.add_argument("--user", help="the operator's user, for a coordinator that authenticates (zkcoord users)")
+    parser.add_argument("--password-file", metavar="PATH",
+                        help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from zkcoord.zk import layout
 
+    from zkcoord.errors import ConfigError
+    from zkcoord.security.secrets import password_for
+
     try:
         layout.group_path(args.group)
+        args.password = password_for(args.user, args.password_file)
         lines = reset_offsets(args)
-    except (ResetArgumentError, layout.LayoutError) as exc:
+    except (ResetArgumentError, layout.LayoutError, ConfigError) as exc:
         print(f"zkcoord groups reset-offsets: {exc}", file=sys.stderr)
         return 2
     except ZkcoordError as exc:

@@ -418,6 +418,14 @@ class LeaveGroupResponse(Message):
     }
 
 
+_RESET_V1 = (
+    "group_id" / String,
+    "execute" / Bool,
+    "force" / Bool,
+    "offsets" / Array32(TPO),
+)
+
+
 @dataclass(frozen=True)
 class ResetOffsetsRequest(Message):
     """Operator to the coordinator of ``group_id`` (`zkcoord groups
@@ -434,11 +442,12 @@ class ResetOffsetsRequest(Message):
     execute: bool = False
     force: bool = False
     offsets: tuple = ()
+    user: str = ""
+    password: str = field(default="", repr=False)
     LAYOUTS = {
-        1: Struct("group_id" / String,
-                  "execute" / Bool,
-                  "force" / Bool,
-                  "offsets" / Array32(TPO)),
+        1: Struct(*_RESET_V1),
+        # Version 2 adds the operator's credential, as RegisterConsumerRequest's version 3.
+        2: Struct(*_RESET_V1, "user" / String, "password" / String),
     }
 
 
