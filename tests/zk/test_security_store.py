@@ -109,3 +109,18 @@ def test_acl_cache_follows_changes(zk):
                    message="the cache to see the ACL removed")
     finally:
         cache.stop()
+
+
+def test_credentials_unreadable_is_a_retriable_refusal(zk_connect):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zk_connect, timeout=2.0)
+    client.start(timeout=15)
+    store.set_user(client, "alice", "pw")
+    client.stop()  # its session gone: every request now fails as one to an unreachable ZooKeeper
+    try:
+        with pytest.raises(store.CredentialsUnavailable) as refused:
+            store.check_password(client, "alice", "pw")
+        assert refused.value.retriable and "cannot be read from ZooKeeper now" in str(refused.value)
+    finally:
+        client.close()

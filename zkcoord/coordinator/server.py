@@ -585,6 +585,8 @@ class Server:
         if name:
             try:
                 security_store.check_password(self.zk, name, getattr(message, "password", ""))
+            except security_store.CredentialsUnavailable as exc:
+                raise wire.CoordinatorNotAvailable(str(exc)) from None  # retriable: the member tries again
             except AuthenticationFailed as exc:
                 raise wire.AuthenticationFailed(str(exc)) from None
             principal = user(name)

@@ -10,7 +10,7 @@ import logging
 import threading
 from typing import Iterable, Optional
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from zkcoord.errors import ZkcoordError
 from zkcoord.security import scram
@@ -22,6 +22,13 @@ log = logging.getLogger(__name__)
 
 class UnknownUser(ZkcoordError):
     """No credentials are stored for the user named."""
+
+
+class CredentialsUnavailable(scram.AuthenticationFailed):
+    """ZooKeeper could not be asked for the user's credentials: the user is
+    not authenticated now, and may be once ZooKeeper answers again."""
+
+    retriable = True
 
 
 # -- users -------------------------------------------------------------------
@@ -108,6 +115,9 @@ def credential(zk, name: str, mechanism: str) -> Optional[scram.Credential]:
     except ZkcoordError as exc:
         log.warning("credentials of %r unreadable: %s", name, exc)
         return None
+    except (KazooException, zk.handler.timeout_exception) as exc:  # ZooKeeper unreachable, or too slow
+        raise CredentialsUnavailable(f"the credentials of user {name!r} cannot be read from ZooKeeper now: "
+                                     f"{type(exc).__name__}") from None
     return (credentials or {}).get(mechanism)
 
 
