@@ -317,15 +317,19 @@ class Broker:
         return SaslHandshakeResponse(version=request.API_VERSION, error_code=error, mechanisms=list(mechanisms))
 
     def _sasl_authenticate(self, request, peer: Peer):
-        if peer.sasl is None or peer.sasl.raw:
+        if peer.sasl is None:
             step = sasl_codes.Step(error_code=sasl_codes.ILLEGAL_SASL_STATE,
-                                   error_message="SaslAuthenticate without a SaslHandshake version 1 before it")
+                                   error_message="this broker offers no SASL mechanism")
+        elif peer.sasl.raw:
+            step = sasl_codes.Step(error_code=sasl_codes.ILLEGAL_SASL_STATE,
+                                   error_message="SaslAuthenticate after a version 0 SaslHandshake, which "
+                                                 "announced bare tokens")
         else:
             step = peer.sasl.authenticate(request.auth_bytes)
         self._after_sasl(step, peer)
         return SaslAuthenticateResponse(version=request.API_VERSION, error_code=step.error_code,
-                                     error_message=step.error_message, auth_bytes=step.reply,
-                                     session_lifetime_ms=0)
+                                        error_message=step.error_message, auth_bytes=step.reply,
+                                        session_lifetime_ms=0)
 
     def _sasl_token(self, frame: bytes, peer: Peer) -> list:
         """A bare token after a version 0 handshake: answered bare; a failure
@@ -336,9 +340,10 @@ class Broker:
 
     def _after_sasl(self, step, peer: Peer) -> None:
         if step.error_code:
+            # Authentication failed: the connection closes after the answer.
             log.info("%s: SASL authentication refused: %s", peer.host, step.error_message)
             peer.closing = True
-        elif peer.sasl.authenticated:
+        elif peer.sasl is not None and peer.sasl.authenticated:
             peer.principal = peer.sasl.principal
             log.info("%s: authenticated as %s with %s", peer.host, peer.principal, peer.sasl.mechanism)
 

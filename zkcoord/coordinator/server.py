@@ -604,7 +604,8 @@ class Server:
         if security.authentication_required and principal == ANONYMOUS:
             raise wire.AuthenticationFailed(
                 f"authentication is required: {type(message).__name__} must carry a credential "
-                f"(RegisterConsumer version 3: a user and password) or come over TLS with a client certificate")
+                f"(a user and password: RegisterConsumer version 3, ResetOffsets version 2) or come over TLS "
+                f"with a client certificate")
         if self.acls is not None:
             host = channel.peer.rpartition(":")[0]
             check = access.check_registration if isinstance(message, wire.RegisterConsumerRequest) \
