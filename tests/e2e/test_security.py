@@ -53,6 +53,7 @@ def secured(zk_ensemble, tmp_path_factory):
         for who in ("alice", "mallory"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
         store.add_acls(zk, acl.group("g-reset"), [acl.AclEntry("User:carol", acl.ALLOW, acl.DESCRIBE)])
+        store.add_acls(zk, acl.group("g-cli"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
         for who in ("ANONYMOUS", "bob"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry("User:ANONYMOUS", acl.ALLOW, acl.WRITE)])
@@ -130,6 +131,23 @@ def test_a_server_requiring_authentication_refuses_an_anonymous_member(cluster_f
     with member(cluster, "alice") as alice:  # and registers one that has a credential
         wait_until(lambda: alice.poll(100) is not None and alice.assignment(), timeout=30,
                    message="alice to register and get the partition")
+
+
+def test_consume_with_a_credential_reads_the_topic(secured, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    secret = tmp_path / "alice-pw"
+    secret.write_text("alice-pw\n")
+    out = tmp_path / "records.jsonl"
+    done = subprocess.run([sys.executable, "-m", "zkcoord.cli", "consume", "--bootstrap", ",".join(secured.bootstrap),
+                           "--topic", TOPIC, "--group", "g-cli", "--user", "alice", "--password-file", str(secret),
+                           "--max-messages", "40", "--output", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    values = sorted(json.loads(line)["value"] for line in out.read_text().splitlines())
+    assert values == sorted(f"m-{n}" for n in range(40))
 
 
 def test_consume_takes_the_password_from_a_file_or_the_environment_only(tmp_path):
