@@ -85,6 +85,8 @@ def test_derive_refuses_bad_input():
         scram.derive(scram.SCRAM_SHA_256, "")
     with pytest.raises(CredentialError, match="iterations"):
         scram.derive(scram.SCRAM_SHA_256, "x", iterations=10)
+    with pytest.raises(CredentialError, match="within 4096..16384"):
+        scram.derive(scram.SCRAM_SHA_256, "x", iterations=16385)
     with pytest.raises(CredentialError, match="unknown SCRAM mechanism"):
         scram.derive("SCRAM-MD5", "x")
 
