@@ -18,6 +18,8 @@ COMMAND_MODULES = (
     "zkcoord.zk.cli",
     "zkcoord.admin.topics",
     "zkcoord.admin.groups",
+    "zkcoord.admin.users",
+    "zkcoord.admin.acls",
     "zkcoord.broker.cli",
     "zkcoord.coordinator.cli",
     "zkcoord.consumer.cli",

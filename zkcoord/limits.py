@@ -36,6 +36,7 @@ TLS_HANDSHAKE = "tls_handshake"  # a TLS handshake refused, or not done within i
 # (a client can send them as fast as it likes), not counted as refusals here.
 REFUSED_PRODUCE = "refused_produce"
 REFUSED_REGISTRATION = "refused_registration"
+REFUSED_AUTHENTICATION = "refused_authentication"  # a SASL handshake or authentication refused
 
 
 @dataclass(frozen=True)

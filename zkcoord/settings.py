@@ -53,12 +53,14 @@ class Spec:
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,
-            factory: Any = dataclasses.MISSING, **spec: Any) -> Any:
+            factory: Any = dataclasses.MISSING, secret: bool = False, **spec: Any) -> Any:
     """A dataclass field carrying its :class:`Spec` (``spec``'s keywords).
-    Leave ``default`` out for a setting every caller must give."""
+    Leave ``default`` out for a setting every caller must give; a ``secret``
+    (a password) is left out of the config's repr."""
     if not help:
         raise TypeError("every setting needs a help text")
-    return dataclasses.field(default=default, default_factory=factory, metadata={_SPEC: Spec(help, **spec)})
+    return dataclasses.field(default=default, default_factory=factory, repr=not secret,
+                             metadata={_SPEC: Spec(help, **spec)})
 
 
 def fields(cls: type) -> list[tuple[dataclasses.Field, Spec, Any]]:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
+from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord import wire
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -172,11 +173,12 @@ class CoreHarness:
     # -- members ----------------------------------------------------------------------------------
 
     def register(self, conn, member_id: str, group: str = "g", topics=("t",), is_static: bool = False,
-                 offsets=(), session_timeout_ms: int = T_MS, **kwargs) -> wire.Message:
+                 offsets=(), session_timeout_ms: int = T_MS, principal: Principal = ANONYMOUS,
+                 **kwargs) -> wire.Message:
         request = wire.RegisterConsumerRequest(
             group_id=group, consumer_id=member_id, topics=tuple(topics), is_static=is_static,
             session_timeout_ms=session_timeout_ms, offsets=tuple(offsets), **kwargs)
-        self.apply(self.core.register(conn, request, 99, self.now))
+        self.apply(self.core.register(conn, request, 99, self.now, principal=principal))
         return request
 
     def unanswered(self, conn) -> list:

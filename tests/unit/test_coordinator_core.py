@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from zkcoord.security.principal import user
 from zkcoord import wire
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -487,6 +488,25 @@ def test_a_static_member_back_on_a_new_connection_waits_for_its_old_lease():
     first = h.first_start_elsewhere({P[2], P[3]}, "s1")
     assert first >= old_lease_from + T + MARGIN
     assert h.running("s") == {P[2], P[3]}
+
+
+def test_a_static_id_is_taken_over_only_by_the_principal_that_holds_it():
+    h = CoreHarness()
+    h.register("a", "a")
+    h.register("s1", "s", is_static=True, principal=user("alice"))
+    h.stable(["a", "s1"])
+    refused = h.register("x", "s", is_static=True, principal=user("mallory"))
+    answer = h.sent["x"][-1][0]
+    assert isinstance(answer, wire.RegisterConsumerResponse)
+    assert answer.error_code == wire.ErrorCode.STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL
+    assert "held by User:alice; User:mallory may not take it over" in answer.error_message
+    assert "x" in h.closed and "s1" not in h.closed  # the holder is untouched
+    assert refused.consumer_id == "s"
+    h.register("anon", "s", is_static=True)  # nothing proved: ANONYMOUS, not alice
+    assert h.sent["anon"][-1][0].error_code == wire.ErrorCode.STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL
+    h.register("s2", "s", is_static=True, principal=user("alice"))  # the holder itself comes back
+    assert "s1" in h.closed
+    assert h.sent["s2"][-1][0].error_code == wire.ErrorCode.NONE
 
 
 def test_a_group_that_keeps_failing_is_marked_failed_and_recovers_on_the_next_change():

@@ -38,9 +38,10 @@ CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig,
 # Options that are not settings of a config but of the command's own run:
 # where to write, what to wait for, how to reach ZooKeeper before anything.
 PROCESS_OPTIONS = {
-    ("broker",): {"--zookeeper", "--port-file", "--zk-timeout", "--zk-session-timeout"},
-    ("server",): {"--no-broker", "--port-file"},
-    ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms", "--kafka-brokers"},
+    ("broker",): {"--zookeeper", "--port-file", "--zk-timeout", "--zk-session-timeout", "--bridge-password-file"},
+    ("server",): {"--no-broker", "--port-file", "--bridge-password-file"},
+    ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms", "--kafka-brokers",
+                   "--password-file"},
     ("drill",): {"--seed", "--kinds", "--dir", "--zookeeper", "--bootstrap"},
     ("zk", "up"): {"--dir", "--timeout"},
 }

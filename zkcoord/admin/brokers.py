@@ -27,11 +27,13 @@ class BrokerOffsets:
     """Connections to the brokers at ``addresses`` (``host:port``), opened
     as needed and closed together."""
 
-    def __init__(self, addresses: Iterable[str], timeout_s: float = TIMEOUT_S, tls=None):
-        """``tls``: a client SSLContext for the brokers (None: plaintext)."""
+    def __init__(self, addresses: Iterable[str], timeout_s: float = TIMEOUT_S, tls=None, credential=None):
+        """``tls``: a client SSLContext for the brokers (None: plaintext);
+        ``credential``: (user, password) for their SASL (None: anonymous)."""
         self.addresses = list(addresses)
         self.timeout_s = timeout_s
         self.tls = tls
+        self.credential = credential
         self._connections: dict[str, BrokerConnection] = {}
         self._metadata: dict[TopicPartition, Optional[str]] = {}
 
@@ -50,7 +52,8 @@ class BrokerOffsets:
         connection = self._connections.get(address)
         if connection is None:
             connection = self._connections[address] = BrokerConnection(address, client_id="zkcoord-admin",
-                                                                        timeout_s=self.timeout_s, tls=self.tls)
+                                                                        timeout_s=self.timeout_s, tls=self.tls,
+                                                                        credential=self.credential)
         return connection
 
     def _any(self) -> BrokerConnection:

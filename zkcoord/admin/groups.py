@@ -195,17 +195,18 @@ def render_state(view: dict) -> list[str]:
         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row], {})
 
 
-def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None) -> Callable:
+def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credential=None) -> Callable:
     """A function giving partitions' log end offsets, asked of the brokers
     registered in ZooKeeper (each connection within ``timeout_s``, by default
-    BrokerOffsets'; over TLS with ``tls``, a client SSLContext); a partition
-    whose broker cannot say is left out."""
+    BrokerOffsets'; over TLS with ``tls``, a client SSLContext; with SASL as
+    ``credential``, (user, password)); a partition whose broker cannot say is left out."""
     from zkcoord.admin.brokers import LATEST_TIMESTAMP, TIMEOUT_S, BrokerOffsets
 
     def ends(partitions) -> dict:
         addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
-        with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls) as brokers:
+        with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls,
+                           credential=credential) as brokers:
             return brokers.offsets_known(partitions, LATEST_TIMESTAMP)
 
     return ends

@@ -227,7 +227,8 @@ def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute
 
     request = wire.ResetOffsetsRequest(group_id=args.group, execute=execute, force=args.force,
                                        offsets=tuple(wire.TopicPartitionOffset(t, p, o)
-                                                     for (t, p), o in sorted(offsets.items())))
+                                                     for (t, p), o in sorted(offsets.items())),
+                                       user=args.user or "", password=args.password or "")
     deadline = time.monotonic() + RETRY_FOR_S
     while True:
         try:
@@ -332,14 +333,20 @@ def register(actions) -> None:
                         help="also while the group has members: their coordinator stops the partitions' owners, "
                              "writes, and starts the owners from the new offsets")
     settings.add_options(parser, TlsConfig, only=CLIENT_TLS)
+    parser.add_argument("--user", help="the operator's user, for a coordinator that authenticates (zkcoord users)")
+    parser.add_argument("--password-file", metavar="PATH",
+                        help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from zkcoord.zk import layout
 
+    from zkcoord.security.secrets import password_for
+
     try:
         layout.group_path(args.group)
+        args.password = password_for(args.user, args.password_file)
         lines = reset_offsets(args)
     except (ResetArgumentError, layout.LayoutError, ConfigError) as exc:  # a bad argument, or --tls-* file
         print(f"zkcoord groups reset-offsets: {exc}", file=sys.stderr)

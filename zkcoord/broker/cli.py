@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
+    from zkcoord.security.config import add_options as security_options
     from zkcoord.zk.security import ZkSecurity
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.add_options(parser, MetricsConfig)
     settings.add_options(parser, TlsConfig)
     settings.add_options(parser, ConnectionLimits)
+    security_options(parser)
     parser.add_argument("--port-file", help="write the bound ports here once serving (port, metrics_port)")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start (default 15)")
@@ -48,9 +50,11 @@ def config_from(args: argparse.Namespace):
     from zkcoord.broker.config import BrokerConfig, LogConfig
     from zkcoord.limits import ConnectionLimits
     from zkcoord.security.config import TlsConfig
+    from zkcoord.security.config import from_args as security_from_args
 
     return settings.from_args(BrokerConfig, args, log=settings.from_args(LogConfig, args),
-                              tls=settings.from_args(TlsConfig, args), limits=settings.from_args(ConnectionLimits, args))
+                              tls=settings.from_args(TlsConfig, args), limits=settings.from_args(ConnectionLimits, args),
+                              security=security_from_args(args))
 
 
 def run(args) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from zkcoord.security.config import TlsConfig
 from zkcoord.limits import ConnectionLimits
+from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.settings import INT32_MAX, NODE_ID, PORT, bind_address, check, setting
 
 
@@ -70,6 +70,7 @@ class BrokerConfig:
                              factory=TlsConfig, cli=False)
     limits: ConnectionLimits = setting(help="what one peer may hold of the listener", factory=ConnectionLimits,
                                        cli=False)
+    security: SecurityConfig = setting(help="SASL, and the authorizer", factory=SecurityConfig, cli=False)
 
     def __post_init__(self):
         check(self)

@@ -33,6 +33,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED = 29
 UNKNOWN_TOPIC_ID = 100
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
@@ -148,7 +149,9 @@ class Handlers:
     def api_versions(self, request):
         return protocol.api_versions_response(request.API_VERSION)
 
-    def metadata(self, request):
+    def metadata(self, request, describable: Callable[[str], bool] = lambda _topic: True):
+        """``describable(topic)``: whether the client may know of the topic (the
+        authorizer's Describe); a listing leaves the others out, as Kafka does."""
         version = request.API_VERSION
         brokers = [
             MetadataResponse.MetadataResponseBroker(node_id=node, host=addr.host, port=addr.port,
@@ -156,12 +159,17 @@ class Handlers:
             for node, addr in sorted(self.metadata_cache.brokers.items())
         ]
         if request.topics is None or (version == 0 and not request.topics):
-            topics = [self._topic_metadata(name) for name in sorted(self.metadata_cache.topics)]
+            topics = [self._topic_metadata(name) for name in sorted(self.metadata_cache.topics) if describable(name)]
         else:
             # v10+ may name a topic by its id alone (KIP-848 clients do).
             by_id = {layout.parse_kafka_uuid(i): t for t, i in self.metadata_cache.topic_ids.items()}
             topics = [self._topic_metadata(t.name) if t.name is not None else self._topic_by_id(t.topic_id, by_id)
                       for t in request.topics]
+            topics = [t if t.name is None or t.error_code == UNKNOWN_TOPIC_OR_PARTITION or describable(t.name)
+                      else MetadataResponse.MetadataResponseTopic(
+                          error_code=TOPIC_AUTHORIZATION_FAILED, name=t.name, topic_id=t.topic_id,
+                          is_internal=False, partitions=[])
+                      for t in topics]
         return MetadataResponse(version=version, throttle_time_ms=0, brokers=brokers,
                                 cluster_id=self.metadata_cache.cluster_id,
                                 controller_id=self.metadata_cache.controller_id(self.broker_id), topics=topics)
@@ -206,8 +214,9 @@ class Handlers:
 
     # -- Produce -----------------------------------------------------------
 
-    def produce(self, request):
-        """Append every partition's batches; None when acks=0 (no response)."""
+    def produce(self, request, writable: Callable[[str], bool] = lambda _topic: True):
+        """Append every partition's batches; None when acks=0 (no response).
+        ``writable(topic)``: the authorizer's Write."""
         Topic = ProduceResponse.TopicProduceResponse
         Partition = Topic.PartitionProduceResponse
         topics = []
@@ -216,7 +225,9 @@ class Handlers:
             for data in topic.partition_data:
                 error, base, start, message = NONE, -1, -1, None
                 plog = self.logs.get((topic.name, data.index))
-                if plog is None:
+                if not writable(topic.name):
+                    error = TOPIC_AUTHORIZATION_FAILED
+                elif plog is None:
                     error = self._missing_error(topic.name, data.index)
                 elif request.transactional_id is not None:
                     error = INVALID_TXN_STATE
@@ -241,9 +252,10 @@ class Handlers:
 
     # -- ListOffsets ---------------------------------------------------------
 
-    def list_offsets(self, request):
+    def list_offsets(self, request, describable: Callable[[str], bool] = lambda _topic: True):
+        """``describable(topic)``: the authorizer's Describe."""
         if request.API_VERSION == 0:
-            return self._list_offsets_v0(request)
+            return self._list_offsets_v0(request, describable)
         Topic = ListOffsetsResponse.ListOffsetsTopicResponse
         Partition = Topic.ListOffsetsPartitionResponse
         topics = []
@@ -252,7 +264,9 @@ class Handlers:
             for part in topic.partitions:
                 error, offset, timestamp = NONE, -1, -1
                 plog = self.logs.get((topic.name, part.partition_index))
-                if plog is None:
+                if not describable(topic.name):
+                    error, plog = TOPIC_AUTHORIZATION_FAILED, None
+                elif plog is None:
                     error = self._missing_error(topic.name, part.partition_index)
                 elif part.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     offset = plog.log_start_offset
@@ -271,7 +285,7 @@ class Handlers:
             topics.append(Topic(name=topic.name, partitions=partitions))
         return ListOffsetsResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics)
 
-    def _list_offsets_v0(self, request):
+    def _list_offsets_v0(self, request, describable: Callable[[str], bool]):
         """Version 0: up to max_num_offsets offsets at segment boundaries
         (legacy.offsets_before), largest first."""
         Topic = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -283,7 +297,9 @@ class Handlers:
             for part in topic.partitions:
                 error, offsets = NONE, []
                 plog = self.logs.get((topic.name, part.partition_index))
-                if plog is None:
+                if not describable(topic.name):
+                    error = TOPIC_AUTHORIZATION_FAILED
+                elif plog is None:
                     error = self._missing_error(topic.name, part.partition_index)
                 else:
                     segments = [legacy.SegmentTime(*entry) for entry in plog.segment_times()]
@@ -297,9 +313,10 @@ class Handlers:
 
     # -- Fetch -------------------------------------------------------------
 
-    def fetch(self, request) -> FetchOutcome:
+    def fetch(self, request, readable: Callable[[str], bool] = lambda _topic: True) -> FetchOutcome:
         """Read what is there now. The caller waits and asks again while
-        ``bytes_ready`` is below min_bytes and max_wait has not passed."""
+        ``bytes_ready`` is below min_bytes and max_wait has not passed.
+        ``readable(topic)``: whether the client may read it (the authorizer's Read)."""
         Topic = FetchResponse.FetchableTopicResponse
         Partition = Topic.PartitionData
         budget = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
@@ -313,7 +330,9 @@ class Handlers:
             for part in topic.partitions:
                 error, hw, start, records = NONE, -1, -1, b""
                 plog = self.logs.get((topic.topic, part.partition))
-                if plog is None:
+                if not readable(topic.topic):
+                    error = TOPIC_AUTHORIZATION_FAILED
+                elif plog is None:
                     error = self._missing_error(topic.topic, part.partition)
                 else:
                     hw, start = plog.log_end_offset, plog.log_start_offset

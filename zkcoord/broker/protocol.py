@@ -27,6 +27,7 @@ from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
 )
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.protocol.schemas.fields.codecs import Int16, Int32, UnsignedVarInt32
 
 from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatRequest
@@ -59,6 +60,12 @@ API_KEY_DESCRIBE_CONFIGS = DescribeConfigsRequest.API_KEY
 API_KEY_DESCRIBE_CLUSTER = DescribeClusterRequest.API_KEY
 API_KEY_JOIN_GROUP = JoinGroupRequest.API_KEY
 API_KEY_CONSUMER_GROUP_HEARTBEAT = ConsumerGroupHeartbeatRequest.API_KEY
+API_KEY_SASL_HANDSHAKE = SaslHandshakeRequest.API_KEY
+API_KEY_SASL_AUTHENTICATE = SaslAuthenticateRequest.API_KEY
+# What a client may send before it has authenticated, when authentication is required.
+BEFORE_AUTHENTICATION = (API_KEY_API_VERSIONS, API_KEY_SASL_HANDSHAKE, API_KEY_SASL_AUTHENTICATE)
+# The group APIs the authorizer asks about: the bridge's methods take the principal and host.
+AUTHORIZED_GROUP_APIS = (OffsetCommitRequest.API_KEY, OffsetFetchRequest.API_KEY, DescribeGroupsRequest.API_KEY)
 # The group APIs, bridged into the coordinator (broker/groups/).
 GROUP_APIS = {
     FindCoordinatorRequest.API_KEY: "find_coordinator",
@@ -102,6 +109,10 @@ SUPPORTED: dict[int, SupportedApi] = {
     # KIP-848's server-side assignment (librdkafka's group.protocol=consumer
     # needs version 1: the client names itself and may subscribe by regex).
     API_KEY_CONSUMER_GROUP_HEARTBEAT: SupportedApi(ConsumerGroupHeartbeatRequest, 0, 1),
+    # SASL (broker/sasl.py): handshake 0 is followed by bare tokens, 1 by
+    # SaslAuthenticate; 2 is what librdkafka and kafka-python ask for today.
+    API_KEY_SASL_HANDSHAKE: SupportedApi(SaslHandshakeRequest, 0, 1),
+    API_KEY_SASL_AUTHENTICATE: SupportedApi(SaslAuthenticateRequest, 0, 2),
 }
 
 

@@ -13,7 +13,6 @@ not taken at once from the size a client announces).
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
@@ -26,23 +25,29 @@ import gevent.event
 import gevent.pool
 import gevent.server
 from gevent.socket import wait_write
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 from prometheus_client import CollectorRegistry
 
 from zkcoord.broker import admin_apis, protocol
+from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.groups import GroupBridge
 from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, Handlers, MetadataCache
 from zkcoord.broker.log import PartitionLog
+from zkcoord.broker.peer import Peer
+from zkcoord.broker.sasl import SaslSession
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import TlsError, ZkcoordError
-from zkcoord.limits import MALFORMED, TLS_HANDSHAKE, FrameAccount, Guard, LimitExceeded, abuse_log
+from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, TLS_HANDSHAKE, FrameAccount, Guard, LimitExceeded,
+                            abuse_log)
 from zkcoord.metrics.families import BrokerMetrics
-from zkcoord.security import tls
-from zkcoord.security.principal import ANONYMOUS, Principal
+from zkcoord.security import acl, tls
+from zkcoord.security import store as security_store
+from zkcoord.security.principal import ANONYMOUS
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -59,16 +64,6 @@ class BrokerError(ZkcoordError):
 
 class _Closed(Exception):
     """The peer closed the connection (or we decided to)."""
-
-
-@dataclasses.dataclass(eq=False)
-class Connection:
-    """One client connection: its socket, where it comes from, and who it
-    proved to be (a TLS client certificate), for authorization to read."""
-
-    sock: socket.socket
-    address: tuple
-    principal: Principal = ANONYMOUS
 
 
 class Broker:
@@ -106,6 +101,7 @@ class Broker:
         self._zkstate: Optional[ZkState] = None
         self.port: Optional[int] = None
         self.groups: Optional[GroupBridge] = None
+        self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
 
     # -- lifecycle -------------------------------------------------------
 
@@ -121,9 +117,12 @@ class Broker:
             self._server = None
             raise BrokerError(f"cannot listen on {self.config.host}:{self.config.port}: {exc}") from None
         self.port = self._server.server_port
-        # Registered as Kafka registers a listener: "SSL://host:port" and its
-        # protocol in listener_security_protocol_map.
-        protocol = "SSL" if self._tls is not None else "PLAINTEXT"
+        # Registered as Kafka registers a listener: "SASL_SSL://host:port" and
+        # its protocol in listener_security_protocol_map. SASL_ when every
+        # client must authenticate; a listener where SASL is optional is named
+        # for its transport alone.
+        protocol = (("SASL_" if self.config.security.authentication_required else "")
+                    + ("SSL" if self._tls is not None else "PLAINTEXT"))
         endpoint = layout.Endpoint(protocol, protocol, self.config.advertised, self.port)
         registration = layout.BrokerRegistration.for_endpoints(
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
@@ -148,11 +147,15 @@ class Broker:
             self.logs.clear()
             raise
         self.zk.add_listener(self._on_zk_state)
+        security = self.config.security
+        if security.authorizing:
+            self.acls = security_store.AclCache(self.zk).start()
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end,
-            tls=self.config.tls)
+            tls=self.config.tls, authorize=self.authorize if self.acls is not None else None,
+            credential=security.own_credential)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -177,6 +180,8 @@ class Broker:
                 pass
         if self.groups is not None:
             self.groups.close()
+        if self.acls is not None:
+            self.acls.stop()
         self._pool.join(timeout=timeout)
         self._pool.kill(block=True, timeout=1)
         gevent.killall(self._greenlets, block=True, timeout=1)
@@ -273,38 +278,48 @@ class Broker:
             sock.close()
             return
         self._connections.add(sock)
-        peer = "%s:%s" % address[:2]
-        account = self._listener.account(peer)
+        peer_name = "%s:%s" % address[:2]
+        account = self._listener.account(peer_name)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._tls is not None:
                 try:
                     wrapped = tls.accept(sock, self._tls, self.config.tls.handshake_timeout_s)
                 except TlsError as exc:
-                    self._listener.refused(TLS_HANDSHAKE, "refused a connection from %s: %s", peer, exc)
+                    self._listener.refused(TLS_HANDSHAKE, "refused a connection from %s: %s", peer_name, exc)
                     return
                 self._connections.discard(sock)
                 self._connections.add(wrapped)
                 sock = wrapped
-            connection = Connection(sock, address, tls.principal_of(sock))
-            if connection.principal != ANONYMOUS:
-                log.info("%s is %s by its TLS certificate", peer, connection.principal)
+            # Who the client is: its TLS certificate's name, until SASL says otherwise.
+            peer = Peer(address[0], self._sasl_session(), principal=tls.principal_of(sock))
+            if peer.principal != ANONYMOUS:
+                log.info("%s is %s by its TLS certificate", peer_name, peer.principal)
             while not self._stopping:
-                frame = self._read_request(sock, account, peer)
-                parts = self._handle(frame, connection)
+                frame = self._read_request(sock, account, peer_name)
+                if peer.sasl is not None and peer.sasl.raw:
+                    parts = self._sasl_token(frame, peer)
+                else:
+                    parts = self._handle(frame, peer)
                 if parts:
                     # An answer (a large fetch to a slow reader) may take as
                     # long as the idle limit, whatever the request's deadline left.
                     sock.settimeout(self.config.idle_timeout_ms / 1000)
                     _send_parts(sock, parts, copy=self._tls is not None)
+                if peer.closing:
+                    # As Kafka (connection.failed.authentication.delay.ms): the
+                    # client reads the refusal before the close, and a password
+                    # guesser is slowed down.
+                    gevent.sleep(sasl_codes.FAILED_AUTHENTICATION_DELAY_S)
+                    return
         except _Closed:
             pass
         except socket.timeout:
-            log.info("closing %s: idle for %d ms", peer, self.config.idle_timeout_ms)
+            log.info("closing %s: idle for %d ms", peer_name, self.config.idle_timeout_ms)
         except LimitExceeded as exc:
             self._listener.closed_for(exc)
         except ProtocolError as exc:
-            self._listener.refused(MALFORMED, "closing %s: %s", peer, exc)
+            self._listener.refused(MALFORMED, "closing %s: %s", peer_name, exc)
         except OSError as exc:
             if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN):
                 log.warning("connection %s failed: %s", address, exc)
@@ -345,8 +360,64 @@ class Broker:
         account.progress(False, 0)
         return frame
 
-    def _handle(self, frame: bytes, connection: Connection) -> Optional[list]:
-        client_host = connection.address[0]
+    def authorize(self, principal, operation: str, resource, host: str) -> bool:
+        """The authorizer's answer (everything is allowed while it is off)."""
+        if self.acls is None:
+            return True
+        return acl.authorize(self.acls.acls, principal, operation, resource, host,
+                             self.config.security.super_principals)
+
+    def _sasl_session(self) -> Optional[SaslSession]:
+        mechanisms = self.config.security.sasl_mechanisms
+        if not mechanisms:
+            return None
+        return SaslSession(mechanisms, lambda name, mechanism: security_store.credential(self.zk, name, mechanism),
+                           lambda name, password: security_store.check_password(self.zk, name, password))
+
+    def _sasl_handshake(self, request, peer: Peer):
+        mechanisms = peer.sasl.mechanisms if peer.sasl is not None else ()
+        error = peer.sasl.handshake(request.mechanism, request.API_VERSION) if peer.sasl else \
+            sasl_codes.UNSUPPORTED_SASL_MECHANISM
+        if error:
+            abuse_log.log(REFUSED_AUTHENTICATION, logging.INFO, "%s: SASL handshake for %r refused (error %d; "
+                          "offered: %s)", peer.host, request.mechanism, error, ", ".join(mechanisms) or "none")
+            peer.closing = True
+        return SaslHandshakeResponse(version=request.API_VERSION, error_code=error, mechanisms=list(mechanisms))
+
+    def _sasl_authenticate(self, request, peer: Peer):
+        if peer.sasl is None:
+            step = sasl_codes.Step(error_code=sasl_codes.ILLEGAL_SASL_STATE,
+                                   error_message="this broker offers no SASL mechanism")
+        elif peer.sasl.raw:
+            step = sasl_codes.Step(error_code=sasl_codes.ILLEGAL_SASL_STATE,
+                                   error_message="SaslAuthenticate after a version 0 SaslHandshake, which "
+                                                 "announced bare tokens")
+        else:
+            step = peer.sasl.authenticate(request.auth_bytes)
+        self._after_sasl(step, peer)
+        return SaslAuthenticateResponse(version=request.API_VERSION, error_code=step.error_code,
+                                        error_message=step.error_message, auth_bytes=step.reply,
+                                        session_lifetime_ms=0)
+
+    def _sasl_token(self, frame: bytes, peer: Peer) -> list:
+        """A bare token after a version 0 handshake: answered bare; a failure
+        closes the connection unanswered, as Kafka does."""
+        step = peer.sasl.authenticate(frame)
+        self._after_sasl(step, peer)
+        return [] if step.error_code else [len(step.reply).to_bytes(4, "big") + step.reply]
+
+    def _after_sasl(self, step, peer: Peer) -> None:
+        if step.error_code:
+            # Authentication failed: the connection closes after the answer.
+            abuse_log.log(REFUSED_AUTHENTICATION, logging.INFO, "%s: SASL authentication refused: %s", peer.host,
+                          step.error_message)
+            peer.closing = True
+        elif peer.sasl is not None and peer.sasl.authenticated:
+            peer.principal = peer.sasl.principal
+            log.info("%s: authenticated as %s with %s", peer.host, peer.principal, peer.sasl.mechanism)
+
+    def _handle(self, frame: bytes, peer: Peer) -> Optional[list]:
+        client_host = peer.host
         request = protocol.decode_request(frame)
         if isinstance(request, UnsupportedApiVersions):
             self.metrics.request(protocol.API_KEY_API_VERSIONS)
@@ -355,18 +426,22 @@ class Broker:
         correlation_id = request.header.correlation_id
         key = request.API_KEY
         self.metrics.request(key)
+        if (self.config.security.authentication_required and not peer.authenticated
+                and key not in protocol.BEFORE_AUTHENTICATION):
+            # Kafka closes such a connection; there is no error a client would read.
+            raise ProtocolError(f"{type(request).__name__} before authenticating, and authentication is required")
         if key == protocol.API_KEY_FETCH:
-            return self._fetch(request, correlation_id)
+            return self._fetch(request, correlation_id, self._may(peer, acl.READ))
         if key == protocol.API_KEY_PRODUCE:
-            response = self.handlers.produce(request)
+            response = self.handlers.produce(request, self._may(peer, acl.WRITE))
             self._appended.set()
             self._appended = gevent.event.Event()
             if response is None:
                 return None
         elif key == protocol.API_KEY_METADATA:
-            response = self.handlers.metadata(request)
+            response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE))
         elif key == protocol.API_KEY_LIST_OFFSETS:
-            response = self.handlers.list_offsets(request)
+            response = self.handlers.list_offsets(request, self._may(peer, acl.DESCRIBE))
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request)
         elif key == protocol.API_KEY_CREATE_TOPICS:
@@ -376,9 +451,15 @@ class Broker:
         elif key == protocol.API_KEY_DESCRIBE_CLUSTER:
             response = admin_apis.describe_cluster(request, self.config.broker_id, self.metadata_cache)
         elif key == protocol.API_KEY_JOIN_GROUP:
-            response = self.groups.join_group(request, client_host)
+            response = self.groups.join_group(request, client_host, peer.principal)
         elif key == protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT:
-            response = self.groups.consumer_group_heartbeat(request, client_host)
+            response = self.groups.consumer_group_heartbeat(request, client_host, peer.principal)
+        elif key in protocol.AUTHORIZED_GROUP_APIS:
+            response = getattr(self.groups, protocol.GROUP_APIS[key])(request, peer.principal, client_host)
+        elif key == protocol.API_KEY_SASL_HANDSHAKE:
+            response = self._sasl_handshake(request, peer)
+        elif key == protocol.API_KEY_SASL_AUTHENTICATE:
+            response = self._sasl_authenticate(request, peer)
         elif key in protocol.GROUP_APIS:
             response = getattr(self.groups, protocol.GROUP_APIS[key])(request)
         else:
@@ -386,12 +467,16 @@ class Broker:
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
 
-    def _fetch(self, request, correlation_id: int) -> list:
+    def _may(self, peer: Peer, operation: str):
+        """Whether ``peer`` may do ``operation`` on a topic, as a function of the topic's name."""
+        return lambda topic: self.authorize(peer.principal, operation, acl.topic(topic), peer.host)
+
+    def _fetch(self, request, correlation_id: int, readable) -> list:
         wait_s = min(max(request.max_wait_ms, 0), self.config.max_fetch_wait_ms) / 1000
         deadline = time.monotonic() + wait_s
         while True:
             appended = self._appended
-            outcome = self.handlers.fetch(request)
+            outcome = self.handlers.fetch(request, readable)
             remaining = deadline - time.monotonic()
             if (outcome.bytes_ready >= max(request.min_bytes, 1) or outcome.has_error
                     or remaining <= 0 or self._stopping):

@@ -61,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--status", type=Path, default=None, help="keep the member's assignment in this JSON file")
     p.add_argument("--events", type=Path, default=None,
                    help="append every Start and Stop obeyed here as JSON lines")
+    p.add_argument("--password-file", default=None, metavar="PATH",
+                   help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
     p.add_argument("--slow-ms", type=int, default=0,
                    help="after SIGUSR1, take this long over the next Start or Stop (fault drills)")
     p.set_defaults(func=run)
@@ -71,8 +73,11 @@ def config_from(args: argparse.Namespace):
     from zkcoord import settings
     from zkcoord.consumer.config import ConsumerConfig
     from zkcoord.security.config import TlsConfig
+    from zkcoord.security.secrets import password_for
 
-    return settings.from_args(ConsumerConfig, args, tls=settings.from_args(TlsConfig, args))
+    user = getattr(args, "ConsumerConfig.user", None)
+    return settings.from_args(ConsumerConfig, args, tls=settings.from_args(TlsConfig, args),
+                              password=password_for(user, args.password_file))
 
 
 _status_lock = threading.Lock()

@@ -39,6 +39,12 @@ class MemberConfig:
                                                      non_empty=True)
     tls: TlsConfig = setting(help="TLS to the servers and brokers (with a CA to verify them; a certificate "
                                   "of its own for mutual TLS)", factory=TlsConfig, cli=False)
+    # A credential for the coordinator (RegisterConsumer version 3), as `zkcoord users` stored it.
+    user: Optional[str] = setting(None, "the user to authenticate to the coordinator as", non_empty=True)
+    password: Optional[str] = setting(None, "the user's password", non_empty=True, cli=False, secret=True)
+    on_behalf_of: Optional[str] = setting(None, "the principal a broker registers a stock client for "
+                                                "(User:bob); its user must be a super user", non_empty=True,
+                                          cli=False)
 
     def __post_init__(self) -> None:
         check(self)
@@ -49,6 +55,8 @@ class MemberConfig:
                 check_pattern(self.pattern)
             except PatternError as exc:
                 raise ConfigError(str(exc)) from None
+        if (self.user is None) != (self.password is None):
+            raise ConfigError("a credential needs both a user and a password")
 
     @property
     def is_static(self) -> bool:

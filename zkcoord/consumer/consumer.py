@@ -38,11 +38,12 @@ log = logging.getLogger(__name__)
 FETCH_SLICE_S = 0.05  # longest a poll() holds the lock while waiting for data
 
 
-def columnar_fetcher_factory(brokers: str, client_id: str, tls=None):
-    """``tls``: the client SSLContext to reach the brokers with (None: plaintext)."""
+def columnar_fetcher_factory(brokers: str, client_id: str, tls=None, credential=None):
+    """``tls``: the client SSLContext to reach the brokers with (None: plaintext);
+    ``credential``: (user, password) for the brokers' SASL (None: none)."""
     from zkcoord.fetch.columnar import ColumnarFetcher
 
-    return ColumnarFetcher(brokers, client_id=client_id, tls=tls)
+    return ColumnarFetcher(brokers, client_id=client_id, tls=tls, credential=credential)
 
 
 class Consumer:
@@ -216,8 +217,11 @@ class Consumer:
                 if not brokers:
                     raise ZkcoordError("the cluster metadata named no broker to fetch from")
                 # TLS as to the coordinator; a factory of plaintext fetchers is never asked to.
-                tls = {"tls": self.membership.tls} if self.membership.tls is not None else {}
-                self._fetcher = self._fetcher_factory(brokers, self.consumer_id, **tls)
+                extra = {"tls": self.membership.tls} if self.membership.tls is not None else {}
+                # The member's credential serves the brokers' SASL as well.
+                if self.config.user:
+                    extra["credential"] = (self.config.user, self.config.password)
+                self._fetcher = self._fetcher_factory(brokers, self.consumer_id, **extra)
             added = {tp: o for tp, o in partitions.items() if tp not in self._fetcher.assignment()}
             if not added:
                 return

@@ -102,6 +102,7 @@ class GroupMembership:
             auto_offset_reset=config.auto_offset_reset, session_timeout_ms=config.session_timeout_ms,
             max_poll_interval_ms=config.max_poll_interval_ms, is_static=self.is_static,
             assignment_strategies=config.assignment_strategies,
+            user=config.user or "", password=config.password or "", on_behalf_of=config.on_behalf_of or "",
         ), listener)
         self.session_timeout = config.session_timeout_ms / 1000.0
         self.tls = client_context(config.tls)  # None: plaintext; the fetcher's connections use it too

@@ -17,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
+    from zkcoord.security.config import add_options as security_options
     from zkcoord.zk.security import ZkSecurity
 
     p = subparsers.add_parser("server", help="run a zkcoord server in the foreground until SIGTERM")
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     settings.add_options(p, TlsConfig)
     settings.add_options(p, ZkSecurity)
     settings.add_options(p, ConnectionLimits)
+    security_options(p)
     p.add_argument("--port-file", type=Path, default=None,
                    help="once serving, write the bound ports here as JSON (port, broker_port, metrics_port)")
     p.set_defaults(func=run)
@@ -46,20 +48,23 @@ def config_from(args: argparse.Namespace):
     from zkcoord.limits import ConnectionLimits
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
+    from zkcoord.security.config import from_args as security_from_args
     from zkcoord.zk.security import ZkSecurity
 
     tls = settings.from_args(TlsConfig, args)  # both listeners: a client reaching one reaches the other alike
     limits = settings.from_args(ConnectionLimits, args)  # both listeners'
+    security = security_from_args(args)  # both: who may do what
     broker = None
     if not args.no_broker:
         if getattr(args, "BrokerConfig.data_dir") is None:
             raise ConfigError("--data-dir is required for the embedded broker (or pass --no-broker)")
         broker = settings.from_args(BrokerConfig, args, broker_id=getattr(args, "ServerConfig.server_id"),
                                     host=getattr(args, "ServerConfig.host"),
-                                    log=settings.from_args(LogConfig, args), tls=tls, limits=limits)
+                                    log=settings.from_args(LogConfig, args), tls=tls, limits=limits,
+                                    security=security)
     return settings.from_args(ServerConfig, args, coordinator=settings.from_args(CoordinatorConfig, args),
                               broker=broker, metrics=settings.from_args(MetricsConfig, args), tls=tls,
-                              zk_security=settings.from_args(ZkSecurity, args), limits=limits)
+                              zk_security=settings.from_args(ZkSecurity, args), limits=limits, security=security)
 
 
 def run(args: argparse.Namespace) -> int:

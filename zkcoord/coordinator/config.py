@@ -10,7 +10,7 @@ from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.errors import ConfigError
 from zkcoord.limits import ConnectionLimits
 from zkcoord.metrics.config import MetricsConfig
-from zkcoord.security.config import TlsConfig
+from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
 from zkcoord.zk.security import ZkSecurity
 
@@ -87,6 +87,8 @@ class ServerConfig:
               "count, 1 for a new cluster)", validate=validate_slot_count)
     tls: TlsConfig = setting(help="TLS of the coordinator protocol's listener and the embedded broker's",
                              factory=TlsConfig, cli=False)
+    security: SecurityConfig = setting(help="authentication and the authorizer", factory=SecurityConfig,
+                                       cli=False)
 
     def __post_init__(self) -> None:
         check(self)
@@ -95,3 +97,11 @@ class ServerConfig:
             # coordinators as a client does: it must verify them too.
             raise ConfigError("a server with --tls-cert needs --tls-ca too: it connects to the cluster's "
                               "coordinators as a client, and verifies them against it")
+        if (self.security.authentication_required and self.security.own_credential is None
+                and self.tls.client_auth != "required"):
+            # Its coordinators ask the brokers for log ends before they commit
+            # an offset, and its broker registers stock clients' members: as
+            # whom, where nobody may be anonymous?
+            raise ConfigError("--authentication-required needs the server's own credential: --bridge-user (a "
+                              "super user) with --bridge-password-file, or client certificates "
+                              "(--tls-client-auth required)")

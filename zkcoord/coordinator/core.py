@@ -54,6 +54,7 @@ from zkcoord.coordinator.schedule import PingSchedule
 from zkcoord.errors import ZkcoordError
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
+from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -536,7 +537,7 @@ class CoordinatorCore:
 
     # -- events: members ---------------------------------------------------------------------
 
-    def validate(self, request: wire.RegisterConsumerRequest) -> None:
+    def validate(self, request: wire.RegisterConsumerRequest, principal: Principal = ANONYMOUS) -> None:
         """Registration checks; raises the wire error to send back."""
         try:
             layout.group_path(request.group_id)  # validates the id, and refuses "coordinator"
@@ -580,6 +581,10 @@ class CoordinatorCore:
             raise wire.CoordinatorNotAvailable(f"group {request.group_id} is being forgotten (it was empty past "
                                                "its retention); try again in a moment")
         existing = group.members.get(request.consumer_id) if group else None
+        if existing is not None and existing.is_static and request.is_static and existing.principal != principal:
+            raise wire.StaticMemberOwnedByOtherPrincipal(
+                f"static consumer id {request.consumer_id} of group {request.group_id} is held by "
+                f"{existing.principal}; {principal} may not take it over")
         if existing is not None and not (existing.is_static and request.is_static):
             # A static member may take its own place back (its old connection
             # is closed and fenced); a dynamic id is unique while it lives.
@@ -591,12 +596,13 @@ class CoordinatorCore:
                                                "office is not proven yet")
 
     def register(self, conn: Hashable, request: wire.RegisterConsumerRequest, correlation_id: int,
-                 now: float, *, host: str = "", client_id: str = "") -> list:
+                 now: float, *, host: str = "", client_id: str = "", principal: Principal = ANONYMOUS) -> list:
         """A consumer registers on ``conn``. Offsets it hands over (what it ran
         when its last coordinator went) are written before it is answered.
-        ``host`` and ``client_id`` are only shown to operators (the group's state)."""
+        ``host`` and ``client_id`` are only shown to operators (the group's state);
+        ``principal`` is who the server authenticated it as."""
         try:
-            self.validate(request)
+            self.validate(request, principal)
         except wire.WireError as exc:
             self._refuse(conn, request, correlation_id, exc)
             return self._take()
@@ -616,6 +622,7 @@ class CoordinatorCore:
             registered_at=now,
             host=host,
             client_id=client_id,
+            principal=principal,
         )
         group = self._group(request.group_id)
         try:
@@ -680,7 +687,7 @@ class CoordinatorCore:
         if error is not None:  # those offsets stay pending: records are redelivered, never lost
             log.warning("%s handover of member %s not written yet: %s", group.describe(), member.member_id, error)
         try:
-            self.validate(request)  # things may have changed while the handover was written
+            self.validate(request, member.principal)  # things may have changed while the handover was written
         except wire.WireError as exc:
             self._refuse(member.connection, request, correlation_id, exc)
             return

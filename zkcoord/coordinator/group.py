@@ -14,6 +14,7 @@ from zkcoord.coordinator.lease import Fences
 from zkcoord.coordinator.planner import Subscription
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import TopicPartition
+from zkcoord.security.principal import ANONYMOUS, Principal
 
 
 class IllegalTransition(ZkcoordError):
@@ -76,6 +77,9 @@ class Member:
     # Where it connected from and the client id it gave, for operators only.
     host: str = ""
     client_id: str = ""
+    # Who registered it (its credential, its TLS certificate; ANONYMOUS if
+    # nothing proved it): only the same principal may take a static id over.
+    principal: Principal = ANONYMOUS
 
     @property
     def session_timeout(self) -> float:

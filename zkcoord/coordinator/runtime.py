@@ -41,6 +41,7 @@ from zkcoord.coordinator.core import NO_METRICS, CoordinatorCore, CoreMetrics, R
 from zkcoord.coordinator.group import Group
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
+from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
@@ -195,11 +196,12 @@ class Coordinator:
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
                  topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
                  metrics: CoreMetrics = NO_METRICS, log_ends: Optional[Callable[[frozenset], Mapping]] = None,
-                 broker_tls=None):
+                 broker_tls=None, broker_credential=None):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
         ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into;
         ``log_ends``: partitions' log end offsets (by default asked of their leaders, the brokers
-        registered in ZooKeeper, over TLS with ``broker_tls``, a client SSLContext), those that answered."""
+        registered in ZooKeeper, over TLS with ``broker_tls``, a client SSLContext, and with SASL as
+        ``broker_credential``, (user, password)), those that answered."""
         self.store = store
         self.topics = topics
         self.config = config
@@ -216,6 +218,7 @@ class Coordinator:
         self._broker_reads = gevent.pool.Group()  # not ZooKeeper's: they do not wait for its turn
         self._log_ends = log_ends
         self._broker_tls = broker_tls
+        self._broker_credential = broker_credential
         self._waiting_operations: collections.deque = collections.deque()
         self._stopped = False
 
@@ -284,12 +287,14 @@ class Coordinator:
 
     # -- members ------------------------------------------------------------------------------
 
-    def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int) -> None:
-        """Register the consumer behind ``channel``; its frames then reach the
-        core from the event loop's callbacks until the connection ends."""
+    def serve_member(self, channel: Channel, request: wire.RegisterConsumerRequest, correlation_id: int,
+                     principal: Principal = ANONYMOUS) -> None:
+        """Register the consumer behind ``channel`` (authenticated as
+        ``principal``); its frames then reach the core from the event loop's
+        callbacks until the connection ends."""
         with self._connection(channel) as (conn, connection):
             host = channel.peer.rpartition(":")[0] if ":" in channel.peer else ""
-            self._event(partial(self.core.register, host=host), conn, request, correlation_id)
+            self._event(partial(self.core.register, host=host, principal=principal), conn, request, correlation_id)
             connection.read_with(partial(self._frames, conn, connection), partial(self._read_failed, connection))
             connection.ended.wait()
 
@@ -427,7 +432,8 @@ class Coordinator:
         answered by then, the core takes as not learnt."""
         timeout_s = self.config.log_end_timeout_ms / 1000.0
         if self._log_ends is None:  # each broker's share of the time: one that hangs does not take it all
-            self._log_ends = log_end_offsets(self.store.zk, timeout_s=timeout_s / 2, tls=self._broker_tls)
+            self._log_ends = log_end_offsets(self.store.zk, timeout_s=timeout_s / 2, tls=self._broker_tls,
+                                             credential=self._broker_credential)
         try:
             with gevent.Timeout(timeout_s, LogEndsTimeout(f"the partitions' leaders did not answer within "
                                                           f"{timeout_s:g}s")):

@@ -36,6 +36,7 @@ from kazoo.retry import KazooRetry
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.coordinator import access
 from zkcoord.coordinator.admission import GatedStreamServer
 from zkcoord.coordinator.config import ServerConfig
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
@@ -44,11 +45,13 @@ from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, v
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
-from zkcoord.limits import TLS_HANDSHAKE, Guard, abuse_log
+from zkcoord.limits import REFUSED_REGISTRATION, TLS_HANDSHAKE, Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
+from zkcoord.security import store as security_store
 from zkcoord.security import tls
-from zkcoord.security.principal import ANONYMOUS
+from zkcoord.security.principal import ANONYMOUS, Principal, user
+from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
@@ -152,6 +155,7 @@ class Server:
         self.metrics_host = config.metrics.host or config.host
         self._metrics_endpoint: Optional[MetricsEndpoint] = None
         self.broker = None
+        self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
         self.metadata: Optional[MetadataView] = None
         self.topics = TopicWatch(self.zk)
         self._stream: Optional[GatedStreamServer] = None
@@ -219,6 +223,8 @@ class Server:
                 self.zk.stop()
                 self.zk.close()
                 raise ServerError(str(exc)) from None
+        if self.config.security.authorizing:
+            self.acls = security_store.AclCache(self.zk).start()
         if self.config.broker is not None:
             from zkcoord.broker import Broker
 
@@ -253,6 +259,8 @@ class Server:
         self._resign_all()
         if self.metadata is not None:
             self.metadata.stop()
+        if self.acls is not None:
+            self.acls.stop()
         if self._stream is not None:
             self._stream.stop(timeout=timeout)
         if self.broker is not None:
@@ -482,7 +490,8 @@ class Server:
         any failure, nothing is left running."""
         slot = store.slot
         coordinator = Coordinator(store, self.config.coordinator, store.epoch.number, self.zk_session_timeout_ms,
-                                  self.topics, metrics=self.core_metrics, broker_tls=self._client_tls)
+                                  self.topics, metrics=self.core_metrics, broker_tls=self._client_tls,
+                                  broker_credential=self.config.security.own_credential)
         # Published before it starts, so that a suspension meanwhile reaches it.
         if self.zk.state != KazooState.CONNECTED:
             coordinator.session_changed(connected=False)
@@ -571,13 +580,21 @@ class Server:
                     channel.send(self._metadata_for(message), frame.correlation_id)
                 elif isinstance(message, (wire.RegisterConsumerRequest, wire.ResetOffsetsRequest)):
                     # Requests for the group's coordinator, which then owns the connection.
+                    try:
+                        principal = self._admit(channel, message)
+                    except wire.WireError as exc:
+                        abuse_log.log(REFUSED_REGISTRATION, logging.INFO, "refused %s from %s: %s",
+                                      type(message).__name__, channel.peer, exc)
+                        channel.send(wire.RESPONSES[type(message)](error_code=exc.code, error_message=str(exc)),
+                                     frame.correlation_id)
+                        return
                     coordinator = self._coordinator_of(message.group_id)
                     if coordinator is None:
                         channel.send(wire.RESPONSES[type(message)](
                             error_code=wire.ErrorCode.NOT_COORDINATOR,
                             error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
                     elif isinstance(message, wire.RegisterConsumerRequest):
-                        coordinator.serve_member(channel, message, frame.correlation_id)
+                        coordinator.serve_member(channel, message, frame.correlation_id, principal)
                     else:
                         coordinator.serve_reset(channel, message, frame.correlation_id)
                     return
@@ -596,6 +613,44 @@ class Server:
             pass
         finally:
             channel.close()
+
+    def _admit(self, channel: Channel, message) -> Principal:
+        """Who sent ``message`` (its credential, else what the connection
+        proved, else ANONYMOUS), if that principal may do it; raises the wire
+        error to answer with otherwise."""
+        security = self.config.security
+        principal = getattr(channel, "principal", ANONYMOUS)  # a TLS client certificate's
+        name = getattr(message, "user", "")
+        if name:
+            try:
+                security_store.check_password(self.zk, name, getattr(message, "password", ""))
+            except security_store.CredentialsUnavailable as exc:
+                raise wire.CoordinatorNotAvailable(str(exc)) from None  # retriable: the member tries again
+            except AuthenticationFailed as exc:
+                raise wire.AuthenticationFailed(str(exc)) from None
+            principal = user(name)
+        elif getattr(message, "password", ""):
+            raise wire.AuthenticationFailed("a password without a user")
+        delegated = getattr(message, "on_behalf_of", "")
+        if delegated:
+            if principal not in security.super_principals:
+                raise wire.AuthenticationFailed(f"{principal} may not register on behalf of {delegated}: "
+                                                f"only a super user (a broker's credential) may")
+            try:
+                principal = Principal.parse(delegated)
+            except ConfigError as exc:
+                raise wire.AuthenticationFailed(f"on_behalf_of {delegated!r}: {exc}") from None
+        if security.authentication_required and principal == ANONYMOUS:
+            raise wire.AuthenticationFailed(
+                f"authentication is required: {type(message).__name__} must carry a credential "
+                f"(a user and password: RegisterConsumer version 3, ResetOffsets version 2) or come over TLS "
+                f"with a client certificate")
+        if self.acls is not None:
+            host = channel.peer.rpartition(":")[0]
+            check = access.check_registration if isinstance(message, wire.RegisterConsumerRequest) \
+                else access.check_reset
+            check(self.acls.acls, principal, host, message, security.super_principals)
+        return principal
 
     def _coordinator_of(self, group_id: str) -> Optional[Coordinator]:
         """The coordinator this server runs for ``group_id``'s slot, if it does and is not deposed."""

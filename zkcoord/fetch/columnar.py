@@ -175,8 +175,9 @@ class ColumnarFetcher:
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest",
-                 tls: Optional[ssl.SSLContext] = None):
-        """``tls``: a client SSLContext for the brokers (None: plaintext)."""
+                 tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None):
+        """``tls``: a client SSLContext for the brokers (None: plaintext);
+        ``credential`` (user, password): for the brokers' SASL/PLAIN."""
         if offset_reset not in RESETS:
             raise FetchError(f"offset_reset must be one of {', '.join(RESETS)}, not {offset_reset!r}")
         self._bootstrap = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
@@ -184,6 +185,7 @@ class ColumnarFetcher:
             raise FetchError("no broker address to fetch from")
         self._client_id = client_id
         self._tls = tls
+        self._credential = credential  # (user, password) for the brokers' SASL/PLAIN
         self._reset = offset_reset
         self._epochs = itertools.count(1)
         self._turns = itertools.count(1)
@@ -336,8 +338,8 @@ class ColumnarFetcher:
                 by_leader.setdefault(leader, []).append(tp)
         for leader, tps in by_leader.items():
             try:
-                with BrokerConnection(leader, client_id=self._client_id, tls=self._tls,
-                                      timeout_s=5.0) as connection:
+                with BrokerConnection(leader, client_id=self._client_id, tls=self._tls, timeout_s=5.0,
+                                      credential=self._credential) as connection:
                     for tp in tps:
                         try:
                             resolved[tp] = self._bound(connection, tp, positions[tp])
@@ -356,7 +358,8 @@ class ColumnarFetcher:
         problems = []
         for address in list(self._bootstrap):
             try:
-                return BrokerConnection(address, client_id=self._client_id, tls=self._tls, timeout_s=5.0)
+                return BrokerConnection(address, client_id=self._client_id, tls=self._tls, timeout_s=5.0,
+                                        credential=self._credential)
             except BrokerConnectionError as exc:
                 problems.append(str(exc))
         raise BrokerConnectionError("; ".join(problems))
@@ -442,6 +445,7 @@ class ColumnarFetcher:
                 if not holder:
                     try:
                         holder.append(BrokerConnection(address, client_id=self._client_id, tls=self._tls,
+                                                       credential=self._credential,
                                                        timeout_s=REQUEST_TIMEOUT_S))
                     except BrokerConnectionError as exc:
                         log.info("fetcher: %s", exc)

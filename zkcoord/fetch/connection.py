@@ -19,8 +19,12 @@ from typing import NamedTuple, Optional, Union
 from kafka.errors import for_code
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+)
 
 from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.security import scram
 from zkcoord.security import tls as tls_
 
 NONE = 0
@@ -33,6 +37,8 @@ LATEST_TIMESTAMP = -1
 FETCH_VERSIONS = (4, 12)
 LIST_OFFSETS_VERSIONS = (1, 7)
 METADATA_VERSION = 1  # topics by name, leaders, no flexible encoding: every broker since 0.10
+# SASL mechanisms this client speaks, the strongest first.
+PREFERRED_MECHANISMS = (scram.SCRAM_SHA_512, scram.SCRAM_SHA_256, scram.PLAIN)
 MAX_FRAME = 1 << 30  # larger than any response we ask for: a corrupt size prefix
 
 
@@ -77,28 +83,43 @@ class BrokerConnection:
     cannot be opened or negotiated."""
 
     def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0,
-                 tls: Optional[ssl.SSLContext] = None):
+                 tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None):
         """``tls``: a client SSLContext (zkcoord.security.tls.client_context);
-        a handshake that fails raises TlsError, not retriable when refused."""
-        host, _, port = address.rpartition(":")
+        a handshake that fails raises TlsError, not retriable when refused.
+        ``credential`` (user, password): authenticate with SASL first, with
+        the strongest mechanism the broker offers."""
         self.address = address
         self._client_id = client_id
+        self._timeout_s = timeout_s
+        self._tls = tls
+        self._sock: Optional[socket.socket] = None
+        self._open()
+        if credential is not None:
+            try:
+                self._authenticate(*credential)
+            except BaseException:
+                self.close()
+                raise
+
+    def _open(self) -> None:
+        """Connect (TLS if asked) and agree on versions."""
+        host, _, port = self.address.rpartition(":")
         self._correlation = 0
         try:
-            self._sock: Optional[socket.socket] = socket.create_connection((host, int(port)), timeout=timeout_s)
+            self._sock = socket.create_connection((host, int(port)), timeout=self._timeout_s)
         except (OSError, ValueError) as exc:
-            raise BrokerConnectionError(f"cannot connect to broker {address}: {exc}") from None
+            raise BrokerConnectionError(f"cannot connect to broker {self.address}: {exc}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
+        if self._tls is not None:
             try:
-                self._sock = tls_.connect(self._sock, tls, host, timeout_s)
+                self._sock = tls_.connect(self._sock, self._tls, host, self._timeout_s)
             except TlsError as exc:
                 self._sock = None
                 raise _unless_refused(exc) from None
         try:
             offered = self._request(ApiVersionsRequest(version=0), ApiVersionsResponse, 0)
             if offered.error_code != NONE:
-                raise BrokerConnectionError(f"broker {address} refused ApiVersions: error {offered.error_code}")
+                raise BrokerConnectionError(f"broker {self.address} refused ApiVersions: error {offered.error_code}")
             ranges = {api.api_key: (api.min_version, api.max_version) for api in offered.api_keys}
             self._fetch_version = self._pick(ranges, FetchRequest.API_KEY, FETCH_VERSIONS, "Fetch")
             self._list_offsets_version = self._pick(ranges, ListOffsetsRequest.API_KEY, LIST_OFFSETS_VERSIONS,
@@ -106,6 +127,42 @@ class BrokerConnection:
         except BaseException:
             self.close()
             raise
+
+    def _authenticate(self, user: str, password: str) -> None:
+        """SASL with the strongest mechanism the broker offers: SCRAM-SHA-512,
+        SCRAM-SHA-256, else PLAIN (over TLS where the password must not be seen)."""
+        offered = self._request(SaslHandshakeRequest(version=1, mechanism=PREFERRED_MECHANISMS[0]),
+                                SaslHandshakeResponse, 1)
+        mechanism = next((m for m in PREFERRED_MECHANISMS if m in offered.mechanisms), None)
+        if mechanism is None:
+            raise BrokerConnectionError(f"broker {self.address} offers no SASL mechanism this client speaks "
+                                        f"(it offers {', '.join(offered.mechanisms) or 'none'}; this client "
+                                        f"{', '.join(PREFERRED_MECHANISMS)})")
+        if mechanism != PREFERRED_MECHANISMS[0]:
+            # A broker closes the connection after a refused handshake: start
+            # again, asking for the mechanism it offers.
+            self.close()
+            self._open()
+            handshake = self._request(SaslHandshakeRequest(version=1, mechanism=mechanism), SaslHandshakeResponse, 1)
+            if handshake.error_code != NONE:
+                raise BrokerConnectionError(f"broker {self.address} refused SASL/{mechanism} "
+                                            f"(error {handshake.error_code})")
+        try:
+            if mechanism == scram.PLAIN:
+                self._sasl_step(b"\0" + user.encode("utf-8") + b"\0" + password.encode("utf-8"), user)
+            else:
+                client = scram.ScramClient(mechanism, user, password)
+                server_first = self._sasl_step(client.first(), user)
+                client.verify(self._sasl_step(client.final(server_first), user))
+        except scram.AuthenticationFailed as exc:
+            raise BrokerConnectionError(f"broker {self.address}: {exc}") from None
+
+    def _sasl_step(self, token: bytes, user: str) -> bytes:
+        answer = self._request(SaslAuthenticateRequest(version=1, auth_bytes=token), SaslAuthenticateResponse, 1)
+        if answer.error_code != NONE:
+            raise BrokerConnectionError(f"broker {self.address} refused user {user!r}: "
+                                        f"{answer.error_message or answer.error_code}")
+        return bytes(answer.auth_bytes or b"")
 
     def _pick(self, offered: dict, api_key: int, ours: tuple[int, int], name: str) -> int:
         low, high = offered.get(api_key, (None, None))

@@ -20,6 +20,7 @@ from zkcoord.wire.errors import (
     NoCommonStrategy, NotCoordinator, RebalanceInProgress,
     InvalidSessionTimeout, StaleEpoch, StaleGeneration, UnknownError,
     UnknownMessageType, UnknownPartition, UnsupportedVersion, WireError, code_for, error_for,
+    AuthenticationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed, StaticMemberOwnedByOtherPrincipal,
 )
 from zkcoord.wire.messages import (
     LARGEST, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest, ClusterMetadataResponse,
@@ -40,6 +41,8 @@ __all__ = [
     "InvalidSessionTimeout", "StaleEpoch", "StaleGeneration", "UnknownError",
     "UnknownMessageType", "UnknownPartition", "UnsupportedVersion", "WireError", "code_for",
     "error_for",
+    "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
+    "StaticMemberOwnedByOtherPrincipal",
     "LARGEST", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
     "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",

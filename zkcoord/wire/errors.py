@@ -39,6 +39,10 @@ class ErrorCode(IntEnum):
     UNKNOWN_PARTITION = 17
     INVALID_REQUEST = 18
     OFFSET_OUT_OF_RANGE = 19
+    AUTHENTICATION_FAILED = 20
+    GROUP_AUTHORIZATION_FAILED = 21
+    TOPIC_AUTHORIZATION_FAILED = 22
+    STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL = 23
 
 
 class WireError(ZkcoordError):
@@ -194,6 +198,32 @@ class OffsetOutOfRange(WireError):
     code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
+class AuthenticationFailed(WireError):
+    """The registration's credential did not prove its user (unknown user,
+    wrong password), or the coordinator requires one and none was given."""
+
+    code = ErrorCode.AUTHENTICATION_FAILED
+
+
+class GroupAuthorizationFailed(WireError):
+    """The authenticated principal may not do this to the group (no ACL allows it)."""
+
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class TopicAuthorizationFailed(WireError):
+    """The authenticated principal may not read a topic of its subscription (no ACL allows it)."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class StaticMemberOwnedByOtherPrincipal(WireError):
+    """A static consumer id registered by one principal, claimed by another:
+    only the principal that holds it may take it over."""
+
+    code = ErrorCode.STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL
+
+
 _CLASSES = {
     cls.code: cls
     for cls in (
@@ -202,7 +232,9 @@ _CLASSES = {
         InvalidRegistration, StaleEpoch, StaleGeneration, NotCoordinator,
         CoordinatorNotAvailable, IllegalState, NoCommonStrategy,
         RebalanceInProgress, MaxPollIntervalExceeded, GroupNotEmpty,
-        UnknownPartition, InvalidRequest, OffsetOutOfRange,
+        UnknownPartition, InvalidRequest, OffsetOutOfRange, AuthenticationFailed,
+        GroupAuthorizationFailed, TopicAuthorizationFailed,
+        StaticMemberOwnedByOtherPrincipal,
     )
 }
 

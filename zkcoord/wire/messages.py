@@ -13,7 +13,7 @@ wire/README.md describes every field, with a byte-level example; wire/vectors.js
 holds the frames this module must read and write.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar
 
@@ -215,7 +215,12 @@ class RegisterConsumerRequest(Message):
     """Consumer to coordinator, once per connection. The subscription is
     ``topics`` (named topics) and/or ``pattern`` (a regex, "" for none);
     version 0 carries it as Kafka 0.8's topic_count JSON, so it can hold one
-    or the other. ``assignment_strategies`` are in order of preference."""
+    or the other. ``assignment_strategies`` are in order of preference.
+    Version 3 adds a credential (``user`` and ``password``, "" for none),
+    for a connection the coordinator protects with TLS; the password never
+    shows in the message's repr. ``on_behalf_of`` names the principal a
+    broker registers a stock client's member for (that client authenticated
+    to the broker): honoured only from a super user."""
 
     TYPE = MessageType.REGISTER_CONSUMER_REQUEST
     group_id: str
@@ -229,6 +234,9 @@ class RegisterConsumerRequest(Message):
     is_static: bool = False
     assignment_strategies: tuple = ("range",)
     offsets: tuple = ()
+    user: str = ""
+    password: str = field(default="", repr=False)
+    on_behalf_of: str = ""
     LAYOUTS = {
         0: Struct("group_id" / String,
                   "consumer_id" / String,
@@ -243,6 +251,8 @@ class RegisterConsumerRequest(Message):
                   "session_timeout_ms" / Int32),
         1: Struct(*_REGISTER_V1),
         2: Struct(*_REGISTER_V1, "offsets" / Array32(TPO)),
+        3: Struct(*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "password" / String,
+                  "on_behalf_of" / String),
     }
 
 
@@ -408,6 +418,14 @@ class LeaveGroupResponse(Message):
     }
 
 
+_RESET_V1 = (
+    "group_id" / String,
+    "execute" / Bool,
+    "force" / Bool,
+    "offsets" / Array32(TPO),
+)
+
+
 @dataclass(frozen=True)
 class ResetOffsetsRequest(Message):
     """Operator to the coordinator of ``group_id`` (`zkcoord groups
@@ -424,11 +442,12 @@ class ResetOffsetsRequest(Message):
     execute: bool = False
     force: bool = False
     offsets: tuple = ()
+    user: str = ""
+    password: str = field(default="", repr=False)
     LAYOUTS = {
-        1: Struct("group_id" / String,
-                  "execute" / Bool,
-                  "force" / Bool,
-                  "offsets" / Array32(TPO)),
+        1: Struct(*_RESET_V1),
+        # Version 2 adds the operator's credential, as RegisterConsumerRequest's version 3.
+        2: Struct(*_RESET_V1, "user" / String, "password" / String),
     }
 
 

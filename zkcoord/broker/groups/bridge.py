@@ -55,7 +55,9 @@ from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
+from zkcoord.security import acl
 from zkcoord.security.config import PLAIN, TlsConfig
+from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_offsets, read_servers
 
@@ -72,6 +74,9 @@ GROUP_ID_NOT_FOUND = kafka_errors.GroupIdNotFoundError.errno
 INVALID_REQUEST = kafka_errors.InvalidRequestError.errno
 UNKNOWN_SERVER_ERROR = kafka_errors.UnknownError.errno
 OFFSET_OUT_OF_RANGE = kafka_errors.OffsetOutOfRangeError.errno
+GROUP_AUTHORIZATION_FAILED = kafka_errors.GroupAuthorizationFailedError.errno
+TOPIC_AUTHORIZATION_FAILED = kafka_errors.TopicAuthorizationFailedError.errno
+SASL_AUTHENTICATION_FAILED = kafka_errors.SaslAuthenticationFailedError.errno
 
 # How long a new member's JoinGroup waits for the coordinator to register it,
 # and then for its first Start (a member that gets nothing hears no Start; it
@@ -86,6 +91,10 @@ _REFUSALS = {
     wire.ErrorCode.INVALID_SESSION_TIMEOUT: INVALID_SESSION_TIMEOUT,
     wire.ErrorCode.NO_COMMON_STRATEGY: INCONSISTENT_GROUP_PROTOCOL,
     wire.ErrorCode.INVALID_REGISTRATION: INVALID_REQUEST,
+    wire.ErrorCode.AUTHENTICATION_FAILED: SASL_AUTHENTICATION_FAILED,
+    wire.ErrorCode.GROUP_AUTHORIZATION_FAILED: GROUP_AUTHORIZATION_FAILED,
+    wire.ErrorCode.TOPIC_AUTHORIZATION_FAILED: TOPIC_AUTHORIZATION_FAILED,
+    wire.ErrorCode.STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL: FENCED_INSTANCE_ID,
 }
 # A group whose stored state cannot be read: Kafka's name for a state not known.
 UNKNOWN_STATE = "Unknown"
@@ -163,12 +172,22 @@ class GroupBridge:
     ``brokers`` returns the live brokers {id: (host, port)}."""
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
-                 session_timeout_ms: int, clock=time.monotonic, log_end=None, tls: TlsConfig = PLAIN):
+                 session_timeout_ms: int, clock=time.monotonic, log_end=None, tls: TlsConfig = PLAIN,
+                 authorize=None, credential: Optional[tuple[str, str]] = None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
         ``log_end(tp)``: the partition's log end offset if this broker leads
-        it, else None (the coordinator checks those against their leader)."""
+        it, else None (the coordinator checks those against their leader).
+        ``tls``: how its members reach the coordinators, as the server's own clients do.
+        ``authorize(principal, operation, resource, host)`` decides what a
+        client may do (None: everything, the authorizer is off).
+        ``credential`` (user, password): the broker's own with the
+        coordinators, a super user's, with which it registers each member on
+        behalf of the principal its client authenticated as (None: members
+        register with no credential)."""
+        self.authorize = authorize
+        self._credential = credential
         self.broker_id = broker_id
         self.zk = zk
         self._brokers = brokers
@@ -196,6 +215,12 @@ class GroupBridge:
         for members in list(self._groups.values()):
             for bridged in list(members.values()):
                 self._drop(bridged, "the broker is stopping")
+
+    def _allowed(self, principal: Principal, operation: str, resource: acl.Resource, host: str) -> bool:
+        if self.authorize is None or self.authorize(principal, operation, resource, host):
+            return True
+        log.info("%s: %s", host, acl.refusal(principal, operation, resource))
+        return False
 
     # -- FindCoordinator, ListGroups, DescribeGroups -----------------------------------
 
@@ -258,7 +283,7 @@ class GroupBridge:
             log.warning("group %s: unreadable stored state: %s", group, exc)
             return UNKNOWN_STATE, None
 
-    def describe_groups(self, request):
+    def describe_groups(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         from zkcoord.admin.groups import DEAD, list_groups
 
         Group = DescribeGroupsResponse.DescribedGroup
@@ -266,6 +291,10 @@ class GroupBridge:
         known = set(list_groups(self.zk))
         described = []
         for group in request.groups:
+            if not self._allowed(principal, acl.DESCRIBE, acl.group(group), client_host):
+                described.append(Group(error_code=GROUP_AUTHORIZATION_FAILED, error_message=None, group_id=group,
+                                       group_state="", protocol_type="", protocol_data="", members=[]))
+                continue
             if group not in known:
                 described.append(Group(error_code=NONE, error_message=None, group_id=group, group_state=DEAD,
                                        protocol_type="", protocol_data="", members=[]))
@@ -291,7 +320,7 @@ class GroupBridge:
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -------------------------------------
 
-    def join_group(self, request, client_host: str):
+    def join_group(self, request, client_host: str, principal: Principal = ANONYMOUS):
         version = request.API_VERSION
         instance_id = getattr(request, "group_instance_id", None)
 
@@ -309,6 +338,8 @@ class GroupBridge:
             layout.group_path(request.group_id)
         except layout.LayoutError:
             return answer(INVALID_GROUP_ID)
+        if not self._allowed(principal, acl.READ, acl.group(request.group_id), client_host):
+            return answer(GROUP_AUTHORIZATION_FAILED)
         if request.protocol_type != ConsumerProtocolType:
             return answer(INCONSISTENT_GROUP_PROTOCOL)
         offered = {p.name: p.metadata for p in request.protocols}
@@ -355,6 +386,8 @@ class GroupBridge:
                 return answer(MEMBER_ID_REQUIRED, member_id)
         self._pending_ids.pop((request.group_id, member_id), None)
         if instance_id is not None:
+            if self._held_by_other(members, instance_id, principal, request.group_id):
+                return answer(FENCED_INSTANCE_ID, member_id)
             for other in list(members.values()):
                 if other.member.instance_id == instance_id and not other.member.gone:
                     self._replaced(other, member_id)
@@ -364,7 +397,7 @@ class GroupBridge:
             rebalance_timeout_ms=getattr(request, "rebalance_timeout_ms", -1) if version >= 1
             else request.session_timeout_ms,
             instance_id=instance_id, client_id=request.header.client_id or "", client_host=client_host,
-            last_heard=now, subscription=bytes(offered[protocol_name]))
+            last_heard=now, subscription=bytes(offered[protocol_name]), principal=principal)
         if member.rebalance_timeout_ms <= 0:
             member.rebalance_timeout_ms = member.session_timeout_ms
         bridged = self._add(member, request.group_id)
@@ -394,7 +427,7 @@ class GroupBridge:
                 consumer_id=registration_id(member) if member.instance_id else None,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
-                assignment_strategies=strategies, tls=self.tls)
+                assignment_strategies=strategies, tls=self.tls, **self._on_behalf_of(member.principal))
         except ConfigError as exc:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
@@ -419,6 +452,24 @@ class GroupBridge:
             bridged.membership = None
             return COORDINATOR_NOT_AVAILABLE
         return NONE
+
+    @staticmethod
+    def _held_by_other(members, instance_id: str, principal: Principal, group: str) -> bool:
+        """Whether another principal's live member holds the static ``instance_id``."""
+        for other in members.values():
+            if other.member.instance_id == instance_id and not other.member.gone \
+                    and other.member.principal != principal:
+                log.info("group %s: static member %s is held by %s; %s may not take it over", group,
+                         instance_id, other.member.principal, principal)
+                return True
+        return False
+
+    def _on_behalf_of(self, principal: Principal) -> dict:
+        if self._credential is None:
+            return {}
+        user, password = self._credential
+        # Always named, ANONYMOUS too: the broker's own rights are never a client's.
+        return {"user": user, "password": password, "on_behalf_of": str(principal)}
 
     def _replaced(self, old: _Bridged, member_id: str) -> None:
         """A static member's instance joined again under a new member id: the
@@ -560,7 +611,7 @@ class GroupBridge:
 
     # -- ConsumerGroupHeartbeat (KIP-848) -------------------------------------------------
 
-    def consumer_group_heartbeat(self, request, client_host: str):
+    def consumer_group_heartbeat(self, request, client_host: str, principal: Principal = ANONYMOUS):
         version = request.API_VERSION
         epoch = request.member_epoch
 
@@ -581,6 +632,9 @@ class GroupBridge:
             layout.group_path(request.group_id)
         except layout.LayoutError as exc:
             return answer(INVALID_GROUP_ID, message=str(exc))
+        if not self._allowed(principal, acl.READ, acl.group(request.group_id), client_host):
+            return answer(GROUP_AUTHORIZATION_FAILED, message=acl.refusal(principal, acl.READ,
+                                                                          acl.group(request.group_id)))
         bridged = self._find(request.group_id, request.member_id) if request.member_id else None
         if bridged is not None and not isinstance(bridged.member, ConsumerMember):
             return answer(classic.UNKNOWN_MEMBER_ID, message="this member id speaks the classic protocol")
@@ -609,7 +663,7 @@ class GroupBridge:
                               message="unknown member: join with epoch 0")
             if not topics and not pattern:
                 return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
-            bridged = self._join_consumer_member(request, topics or (), pattern or None, client_host, now)
+            bridged = self._join_consumer_member(request, topics or (), pattern or None, client_host, now, principal)
             if isinstance(bridged, int):
                 return answer(bridged, message="the coordinator refused the member; see the broker's log")
         member = bridged.member
@@ -626,9 +680,13 @@ class GroupBridge:
         bridged.notify()
         return answer(error, member, assignment)
 
-    def _join_consumer_member(self, request, topics, pattern: Optional[str], client_host: str, now: float):
+    def _join_consumer_member(self, request, topics, pattern: Optional[str], client_host: str, now: float,
+                              principal: Principal = ANONYMOUS):
         """A new KIP-848 member, registered with its coordinator; or the error for its client."""
         member_id = request.member_id or str(uuid.uuid4())
+        if request.instance_id is not None and self._held_by_other(self._groups.get(request.group_id, {}),
+                                                                   request.instance_id, principal, request.group_id):
+            return FENCED_INSTANCE_ID
         if request.instance_id is not None:
             for other in list(self._groups.get(request.group_id, {}).values()):
                 if other.member.instance_id == request.instance_id and not other.member.gone:
@@ -638,7 +696,7 @@ class GroupBridge:
             rebalance_timeout_ms=request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
             else self.session_timeout_ms,
             instance_id=request.instance_id, client_id=request.header.client_id or "", client_host=client_host,
-            last_heard=now)
+            last_heard=now, principal=principal)
         bridged = self._add(member, request.group_id)
         assignor = request.server_assignor
         # A server_assignor zkcoord has picks the strategy; otherwise the member
@@ -652,9 +710,10 @@ class GroupBridge:
 
     # -- OffsetCommit, OffsetFetch -----------------------------------------------------
 
-    def offset_commit(self, request):
+    def offset_commit(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         Topic = OffsetCommitResponse.OffsetCommitResponseTopic
         Partition = Topic.OffsetCommitResponsePartition
+        group_allowed = self._allowed(principal, acl.READ, acl.group(request.group_id), client_host)
         generation = getattr(request, "generation_id_or_member_epoch", -1)
         member_id = getattr(request, "member_id", "")
         bridged = self._find(request.group_id, member_id) if member_id else None
@@ -664,7 +723,11 @@ class GroupBridge:
             partitions = []
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
-                if bridged is None:
+                if not group_allowed:
+                    error = GROUP_AUTHORIZATION_FAILED
+                elif not self._allowed(principal, acl.READ, acl.topic(topic.name), client_host):
+                    error = TOPIC_AUTHORIZATION_FAILED
+                elif bridged is None:
                     # No member: offsets of a group move only through its
                     # coordinator (its members' commits, or an admin reset).
                     error = self._unknown(request.group_id, member_id)
@@ -690,10 +753,17 @@ class GroupBridge:
             return OFFSET_OUT_OF_RANGE
         return NONE
 
-    def offset_fetch(self, request):
+    def offset_fetch(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         Topic = OffsetFetchResponse.OffsetFetchResponseTopic
         Partition = Topic.OffsetFetchResponsePartition
         group = request.group_id
+        if not self._allowed(principal, acl.DESCRIBE, acl.group(group), client_host):
+            refused = [Topic(name=t.name, partitions=[
+                Partition(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                          error_code=GROUP_AUTHORIZATION_FAILED) for p in t.partition_indexes])
+                for t in request.topics or ()]
+            return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=refused,
+                                       error_code=GROUP_AUTHORIZATION_FAILED)
         try:
             layout.group_path(group)
             stored = read_offsets(self.zk, group)

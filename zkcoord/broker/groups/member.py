@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 from kafka import errors as kafka_errors
 
 from zkcoord.records import TopicPartition
+from zkcoord.security.principal import ANONYMOUS, Principal
 
 NONE = kafka_errors.NoError.errno
 ILLEGAL_GENERATION = kafka_errors.IllegalGenerationError.errno
@@ -45,6 +46,7 @@ class BridgedMember:
     pattern: Optional[str] = None
     client_id: str = ""
     client_host: str = ""
+    principal: Principal = ANONYMOUS  # who the client authenticated as (SASL): its static id is that principal's
     phase: Phase = Phase.JOINING
     # The classic protocol's generation, or KIP-848's member epoch: what commits must carry.
     generation: int = 0

@@ -1,0 +1,124 @@
+"""A secured deployment end to end, as deploy/ and the README set it up:
+ZooKeeper with SASL users and a TLS-only client port; a zkcoord server whose
+coordinator protocol and broker speak TLS only, whose broker requires SASL
+and whose authorizer is on; one group of a thin consumer (TLS and a
+credential) and a stock client (SASL_SSL, SCRAM-SHA-512) consuming exactly
+once, and a stranger refused on each path. Every layer is real."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from confluent_kafka import KafkaError
+
+from tests.e2e.checks import produce
+from tests.e2e.conftest import SERVER_ARGS
+from tests.e2e.test_security import StockMember, refusal
+from zkcoord import wire
+from zkcoord.consumer.consumer import Consumer
+from zkcoord.security import acl, certs, store
+from zkcoord.security.config import TlsConfig, librdkafka_settings
+from zkcoord.testing import LocalCluster, wait_until
+from zkcoord.zk import layout
+from zkcoord.zk.ensemble import LocalEnsemble
+
+TOPIC = "secure-events"
+PARTITIONS = 4
+RECORDS = 200
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("secured-deployment")
+    ensemble = LocalEnsemble.create(directory / "zk", nodes=1, tick_ms=250, auth="sasl", users=("zkcoord",), tls=True)
+    ensemble.start(timeout=60)
+    try:
+        ca = certs.make_ca(directory / "pki")
+        server = certs.issue(ca, directory / "pki", "server")
+        bridge_password = directory / "bridge-password"
+        bridge_password.write_text("broker-pw\n")
+        args = (*SERVER_ARGS, "--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-ca", str(ca.cert),
+                "--authentication-required", "--authorizer", "on", "--sasl-mechanism", "SCRAM-SHA-512",
+                "--super-user", "User:admin", "--super-user", "User:broker",
+                "--bridge-user", "broker", "--bridge-password-file", str(bridge_password))
+        with LocalCluster(ensemble.connect_string, directory / "cluster", args,
+                          zk_security=ensemble.client_security()) as cluster:
+            for name in ("alice", "bob", "admin", "broker"):
+                store.set_user(cluster.zk, name, f"{name}-pw")
+            store.add_acls(cluster.zk, acl.group("secure"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
+            store.add_acls(cluster.zk, acl.topic(TOPIC), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ),
+                                                          acl.AclEntry("User:bob", acl.ALLOW, acl.DESCRIBE)])
+            cluster.tls = TlsConfig(ca=str(ca.cert))
+            cluster.client_settings = sasl_ssl(cluster, "admin")  # the test's producer is a super user
+            cluster.start_servers(1)
+            cluster.create_topic(TOPIC, PARTITIONS)
+            produce(cluster, TOPIC, RECORDS, partitions=PARTITIONS)
+            yield cluster
+    finally:
+        ensemble.destroy()
+
+
+def sasl_ssl(cluster, user: str) -> dict[str, str]:
+    return {**librdkafka_settings(cluster.tls), "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": user, "sasl.password": f"{user}-pw"}
+
+
+def stock_member(cluster, user: str, group: str = "secure") -> StockMember:
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    consumer = KafkaConsumer({"bootstrap.servers": cluster.broker_list, "group.id": group,
+                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                              "heartbeat.interval.ms": 500, **sasl_ssl(cluster, user)})
+    consumer.subscribe([TOPIC])
+
+    def poll(member):
+        message = consumer.poll(0.1)
+        if message is not None:
+            (member.errors if message.error() else member.values).append(message.error() or message.value())
+    return StockMember(consumer, poll)
+
+
+def test_the_broker_registers_a_sasl_ssl_listener(deployment):
+    registration = json.loads(deployment.zk.get(layout.broker_path(1))[0])
+    port = deployment.servers[1].broker_port
+    assert registration["endpoints"] == [f"SASL_SSL://127.0.0.1:{port}"]
+    assert registration["listener_security_protocol_map"] == {"SASL_SSL": "SASL_SSL"}
+
+
+def test_a_thin_and_a_stock_member_share_the_group_exactly_once(deployment):
+    thin_values = []
+    with Consumer(deployment.bootstrap, group="secure", topics=[TOPIC], user="alice", password="alice-pw",
+                  tls=deployment.tls, auto_offset_reset="smallest", session_timeout_ms=6000) as thin:
+        stock = stock_member(deployment, "alice")
+        try:
+            def both_served():
+                thin_values.extend(r.value for r in thin.poll(100))
+                return len(thin_values) + len(stock.values) >= RECORDS and thin.assignment()
+            wait_until(both_served, timeout=60, message=f"{RECORDS} records between the two, both assigned")
+            assert stock.errors == []
+        finally:
+            stock.close()
+        for _ in range(5):  # any duplicate would follow the stock member's leave
+            thin_values.extend(r.value for r in thin.poll(100))
+    delivered = Counter(thin_values + stock.values)
+    assert [v for v, n in delivered.items() if n > 1] == []
+    assert sorted(delivered) == sorted(f"m-{n}".encode() for n in range(RECORDS))
+
+
+def test_a_stranger_is_refused_on_every_path(deployment):
+    with Consumer(deployment.bootstrap, group="secure", topics=[TOPIC], user="bob", password="bob-pw",
+                  tls=deployment.tls, session_timeout_ms=6000) as bob:
+        exc = refusal(bob)
+    assert isinstance(exc, wire.GroupAuthorizationFailed) and "User:bob is not authorized to Read group" in str(exc)
+    with Consumer(deployment.bootstrap, group="secure", topics=[TOPIC], tls=deployment.tls,
+                  session_timeout_ms=6000) as anonymous:
+        exc = refusal(anonymous)
+    assert isinstance(exc, wire.AuthenticationFailed) and "authentication is required" in str(exc)
+    stock = stock_member(deployment, "bob")
+    try:
+        wait_until(lambda: stock.errors, timeout=30, message="bob's stock client to be refused")
+    finally:
+        stock.close()
+    assert stock.errors[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED and stock.values == []

@@ -1,0 +1,126 @@
+"""Users and ACLs in a real ZooKeeper: the nodes are Kafka's, the commands
+round-trip and refuse bad input with exit 2, and the ACL cache follows changes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zkcoord.security import acl, scram, store
+from zkcoord.security.principal import user
+from zkcoord.testing import wait_until
+
+
+def zkcoord(*args, stdin=""):
+    return subprocess.run([sys.executable, "-m", "zkcoord.cli", *args], input=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_users_command_round_trip_in_kafkas_layout(zk, zk_connect, tmp_path):
+    added = zkcoord("users", "add", "--zookeeper", zk_connect, "--user", "alice", stdin="s3cret\n")
+    assert added.returncode == 0, added.stderr
+    secret = tmp_path / "pw"
+    secret.write_text("other\n")
+    assert zkcoord("users", "add", "--zookeeper", zk_connect, "--user", "bob", "--mechanism", "SCRAM-SHA-512",
+                   "--password-file", str(secret)).returncode == 0
+    node = json.loads(zk.get("/config/users/alice")[0])
+    assert node["version"] == 1 and sorted(node["config"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert "s3cret" not in json.dumps(node)
+    assert node["config"]["SCRAM-SHA-256"].endswith(",iterations=4096")
+    changes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in sorted(zk.get_children("/config/changes"))]
+    assert {"version": 2, "entity_path": "users/alice"} in changes
+    listed = zkcoord("users", "list", "--zookeeper", zk_connect)
+    assert listed.stdout.splitlines() == ["alice\tSCRAM-SHA-256,SCRAM-SHA-512", "bob\tSCRAM-SHA-512"]
+    store.check_password(zk, "alice", "s3cret")
+    store.check_password(zk, "bob", "other")
+    with pytest.raises(scram.AuthenticationFailed, match="user 'alice'"):
+        store.check_password(zk, "alice", "wrong")
+    assert zkcoord("users", "delete", "--zookeeper", zk_connect, "--user", "alice").returncode == 0
+    assert not zk.exists("/config/users/alice")
+    with pytest.raises(scram.AuthenticationFailed):
+        store.check_password(zk, "alice", "s3cret")
+
+
+@pytest.mark.parametrize("args, stdin, reason", [
+    (("add", "--user", "al/ice"), "pw\n", "user name 'al/ice'"),
+    (("add", "--user", "alice"), "\n", "no password"),
+    (("add", "--user", "alice", "--mechanism", "SCRAM-MD5"), "pw\n", "--mechanism must be one of"),
+    (("add", "--user", "alice", "--iterations", "10"), "pw\n", "iterations"),
+    (("add", "--user", "alice", "--password-file", "/nonexistent/pw"), "", "cannot read the password"),
+    (("delete", "--user", "nobody"), "", "has no SCRAM-SHA-256/SCRAM-SHA-512 credentials"),
+])
+def test_users_command_refuses_bad_input(zk, zk_connect, args, stdin, reason):
+    zkcoord("users", "add", "--zookeeper", zk_connect, "--user", "keep", stdin="pw\n")
+    before = zk.get("/config/users/keep")[0]
+    result = zkcoord("users", args[0], "--zookeeper", zk_connect, *args[1:], stdin=stdin)
+    assert result.returncode == 2, result
+    assert result.stderr.startswith("zkcoord users: ") and reason in result.stderr, result.stderr
+    assert zk.get("/config/users/keep")[0] == before
+    assert zk.get_children("/config/users") == ["keep"]
+
+
+def test_acls_command_round_trip_in_kafkas_layout(zk, zk_connect):
+    ok = zkcoord("acls", "add", "--zookeeper", zk_connect, "--group", "orders", "--principal", "User:alice",
+                 "--operation", "Read")
+    assert ok.returncode == 0, ok.stderr
+    assert zkcoord("acls", "add", "--zookeeper", zk_connect, "--topic", "t", "--principal", "User:*",
+                   "--operation", "Describe", "--deny").returncode == 0
+    node = json.loads(zk.get("/kafka-acl/Group/orders")[0])
+    assert node == {"version": 1, "acls": [{"principal": "User:alice", "permissionType": "Allow",
+                                            "operation": "Read", "host": "*"}]}
+    changes = {zk.get(f"/kafka-acl-changes/{c}")[0] for c in zk.get_children("/kafka-acl-changes")}
+    assert changes == {b"Group:orders", b"Topic:t"}
+    listed = zkcoord("acls", "list", "--zookeeper", zk_connect).stdout
+    assert "Current ACLs for resource `Group:orders`:\n\t(principal=User:alice, host=*, operation=Read, " \
+           "permissionType=Allow)" in listed
+    assert "permissionType=Deny" in listed
+    assert zkcoord("acls", "remove", "--zookeeper", zk_connect, "--group", "orders").returncode == 0
+    assert not zk.exists("/kafka-acl/Group/orders")
+
+
+@pytest.mark.parametrize("args, reason", [
+    (("add", "--group", "g", "--principal", "alice", "--operation", "Read"), "TYPE:NAME"),
+    (("add", "--group", "g", "--principal", "User:alice", "--operation", "Eat"), "operation must be one of"),
+    (("add", "--group", "g", "--principal", "User:alice"), "needs --principal and --operation"),
+    (("add", "--group", "a/b", "--principal", "User:alice", "--operation", "Read"), "path segment"),
+    (("remove", "--group", "g", "--operation", "Read"), "needs --principal"),
+])
+def test_acls_command_refuses_bad_input(zk, zk_connect, args, reason):
+    store.add_acls(zk, acl.group("g"), [acl.AclEntry("User:keep", acl.ALLOW, acl.READ)])
+    before = zk.get("/kafka-acl/Group/g")[0]
+    result = zkcoord("acls", args[0], "--zookeeper", zk_connect, *args[1:])
+    assert result.returncode == 2, result
+    assert result.stderr.startswith("zkcoord acls: ") and reason in result.stderr, result.stderr
+    assert zk.get("/kafka-acl/Group/g")[0] == before
+
+
+def test_acl_cache_follows_changes(zk):
+    cache = store.AclCache(zk).start()
+    try:
+        assert not acl.authorize(cache.acls, user("alice"), acl.READ, acl.group("g"))
+        store.add_acls(zk, acl.group("g"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
+        wait_until(lambda: acl.authorize(cache.acls, user("alice"), acl.READ, acl.group("g")), timeout=10,
+                   message="the cache to see the new ACL")
+        store.remove_acls(zk, acl.group("g"))
+        wait_until(lambda: not acl.authorize(cache.acls, user("alice"), acl.READ, acl.group("g")), timeout=10,
+                   message="the cache to see the ACL removed")
+    finally:
+        cache.stop()
+
+
+def test_credentials_unreadable_is_a_retriable_refusal(zk_connect):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zk_connect, timeout=2.0)
+    client.start(timeout=15)
+    store.set_user(client, "alice", "pw")
+    client.stop()  # its session gone: every request now fails as one to an unreachable ZooKeeper
+    try:
+        with pytest.raises(store.CredentialsUnavailable) as refused:
+            store.check_password(client, "alice", "pw")
+        assert refused.value.retriable and "cannot be read from ZooKeeper now" in str(refused.value)
+    finally:
+        client.close()

@@ -1,0 +1,89 @@
+"""`zkcoord acls`: ACLs on groups and topics in ZooKeeper, where ZooKeeper-mode
+Kafka keeps them (/kafka-acl/<Group|Topic>/<name>), so kafka-acls lists what
+this writes. docs/SECURITY.md says which operation gates what."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from zkcoord.admin import zookeeper_session
+from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.security import acl
+from zkcoord.security.store import add_acls, read_acls, remove_acls
+from zkcoord.zk.layout.security import resource_path
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("acls", help="add, remove, list ACLs of groups and topics in ZooKeeper")
+    actions = parser.add_subparsers(dest="acls_action", metavar="ACTION")
+    actions.required = True
+    for name, text in (("add", "allow (or with --deny, deny) principals operations on a group or topic"),
+                       ("remove", "remove ACL entries (all of the resource's if no --principal is given)"),
+                       ("list", "list ACLs (of one resource, or all)")):
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+        which = sub.add_mutually_exclusive_group(required=name != "list")
+        which.add_argument("--group", help="the group ('*': every group)")
+        which.add_argument("--topic", help="the topic ('*': every topic)")
+        if name != "list":
+            sub.add_argument("--principal", action="append", metavar="TYPE:NAME",
+                             help="User:alice, or User:* for anyone (repeatable)")
+            sub.add_argument("--operation", action="append", metavar="OP",
+                             help=f"one of {', '.join(acl.OPERATIONS)} (repeatable)")
+            sub.add_argument("--host", default=acl.WILDCARD, help="the client address it applies to (default: any)")
+            sub.add_argument("--deny", action="store_true", help="a Deny entry (default: Allow)")
+        sub.set_defaults(func=run)
+    return parser
+
+
+def _resource(args):
+    if args.group is not None:
+        return acl.group(args.group)
+    if args.topic is not None:
+        return acl.topic(args.topic)
+    return None
+
+
+def _entries(args) -> list:
+    if args.acls_action == "add" and (not args.principal or not args.operation):
+        raise ConfigError("acls add needs --principal and --operation")
+    if args.acls_action == "remove" and not args.principal:
+        if args.operation:
+            raise ConfigError("acls remove with --operation needs --principal")
+        return None
+    permission = acl.DENY if args.deny else acl.ALLOW
+    return [acl.AclEntry(p, permission, op, args.host)
+            for p in args.principal for op in (args.operation or acl.OPERATIONS)]
+
+
+def format_acls(resource, entries) -> list[str]:
+    lines = [f"Current ACLs for resource `{resource}`:"]
+    lines += [f"\t(principal={e.principal}, host={e.host}, operation={e.operation}, "
+              f"permissionType={e.permission})" for e in sorted(entries)]
+    return lines
+
+
+def run(args) -> int:
+    try:  # bad arguments fail before any connection is made
+        resource = _resource(args)
+        if resource is not None:
+            resource_path(resource)
+        entries = None if args.acls_action == "list" else _entries(args)
+        with zookeeper_session(args.zookeeper) as client:
+            if args.acls_action == "add":
+                print("\n".join(format_acls(resource, add_acls(client, resource, entries))))
+            elif args.acls_action == "remove":
+                left = remove_acls(client, resource, entries)
+                print("\n".join(format_acls(resource, left)))
+            else:
+                every = read_acls(client)
+                for found in sorted(every) if resource is None else [resource]:
+                    print("\n".join(format_acls(found, every.get(found, ()))))
+        return 0
+    except ConfigError as exc:
+        print(f"zkcoord acls: {exc}", file=sys.stderr)
+        return 2
+    except ZkcoordError as exc:
+        print(f"zkcoord acls: {exc}", file=sys.stderr)
+        return 1

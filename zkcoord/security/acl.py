@@ -1,0 +1,133 @@
+"""Access control lists and the decision they make: pure code, no I/O.
+
+An ACL entry is Kafka's: a principal ("User:alice", or "User:*" for anyone),
+Allow or Deny, an operation, and a host ("*" for any). Entries hang on a
+resource (a group or a topic, by literal name; the name "*" matches every
+resource of its type). :func:`authorize` answers as Kafka's AclAuthorizer
+does: a super user may do anything; a matching Deny wins over any Allow;
+Read, Write, Delete and Alter imply Describe; with no matching Allow the
+answer is no.
+
+What each zkcoord operation asks for (docs/SECURITY.md has the table):
+joining a group, committing and fetching offsets of it is Read on the group
+(and Read on each topic subscribed); describing a group is Describe on it;
+resetting a group's offsets is Delete on it (Kafka's kafka-consumer-groups
+--reset-offsets commits as the group, and --delete needs Delete: a reset
+rewrites history, so it asks the stronger right); a broker Fetch is Read on
+the topic, Metadata Describe on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Mapping
+
+from zkcoord.errors import ConfigError
+from zkcoord.security.principal import Principal
+
+GROUP = "Group"
+TOPIC = "Topic"
+RESOURCE_TYPES = (GROUP, TOPIC)
+WILDCARD = "*"
+
+ALLOW = "Allow"
+DENY = "Deny"
+PERMISSIONS = (ALLOW, DENY)
+
+READ = "Read"
+WRITE = "Write"
+DESCRIBE = "Describe"
+DELETE = "Delete"
+ALTER = "Alter"
+ALL = "All"
+OPERATIONS = (ALL, READ, WRITE, DESCRIBE, DELETE, ALTER)
+# Kafka: an Allow of one of these also allows Describe.
+_IMPLIES_DESCRIBE = (READ, WRITE, DELETE, ALTER)
+
+
+class AclError(ConfigError):
+    """An ACL entry or resource that cannot be stored: the message names the field."""
+
+
+def _choice(value: object, choices: tuple, what: str) -> str:
+    # Kafka spells these in CamelCase but reads them case-insensitively.
+    if isinstance(value, str):
+        for choice in choices:
+            if value.lower() == choice.lower():
+                return choice
+    raise AclError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class AclEntry:
+    principal: str
+    permission: str
+    operation: str
+    host: str = WILDCARD
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.principal, str) or (self.principal != WILDCARD
+                                                    and ":" not in self.principal):
+            raise AclError(f"an ACL's principal must be TYPE:NAME (User:alice, User:*), not {self.principal!r}")
+        kind, _, name = self.principal.partition(":")
+        if not kind or not name:
+            raise AclError(f"an ACL's principal must be TYPE:NAME (User:alice, User:*), not {self.principal!r}")
+        object.__setattr__(self, "permission", _choice(self.permission, PERMISSIONS, "permissionType"))
+        object.__setattr__(self, "operation", _choice(self.operation, OPERATIONS, "operation"))
+        if not isinstance(self.host, str) or not self.host:
+            raise AclError(f"an ACL's host must be an address or '*', not {self.host!r}")
+
+    def matches(self, principal: Principal, host: str) -> bool:
+        if self.principal != str(principal) and self.principal != f"{principal.kind}:{WILDCARD}":
+            return False
+        return self.host in (WILDCARD, host)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Resource:
+    kind: str
+    name: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", _choice(self.kind, RESOURCE_TYPES, "resource type"))
+        if not isinstance(self.name, str) or not self.name:
+            raise AclError(f"a {self.kind} resource needs a name")
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+def group(name: str) -> Resource:
+    return Resource(GROUP, name)
+
+
+def topic(name: str) -> Resource:
+    return Resource(TOPIC, name)
+
+
+Acls = Mapping[Resource, Iterable[AclEntry]]
+
+
+def _covers(entry_operation: str, operation: str, permission: str) -> bool:
+    if entry_operation in (ALL, operation):
+        return True
+    # Implication widens only what is allowed; a Deny denies what it names.
+    return permission == ALLOW and operation == DESCRIBE and entry_operation in _IMPLIES_DESCRIBE
+
+
+def authorize(acls: Acls, principal: Principal, operation: str, resource: Resource, host: str = "",
+              super_users: Iterable[Principal] = ()) -> bool:
+    """Whether ``principal`` connecting from ``host`` may do ``operation`` on ``resource``."""
+    if principal in set(super_users):
+        return True
+    entries = [*acls.get(resource, ()), *acls.get(Resource(resource.kind, WILDCARD), ())]
+    matching = [e for e in entries if e.matches(principal, host)]
+    if any(e.permission == DENY and _covers(e.operation, operation, DENY) for e in matching):
+        return False
+    return any(e.permission == ALLOW and _covers(e.operation, operation, ALLOW) for e in matching)
+
+
+def refusal(principal: Principal, operation: str, resource: Resource) -> str:
+    """The one sentence every refusal says."""
+    return (f"{principal} is not authorized to {operation} {resource.kind.lower()} {resource.name!r} "
+            f"(no ACL allows it)")

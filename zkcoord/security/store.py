@@ -1,0 +1,234 @@
+"""Users' SCRAM credentials and ACLs in ZooKeeper: reading, writing (with
+Kafka's change notifications) and a cache of the ACLs that follows their
+changes. The bytes are zkcoord.zk.layout.security's; the decisions are
+zkcoord.security.acl's and zkcoord.security.scram's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Iterable, Optional
+
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+
+from zkcoord.errors import ZkcoordError
+from zkcoord.security import scram
+from zkcoord.security.acl import RESOURCE_TYPES, AclEntry, Resource
+from zkcoord.zk.layout import security as sec
+
+log = logging.getLogger(__name__)
+
+
+class UnknownUser(ZkcoordError):
+    """No credentials are stored for the user named."""
+
+
+class CredentialsUnavailable(scram.AuthenticationFailed):
+    """ZooKeeper could not be asked for the user's credentials: the user is
+    not authenticated now, and may be once ZooKeeper answers again."""
+
+    retriable = True
+
+
+# -- users -------------------------------------------------------------------
+
+def _read_user(zk, name: str) -> tuple[Optional[dict], Optional[dict], int]:
+    try:
+        data, stat = zk.get(sec.user_path(name))
+    except NoNodeError:
+        return None, None, -1
+    credentials, other = sec.decode_user(name, data)
+    return credentials, other, stat.version
+
+
+def _notify_user(zk, name: str) -> None:
+    zk.ensure_path(sec.CONFIG_CHANGES)
+    zk.create(sec.CONFIG_CHANGE_PREFIX, sec.user_change(name), sequence=True)
+
+
+def set_user(zk, name: str, password: str, mechanisms: Iterable[str] = scram.SCRAM_MECHANISMS,
+             iterations: int = scram.DEFAULT_ITERATIONS) -> None:
+    """Store (or replace) ``name``'s credentials for ``mechanisms``, keeping
+    those of other mechanisms and the node's other config entries."""
+    path = sec.user_path(name)
+    fresh = {m: scram.derive(m, password, iterations) for m in mechanisms}  # checks before any write
+    while True:
+        credentials, other, version = _read_user(zk, name)
+        data = sec.encode_user({**(credentials or {}), **fresh}, other)
+        try:
+            if version < 0:
+                zk.create(path, data, makepath=True)
+            else:
+                zk.set(path, data, version=version)
+            break
+        except (NodeExistsError, BadVersionError, NoNodeError):
+            continue  # another writer got there between our read and write: read again
+    _notify_user(zk, name)
+
+
+def delete_user(zk, name: str, mechanisms: Iterable[str] = scram.SCRAM_MECHANISMS) -> None:
+    """Remove ``name``'s credentials for ``mechanisms``; the node goes when nothing is left in it."""
+    path = sec.user_path(name)
+    mechanisms = set(mechanisms)
+    while True:
+        credentials, other, version = _read_user(zk, name)
+        if credentials is None or not mechanisms & credentials.keys():
+            raise UnknownUser(f"user {name!r} has no {'/'.join(sorted(mechanisms))} credentials to delete")
+        left = {m: c for m, c in credentials.items() if m not in mechanisms}
+        try:
+            if left or other:
+                zk.set(path, sec.encode_user(left, other), version=version)
+            else:
+                zk.delete(path, version=version)
+            break
+        except (BadVersionError, NoNodeError):
+            continue
+    _notify_user(zk, name)
+
+
+def list_users(zk) -> dict[str, list[str]]:
+    """Each user with credentials, and their mechanisms."""
+    try:
+        names = zk.get_children(sec.CONFIG_USERS)
+    except NoNodeError:
+        return {}
+    out = {}
+    for name in sorted(names):
+        try:
+            credentials, _, _ = _read_user(zk, name)
+        except ZkcoordError as exc:
+            log.warning("skipping %s: %s", name, exc)
+            continue
+        if credentials:
+            out[name] = sorted(credentials)
+    return out
+
+
+def credential(zk, name: str, mechanism: str) -> Optional[scram.Credential]:
+    """``name``'s stored credential for ``mechanism``, read now (a login is
+    rare enough that a cache would only risk serving a revoked password)."""
+    try:
+        credentials, _, _ = _read_user(zk, name)
+    except sec.InvalidUserName:
+        return None
+    except ZkcoordError as exc:
+        log.warning("credentials of %r unreadable: %s", name, exc)
+        return None
+    except (KazooException, zk.handler.timeout_exception) as exc:  # ZooKeeper unreachable, or too slow
+        raise CredentialsUnavailable(f"the credentials of user {name!r} cannot be read from ZooKeeper now: "
+                                     f"{type(exc).__name__}") from None
+    return (credentials or {}).get(mechanism)
+
+
+def check_password(zk, name: str, password: str) -> None:
+    """Raise AuthenticationFailed unless ``password`` is ``name``'s (PLAIN,
+    and the coordinator's RegisterConsumer credential): checked against the
+    stored SCRAM-SHA-512 credential, else SCRAM-SHA-256."""
+    for mechanism in reversed(scram.SCRAM_MECHANISMS):
+        stored = credential(zk, name, mechanism)
+        if stored is not None:
+            if scram.password_matches(stored, password):
+                return
+            break
+    raise scram.AuthenticationFailed(f"authentication failed for user {name!r}: unknown user or wrong password")
+
+
+# -- ACLs ----------------------------------------------------------------------
+
+def _read_resource(zk, resource: Resource) -> tuple[frozenset, int]:
+    try:
+        data, stat = zk.get(sec.resource_path(resource))
+    except NoNodeError:
+        return frozenset(), -1
+    return sec.decode_acls(resource, data), stat.version
+
+
+def _change_acls(zk, resource: Resource, change) -> frozenset:
+    path = sec.resource_path(resource)
+    while True:
+        entries, version = _read_resource(zk, resource)
+        new = frozenset(change(entries))
+        if new == entries:
+            return new
+        try:
+            if version < 0:
+                zk.create(path, sec.encode_acls(new), makepath=True)
+            elif new:
+                zk.set(path, sec.encode_acls(new), version=version)
+            else:
+                zk.delete(path, version=version)
+            break
+        except (NodeExistsError, BadVersionError, NoNodeError):
+            continue
+    zk.ensure_path(sec.ACL_CHANGES)
+    zk.create(sec.ACL_CHANGE_PREFIX, sec.acl_change(resource), sequence=True)
+    return new
+
+
+def add_acls(zk, resource: Resource, entries: Iterable[AclEntry]) -> frozenset:
+    entries = frozenset(entries)
+    return _change_acls(zk, resource, lambda old: old | entries)
+
+
+def remove_acls(zk, resource: Resource, entries: Optional[Iterable[AclEntry]] = None) -> frozenset:
+    """Remove ``entries`` (all of the resource's, if None)."""
+    entries = None if entries is None else frozenset(entries)
+    return _change_acls(zk, resource, lambda old: frozenset() if entries is None else old - entries)
+
+
+def read_acls(zk) -> dict[Resource, frozenset]:
+    out = {}
+    for kind in RESOURCE_TYPES:
+        try:
+            names = zk.get_children(f"{sec.ACLS}/{kind}")
+        except NoNodeError:
+            continue
+        for name in names:
+            resource = Resource(kind, name)
+            try:
+                entries, _ = _read_resource(zk, resource)
+            except ZkcoordError as exc:
+                log.warning("ignoring the ACLs of %s: %s", resource, exc)
+                continue
+            if entries:
+                out[resource] = entries
+    return out
+
+
+class AclCache:
+    """The ACLs of ZooKeeper, read again whenever a change notification
+    appears (and at start). ``acls`` is a consistent snapshot to decide with."""
+
+    def __init__(self, zk):
+        self._zk = zk
+        self._lock = threading.Lock()
+        self.acls: dict[Resource, frozenset] = {}
+        self._stopped = False
+
+    def start(self) -> "AclCache":
+        self._zk.ensure_path(sec.ACL_CHANGES)
+        self._reload()  # before the first request is decided
+        self._zk.ChildrenWatch(sec.ACL_CHANGES, self._on_change, send_event=False)
+        return self
+
+    def _on_change(self, _children) -> bool:
+        if self._stopped:
+            return False
+        # Read off the watch's callback, which must not block on ZooKeeper.
+        self._zk.handler.spawn(self._reload_logged)
+        return True
+
+    def _reload_logged(self) -> None:
+        try:
+            self._reload()
+        except Exception as exc:  # keep the old snapshot; the next notification retries
+            log.warning("could not reload ACLs: %s", exc)
+
+    def _reload(self) -> None:
+        acls = read_acls(self._zk)
+        with self._lock:
+            self.acls = acls
+
+    def stop(self) -> None:
+        self._stopped = True
