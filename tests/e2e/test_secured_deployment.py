@@ -122,3 +122,35 @@ def test_a_stranger_is_refused_on_every_path(deployment):
     finally:
         stock.close()
     assert stock.errors[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED and stock.values == []
+
+
+def test_the_operator_commands_reach_the_secured_cluster(deployment, tmp_path):
+    """What the README's secured deployment runs: users and ACLs written with
+    ZooKeeper credentials, a group described with its lag (the brokers asked
+    over TLS as a SASL user), each refused without what it needs."""
+    import subprocess
+
+    from zkcoord.testing import zkcoord_command
+    from zkcoord.zk.security import command_line
+
+    zk = ("--zookeeper", deployment.zookeeper, *command_line(deployment.zk_security))
+    secret = tmp_path / "pw"
+
+    def zkcoord(*args):
+        return subprocess.run(zkcoord_command(*args), capture_output=True, text=True, timeout=60)
+
+    secret.write_text("dave-pw\n")
+    assert zkcoord("users", "add", *zk, "--user", "dave", "--password-file", str(secret)).returncode == 0
+    added = zkcoord("acls", "add", *zk, "--group", "secure", "--principal", "User:dave", "--operation", "Describe")
+    assert added.returncode == 0, added.stderr
+    assert "User:dave" in zkcoord("acls", "list", *zk, "--group", "secure").stdout
+    anonymous = zkcoord("users", "add", "--zookeeper", deployment.zookeeper, "--user", "eve", "--password-file",
+                        str(secret))
+    assert anonymous.returncode != 0 and "ZooKeeper" in anonymous.stderr, anonymous.stderr
+
+    secret.write_text("admin-pw\n")
+    client = ("--tls-ca", deployment.tls.ca, "--user", "admin", "--password-file", str(secret))
+    described = zkcoord("groups", "describe", *zk, "--group", "secure", "--output", "json", *client)
+    assert described.returncode == 0, described.stderr
+    view = json.loads(described.stdout)
+    assert view["partitions"] and all(row["log_end_offset"] is not None for row in view["partitions"]), view

@@ -121,3 +121,34 @@ def test_our_client_and_server_agree_and_neither_believes_a_stranger():
             client.verify(forged)
         with pytest.raises(scram.AuthenticationFailed, match="refuses or is malformed"):
             client.verify(b"e=invalid-proof")
+
+
+
+def test_the_nonce_librdkafka_before_2_6_1_sends_is_taken_and_no_other():
+    stored = scram.derive(scram.SCRAM_SHA_512, "pw")
+    client_nonce = "c" * 32
+    client_first_bare = f"n=u,r={client_nonce}"
+
+    def final_with(server_first: str, nonce: str) -> bytes:
+        """A client-final message naming ``nonce``, its proof computed over it as a client would."""
+        attrs = dict(part.split("=", 1) for part in server_first.split(","))
+        client_key, stored_key, _ = scram._keys(scram.SCRAM_SHA_512, "pw", base64.b64decode(attrs["s"]),
+                                                int(attrs["i"]))
+        without_proof = f"c=biws,r={nonce}"
+        signature = scram._hmac("sha512", stored_key,
+                                f"{client_first_bare},{server_first},{without_proof}".encode())
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    for accepted, nonce_of in ((True, lambda full: full), (True, lambda full: client_nonce + full),
+                               (False, lambda full: "x" + full), (False, lambda full: full + "x"),
+                               (False, lambda full: client_nonce)):
+        server = scram.ScramServer(scram.SCRAM_SHA_512, lambda user: stored)
+        server_first = server.first(f"n,,{client_first_bare}".encode()).decode()
+        full = server_first.split(",")[0][2:]
+        message = final_with(server_first, nonce_of(full))
+        if accepted:
+            assert server.final(message).startswith(b"v=")
+        else:
+            with pytest.raises(scram.AuthenticationFailed, match="nonce does not match"):
+                server.final(message)

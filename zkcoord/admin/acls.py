@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zkcoord.admin import zookeeper_session
+from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.security import acl
 from zkcoord.security.store import add_acls, read_acls, remove_acls
@@ -23,6 +23,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                        ("list", "list ACLs (of one resource, or all)")):
         sub = actions.add_parser(name, help=text)
         sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+        add_security_options(sub)
         which = sub.add_mutually_exclusive_group(required=name != "list")
         which.add_argument("--group", help="the group ('*': every group)")
         which.add_argument("--topic", help="the topic ('*': every topic)")
@@ -70,7 +71,7 @@ def run(args) -> int:
         if resource is not None:
             resource_path(resource)
         entries = None if args.acls_action == "list" else _entries(args)
-        with zookeeper_session(args.zookeeper) as client:
+        with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             if args.acls_action == "add":
                 print("\n".join(format_acls(resource, add_acls(client, resource, entries))))
             elif args.acls_action == "remove":

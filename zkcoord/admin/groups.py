@@ -213,9 +213,7 @@ def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credent
 
 
 def register(subparsers) -> None:
-    from zkcoord import settings
     from zkcoord.admin import reset
-    from zkcoord.security.config import CLIENT_TLS, TlsConfig
 
     parser = subparsers.add_parser("groups", help="list consumer groups, describe one, reset its offsets")
     actions = parser.add_subparsers(dest="groups_action", metavar="ACTION", required=True)
@@ -235,13 +233,13 @@ def register(subparsers) -> None:
                           help="json: one document holding every view (default text)")
     describe.add_argument("--json", dest="output", action="store_const", const="json", help="--output json")
     describe.add_argument("--no-lag", action="store_true", help="do not ask the brokers for log end offsets")
-    settings.add_options(describe, TlsConfig, only=CLIENT_TLS)  # the brokers' log ends, over TLS
+    reset.add_client_options(describe)  # the brokers' log ends, as they must be asked
     describe.set_defaults(func=run)
     reset.register(actions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from zkcoord.admin.reset import client_tls
+    from zkcoord.admin.reset import client_credential, client_tls
 
     try:
         if args.groups_action == "describe":
@@ -259,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"zkcoord groups: no group {args.group!r}", file=sys.stderr)
                 return 2
             view = describe_group(client, args.group,
-                                  None if args.no_lag else log_end_offsets(client, tls=client_tls(args)))
+                                  None if args.no_lag else log_end_offsets(client, tls=client_tls(args),
+                                                                            credential=client_credential(args)))
             if args.output == "json":
                 print(json.dumps(view, indent=2))
             else:

@@ -178,6 +178,27 @@ def client_tls(args: argparse.Namespace):
     return args.tls_context
 
 
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """How a command reaches the servers and brokers: TLS, and a user for those that authenticate."""
+    from zkcoord import settings
+    from zkcoord.security.config import CLIENT_TLS, TlsConfig
+
+    settings.add_options(parser, TlsConfig, only=CLIENT_TLS)
+    parser.add_argument("--user", help="the operator's user, for servers and brokers that authenticate "
+                                       "(zkcoord users)")
+    parser.add_argument("--password-file", metavar="PATH",
+                        help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
+
+
+def client_credential(args: argparse.Namespace):
+    """(user, password) of the command's --user (None without one), read once; ConfigError without a password."""
+    if not hasattr(args, "password"):
+        from zkcoord.security.secrets import password_for
+
+        args.password = password_for(args.user, args.password_file)
+    return (args.user, args.password) if args.user else None
+
+
 def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     """The address of the group's coordinator, and the brokers' addresses:
     from ZooKeeper (``--zookeeper``) or asked of the servers (``--bootstrap``)."""
@@ -281,7 +302,7 @@ def reset_offsets(args: argparse.Namespace) -> list[str]:
 
     mode = mode_of(args, int(time.time() * 1000))
     _, addresses = locate(args)
-    with BrokerOffsets(addresses, tls=client_tls(args)) as brokers:
+    with BrokerOffsets(addresses, tls=client_tls(args), credential=client_credential(args)) as brokers:
         partitions = partitions_to_reset(args, brokers)
         known = ask(args, {tp: -1 for tp in partitions}, execute=False)
         if known.members and not args.force:
@@ -303,9 +324,6 @@ def reset_offsets(args: argparse.Namespace) -> list[str]:
 # -- the command --------------------------------------------------------------------------------
 
 def register(actions) -> None:
-    from zkcoord import settings
-    from zkcoord.security.config import CLIENT_TLS, TlsConfig
-
     parser = actions.add_parser("reset-offsets", help="move a group's committed offsets, through its coordinator, "
                                                       "as kafka-consumer-groups --reset-offsets does")
     where = parser.add_mutually_exclusive_group(required=True)
@@ -332,21 +350,16 @@ def register(actions) -> None:
     parser.add_argument("--force", action="store_true",
                         help="also while the group has members: their coordinator stops the partitions' owners, "
                              "writes, and starts the owners from the new offsets")
-    settings.add_options(parser, TlsConfig, only=CLIENT_TLS)
-    parser.add_argument("--user", help="the operator's user, for a coordinator that authenticates (zkcoord users)")
-    parser.add_argument("--password-file", metavar="PATH",
-                        help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
+    add_client_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from zkcoord.zk import layout
 
-    from zkcoord.security.secrets import password_for
-
     try:
         layout.group_path(args.group)
-        args.password = password_for(args.user, args.password_file)
+        client_credential(args)
         lines = reset_offsets(args)
     except (ResetArgumentError, layout.LayoutError, ConfigError) as exc:  # a bad argument, or --tls-* file
         print(f"zkcoord groups reset-offsets: {exc}", file=sys.stderr)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zkcoord.admin import zookeeper_session
+from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.security import scram
 from zkcoord.security.secrets import read_password
@@ -32,6 +32,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     def common(name, help_text):
         sub = actions.add_parser(name, help=help_text)
         sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+        add_security_options(sub)
         sub.set_defaults(func=run)
         return sub
 
@@ -59,7 +60,7 @@ def run(args) -> int:
         if action == "add":
             password = read_password(args.password_file)
             scram.derive(mechanisms[0], password, args.iterations)  # refuses bad iterations now
-        with zookeeper_session(args.zookeeper) as client:
+        with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             if action == "add":
                 set_user(client, args.user, password, mechanisms, args.iterations)
                 print(f"Stored {', '.join(mechanisms)} credentials for user {args.user}")

@@ -165,7 +165,9 @@ class ScramServer:
     mechanism, or None. Channel binding is not offered ("n" or "y" only)."""
 
     def __init__(self, mechanism: str, lookup: Callable[[str], Optional[Credential]],
-                 nonce: Callable[[], str] = lambda: base64.b64encode(os.urandom(24)).decode("ascii")):
+                 nonce: Callable[[], str] = lambda: os.urandom(24).hex()):
+        # A nonce of letters and digits only, as Kafka's: librdkafka 2.0
+        # (Debian 12's, under kcat) garbles one with base64's '+' and '/'.
         self.mechanism = mechanism
         self._hash = _hash(mechanism)
         self._lookup = lookup
@@ -200,6 +202,7 @@ class ScramServer:
         iterations = credential.iterations if credential else DEFAULT_ITERATIONS
         self._client_first_bare = bare
         self._gs2 = f"{gs2},{authzid},"
+        self._client_nonce = attrs["r"]
         self._nonce_full = attrs["r"] + self._nonce()
         self._server_first = (f"r={self._nonce_full},s={base64.b64encode(salt).decode('ascii')},"
                               f"i={iterations}")
@@ -224,7 +227,11 @@ class ScramServer:
             raise AuthenticationFailed("SCRAM client-final message is not valid base64") from None
         if binding != self._gs2.encode("utf-8"):
             raise AuthenticationFailed("SCRAM channel binding does not match the client-first message")
-        if attrs.get("r") != self._nonce_full:
+        # librdkafka before 2.6.1 sends its own nonce again in front of the
+        # full one (librdkafka#4895); Kafka 3.8.1 to 3.9 accept that, and the
+        # stock clients of Debian 12 (kcat, on librdkafka 2.0.2) need it. The
+        # server's fresh part must be there either way.
+        if attrs.get("r") not in (self._nonce_full, self._client_nonce + self._nonce_full):
             raise AuthenticationFailed("SCRAM nonce does not match")
         credential = self._credential
         if credential is None:
@@ -260,7 +267,7 @@ class ScramClient:
     believed either. No channel binding ("n,,")."""
 
     def __init__(self, mechanism: str, user: str, password: str,
-                 nonce: Callable[[], str] = lambda: base64.b64encode(os.urandom(24)).decode("ascii")):
+                 nonce: Callable[[], str] = lambda: os.urandom(24).hex()):
         self.mechanism = mechanism
         self._hash = _hash(mechanism)
         self._password = password
