@@ -133,6 +133,17 @@ def test_nothing_is_served_before_authentication(sasl_broker):
             _exchange(sock, MetadataRequest(version=1, topics=None))
 
 
+def test_before_authentication_a_request_is_held_to_what_sasl_needs(sasl_broker):
+    # Review finding: an unauthenticated client could announce (and trickle)
+    # up to the whole request limit, filling the process's partial-frame budget.
+    with socket.create_connection(("127.0.0.1", sasl_broker.port), timeout=10) as sock:
+        sock.sendall((512 * 1024 + 1).to_bytes(4, "big") + b"\0" * 1024)
+        with pytest.raises((ConnectionError, OSError)):
+            _frame(sock)
+    wait_until(lambda: b"request of 524289 bytes (limit 524288)" in sasl_broker.log_path.read_bytes(), timeout=10,
+               message="the refusal logged")
+
+
 def test_version_0_handshake_then_bare_tokens(sasl_broker):
     with socket.create_connection(("127.0.0.1", sasl_broker.port), timeout=10) as sock:
         answer = _exchange(sock, SaslHandshakeRequest(version=0, mechanism="PLAIN"))

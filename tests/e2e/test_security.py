@@ -325,3 +325,39 @@ def test_a_server_requiring_authentication_without_a_credential_of_its_own_refus
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "--authentication-required needs the server's own credential: --bridge-user" in done.stderr
+
+
+def test_create_topics_asks_create_and_refuses_a_partition_count_that_would_hold_the_server(secured):
+    # Review finding: CreateTopics was asked no ACL, and planned up to 2**31 - 1
+    # partitions on the broker's event loop, even to validate only.
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    def create(user, topic, partitions):
+        admin = AdminClient({"bootstrap.servers": secured.broker_list, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user,
+                             "sasl.password": f"{user}-pw"})
+        future = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=20)[topic]
+        try:
+            future.result(timeout=30)
+            return None
+        except KafkaException as exc:
+            return exc.args[0]
+
+    refused = create("alice", "alice-new", 1)
+    assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "User:alice is not authorized to Create topic 'alice-new'" in refused.str()
+    assert create("admin", "admin-new", 2) is None
+    # librdkafka refuses above 100,000 itself; kafka-python sends what it is given.
+    from kafka.admin import KafkaAdminClient, NewTopic as PythonNewTopic
+    from kafka.errors import InvalidPartitionsError
+
+    admin = KafkaAdminClient(bootstrap_servers=secured.broker_list, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="PLAIN", sasl_plain_username="admin", sasl_plain_password="admin-pw")
+    try:
+        started = time.monotonic()
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_topics([PythonNewTopic("huge", 2**31 - 1, 1)], validate_only=True)
+        assert time.monotonic() - started < 10
+    finally:
+        admin.close()

@@ -5,6 +5,8 @@ the committed offset kept, and the member that reported it told
 (OFFSET_OUT_OF_RANGE) and removed; one at or below a known log end asks
 nothing; a leader that does not answer keeps the committed offset."""
 
+import pytest
+
 from zkcoord import wire
 from zkcoord.coordinator import actions
 
@@ -120,3 +122,46 @@ def test_a_reset_beyond_the_log_end_resets_nothing():
     h.zk.default_log_end = None  # no leader answers: nothing is reset either
     answer = reset(h, {("u", 0): 5}, conn="op3")
     assert answer.error_code == wire.ErrorCode.OFFSET_OUT_OF_RANGE and "could not be checked" in answer.error_message
+
+
+def learnt_once(log_end: int, committed: int) -> CoreHarness:
+    """A group whose coordinator learnt the log end ``log_end`` once, and committed ``committed``."""
+    h = CoreHarness()
+    h.zk.log_ends[P[0]] = log_end
+    h.register("a", "a")
+    h.stable(["a"])
+    h.brokers_answer = False
+    pinged_with(h, "a", {P[0]: committed})
+    flush(h)
+    h.complete(actions.ReadLogEnds, result={P[0]: log_end})
+    h.settle()
+    assert h.core.log_ends[P[0]] == log_end and h.zk.offsets["g"][P[0]] == committed
+    return h
+
+
+@pytest.mark.parametrize("answer", [{"error": TimeoutError("no answer in time")}, {"result": {}}],
+                         ids=["timed-out", "partition-left-out"])
+def test_a_log_end_not_learnt_this_time_is_not_judged_by_an_older_one(answer):
+    # Review finding: the last end learnt (50) judged an offset (70) the
+    # leader did not answer for, and evicted an honest member reading the head.
+    h = learnt_once(50, 30)
+    pinged_with(h, "a", {P[0]: 70})
+    flush(h)
+    h.complete(actions.ReadLogEnds, **answer)
+    h.settle()
+    assert "a" in h.core.groups["g"].members and not h.requests("a", wire.ErrorResponse)
+    assert h.zk.offsets["g"][P[0]] == 30  # not written this time; the next report asks again
+
+
+def test_a_report_newer_than_the_question_is_judged_by_the_next_answer():
+    # Review finding: 85, reported while the leaders were asked about 60,
+    # was judged by their answer (60) and its member evicted.
+    h = learnt_once(50, 30)
+    h.zk.log_ends[P[0]] = 90  # the log grows; what the leader says when next asked
+    pinged_with(h, "a", {P[0]: 60})
+    flush(h)
+    pinged_with(h, "a", {P[0]: 85})
+    h.complete(actions.ReadLogEnds, result={P[0]: 60})  # its answer to the question about 60
+    h.settle()  # then asked about 85, it answers 90
+    assert "a" in h.core.groups["g"].members and not h.requests("a", wire.ErrorResponse)
+    assert h.zk.offsets["g"][P[0]] == 85

@@ -69,13 +69,15 @@ def test_the_policy_opens_kafkas_nodes_to_readers_and_keeps_zkcoords_own(tmp_pat
     for path in ("/consumers", "/consumers/g/offsets/t/0", "/consumers/g/owners/t/0", "/brokers/ids/1",
                  "/brokers/topics/t/partitions/0/state", "/cluster/id", "/config/topics/t"):
         assert policy(path) == [owner, world_read], path
-    for path in ("/zkcoord", "/zkcoord/groups/g/state", "/zkcoord/servers/1", "/consumersX", "/brokersX/ids"):
+    for path in ("/zkcoord", "/zkcoord/groups/g/state", "/zkcoord/servers/1", "/consumersX", "/brokersX/ids",
+                 "/config/users", "/config/users/alice"):  # users' SCRAM credentials: never world-readable
         assert policy(path) == [owner], path
     opened = acl_policy(ZkSecurity(zk_auth="sasl", zk_user="zk", zk_password_env="X", zk_state_readable=True,
                                    zk_kafka_readable=False))
     sasl_owner = ACL(Permissions.ALL, Id("sasl", "zk"))
     assert opened("/zkcoord/groups/g/state") == [sasl_owner, world_read]
     assert opened("/consumers/g/offsets/t/0") == [sasl_owner]
+    assert opened("/config/users/alice") == [sasl_owner]
 
 
 def test_a_security_passes_to_a_command_as_the_options_it_came_from(tmp_path):

@@ -18,7 +18,10 @@ from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import broker_ids
 
-MAX_PARTITIONS = 2**31 - 1
+# A bound one request cannot hold a server with: planning a topic costs a
+# dict entry per partition, on the broker's event loop for CreateTopics.
+# Far above what one topic is given in practice (Kafka advises thousands).
+MAX_PARTITIONS = 100_000
 
 
 class TopicAdminError(ZkcoordError):

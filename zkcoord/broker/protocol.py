@@ -65,8 +65,8 @@ API_KEY_SASL_AUTHENTICATE = SaslAuthenticateRequest.API_KEY
 # What a client may send before it has authenticated, when authentication is required.
 BEFORE_AUTHENTICATION = (API_KEY_API_VERSIONS, API_KEY_SASL_HANDSHAKE, API_KEY_SASL_AUTHENTICATE)
 # The group APIs the authorizer asks about: the bridge's methods take the principal and host.
-AUTHORIZED_GROUP_APIS = (OffsetCommitRequest.API_KEY, OffsetFetchRequest.API_KEY, DescribeGroupsRequest.API_KEY)
-# The group APIs, bridged into the coordinator (broker/groups/).
+# The group APIs, bridged into the coordinator (broker/groups/); every one is
+# asked with the client's principal and host, for the authorizer.
 GROUP_APIS = {
     FindCoordinatorRequest.API_KEY: "find_coordinator",
     JoinGroupRequest.API_KEY: "join_group",

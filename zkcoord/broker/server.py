@@ -35,7 +35,7 @@ from zkcoord.broker import admin_apis, protocol
 from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.groups import GroupBridge
-from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, Handlers, MetadataCache
+from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED, Handlers, MetadataCache
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.peer import Peer
 from zkcoord.broker.sasl import SaslSession
@@ -61,6 +61,9 @@ _FIRST_BUFFER = 64 * 1024
 class BrokerError(ZkcoordError):
     """The broker could not start or was used in the wrong state."""
 
+
+# Kafka's sasl.server.max.receive.size: what a client may send before it authenticates.
+UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
 
 class _Closed(Exception):
     """The peer closed the connection (or we decided to)."""
@@ -296,7 +299,7 @@ class Broker:
             if peer.principal != ANONYMOUS:
                 log.info("%s is %s by its TLS certificate", peer_name, peer.principal)
             while not self._stopping:
-                frame = self._read_request(sock, account, peer_name)
+                frame = self._read_request(sock, account, peer_name, self._request_limit(peer))
                 if peer.sasl is not None and peer.sasl.raw:
                     parts = self._sasl_token(frame, peer)
                 else:
@@ -336,7 +339,16 @@ class Broker:
             except OSError:
                 pass
 
-    def _read_request(self, sock, account: FrameAccount, peer: str) -> bytearray:
+    def _request_limit(self, peer: Peer) -> int:
+        """The largest request ``peer`` may send now: before it has
+        authenticated where authentication is required, only what SASL
+        needs (Kafka's sasl.server.max.receive.size), so an unknown client
+        cannot fill the process's budget for partial frames."""
+        if self.config.security.authentication_required and not peer.authenticated:
+            return min(self.config.max_request_bytes, UNAUTHENTICATED_REQUEST_BYTES)
+        return self.config.max_request_bytes
+
+    def _read_request(self, sock, account: FrameAccount, peer: str, limit: int) -> bytearray:
         """The next request frame (without its size): its first byte may
         take the idle timeout, the rest of it must come within the frame
         timeout of that byte."""
@@ -346,8 +358,8 @@ class Broker:
             got += _recv_part(sock, memoryview(head)[got:], account, self.config.idle_timeout_ms / 1000)
             account.progress(True, got)
         size = int.from_bytes(head, "big", signed=True)
-        if size < 0 or size > self.config.max_request_bytes:
-            raise ProtocolError(f"request of {size} bytes (limit {self.config.max_request_bytes})")
+        if size < 0 or size > limit:
+            raise ProtocolError(f"request of {size} bytes (limit {limit})")
         frame = bytearray()
         got = 0
         while got < size:
@@ -445,7 +457,7 @@ class Broker:
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request)
         elif key == protocol.API_KEY_CREATE_TOPICS:
-            response = self._create_topics(request)
+            response = self._create_topics(request, peer)
         elif key == protocol.API_KEY_DESCRIBE_CONFIGS:
             response = admin_apis.describe_configs(request, self.config, self.metadata_cache)
         elif key == protocol.API_KEY_DESCRIBE_CLUSTER:
@@ -454,14 +466,12 @@ class Broker:
             response = self.groups.join_group(request, client_host, peer.principal)
         elif key == protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT:
             response = self.groups.consumer_group_heartbeat(request, client_host, peer.principal)
-        elif key in protocol.AUTHORIZED_GROUP_APIS:
+        elif key in protocol.GROUP_APIS:
             response = getattr(self.groups, protocol.GROUP_APIS[key])(request, peer.principal, client_host)
         elif key == protocol.API_KEY_SASL_HANDSHAKE:
             response = self._sasl_handshake(request, peer)
         elif key == protocol.API_KEY_SASL_AUTHENTICATE:
             response = self._sasl_authenticate(request, peer)
-        elif key in protocol.GROUP_APIS:
-            response = getattr(self.groups, protocol.GROUP_APIS[key])(request)
         else:
             response = self.handlers.api_versions(request)
         self.metrics.answered(key, response)
@@ -492,7 +502,7 @@ class Broker:
             appended.wait(timeout=remaining)
 
 
-    def _create_topics(self, request):
+    def _create_topics(self, request, peer: Peer):
         """Carry out admin_apis' plan in ZooKeeper, then wait (up to the
         request's timeout) until this broker's metadata shows the new topics,
         so that a client may produce to them at once; past the timeout they
@@ -501,6 +511,10 @@ class Broker:
         for step in admin_apis.plan_create_topics(request, self.config):
             if isinstance(step, admin_apis.TopicOutcome):
                 outcomes.append(step)
+                continue
+            if not self.authorize(peer.principal, acl.CREATE, acl.topic(step.name), peer.host):
+                outcomes.append(admin_apis.TopicOutcome(step.name, TOPIC_AUTHORIZATION_FAILED,
+                                                        acl.refusal(peer.principal, acl.CREATE, acl.topic(step.name))))
                 continue
             try:
                 assignment = self._zkstate.create_topic(step.name, step.partitions, step.assignment,

@@ -97,11 +97,11 @@ class ServerConfig:
             # coordinators as a client does: it must verify them too.
             raise ConfigError("a server with --tls-cert needs --tls-ca too: it connects to the cluster's "
                               "coordinators as a client, and verifies them against it")
-        if (self.security.authentication_required and self.security.own_credential is None
-                and self.tls.client_auth != "required"):
+        if ((self.security.authentication_required or self.security.authorizing)
+                and self.security.own_credential is None and self.tls.client_auth != "required"):
             # Its coordinators ask the brokers for log ends before they commit
             # an offset, and its broker registers stock clients' members: as
-            # whom, where nobody may be anonymous?
-            raise ConfigError("--authentication-required needs the server's own credential: --bridge-user (a "
-                              "super user) with --bridge-password-file, or client certificates "
-                              "(--tls-client-auth required)")
+            # whom, where the anonymous may do nothing?
+            flag = "--authentication-required" if self.security.authentication_required else "--authorizer on"
+            raise ConfigError(f"{flag} needs the server's own credential: --bridge-user (a super user) with "
+                              "--bridge-password-file, or client certificates (--tls-client-auth required)")

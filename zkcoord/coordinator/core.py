@@ -1321,9 +1321,9 @@ class CoordinatorCore:
             return
         # Above the last log end learnt: ask the leaders before writing (an
         # offset at or below it, the steady state of a lagging group, asks nothing).
-        beyond = frozenset(tp for tp, offset in changed.items() if offset > self.log_ends.get(tp, -1))
+        beyond = {tp: offset for tp, offset in changed.items() if offset > self.log_ends.get(tp, -1)}
         if beyond:
-            self._zk(partial(ReadLogEnds, partitions=beyond), partial(self._log_ends_read, name, beyond))
+            self._zk(partial(ReadLogEnds, partitions=frozenset(beyond)), partial(self._log_ends_read, name, beyond))
             return
         existing = frozenset(tp for tp in changed if tp in known)
         self._zk(partial(WriteOffsets, group=name, offsets=changed, existing=existing),
@@ -1338,29 +1338,34 @@ class CoordinatorCore:
         flush = self._flushes.pop(name)
         self._flush(name, now, flush.waiters + flush.later)
 
-    def _log_ends_read(self, name: str, asked, found, error, now: float) -> None:
-        """Offsets beyond what the leaders said (or that no leader answered
-        for in time) are refused: the committed offset stays, so nothing is
-        skipped; records after it may be delivered again. A member that
-        reported an offset beyond a known log end is told, and removed."""
+    def _log_ends_read(self, name: str, asked: dict, found, error, now: float) -> None:
+        """Judge the offsets ``asked`` about (partition -> offset) by the log
+        ends this answer gave: one beyond its partition's log end is refused
+        (the committed offset stays, so nothing is skipped) and the member that
+        reported it is told, and removed; one whose log end no leader gave in
+        time is not written this time, and its member is not blamed (its next
+        report asks again). A newer report that came in meanwhile is left for
+        the next flush: the leaders' answer says nothing of it."""
         if error is not None:
             log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s", name, len(asked), error)
-        for tp, end in (found or {}).items():
+        learnt = found or {}
+        for tp, end in learnt.items():
             self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
         pending = self.pending_offsets.get(name, {})
         reporters = self._reporters.get(name, {})
-        for tp in sorted(asked):
-            if tp not in pending:
-                continue
-            why = beyond_log_end(tp, pending[tp], self.log_ends.get(tp))
-            if why is None:
+        for tp, offset in sorted(asked.items()):
+            why = beyond_log_end(tp, offset, learnt.get(tp))
+            if why is None or pending.get(tp) != offset:
                 continue
             del pending[tp]
             member = reporters.pop(tp, None)
+            if tp not in learnt:
+                log.info("[group %s] %s; not written this time", name, why)
+                continue
             log.warning("[group %s] %s; refused, the committed offset kept", name, why)
             group = self.groups.get(name)
-            if (tp in self.log_ends and member is not None and member.connected and group is not None
-                    and group.members.get(member.member_id) is member):
+            if member is not None and member.connected and group is not None \
+                    and group.members.get(member.member_id) is member:
                 self._emit(Send(member.connection, wire.ErrorResponse(
                     error_code=wire.ErrorCode.OFFSET_OUT_OF_RANGE,
                     message=f"member {member.member_id} reported {why}; refused"), 0))
@@ -1431,7 +1436,8 @@ class CoordinatorCore:
         """A reset beyond a partition's log end (or where it cannot be learnt) resets nothing."""
         for tp, end in (found or {}).items():
             self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
-        refusals = [why for why in (beyond_log_end(tp, offsets[tp], self.log_ends.get(tp)) for tp in sorted(asked))
+        learnt = found or {}
+        refusals = [why for why in (beyond_log_end(tp, offsets[tp], learnt.get(tp)) for tp in sorted(asked))
                     if why is not None]
         if refusals:
             cause = f" ({error})" if error is not None else ""

@@ -39,8 +39,9 @@ WRITE = "Write"
 DESCRIBE = "Describe"
 DELETE = "Delete"
 ALTER = "Alter"
+CREATE = "Create"
 ALL = "All"
-OPERATIONS = (ALL, READ, WRITE, DESCRIBE, DELETE, ALTER)
+OPERATIONS = (ALL, READ, WRITE, DESCRIBE, DELETE, ALTER, CREATE)
 # Kafka: an Allow of one of these also allows Describe.
 _IMPLIES_DESCRIBE = (READ, WRITE, DELETE, ALTER)
 

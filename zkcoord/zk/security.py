@@ -36,6 +36,10 @@ SASL_MECHANISMS = ("DIGEST-MD5", "GSSAPI")
 KAFKA_ROOTS = ("/consumers", "/brokers", "/cluster", "/config", "/admin", "/controller", "/controller_epoch",
                "/isr_change_notification", "/log_dir_event_notification", "/latest_producer_id_block",
                "/feature")
+# Users' SCRAM credentials (salt, StoredKey, ServerKey): never world-readable,
+# whatever the policy says; anyone who reads them can guess passwords offline
+# and pose as a broker to a SCRAM client.
+SECRET_ROOTS = ("/config/users",)
 # ZooKeeper's own subtree (quotas, config): never ours to change.
 ZOOKEEPER_ROOT = "/zookeeper"
 
@@ -170,6 +174,8 @@ def acl_policy(security: ZkSecurity) -> Callable[[str], list[ACL]]:
     world_read = ACL(Permissions.READ, ANYONE_ID_UNSAFE)
 
     def acl_for(path: str) -> list[ACL]:
+        if any(_under(path, root) for root in SECRET_ROOTS):
+            return [owner]
         kafka = any(_under(path, root) for root in KAFKA_ROOTS)
         readable = security.zk_kafka_readable if kafka else security.zk_state_readable
         return [owner, world_read] if readable else [owner]
@@ -210,7 +216,9 @@ def client_options(security: ZkSecurity) -> dict:
         options["sasl_options"] = sasl
     if security.tls:
         _check_tls_files(security)
-        options.update(use_ssl=True, verify_certs=True, ca=str(security.zk_ca_file))
+        # The server's certificate must name the host connected to, as every
+        # TLS client of ours checks: another certificate of the same CA is not ZooKeeper.
+        options.update(use_ssl=True, verify_certs=True, check_hostname=True, ca=str(security.zk_ca_file))
         if security.zk_cert_file is not None:
             options.update(certfile=str(security.zk_cert_file), keyfile=str(security.zk_key_file))
     return options

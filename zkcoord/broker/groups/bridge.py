@@ -216,6 +216,12 @@ class GroupBridge:
             for bridged in list(members.values()):
                 self._drop(bridged, "the broker is stopping")
 
+    def _find_own(self, group: str, member_id: str, principal: Principal) -> Optional[_Bridged]:
+        """The bridged member ``member_id`` if ``principal`` is the one it joined as:
+        another principal's request about it is about an unknown member."""
+        bridged = self._find(group, member_id)
+        return bridged if bridged is not None and bridged.member.principal == principal else None
+
     def _allowed(self, principal: Principal, operation: str, resource: acl.Resource, host: str) -> bool:
         if self.authorize is None or self.authorize(principal, operation, resource, host):
             return True
@@ -241,13 +247,18 @@ class GroupBridge:
             return int(server)
         return min(brokers)
 
-    def find_coordinator(self, request):
+    def find_coordinator(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         version = request.API_VERSION
         key_type = getattr(request, "key_type", 0) or 0
         if key_type != 0:
             return FindCoordinatorResponse(
                 version=version, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE,
                 error_message="transactions are not offered", node_id=-1, host="", port=-1)
+        if not self._allowed(principal, acl.DESCRIBE, acl.group(request.key), client_host):
+            return FindCoordinatorResponse(
+                version=version, throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED,
+                error_message=acl.refusal(principal, acl.DESCRIBE, acl.group(request.key)), node_id=-1, host="",
+                port=-1)
         node = self.coordinator_broker(request.key)
         if node is None:
             return FindCoordinatorResponse(
@@ -257,7 +268,7 @@ class GroupBridge:
         return FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=NONE, error_message=None,
                                        node_id=node, host=host, port=port)
 
-    def list_groups(self, request):
+    def list_groups(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         from zkcoord.admin.groups import list_groups
 
         wanted = {s.lower() for s in (getattr(request, "states_filter", None) or [])}
@@ -265,6 +276,9 @@ class GroupBridge:
         for group in list_groups(self.zk):
             if self.coordinator_broker(group) != self.broker_id:
                 continue  # another broker lists it: admin clients ask every broker
+            if self.authorize is not None and not self.authorize(principal, acl.DESCRIBE, acl.group(group),
+                                                                 client_host):
+                continue  # as Kafka: a group one may not describe is not listed
             state = self._state_of(group)[0]
             if wanted and state.lower() not in wanted:
                 continue
@@ -466,7 +480,10 @@ class GroupBridge:
 
     def _on_behalf_of(self, principal: Principal) -> dict:
         if self._credential is None:
-            return {}
+            # With the authorizer on and no credential, the server's client
+            # certificate is its credential (the configuration demands one or
+            # the other): the coordinator must still judge the client's principal.
+            return {"on_behalf_of": str(principal)} if self.authorize is not None else {}
         user, password = self._credential
         # Always named, ANONYMOUS too: the broker's own rights are never a client's.
         return {"user": user, "password": password, "on_behalf_of": str(principal)}
@@ -491,9 +508,9 @@ class GroupBridge:
     def _find(self, group: str, member_id: str) -> Optional[_Bridged]:
         return self._groups.get(group, {}).get(member_id)
 
-    def sync_group(self, request):
+    def sync_group(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         version = request.API_VERSION
-        bridged = self._find(request.group_id, request.member_id)
+        bridged = self._find_own(request.group_id, request.member_id, principal)
 
         def answer(error: int, assignment: bytes = b""):
             member = bridged.member if bridged else None
@@ -502,6 +519,8 @@ class GroupBridge:
                                      protocol_name=member.protocol_name if member else None,
                                      assignment=assignment)
 
+        if not self._allowed(principal, acl.READ, acl.group(request.group_id), client_host):
+            return answer(GROUP_AUTHORIZATION_FAILED)
         if bridged is None:
             return answer(self._unknown(request.group_id, request.member_id))
         error, given = bridged.member.sync(request.generation_id, self.clock())
@@ -510,24 +529,34 @@ class GroupBridge:
             return answer(error)
         return answer(NONE, _assignment_bytes(given, 1 if bridged.member.cooperative else 0))
 
-    def heartbeat(self, request):
-        bridged = self._find(request.group_id, request.member_id)
-        error = self._unknown(request.group_id, request.member_id) if bridged is None else \
-            bridged.member.heartbeat(request.generation_id, self.clock())
+    def heartbeat(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
+        bridged = self._find_own(request.group_id, request.member_id, principal)
+        if not self._allowed(principal, acl.READ, acl.group(request.group_id), client_host):
+            error = GROUP_AUTHORIZATION_FAILED
+        elif bridged is None:
+            error = self._unknown(request.group_id, request.member_id)
+        else:
+            error = bridged.member.heartbeat(request.generation_id, self.clock())
         return HeartbeatResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=error)
 
-    def leave_group(self, request):
+    def leave_group(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         version = request.API_VERSION
         if version < 3:
             identities = [(request.member_id, None)]
         else:
             identities = [(m.member_id, m.group_instance_id) for m in request.members]
+        if not self._allowed(principal, acl.READ, acl.group(request.group_id), client_host):
+            return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED,
+                                      members=[LeaveGroupResponse.MemberResponse(
+                                          member_id=m, group_instance_id=i, error_code=GROUP_AUTHORIZATION_FAILED)
+                                          for m, i in identities])
         results = []
         for member_id, instance_id in identities:
-            bridged = self._find(request.group_id, member_id)
+            bridged = self._find_own(request.group_id, member_id, principal)
             if bridged is None and instance_id is not None:
+                # Only the principal that holds a static id may make it leave.
                 bridged = next((b for b in self._groups.get(request.group_id, {}).values()
-                                if b.member.instance_id == instance_id), None)
+                                if b.member.instance_id == instance_id and b.member.principal == principal), None)
                 if bridged is not None and member_id:
                     # The instance's former process: the current one stays.
                     results.append(LeaveGroupResponse.MemberResponse(
@@ -635,7 +664,7 @@ class GroupBridge:
         if not self._allowed(principal, acl.READ, acl.group(request.group_id), client_host):
             return answer(GROUP_AUTHORIZATION_FAILED, message=acl.refusal(principal, acl.READ,
                                                                           acl.group(request.group_id)))
-        bridged = self._find(request.group_id, request.member_id) if request.member_id else None
+        bridged = self._find_own(request.group_id, request.member_id, principal) if request.member_id else None
         if bridged is not None and not isinstance(bridged.member, ConsumerMember):
             return answer(classic.UNKNOWN_MEMBER_ID, message="this member id speaks the classic protocol")
         now = self.clock()
@@ -716,7 +745,7 @@ class GroupBridge:
         group_allowed = self._allowed(principal, acl.READ, acl.group(request.group_id), client_host)
         generation = getattr(request, "generation_id_or_member_epoch", -1)
         member_id = getattr(request, "member_id", "")
-        bridged = self._find(request.group_id, member_id) if member_id else None
+        bridged = self._find_own(request.group_id, member_id, principal) if member_id else None
         now = self.clock()
         topics = []
         for topic in request.topics:

@@ -1,0 +1,64 @@
+"""The group bridge asks the authorizer on every group API, and a member is
+its principal's: another principal's SyncGroup, Heartbeat, LeaveGroup or
+commit about it is about an unknown member (a review found LeaveGroup by
+group.instance.id dropping another principal's static member unasked)."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkcoord.broker.groups import bridge as bridge_module
+from zkcoord.broker.groups.bridge import GroupBridge
+from zkcoord.broker.groups.classic import ClassicMember
+from zkcoord.broker.protocol import HeartbeatRequest, LeaveGroupRequest, SyncGroupRequest
+from zkcoord.security import acl
+from zkcoord.security.principal import user
+
+ALICE, MALLORY = user("alice"), user("mallory")
+
+
+@pytest.fixture
+def bridge():
+    asked = []
+
+    def authorize(principal, operation, resource, host):
+        asked.append((principal, operation, resource))
+        return principal in (ALICE, MALLORY) and resource == acl.group("g")  # both may read group g
+
+    bridge = GroupBridge(1, None, lambda: {}, lambda: {}, heartbeat_interval_ms=3000, session_timeout_ms=10000,
+                         authorize=authorize)
+    member = ClassicMember(member_id="m-alice", topics=("t",), session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                           instance_id="s1", principal=ALICE)
+    bridge._add(member, "g")
+    bridge.asked = asked
+    yield bridge
+    bridge.close()
+
+
+def leave_by_instance(group="g"):
+    return LeaveGroupRequest(version=3, group_id=group,
+                             members=[LeaveGroupRequest.MemberIdentity(member_id="", group_instance_id="s1")])
+
+
+def test_another_principal_cannot_make_a_static_member_leave(bridge):
+    answer = bridge.leave_group(leave_by_instance(), MALLORY, "10.0.0.9")
+    assert answer.members[0].error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+    assert bridge._find("g", "m-alice") is not None
+    answer = bridge.leave_group(leave_by_instance(), ALICE, "10.0.0.1")
+    assert answer.members[0].error_code == 0 and bridge._find("g", "m-alice") is None
+
+
+def test_every_group_api_asks_the_authorizer(bridge):
+    stranger = user("eve")
+    sync = SyncGroupRequest(version=3, group_id="g", generation_id=1, member_id="m-alice", group_instance_id="s1",
+                            assignments=[])
+    assert bridge.sync_group(sync, stranger, "10.0.0.9").error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+    heartbeat = HeartbeatRequest(version=3, group_id="g", generation_id=1, member_id="m-alice",
+                                 group_instance_id="s1")
+    assert bridge.heartbeat(heartbeat, stranger, "10.0.0.9").error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+    assert bridge.leave_group(leave_by_instance(), stranger, "10.0.0.9").error_code == \
+        bridge_module.GROUP_AUTHORIZATION_FAILED
+    assert bridge._find("g", "m-alice") is not None
+    assert {(principal, operation) for principal, operation, _ in bridge.asked} == {(stranger, acl.READ)}
+    # Allowed on the group but not the member's principal: an unknown member.
+    assert bridge.heartbeat(heartbeat, MALLORY, "10.0.0.9").error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
