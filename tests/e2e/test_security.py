@@ -54,7 +54,7 @@ def secured(zk_ensemble, tmp_path_factory):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
         store.add_acls(zk, acl.group("g-reset"), [acl.AclEntry("User:carol", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.group("g-cli"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
-        for who in ("ANONYMOUS", "bob"):
+        for who in ("ANONYMOUS", "bob", "carol"):  # carol: an operator looks at log ends as herself
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry("User:ANONYMOUS", acl.ALLOW, acl.WRITE)])
         args = SERVER_ARGS + ("--authorizer", "on", "--super-user", "User:admin", "--super-user", "User:broker",

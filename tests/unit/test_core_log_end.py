@@ -71,7 +71,9 @@ def test_an_offset_at_or_below_the_last_log_end_learnt_asks_nothing():
     assert h.zk.offsets["g"][P[0]] == 50 and h.requests("a", wire.ErrorResponse) == []
 
 
-def test_a_leader_that_does_not_answer_keeps_the_committed_offset_and_blames_nobody():
+def test_a_leader_that_does_not_answer_has_the_offset_taken_as_reported_and_blames_nobody():
+    # Refusing it started the next owner of a planned handoff from an older
+    # offset: the drill counted those records as planned duplicates.
     h = running_a(log_end=50)
     h.zk.offsets["g"][P[0]] = 20
     h.core.committed["g"][P[0]] = 20
@@ -79,7 +81,7 @@ def test_a_leader_that_does_not_answer_keeps_the_committed_offset_and_blames_nob
     flush(h)
     h.complete(actions.ReadLogEnds, error=TimeoutError("no answer within 5 s"))
     h.settle()
-    assert h.zk.offsets["g"][P[0]] == 20
+    assert h.zk.offsets["g"][P[0]] == 30
     assert h.requests("a", wire.ErrorResponse) == [] and "a" in h.core.groups["g"].members
     pinged_with(h, "a", {P[0]: 31})  # asked again with the next report
     flush(h)
@@ -150,7 +152,7 @@ def test_a_log_end_not_learnt_this_time_is_not_judged_by_an_older_one(answer):
     h.complete(actions.ReadLogEnds, **answer)
     h.settle()
     assert "a" in h.core.groups["g"].members and not h.requests("a", wire.ErrorResponse)
-    assert h.zk.offsets["g"][P[0]] == 30  # not written this time; the next report asks again
+    assert h.zk.offsets["g"][P[0]] == 70  # taken as reported
 
 
 def test_a_report_newer_than_the_question_is_judged_by_the_next_answer():

@@ -1294,10 +1294,12 @@ class CoordinatorCore:
         log.info("%s member %s hands over offsets of %d partition(s)", group.describe(), member.member_id, taken)
         return taken
 
-    def _flush(self, name: str, now: float, waiters=()) -> None:
+    def _flush(self, name: str, now: float, waiters=(), checked: Optional[Mapping[TopicPartition, int]] = None) -> None:
         """Write the group's pending offsets, one fenced multi-operation at a
         time per group (seed improvement 1); each waiter is called with the
-        error (None) once a write that began after it asked has ended."""
+        error (None) once a write that began after it asked has ended.
+        ``checked``: offsets the leaders were just asked about, to be written
+        without asking again."""
         flush = self._flushes.get(name)
         if flush is not None:
             flush.later.extend(waiters)
@@ -1321,7 +1323,8 @@ class CoordinatorCore:
             return
         # Above the last log end learnt: ask the leaders before writing (an
         # offset at or below it, the steady state of a lagging group, asks nothing).
-        beyond = {tp: offset for tp, offset in changed.items() if offset > self.log_ends.get(tp, -1)}
+        beyond = {tp: offset for tp, offset in changed.items()
+                  if offset > self.log_ends.get(tp, -1) and (checked or {}).get(tp) != offset}
         if beyond:
             self._zk(partial(ReadLogEnds, partitions=frozenset(beyond)), partial(self._log_ends_read, name, beyond))
             return
@@ -1340,12 +1343,14 @@ class CoordinatorCore:
 
     def _log_ends_read(self, name: str, asked: dict, found, error, now: float) -> None:
         """Judge the offsets ``asked`` about (partition -> offset) by the log
-        ends this answer gave: one beyond its partition's log end is refused
+        ends this answer gave. One beyond its partition's log end is refused
         (the committed offset stays, so nothing is skipped) and the member that
-        reported it is told, and removed; one whose log end no leader gave in
-        time is not written this time, and its member is not blamed (its next
-        report asks again). A newer report that came in meanwhile is left for
-        the next flush: the leaders' answer says nothing of it."""
+        reported it is told, and removed. One whose log end no leader gave in
+        time is written as reported: refusing it would start the next owner
+        from an older offset and deliver again what a planned handoff must
+        not; a leader that cannot answer cannot be fetched from either, so an
+        honest offset is not past it. A newer report that came in meanwhile
+        waits for the next answer: this one says nothing of it."""
         if error is not None:
             log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s", name, len(asked), error)
         learnt = found or {}
@@ -1354,14 +1359,14 @@ class CoordinatorCore:
         pending = self.pending_offsets.get(name, {})
         reporters = self._reporters.get(name, {})
         for tp, offset in sorted(asked.items()):
-            why = beyond_log_end(tp, offset, learnt.get(tp))
+            if tp not in learnt and pending.get(tp) == offset:
+                log.info("[group %s] offset %d for %s-%d taken as reported: no leader said where its log ends",
+                         name, offset, tp[0], tp[1])
+            why = beyond_log_end(tp, offset, learnt[tp]) if tp in learnt else None
             if why is None or pending.get(tp) != offset:
                 continue
             del pending[tp]
             member = reporters.pop(tp, None)
-            if tp not in learnt:
-                log.info("[group %s] %s; not written this time", name, why)
-                continue
             log.warning("[group %s] %s; refused, the committed offset kept", name, why)
             group = self.groups.get(name)
             if member is not None and member.connected and group is not None \
@@ -1371,7 +1376,7 @@ class CoordinatorCore:
                     message=f"member {member.member_id} reported {why}; refused"), 0))
                 self._remove(member, f"it reported {why}", now)
         flush = self._flushes.pop(name)
-        self._flush(name, now, flush.waiters + flush.later)
+        self._flush(name, now, flush.waiters + flush.later, checked=asked)
 
     def _offsets_written(self, name: str, changed, began: float, _result, error, now: float) -> None:
         self.metrics.offsets_flushed(now - began, failed=error is not None)
