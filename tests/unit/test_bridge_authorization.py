@@ -62,3 +62,15 @@ def test_every_group_api_asks_the_authorizer(bridge):
     assert {(principal, operation) for principal, operation, _ in bridge.asked} == {(stranger, acl.READ)}
     # Allowed on the group but not the member's principal: an unknown member.
     assert bridge.heartbeat(heartbeat, MALLORY, "10.0.0.9").error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+
+
+def test_an_empty_group_id_is_refused_not_a_crash(bridge):
+    # Found by the fuzz (DescribeGroups of ""; tests/e2e/test_fuzz.py): an
+    # empty group id raised in the ACL check and closed the connection with a traceback.
+    from zkcoord.broker.protocol import FindCoordinatorRequest
+
+    stranger = user("eve")
+    found = bridge.find_coordinator(FindCoordinatorRequest(version=1, key="", key_type=0), stranger, "10.0.0.9")
+    assert found.error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+    heartbeat = HeartbeatRequest(version=3, group_id="", generation_id=1, member_id="m", group_instance_id=None)
+    assert bridge.heartbeat(heartbeat, stranger, "10.0.0.9").error_code == bridge_module.GROUP_AUTHORIZATION_FAILED

@@ -91,8 +91,10 @@ class Resource:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", _choice(self.kind, RESOURCE_TYPES, "resource type"))
-        if not isinstance(self.name, str) or not self.name:
-            raise AclError(f"a {self.kind} resource needs a name")
+        # An empty name is a resource a request may name (a client's empty
+        # group id) and no ACL can: storing one refuses it (resource_path).
+        if not isinstance(self.name, str):
+            raise AclError(f"a {self.kind} resource's name must be a string, not {self.name!r}")
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name}"
