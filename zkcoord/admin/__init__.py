@@ -23,6 +23,15 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
     settings.add_options(parser, ZkSecurity)
 
 
+def zookeeper_action(actions, name: str, help_text: str, func) -> argparse.ArgumentParser:
+    """A subcommand that works on ZooKeeper: ``--zookeeper`` and its credentials, run by ``func``."""
+    sub = actions.add_parser(name, help=help_text)
+    sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
+    add_security_options(sub)
+    sub.set_defaults(func=func)
+    return sub
+
+
 def security_from(args: argparse.Namespace) -> ZkSecurity:
     """The :class:`ZkSecurity` the options of :func:`add_security_options` describe."""
     from zkcoord import settings

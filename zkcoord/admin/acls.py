@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zkcoord.admin import add_security_options, security_from, zookeeper_session
+from zkcoord.admin import security_from, zookeeper_action, zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.security import acl
 from zkcoord.security.store import add_acls, read_acls, remove_acls
@@ -21,9 +21,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     for name, text in (("add", "allow (or with --deny, deny) principals operations on a group or topic"),
                        ("remove", "remove ACL entries (all of the resource's if no --principal is given)"),
                        ("list", "list ACLs (of one resource, or all)")):
-        sub = actions.add_parser(name, help=text)
-        sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
-        add_security_options(sub)
+        sub = zookeeper_action(actions, name, text, run)
         which = sub.add_mutually_exclusive_group(required=name != "list")
         which.add_argument("--group", help="the group ('*': every group)")
         which.add_argument("--topic", help="the topic ('*': every topic)")
@@ -34,7 +32,6 @@ def register(subparsers) -> argparse.ArgumentParser:
                              help=f"one of {', '.join(acl.OPERATIONS)} (repeatable)")
             sub.add_argument("--host", default=acl.WILDCARD, help="the client address it applies to (default: any)")
             sub.add_argument("--deny", action="store_true", help="a Deny entry (default: Allow)")
-        sub.set_defaults(func=run)
     return parser
 
 

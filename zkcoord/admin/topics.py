@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Mapping, Optional, Sequence
 
-from zkcoord.admin import add_security_options, security_from, zookeeper_session
+from zkcoord.admin import security_from, zookeeper_action, zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import broker_ids
@@ -215,11 +215,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     actions.required = True
 
     def common(name, help_text):
-        sub = actions.add_parser(name, help=help_text)
-        sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
-        add_security_options(sub)
-        sub.set_defaults(func=run)
-        return sub
+        return zookeeper_action(actions, name, help_text, run)
 
     create = common("create", "create a topic")
     create.add_argument("--topic", required=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zkcoord.admin import add_security_options, security_from, zookeeper_session
+from zkcoord.admin import security_from, zookeeper_action, zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.security import scram
 from zkcoord.security.secrets import read_password
@@ -30,11 +30,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     actions.required = True
 
     def common(name, help_text):
-        sub = actions.add_parser(name, help=help_text)
-        sub.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
-        add_security_options(sub)
-        sub.set_defaults(func=run)
-        return sub
+        return zookeeper_action(actions, name, help_text, run)
 
     for name, text in (("add", "store a user's SCRAM credentials (replacing a password)"),
                        ("delete", "remove a user's SCRAM credentials")):

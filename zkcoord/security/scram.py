@@ -176,14 +176,18 @@ class ScramServer:
         self._credential: Optional[Credential] = None
         self._state = "first"
 
-    def first(self, message: bytes) -> bytes:
-        if self._state != "first":
-            raise AuthenticationFailed("SCRAM client-first message out of order")
-        self._state = "final"
+    def _step(self, expected: str, following: str, message: bytes, what: str) -> str:
+        """The text of the client's ``what`` message, due in state ``expected``."""
+        if self._state != expected:
+            raise AuthenticationFailed(f"SCRAM {what} message out of order")
+        self._state = following
         try:
-            text = message.decode("utf-8")
+            return message.decode("utf-8")
         except UnicodeDecodeError:
-            raise AuthenticationFailed("SCRAM client-first message is not UTF-8") from None
+            raise AuthenticationFailed(f"SCRAM {what} message is not UTF-8") from None
+
+    def first(self, message: bytes) -> bytes:
+        text = self._step("first", "final", message, "client-first")
         gs2, sep, bare = text.partition(",")
         authzid, sep2, bare = bare.partition(",")
         if not sep or not sep2 or gs2 not in ("n", "y") or (authzid and not authzid.startswith("a=")):
@@ -209,13 +213,7 @@ class ScramServer:
         return self._server_first.encode("utf-8")
 
     def final(self, message: bytes) -> bytes:
-        if self._state != "final":
-            raise AuthenticationFailed("SCRAM client-final message out of order")
-        self._state = "done"
-        try:
-            text = message.decode("utf-8")
-        except UnicodeDecodeError:
-            raise AuthenticationFailed("SCRAM client-final message is not UTF-8") from None
+        text = self._step("final", "done", message, "client-final")
         without_proof, sep, proof_part = text.rpartition(",p=")
         if not sep:
             raise AuthenticationFailed("SCRAM client-final message has no proof")
