@@ -1341,6 +1341,13 @@ class CoordinatorCore:
         flush = self._flushes.pop(name)
         self._flush(name, now, flush.waiters + flush.later)
 
+    def _learn_log_ends(self, found) -> Mapping[TopicPartition, int]:
+        """Keep the highest log end learnt of each partition; returns this answer's (found, or none)."""
+        learnt = found or {}
+        for tp, end in learnt.items():
+            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
+        return learnt
+
     def _log_ends_read(self, name: str, asked: dict, found, error, now: float) -> None:
         """Judge the offsets ``asked`` about (partition -> offset) by the log
         ends this answer gave. One beyond its partition's log end is refused
@@ -1353,9 +1360,7 @@ class CoordinatorCore:
         waits for the next answer: this one says nothing of it."""
         if error is not None:
             log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s", name, len(asked), error)
-        learnt = found or {}
-        for tp, end in learnt.items():
-            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
+        learnt = self._learn_log_ends(found)
         pending = self.pending_offsets.get(name, {})
         reporters = self._reporters.get(name, {})
         for tp, offset in sorted(asked.items()):
@@ -1439,9 +1444,7 @@ class CoordinatorCore:
 
     def _reset_log_ends_read(self, offsets, asked, proceed, answer, found, error, now: float) -> None:
         """A reset beyond a partition's log end (or where it cannot be learnt) resets nothing."""
-        for tp, end in (found or {}).items():
-            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
-        learnt = found or {}
+        learnt = self._learn_log_ends(found)
         refusals = [why for why in (beyond_log_end(tp, offsets[tp], learnt.get(tp)) for tp in sorted(asked))
                     if why is not None]
         if refusals:
