@@ -1359,7 +1359,8 @@ class CoordinatorCore:
         honest offset is not past it. A newer report that came in meanwhile
         waits for the next answer: this one says nothing of it."""
         if error is not None:
-            log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s", name, len(asked), error)
+            log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s: %s", name, len(asked),
+                        type(error).__name__, error)
         learnt = self._learn_log_ends(found)
         pending = self.pending_offsets.get(name, {})
         reporters = self._reporters.get(name, {})
