@@ -137,25 +137,26 @@ def main(argv=None) -> int:
 
         from pyspark.sql import SparkSession
 
-        from zkcoord.spark import register
+        from zkcoord.spark import PYTHON_SOURCE_NAME, jar, register
         from zkcoord.spark.reader import SCHEMA_DDL
 
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.host", "127.0.0.1").getOrCreate())
+        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
+                 .config("spark.jars", jar()).getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        register(spark, jvm=True)
 
-        def batch() -> float:
-            (spark.read.format("zkcoord").option("zookeeper", ensemble.connect_string)
+        def batch(source: str = "zkcoord") -> float:
+            (spark.read.format(source).option("zookeeper", ensemble.connect_string)
              .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
             return 0.0  # no start-up apart from the read itself
 
         checkpoints = iter(range(1000))
 
-        def streaming(group: Optional[str] = None) -> float:
+        def streaming(group: Optional[str] = None, source: str = "zkcoord") -> float:
             """Runs one AvailableNow query over every record; returns the time
             its micro-batches took (their triggerExecution)."""
-            reader = (spark.readStream.format("zkcoord").option("zookeeper", ensemble.connect_string)
+            reader = (spark.readStream.format(source).option("zookeeper", ensemble.connect_string)
                       .option("subscribe", topic).option("startingOffsets", "earliest"))
             if group is not None:
                 reader = reader.option("group", f"{group}-{next(checkpoints)}")
@@ -186,6 +187,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"the batch source sees {count} rows, not {args.records}")
         spark.dataSource.register(ceiling_source(ensemble.connect_string, topic, args.partitions))
         runs = {"batch": batch, "streaming": streaming, "group": lambda: streaming("bench-group"),
+                "py-batch": lambda: batch(PYTHON_SOURCE_NAME),
+                "py-stream": lambda: streaming(source=PYTHON_SOURCE_NAME),
                 "ceiling": ceiling, "json": json_source}
         wall, read = {}, {}
         for name, run in runs.items():
@@ -198,9 +201,10 @@ def main(argv=None) -> int:
         for name in runs:
             print(f"{name:>10} {wall[name]:8.2f} {read[name]:10.2f} {rate[name]:12,.0f} "
                   f"{rate[name] / rate['json']:8.2f}")
-        print("(streaming and group: 'reading' is the micro-batches' own time, without the query's "
-              "start and stop; group is a member of a consumer group, exactly once; ceiling: a Python "
-              "data source handing Spark the same rows from memory)")
+        print("(batch, streaming, group: the JVM reader; py-: the Python data source; streaming and group: "
+              "'reading' is the micro-batches' own time, without the query's start and stop; group is a "
+              "member of a consumer group, exactly once; ceiling: a Python data source handing Spark the "
+              "same rows from memory)")
         slower = min(rate["streaming"], rate["group"])
         print(f"batch {rate['batch']:,.0f} rows/s ({rate['batch'] / rate['json']:.2f}× json); "
               f"streaming {slower:,.0f} rows/s ({slower / rate['json']:.2f}× json)")

@@ -3,14 +3,16 @@
 # kcat (the tests produce and consume with it), iproute2 and iptables (the
 # drill partitions consumers in network namespaces), a C compiler and Python's
 # headers (pip builds the compiled record decoder, zkcoord/fetch/_recordbatch.c),
-# and the project itself with its Python dependencies. Safe to run again: it
-# installs only what is missing.
+# and the project itself with its Python dependencies; with the "spark" extra,
+# a JDK too, to build the Spark source's JVM reader (zkcoord/spark/jvm). Safe
+# to run again: it installs only what is missing.
 # Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="${1:-}"
 debs=(zookeeper default-jre-headless kcat iproute2 iptables gcc libc6-dev python3-dev)
+case ",$extras," in *,spark,*) debs+=(default-jdk-headless) ;; esac
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
@@ -25,3 +27,4 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
+case ",$extras," in *,spark,*) python3 -m zkcoord.spark.jvm >/dev/null ;; esac

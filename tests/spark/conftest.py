@@ -24,11 +24,12 @@ def spark():
     configure_spark_env()
     from pyspark.sql import SparkSession
 
-    from zkcoord.spark import register
+    from zkcoord.spark import jar, register
 
     session = (
         SparkSession.builder.master("local[2,3]")  # 2 cores, a failed task tried up to 3 times
         .appName("zkcoord-tests")
+        .config("spark.jars", jar())  # format("zkcoord") on the JVM path; "zkcoord-python" next to it
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
@@ -39,7 +40,7 @@ def spark():
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    assert register(session), "the JVM source did not load"
     yield session
     session.stop()
 

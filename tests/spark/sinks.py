@@ -6,8 +6,10 @@ from pathlib import Path
 
 
 def stream_to_parquet(spark, cluster, topic: str, base: Path, *, name: str = "q",
-                      trigger: dict | None = None, **options):
-    reader = (spark.readStream.format("zkcoord").option("zookeeper", cluster.zookeeper)
+                      trigger: dict | None = None, source: str = "zkcoord", **options):
+    """A streaming query from ``source`` (the JVM path, or the Python data
+    source by its name) into parquet under ``base``."""
+    reader = (spark.readStream.format(source).option("zookeeper", cluster.zookeeper)
               .option("subscribe", topic))
     for key, value in options.items():
         reader = reader.option(key, value)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from zkcoord.spark.jvm import built_jar
 from zkcoord.testing import ManagedProcess, SparkStandalone, wait_until
 from zkcoord.testing.process import ProcessExited
 from zkcoord.zk import layout
@@ -96,8 +97,7 @@ def read_output(out: Path) -> dict[str, list[dict]]:
 
 def check_ran_on_the_workers(standalone: SparkStandalone, app_id: str) -> None:
     """The application's executors were started by both workers, ran its
-    tasks there, and ran Python there (the source's read tasks: the pipeline's
-    other stages are Spark SQL alone)."""
+    tasks there, and loaded the source's JVM reader there."""
     app = standalone.applications()[app_id]
     assert app["name"] == "zkcoord-pipeline", app
     executors = standalone.executors(app_id)
@@ -107,8 +107,8 @@ def check_ran_on_the_workers(standalone: SparkStandalone, app_id: str) -> None:
     texts = {worker: "".join(path.read_text(errors="replace") for path in paths) for worker, paths in logs.items()}
     for worker, text in texts.items():
         assert "Finished task" in text, f"the executor on {worker} ran no task of {app_id}"
-    assert any("Starting Python task execution" in text for text in texts.values()), \
-        f"no executor of {app_id} ran the source's Python reader"
+    for worker, text in texts.items():
+        assert built_jar().name in text, f"the executor on {worker} did not fetch the source's jar"
 
 
 @pytest.mark.timeout(170)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import threading
 import uuid
 
+import pytest
+
 from tests.spark.sinks import read_sink, stream_to_parquet
+from zkcoord.spark import PYTHON_SOURCE_NAME
 from zkcoord.testing import wait_until
 from zkcoord.zk import layout
 
@@ -142,16 +145,21 @@ def produce_range(cluster, topic: str, partitions: int, first: int, count: int) 
                             for j in range(first, first + count)])
 
 
-def test_a_stopped_group_query_leaves_at_its_last_committed_batch(spark, cluster, tmp_path):
-    # Spark ends the source's Python process when the query stops: the member
-    # must still hand the group its last committed batch, not its last ping's.
+# Both paths: on the JVM one Spark calls the source's stop(); on the Python
+# one Spark ends the source's Python process instead (zkcoord/spark/worker.py).
+BOTH_PATHS = pytest.mark.parametrize("source", ["zkcoord", PYTHON_SOURCE_NAME])
+
+
+@BOTH_PATHS
+def test_a_stopped_group_query_leaves_at_its_last_committed_batch(spark, cluster, tmp_path, source):
+    # The member must hand the group its last committed batch, not its last ping's.
     cluster.start(1)
     topic = f"g-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 2)
     produce_range(cluster, topic, 2, 0, 100)
     group = "stops"
     # Pings every 10 s: the stop below comes before one could carry the offsets.
-    first = stream_to_parquet(spark, cluster, topic, tmp_path, name="a", group=group,
+    first = stream_to_parquet(spark, cluster, topic, tmp_path, name="a", group=group, source=source,
                               startingOffsets="earliest", sessionTimeoutMs="30000")
     try:
         # All in the sink, and a later trigger found no new data: Spark has
@@ -163,7 +171,8 @@ def test_a_stopped_group_query_leaves_at_its_last_committed_batch(spark, cluster
     wait_until(lambda: committed(cluster.zk, group, topic) == {0: 100, 1: 100}, timeout=20,
                message="the stopped query's last batch in the group's offsets")
     produce_range(cluster, topic, 2, 100, 50)
-    second = stream_to_parquet(spark, cluster, topic, tmp_path, name="b", group=group, startingOffsets="earliest")
+    second = stream_to_parquet(spark, cluster, topic, tmp_path, name="b", group=group, source=source,
+                               startingOffsets="earliest")
     try:
         wait_until(lambda: len(read_sink(spark, tmp_path, "b")) >= 100, timeout=60, interval=0.5,
                    message="the next owner to read the new records")
@@ -173,14 +182,15 @@ def test_a_stopped_group_query_leaves_at_its_last_committed_batch(spark, cluster
     assert got == [(p, o) for p in range(2) for o in range(100, 150)], "the next owner read again"
 
 
-def test_an_available_now_group_query_commits_its_last_batch_to_the_group(spark, cluster, tmp_path):
+@BOTH_PATHS
+def test_an_available_now_group_query_commits_its_last_batch_to_the_group(spark, cluster, tmp_path, source):
     cluster.start(1)
     topic = f"g-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 2)
     produce_range(cluster, topic, 2, 0, 300)
     group = "once"
     query = stream_to_parquet(spark, cluster, topic, tmp_path, group=group, trigger={"availableNow": True},
-                              startingOffsets="earliest", maxOffsetsPerTrigger="250")
+                              source=source, startingOffsets="earliest", maxOffsetsPerTrigger="250")
     assert query.awaitTermination(120)
     assert query.exception() is None
     wait_until(lambda: committed(cluster.zk, group, topic) == {0: 300, 1: 300}, timeout=20,

@@ -16,22 +16,17 @@ and the two queries share the topic's partitions. The ``--zk-*`` options
 passed on as the source's ``zookeeper.*`` options.
 
 The session runs on ``SPARK_MASTER`` if set (``spark://host:7077``), else on
-the master given to spark-submit, else ``local[2]``. On a cluster, from a
-zkcoord checkout (docs/SPARK.md, "On a Spark cluster", says more)::
+the master given to spark-submit, else ``local[2]``; it reads on the source's
+JVM path when its jar is built (``python -m zkcoord.spark.jvm``). On a
+cluster (docs/SPARK.md, "On a Spark cluster", says more)::
 
-    zip -qr zkcoord.zip zkcoord -x '*.so' '*__pycache__*'
-    PYSPARK_PYTHON=/opt/zkcoord/bin/python PYTHONPATH=$PWD/zkcoord.zip \\
-    spark-submit --master spark://master:7077 --py-files zkcoord.zip \\
+    spark-submit --master spark://master:7077 --jars "$(python -m zkcoord.spark.jvm)" \\
         zkcoord/examples/pipeline.py --zookeeper zk1:2181 --topic events \\
         --out hdfs:///pipelines/events-agg --group pipeline
 
-``--py-files`` ships zkcoord to the executors; ``PYTHONPATH`` makes it
-importable by the Python processes the driver's JVM starts to plan the
-stream, which do not see ``--py-files``. Every worker needs the interpreter
-``PYSPARK_PYTHON`` names, with zkcoord's dependencies installed; where
-zkcoord itself is installed there (``pip install 'zkcoord[spark]'``), leave
-out both the zip and ``PYTHONPATH``. ``--out`` (and the checkpoint in it)
-must be storage the driver and every executor see.
+The executors need nothing but the jar, which Spark ships them; the driver's
+machine needs zkcoord installed. ``--out`` (and the checkpoint in it) must be
+storage the driver and every executor see.
 """
 
 from __future__ import annotations
@@ -56,6 +51,7 @@ def build_spark(app: str = "zkcoord-pipeline"):
     from pyspark.sql import SparkSession
 
     from zkcoord.spark import register
+    from zkcoord.spark.jvm import built_jar
 
     master = os.environ.get("SPARK_MASTER")
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
@@ -65,6 +61,9 @@ def build_spark(app: str = "zkcoord-pipeline"):
                .config("spark.sql.shuffle.partitions", "2"))
     if master is not None:
         builder = builder.master(master)
+    if built_jar() is not None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # The JVM reader (spark-submit is given it with --jars).
+        builder = builder.config("spark.jars", str(built_jar()))
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

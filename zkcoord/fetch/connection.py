@@ -62,12 +62,22 @@ class PartitionError(ZkcoordError):
     def __init__(self, topic: str, partition: int, code: int):
         error = for_code(code)
         self.code = code
-        self.retriable = bool(getattr(error, "retriable", False)) or code in _RETRIABLE
+        self.retriable = retriable(code)
         super().__init__(f"{topic}-{partition}: {error.__name__} (Kafka error {code})")
 
 
 # Leadership moving or not yet known: asking again (maybe elsewhere) helps.
 _RETRIABLE = {3, 5, 6, 9, 56, 74, 75, 78}
+
+
+def retriable(code: int) -> bool:
+    """Whether a partition's Kafka error ``code`` may go away if asked again."""
+    return bool(getattr(for_code(code), "retriable", False)) or code in _RETRIABLE
+
+
+def retriable_codes(highest: int = 200) -> list[int]:
+    """Every retriable code up to ``highest`` (for readers outside Python)."""
+    return [code for code in range(highest + 1) if retriable(code)]
 
 
 class Fetched(NamedTuple):

@@ -141,7 +141,7 @@ class QueryMember:
                           if tp in self._committed and tp not in fresh})
             for tp in partitions:
                 self._committed.pop(tp, None)
-            log.warning("[group %s] query hands over %s after %.0f ms", self.options.group,
+            log.info("[group %s] query hands over %s after %.0f ms", self.options.group,
                         sorted(final.items()), (time.monotonic() - began) * 1000)
             return final
 

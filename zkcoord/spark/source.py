@@ -82,6 +82,12 @@ class ZkcoordDataSource(DataSource):
         return StreamReader(parse_options(self.options, streaming=True))
 
 
+def named(name: str) -> type[ZkcoordDataSource]:
+    """The same source under another name (format(name))."""
+    return type(f"ZkcoordDataSource_{name.replace('-', '_')}", (ZkcoordDataSource,),
+                {"name": classmethod(lambda cls: name)})
+
+
 class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions):
         self.options = options

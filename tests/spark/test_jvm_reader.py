@@ -1,0 +1,162 @@
+"""The JVM reader (zkcoord/spark/jvm) against the Python one: its record
+decoder record for record with zkcoord.fetch.records over every codec,
+control batches, compacted gaps, LogAppendTime, cut ranges, partial batches
+and damaged bytes; and whole reads of real topics on both paths of
+format("zkcoord")."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_record_decoder import CODECS, Batch, Rec, batch_runs, build, simple
+from zkcoord.fetch.records import CorruptRecordsError, decode_batches
+from zkcoord.spark import PYTHON_SOURCE_NAME
+from zkcoord.spark.jvm import built_jar
+
+
+def test_the_jvm_reader_is_built():
+    # CI installs a JDK: the JVM path must be the one under test.
+    assert built_jar() is not None, "zkcoord/spark/jvm's jar is not built (python -m zkcoord.spark.jvm)"
+
+
+def jvm_decode(spark, data: bytes, start: int = 0, end: int = -1, check_crcs: bool = True) -> dict:
+    return json.loads(spark._jvm.zkcoord.spark.Decoding.describe(bytearray(data), start, end, check_crcs))
+
+
+def python_decode(data: bytes, start: int = 0, end: int = -1, check_crcs: bool = True) -> dict:
+    """The Python decoder's answer in Decoding.describe's form."""
+    try:
+        columns = decode_batches(data, start=start, end=None if end < 0 else end, check_crcs=check_crcs,
+                                 compiled=False)
+    except CorruptRecordsError as exc:
+        return {"error": str(exc)}
+    types = struct.unpack(f"<{columns.rows}i", columns.timestamp_types)
+
+    def b64(blob):
+        return None if blob is None else base64.b64encode(blob).decode()
+    return {"rows": [[r.offset, r.timestamp, t, b64(r.key), b64(r.value)]
+                     for r, t in zip(columns.records("t", 0), types)],
+            "next": columns.next_offset, "consumed": columns.consumed}
+
+
+def same_on_both(spark, data: bytes, **kwargs) -> dict:
+    jvm, python = jvm_decode(spark, data, **kwargs), python_decode(data, **kwargs)
+    if "error" in jvm and "error" in python and "cannot decompress" in python["error"]:
+        # Each codec library words its own complaint: the codec named is what must agree.
+        jvm["error"], python["error"] = (e["error"].split(" records:")[0] for e in (jvm, python))
+    assert jvm == python
+    return jvm
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_every_codec_decodes_as_the_python_decoder_does(spark, codec):
+    batches = [
+        Batch(0, CODECS[codec], [Rec(0, 0, None, b"first", []), Rec(1, 5, b"", None, []),
+                                 Rec(2, 9, b"key", b"x" * 300, [("h1", b"a"), ("h2", None), ("", b"")])]),
+        simple(50, CODECS[codec], base=3),
+    ]
+    data = b"".join(build(b) for b in batches)
+    answer = same_on_both(spark, data)
+    assert len(answer["rows"]) == 53 and answer["next"] == 53 and answer["consumed"] == len(data)
+
+
+def test_markers_gaps_log_append_time_ranges_and_partial_batches(spark):
+    data = b"".join([
+        build(simple(3)),
+        build(Batch(3, 0, [Rec(0, 0, None, None, [])], control=True, transactional=True)),
+        build(Batch(4, 1, [Rec(0, 0, b"a", b"b", []), Rec(5, 1, b"c", b"d", [])])),  # 5..8 compacted away
+        build(simple(4, codec=3, base=10, log_append_time=1_800_000_000_000)),
+    ])
+    for start, end in ((0, -1), (2, 11), (4, 9), (9, 10), (3, 4), (14, -1), (0, 0)):
+        same_on_both(spark, data, start=start, end=end)
+    for cut in (1, 20, 61, len(build(simple(4, codec=3, base=10))) - 1):
+        answer = same_on_both(spark, data[:-cut])
+        assert answer["next"] == 10, "a partial last batch is left for the next fetch"
+
+
+@pytest.mark.parametrize("damage", ["crc", "magic", "codec", "zstd", "count+", "count-", "offset", "timestamp"])
+def test_damaged_bytes_give_the_same_error(spark, damage):
+    data = bytearray(build(simple(3)))
+    check = damage == "crc"
+    if damage == "crc":
+        data[-2] ^= 0xFF
+    elif damage == "magic":
+        data[16] = 1
+    elif damage in ("codec", "zstd"):
+        data[22] = (data[22] & ~0x07) | (5 if damage == "codec" else 4)
+    elif damage.startswith("count"):
+        struct.pack_into(">i", data, 57, 4 if damage == "count+" else 2)
+    elif damage == "offset":
+        struct.pack_into(">q", data, 0, 2**63 - 2)
+    else:
+        struct.pack_into(">q", data, 27, 2**63 - 1)
+    answer = same_on_both(spark, bytes(data), check_crcs=check)
+    assert "error" in answer
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(batch_runs(), st.integers(0, 1200), st.one_of(st.just(-1), st.integers(0, 1400)), st.integers(0, 200))
+def test_any_run_of_batches_decodes_identically(spark, run, start, end, cut):
+    batches, _ = run
+    data = b"".join(build(b) for b in batches)
+    data = data[:max(0, len(data) - cut)] if cut < 50 else data
+    same_on_both(spark, data, start=start, end=end)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(batch_runs(), st.data())
+def test_any_damage_gives_the_same_answer_or_error(spark, run, data_strategy):
+    batches, _ = run
+    data = bytearray(b"".join(build(b) for b in batches))
+    if not data:
+        return
+    for _ in range(data_strategy.draw(st.integers(1, 4))):
+        data[data_strategy.draw(st.integers(0, len(data) - 1))] = data_strategy.draw(st.integers(0, 255))
+    same_on_both(spark, bytes(data), check_crcs=False)
+
+
+# -- whole reads on both paths ----------------------------------------------------------------
+
+def read_rows(spark, source: str, zookeeper: str, topic: str, **options):
+    reader = spark.read.format(source).option("zookeeper", zookeeper).option("subscribe", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return sorted((tuple(r) for r in reader.load().collect()), key=lambda r: (r[3], r[4]))
+
+
+def test_both_paths_read_every_codec_and_null_alike(spark, shared_cluster):
+    from kafka import KafkaProducer
+
+    topic = f"jvm-{uuid.uuid4().hex[:8]}"
+    shared_cluster.create_topic(topic, 4)
+    for partition, codec in enumerate(("gzip", "snappy", "lz4", "zstd")):
+        producer = KafkaProducer(bootstrap_servers=shared_cluster.broker_list, compression_type=codec,
+                                 linger_ms=5, batch_size=4096)
+        for i in range(700):
+            producer.send(topic, key=None if i % 11 == 0 else b"k%d" % i,
+                          value=None if i % 13 == 0 and i % 11 else b"v" * (i % 200), partition=partition)
+        producer.flush()
+        producer.close()
+    jvm = read_rows(spark, "zkcoord", shared_cluster.zookeeper, topic)
+    python = read_rows(spark, PYTHON_SOURCE_NAME, shared_cluster.zookeeper, topic)
+    assert len(jvm) == 2800 and jvm == python
+    ranged = {"startingOffsets": json.dumps({topic: {"0": 100, "1": 0, "2": 699, "3": 3}}),
+              "endingOffsets": json.dumps({topic: {"0": 650, "1": 1, "2": 700, "3": -1}}), "minPartitions": "7"}
+    jvm = read_rows(spark, "zkcoord", shared_cluster.zookeeper, topic, **ranged)
+    assert len(jvm) == 550 + 1 + 1 + 697
+    assert jvm == read_rows(spark, PYTHON_SOURCE_NAME, shared_cluster.zookeeper, topic, **ranged)
+
+
+def test_planning_errors_reach_the_query_with_their_name(spark, shared_cluster):
+    reader = spark.read.format("zkcoord").option("zookeeper", shared_cluster.zookeeper)
+    with pytest.raises(Exception, match="SourceOptionError: give exactly one of the options"):
+        reader.load().collect()

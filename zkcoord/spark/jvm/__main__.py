@@ -1,0 +1,5 @@
+import sys
+
+from zkcoord.spark.jvm import main
+
+sys.exit(main())
