@@ -16,6 +16,8 @@ setup(
     description="A ZooKeeper-elected, server-pushed consumer-group coordinator",
     python_requires=">=3.11",
     packages=find_packages(include=["zkcoord", "zkcoord.*"]),
+    # The Spark source's Java sources, compiled after install (python -m zkcoord.spark.jvm).
+    package_data={"zkcoord.spark.jvm": ["src/zkcoord/spark/*.java", "src/META-INF/services/*"]},
     ext_modules=[RECORD_DECODER],
     install_requires=[
         "kazoo==2.11.0",

@@ -101,6 +101,48 @@ def test_damaged_bytes_give_the_same_error(spark, damage):
     assert "error" in answer
 
 
+def zigzag(value: int) -> bytes:
+    """A Kafka varint of any size (the bytes a lying producer could write)."""
+    v = (value << 1) ^ (value >> 200) if value < 0 else value << 1
+    out = bytearray()
+    while True:
+        byte, v = v & 0x7F, v >> 7
+        out.append(byte | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def raw_batch(base: int, attributes: int, count: int, body: bytes, first_timestamp: int = 0,
+              last_delta: int = 0) -> bytes:
+    from crc32c import crc32c
+
+    after_crc = struct.pack(">hiqqqhii", attributes, last_delta, first_timestamp, first_timestamp, -1, -1, -1,
+                            count) + body
+    head = struct.pack(">qiib", base, len(after_crc) + 9, 0, 2)
+    return head + struct.pack(">I", crc32c(after_crc)) + after_crc
+
+
+def one_record(timestamp_delta: bytes) -> bytes:
+    inner = b"\0" + timestamp_delta + zigzag(0) + zigzag(-1) + zigzag(1) + b"v" + zigzag(0)
+    return zigzag(len(inner)) + inner
+
+
+def test_what_only_a_lying_producer_writes_is_read_alike(spark):
+    # Bytes Kafka never writes, where the two decoders could part ways.
+    cases = [
+        raw_batch(0, 1, 0, b""),  # gzip with an empty body: no records
+        raw_batch(0, 4, 0, b""),  # zstd likewise
+        raw_batch(0, 2, 0, b""),  # snappy: an error on both
+        raw_batch(-2**63, 0, 0, b"", last_delta=-1),  # a last offset below any
+        raw_batch(5, 0, 1, one_record(zigzag(2**63)), first_timestamp=-1),  # a 70-bit delta that fits the sum
+        raw_batch(5, 0, 1, one_record(zigzag(2**63)), first_timestamp=1),  # ... and one that does not
+        raw_batch(5, 0, 1, one_record(zigzag(-(2**63) - 5)), first_timestamp=10),
+    ]
+    for data in cases:
+        same_on_both(spark, data)
+        same_on_both(spark, data + build(simple(2, base=7)))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(batch_runs(), st.integers(0, 1200), st.one_of(st.just(-1), st.integers(0, 1400)), st.integers(0, 200))
@@ -160,3 +202,17 @@ def test_planning_errors_reach_the_query_with_their_name(spark, shared_cluster):
     reader = spark.read.format("zkcoord").option("zookeeper", shared_cluster.zookeeper)
     with pytest.raises(Exception, match="SourceOptionError: give exactly one of the options"):
         reader.load().collect()
+
+
+def test_which_path_register_takes(spark):
+    from zkcoord.spark import bridge, register
+
+    class ConnectSession:  # what pyspark's Spark Connect session does when asked for its JVM
+        @property
+        def _jvm(self):
+            raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] Attribute `_jvm` is not supported in Spark Connect")
+
+    assert not bridge.jvm_source_loaded(ConnectSession())
+    assert register(spark) is True  # again: the JVM path, the planner kept
+    with pytest.raises(RuntimeError, match="zkcoord-python"):
+        register(spark, jvm=False)  # "zkcoord" is the JVM source's name in this session

@@ -142,5 +142,10 @@ def install(spark) -> Planner:
 
 
 def jvm_source_loaded(spark) -> bool:
-    """Whether ``spark``'s JVM has the source's classes (its jar on spark.jars)."""
-    return bool(spark._jvm.org.apache.spark.util.Utils.classIsLoadable("zkcoord.spark.ZkcoordSource"))
+    """Whether ``spark``'s JVM has the source's classes (its jar on
+    spark.jars); never for a Spark Connect session, which has no Py4J."""
+    try:
+        jvm = spark._jvm
+    except Exception:  # noqa: BLE001 - pyspark's Connect session raises its own error type here
+        return False
+    return bool(jvm.org.apache.spark.util.Utils.classIsLoadable("zkcoord.spark.ZkcoordSource"))

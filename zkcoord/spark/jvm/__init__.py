@@ -5,9 +5,10 @@ Executors read planned ranges in the JVM (``RangeReader.java``), one row per
 record written straight from the fetched bytes, with no Python worker in
 between; every plan is still made in Python (:mod:`zkcoord.spark.bridge`).
 The jar is built by ``scripts/install.sh`` (``python -m zkcoord.spark.jvm``)
-with the JDK's ``javac``; its name carries pyspark's version and a digest
-of the sources, so a stale jar is never picked up. Without it the source
-runs on its Python data source, slower.
+with the JDK's ``javac``, next to the sources, or in ``~/.cache/zkcoord``
+(``$XDG_CACHE_HOME``) where the package's directory is read-only; its name
+carries pyspark's version and a digest of the sources, so a stale jar is
+never picked up. Without it the source runs on its Python data source, slower.
 
 >>> jar_name("4.3.0", "0123456789abcdef")
 'zkcoord-spark-4.3.0-0123456789ab.jar'
@@ -57,10 +58,24 @@ def _pyspark() -> tuple[str, Path]:
     return pyspark.__version__, Path(pyspark.__file__).resolve().parent / "jars"
 
 
+def _directories() -> list[Path]:
+    """Where jars go: next to the sources, else a cache of the user's."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zkcoord"
+    return [HERE, cache]
+
+
 def jar_path() -> Path:
-    """Where the jar for the installed pyspark and these sources is (built or not)."""
+    """Where the jar for the installed pyspark and these sources is, or
+    would be built: the first of the directories that holds it or can."""
     version, _ = _pyspark()
-    return HERE / jar_name(version, _digest())
+    name = jar_name(version, _digest())
+    for directory in _directories():
+        if (directory / name).is_file():
+            return directory / name
+    for directory in _directories():
+        if os.access(directory, os.W_OK) or not directory.exists():
+            return directory / name
+    raise JvmBuildError(f"no writable directory for {name} among {[str(d) for d in _directories()]}")
 
 
 def built_jar() -> Optional[Path]:
@@ -94,11 +109,13 @@ def build(*, force: bool = False) -> Path:
     with tempfile.TemporaryDirectory(prefix="zkcoord-jvm-") as scratch:
         classes = Path(scratch) / "classes"
         classes.mkdir()
-        command = [_javac(), "--release", JAVA_RELEASE, "-Xlint:all,-path,-serial,-processing", "-Werror",
-                   "-encoding", "UTF-8", "-cp", str(spark_jars / "*"), "-d", str(classes), *java_files]
+        # No -Werror: a newer pyspark deprecating an API the reader uses must not break installs.
+        command = [_javac(), "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8",
+                   "-cp", str(spark_jars / "*"), "-d", str(classes), *java_files]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise JvmBuildError(f"javac failed:\n{done.stdout}{done.stderr}")
+        target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".jar.partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: zkcoord\r\n\r\n")
@@ -108,7 +125,7 @@ def build(*, force: bool = False) -> Path:
                 if path.suffix != ".java":  # resources: the DataSourceRegister service entry
                     jar.write(path, str(path.relative_to(SOURCES)))
         partial.replace(target)
-    for old in HERE.glob("zkcoord-spark-*.jar"):
+    for old in target.parent.glob("zkcoord-spark-*.jar"):
         if old != target:
             old.unlink()
     return target

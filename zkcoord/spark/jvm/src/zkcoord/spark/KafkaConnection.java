@@ -83,7 +83,7 @@ final class KafkaConnection implements Closeable {
         connected = secured;
       } catch (IOException exc) {
         plain.close();
-        throw new SourceException("TlsError", "TLS with broker " + address + " failed: " + exc.getMessage());
+        throw tlsFailure(exc);
       }
     }
     this.socket = connected;
@@ -95,6 +95,22 @@ final class KafkaConnection implements Closeable {
       close();
       throw exc;
     }
+  }
+
+  /**
+   * A TLS failure as the reader should see it: a refusal (a certificate, a
+   * protocol) is a TlsError no retry helps; a connection that broke or timed
+   * out mid-handshake is any broken connection, to retry (as
+   * zkcoord/security/tls.py decides for the Python path).
+   */
+  private IOException tlsFailure(IOException exc) throws IOException {
+    boolean broken = exc instanceof java.net.SocketTimeoutException || exc instanceof java.net.SocketException
+        || exc instanceof java.io.EOFException || exc.getCause() instanceof java.io.EOFException
+        || !(exc instanceof javax.net.ssl.SSLException);
+    if (broken) {
+      return new BrokerException("TLS with broker " + address + " broke: " + exc);
+    }
+    throw new SourceException("TlsError", "TLS with broker " + address + " failed: " + exc.getMessage());
   }
 
   private void checkVersions() throws IOException {
@@ -141,8 +157,8 @@ final class KafkaConnection implements Closeable {
     answer.readInt(); // throttle
     at += 4;
     Fetched found = null;
+    at += 4; // the topics' count
     for (int topics = answer.readInt(); topics > 0; topics--) {
-      at += 4;
       int nameLength = answer.readShort();
       String name = readString(answer, nameLength);
       at += 2 + nameLength;
@@ -274,6 +290,9 @@ final class KafkaConnection implements Closeable {
     } catch (BrokerException exc) {
       close();
       throw exc;
+    } catch (javax.net.ssl.SSLException exc) {
+      close(); // TLS 1.3: a broker refusing our certificate says so at the first exchange
+      throw tlsFailure(exc);
     } catch (IOException exc) {
       close();
       throw new BrokerException("broker " + address + ": " + exc);

@@ -102,7 +102,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
         connection = new KafkaConnection(leader, task.tls, CLIENT_ID, 30_000);
       }
       fetched = connection.fetch(task.topic, task.partition, position, task.fetchWaitMs, fetchBytes);
-    } catch (KafkaConnection.BrokerException | java.io.EOFException exc) {
+    } catch (IOException exc) { // the broker broke, hung or sent bytes we cannot read: retriable
       lostLeader();
       pause(exc.getMessage());
       return;

@@ -4,6 +4,7 @@ import com.github.luben.zstd.ZstdInputStreamNoFinalizer;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.math.BigInteger;
 import java.util.Arrays;
 import java.util.zip.CRC32C;
 import java.util.zip.GZIPInputStream;
@@ -33,7 +34,8 @@ final class RecordBatches {
   static final int LOG_APPEND_TIME_FLAG = 0x08;
   static final int CONTROL_FLAG = 0x20;
   static final String[] CODEC_NAMES = {"none", "gzip", "snappy", "lz4", "zstd"};
-  private static final byte[] XERIAL_MAGIC = {(byte) 0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0};
+  // xerial's stream header: marker, "SNAPPY", a pad byte, version 1, compatible version 1.
+  private static final byte[] XERIAL_HEADER = {(byte) 0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1};
 
   private final byte[] data;
   private final int limit;
@@ -158,7 +160,10 @@ final class RecordBatches {
       try {
         batchNext = Math.addExact(Math.addExact(base, lastOffsetDelta), 1);
       } catch (ArithmeticException overflow) {
-        throw corrupt("an offset or timestamp overflows", base);
+        if (lastOffsetDelta >= 0) {
+          throw corrupt("an offset or timestamp overflows", base);
+        }
+        batchNext = Long.MIN_VALUE; // below any start: a batch to skip, as the Python decoder does
       }
       int codec = attributes & COMPRESSION_MASK;
       int batchStart = pos;
@@ -272,9 +277,10 @@ final class RecordBatches {
     } else {
       try {
         if (varlongOverflowed) {
-          throw new ArithmeticException();
+          recordTimestamp = BigInteger.valueOf(firstTimestamp).add(bigDelta).longValueExact();
+        } else {
+          recordTimestamp = Math.addExact(firstTimestamp, timestampDelta);
         }
-        recordTimestamp = Math.addExact(firstTimestamp, timestampDelta);
       } catch (ArithmeticException overflow) {
         throw corrupt("an offset or timestamp overflows", recordOffset);
       }
@@ -303,7 +309,8 @@ final class RecordBatches {
 
   private static final long MALFORMED = Long.MIN_VALUE; // never the value of a 5-byte varint
   private int cursor; // in `records`, while a record is decoded
-  private boolean varlongOverflowed; // the last varlong does not fit 64 bits
+  private boolean varlongOverflowed; // the last varlong does not fit 64 bits: see bigDelta
+  private BigInteger bigDelta; // the last varlong's exact value when it does not fit
   private boolean varlongMalformed; // the last varlong ran out of bytes or past 10
 
   /** A length-prefixed field at the cursor: its length (-1: null), the cursor on its bytes; or MALFORMED. */
@@ -345,10 +352,17 @@ final class RecordBatches {
       }
       int b = records[cursor++] & 0xFF;
       if (i == 9 && (b & 0x7F) > 1) {
-        varlongOverflowed = true; // past 64 bits: only an error if the value is used
+        varlongOverflowed = true; // past 64 bits: only an error if the sum it is used in overflows
       }
       value |= (long) (b & 0x7F) << shift;
       if ((b & 0x80) == 0) {
+        if (varlongOverflowed) {
+          // The whole value, 70 bits at most, then zigzag: (v >> 1) ^ -(v & 1).
+          BigInteger whole = new BigInteger(Long.toUnsignedString(value)).add(
+              BigInteger.valueOf((b & 0x7F) >>> 1).shiftLeft(64));
+          BigInteger half = whole.shiftRight(1);
+          bigDelta = whole.testBit(0) ? half.not() : half;
+        }
         return (value >>> 1) ^ -(value & 1);
       }
       shift += 7;
@@ -360,6 +374,10 @@ final class RecordBatches {
   private byte[] decompress(int codec, byte[] source, int from, int length) {
     if (codec > 4) {
       throw new SourceException("CorruptRecordsError", "unknown compression codec " + codec);
+    }
+    if (length == 0 && (codec == 1 || codec == 4)) {
+      inflatedLength = 0; // gzip and zstd read nothing as no records, as kafka.codec does
+      return inflated;
     }
     try (InputStream in = open(codec, source, from, length)) {
       int n = 0;
@@ -399,8 +417,8 @@ final class RecordBatches {
         return new GZIPInputStream(raw, 64 * 1024);
       case 2:
         // Kafka's producers frame snappy as xerial's stream; others send a raw block.
-        if (length >= XERIAL_MAGIC.length
-            && Arrays.equals(source, from, from + XERIAL_MAGIC.length, XERIAL_MAGIC, 0, XERIAL_MAGIC.length)) {
+        if (length > XERIAL_HEADER.length
+            && Arrays.equals(source, from, from + XERIAL_HEADER.length, XERIAL_HEADER, 0, XERIAL_HEADER.length)) {
           return new SnappyInputStream(raw);
         }
         return new ByteArrayInputStream(Snappy.uncompress(Arrays.copyOfRange(source, from, from + length)));
