@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_record_decoder import CODECS, Batch, Rec, batch_runs, build, simple
+from tests.unit.test_record_decoder import CODECS, Batch, Rec, batch_runs, build, damaged, simple
 from zkcoord.fetch.records import CorruptRecordsError, decode_batches
 from zkcoord.spark import PYTHON_SOURCE_NAME
 from zkcoord.spark.jvm import built_jar
@@ -157,13 +157,7 @@ def test_any_run_of_batches_decodes_identically(spark, run, start, end, cut):
                                                                    HealthCheck.function_scoped_fixture])
 @given(batch_runs(), st.data())
 def test_any_damage_gives_the_same_answer_or_error(spark, run, data_strategy):
-    batches, _ = run
-    data = bytearray(b"".join(build(b) for b in batches))
-    if not data:
-        return
-    for _ in range(data_strategy.draw(st.integers(1, 4))):
-        data[data_strategy.draw(st.integers(0, len(data) - 1))] = data_strategy.draw(st.integers(0, 255))
-    same_on_both(spark, bytes(data), check_crcs=False)
+    same_on_both(spark, damaged(run, data_strategy), check_crcs=False)
 
 
 # -- whole reads on both paths ----------------------------------------------------------------
