@@ -200,6 +200,7 @@ def test_planning_errors_reach_the_query_with_their_name(spark, shared_cluster):
 
 def test_which_path_register_takes(spark):
     from zkcoord.spark import bridge, register
+    from zkcoord.spark.errors import SparkSourceError
 
     class ConnectSession:  # what pyspark's Spark Connect session does when asked for its JVM
         @property
@@ -208,5 +209,5 @@ def test_which_path_register_takes(spark):
 
     assert not bridge.jvm_source_loaded(ConnectSession())
     assert register(spark) is True  # again: the JVM path, the planner kept
-    with pytest.raises(RuntimeError, match="zkcoord-python"):
+    with pytest.raises(SparkSourceError, match="zkcoord-python"):
         register(spark, jvm=False)  # "zkcoord" is the JVM source's name in this session

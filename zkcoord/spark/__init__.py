@@ -45,18 +45,19 @@ def register(spark, *, jvm: Optional[bool] = None) -> bool:
     requires it, False keeps the Python data source. The Python source is
     also registered as ``format("zkcoord-python")`` in every case."""
     from zkcoord.spark import bridge
+    from zkcoord.spark.errors import SparkSourceError
     from zkcoord.spark.source import ZkcoordDataSource, named
 
     spark.dataSource.register(named(PYTHON_SOURCE_NAME))
     loaded = bridge.jvm_source_loaded(spark)
     if jvm and not loaded:
-        raise RuntimeError("the session was started without the zkcoord source's jar: "
+        raise SparkSourceError("the session was started without the zkcoord source's jar: "
                            "SparkSession.builder.config('spark.jars', zkcoord.spark.jar())")
     if loaded and jvm is not False:
         bridge.install(spark)
         return True
     if loaded:
-        raise RuntimeError("format('zkcoord') is the JVM source in a session started with its jar; "
+        raise SparkSourceError("format('zkcoord') is the JVM source in a session started with its jar; "
                            f"read with format({PYTHON_SOURCE_NAME!r}) for the Python data source")
     spark.dataSource.register(ZkcoordDataSource)
     log.info("format('zkcoord') reads through Spark's Python workers: start the session with "

@@ -128,16 +128,16 @@ _installed: dict[int, Planner] = {}  # id of the Py4J gateway -> its planner
 
 
 def install(spark) -> Planner:
-    """Start Py4J's callback server in this process (PySpark's own helper)
-    and install a planner in ``spark``'s JVM; once per gateway."""
+    """Start Py4J's callback server in this process (PySpark's own helper,
+    which starts it once) and install the planner in ``spark``'s JVM: one
+    planner per gateway, installed again by every call (cheap, and right
+    after a JVM-side reset)."""
     from pyspark.java_gateway import ensure_callback_server_started
 
     gateway = spark.sparkContext._gateway
-    planner = _installed.get(id(gateway))
-    if planner is None:
-        ensure_callback_server_started(gateway)
-        planner = _installed[id(gateway)] = Planner()
-        spark._jvm.zkcoord.spark.Planners.install(planner)
+    ensure_callback_server_started(gateway)
+    planner = _installed.setdefault(id(gateway), Planner())
+    spark._jvm.zkcoord.spark.Planners.install(planner)
     return planner
 
 
