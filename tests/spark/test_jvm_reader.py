@@ -162,6 +162,13 @@ def test_any_damage_gives_the_same_answer_or_error(spark, run, data_strategy):
 
 # -- whole reads on both paths ----------------------------------------------------------------
 
+def test_both_paths_have_the_same_columns(spark, shared_cluster):
+    def schema(source):
+        return (spark.read.format(source).option("zookeeper", shared_cluster.zookeeper)
+                .option("subscribe", "any").load().schema)
+    assert schema("zkcoord") == schema(PYTHON_SOURCE_NAME)
+
+
 def read_rows(spark, source: str, zookeeper: str, topic: str, **options):
     reader = spark.read.format(source).option("zookeeper", zookeeper).option("subscribe", topic)
     for key, value in options.items():

@@ -136,7 +136,9 @@ def install(spark) -> Planner:
 
     gateway = spark.sparkContext._gateway
     ensure_callback_server_started(gateway)
-    planner = _installed.setdefault(id(gateway), Planner())
+    planner = _installed.get(id(gateway))
+    if planner is None:
+        planner = _installed[id(gateway)] = Planner()
     spark._jvm.zkcoord.spark.Planners.install(planner)
     return planner
 

@@ -5,7 +5,6 @@ import java.io.Closeable;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
-import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.net.Socket;
@@ -103,7 +102,7 @@ final class KafkaConnection implements Closeable {
    * out mid-handshake is any broken connection, to retry (as
    * zkcoord/security/tls.py decides for the Python path).
    */
-  private IOException tlsFailure(IOException exc) throws IOException {
+  private IOException tlsFailure(IOException exc) {
     boolean broken = exc instanceof java.net.SocketTimeoutException || exc instanceof java.net.SocketException
         || exc instanceof java.io.EOFException || exc.getCause() instanceof java.io.EOFException
         || !(exc instanceof javax.net.ssl.SSLException);
@@ -311,12 +310,12 @@ final class KafkaConnection implements Closeable {
     w.write(bytes);
   }
 
-  private static String readString(InputStream in, int length) throws IOException {
+  private static String readString(DataInputStream in, int length) throws IOException {
     if (length < 0) {
       return null;
     }
     byte[] bytes = new byte[length];
-    new DataInputStream(in).readFully(bytes);
+    in.readFully(bytes);
     return new String(bytes, StandardCharsets.UTF_8);
   }
 

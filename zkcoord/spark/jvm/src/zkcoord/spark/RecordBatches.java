@@ -44,6 +44,7 @@ final class RecordBatches {
   private final boolean checkCrc;
   private final CRC32C crc = new CRC32C();
   private byte[] inflated = new byte[0]; // a compressed batch's records, reused
+  private int inflatedLength;
 
   private int pos; // the next batch's first byte
   private long nextOffset; // where the next fetch begins
@@ -58,6 +59,7 @@ final class RecordBatches {
   private long firstTimestamp;
   private long maxTimestamp;
   private int timestampType;
+  private long pendingNext; // the open batch's next offset, applied once it is walked
 
   // The current record.
   private long offset;
@@ -196,9 +198,6 @@ final class RecordBatches {
     }
     return false;
   }
-
-  private long pendingNext; // the open batch's next offset, applied once it is walked
-  private int inflatedLength;
 
   /** Decodes the open batch's next record; true when it is in range. */
   private boolean nextRecordWanted() {
