@@ -25,3 +25,10 @@ class TlsError(ZkcoordError):
     """A TLS handshake failed or was refused: a certificate not trusted or not
     shown, a peer that does not speak TLS, a handshake that took too long.
     Not retriable unless the connection merely broke during it."""
+
+
+def describe(error: BaseException) -> str:
+    """An error as a log line names it: its type, and its message when it has
+    one (kazoo's connection errors have none, which left "failed: " bare)."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -8,6 +8,7 @@ no owner.
 
 from __future__ import annotations
 
+import pytest
 from kazoo.client import KazooClient
 
 from tests.e2e.checks import delivered_values, produce, wait_whole
@@ -226,3 +227,22 @@ def test_zookeeper_lost_during_a_takeover_leaves_no_zombie_coordinator(cluster_f
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     assert coordinator_id(zk) == 2
     assert {c.status()["epoch"] for c in consumers} == {epoch(zk)}
+
+
+@pytest.mark.parametrize("outage", ["within the session", "past the session"])
+def test_a_server_cut_off_from_zookeeper_still_stops_on_sigterm(cluster_factory, zk_proxies, zk, outage):
+    """A server whose ZooKeeper is unreachable used to wait for ever in its
+    stop, for the answer to deleting its own nodes (kazoo queues a request
+    until it reconnects): SIGTERM did nothing and only kill -9 ended it."""
+    cut_off = cluster_factory(0, zookeeper=zk_proxies.connect_string)
+    server = cut_off.add_server(1)
+    create_topic(zk, "t", 2)
+    consumer = cut_off.add_consumer("g", topics=["t"])
+    wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=FAILOVER_S)
+    zk_proxies.cut()
+    zk_proxies.drop()
+    if outage == "past the session":
+        wait_until(lambda: not zk.exists(layout.server_path("1")), timeout=FAILOVER_S,
+                   message="the cut-off server's session to expire")
+    # terminate() sends SIGTERM, waits, and only then kills -9 (exit code -9).
+    assert server.terminate(timeout=20) == 0, server.log_tail(3000)

@@ -41,7 +41,7 @@ from zkcoord.broker.peer import Peer
 from zkcoord.broker.sasl import SaslSession
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
-from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.errors import TlsError, ZkcoordError, describe
 from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, TLS_HANDSHAKE, FrameAccount, Guard, LimitExceeded,
                             abuse_log)
 from zkcoord.metrics.families import BrokerMetrics
@@ -192,8 +192,8 @@ class Broker:
         if self.zk.connected:
             try:
                 self._zkstate.unregister()
-            except Exception as exc:  # the node is ephemeral: it goes with the session anyway
-                log.warning("broker %d: could not remove registration: %s", self.config.broker_id, exc)
+            except (Exception, self.zk.handler.timeout_exception) as exc:  # ephemeral: goes with the session
+                log.warning("broker %d: could not remove registration: %s", self.config.broker_id, describe(exc))
         for plog in self.logs.values():
             plog.flush()
             plog.close()
@@ -217,7 +217,7 @@ class Broker:
                     self._zkstate.ensure_registered()
                     self._reconcile()
             except Exception as exc:
-                log.warning("broker %d: reconcile with ZooKeeper failed: %s", self.config.broker_id, exc)
+                log.warning("broker %d: reconcile with ZooKeeper failed: %s", self.config.broker_id, describe(exc))
                 gevent.sleep(0.5)
                 self._wake.set()
 

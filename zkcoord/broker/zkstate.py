@@ -22,7 +22,7 @@ from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import cluster_id, ensure_topic_id, read_brokers
-from zkcoord.zk.session import delete_if_owned
+from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, delete_if_owned
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,9 @@ class ZkState:
             self.register()
 
     def unregister(self) -> None:
-        delete_if_owned(self.client, self._path)
+        """Remove the registration, waiting for ZooKeeper a bounded while (the
+        handler's timeout exception says it did not answer)."""
+        delete_if_owned(self.client, self._path, timeout=STOPPING_DELETE_TIMEOUT_S)
 
     def cluster_id(self) -> str:
         """The cluster id, created if this broker is the first to start."""

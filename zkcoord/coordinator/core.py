@@ -51,7 +51,7 @@ from zkcoord.coordinator.planner import (
     HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
 )
 from zkcoord.coordinator.schedule import PingSchedule
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import ZkcoordError, describe
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.security.principal import ANONYMOUS, Principal
@@ -434,7 +434,7 @@ class CoordinatorCore:
         if self._proof_wanted:
             self._prove_office(now)
         if error is not None:
-            log.warning("coordinator epoch %d: office round trip failed: %s", self.epoch, error)
+            log.warning("coordinator epoch %d: office round trip failed: %s", self.epoch, describe(error))
             return
         self._office_proven_from(began)
         self._resume(now)
@@ -1020,7 +1020,7 @@ class CoordinatorCore:
 
     def _owners_read(self, group: Group, round_: Round, owners, error, now: float) -> None:
         if error is not None:
-            self._end_round(group, round_, now, f"reading the owners failed: {error}")
+            self._end_round(group, round_, now, f"reading the owners failed: {describe(error)}")
             return
         del self._rounds[group.name]
         group.recorded_owners = owners
@@ -1030,7 +1030,7 @@ class CoordinatorCore:
         if error is not None:
             group.state_exists = None  # it may have been written after all
             group.persisted_members = None
-            self._end_round(group, round_, now, f"writing the group state failed: {error}")
+            self._end_round(group, round_, now, f"writing the group state failed: {describe(error)}")
             return
         group.state_exists = True
         group.persisted_members = round_.persisted_members
@@ -1114,7 +1114,7 @@ class CoordinatorCore:
             reset, round_.reset = round_.reset, None
             reset.answer(error, now)
         if error is not None:
-            self._end_round(group, round_, now, f"writing the stopped partitions' offsets failed: {error}")
+            self._end_round(group, round_, now, f"writing the stopped partitions' offsets failed: {describe(error)}")
             return
         starting = frozenset(tp for tps in round_.plan.start.values() for tp in tps)
         unknown = self._unknown_offsets(group.name, starting)
@@ -1127,7 +1127,7 @@ class CoordinatorCore:
 
     def _start_offsets_read(self, group: Group, round_: Round, asked, found, error, now: float) -> None:
         if error is not None:
-            self._end_round(group, round_, now, f"reading committed offsets failed: {error}")
+            self._end_round(group, round_, now, f"reading committed offsets failed: {describe(error)}")
             return
         self._offsets_read(group.name, asked, found)
         self._send_starts(group, round_, now)
@@ -1153,7 +1153,7 @@ class CoordinatorCore:
     def _owners_written(self, group: Group, round_: Round, owners, _result, error, now: float) -> None:
         if error is not None:
             group.recorded_owners = None  # read them again: the write may have been applied
-            self._end_round(group, round_, now, f"writing the owners failed: {error}")
+            self._end_round(group, round_, now, f"writing the owners failed: {describe(error)}")
             return
         group.recorded_owners = owners  # only this coordinator writes them, fenced
         # The members of the round, not of now: one that joined meanwhile runs another round.
@@ -1586,7 +1586,7 @@ class CoordinatorCore:
         if error is not None or (found and not self.config.expire_offsets):
             group.forgetting = False
             if error is not None:
-                log.warning("%s not forgotten yet: reading its offsets failed: %s", group.describe(), error)
+                log.warning("%s not forgotten yet: reading its offsets failed: %s", group.describe(), describe(error))
                 self._empty(group, now, after=min(FORGET_RETRY_S, self.config.group_retention_ms / 1000.0))
             else:
                 self._offsets_read(group.name, frozenset(found), found)

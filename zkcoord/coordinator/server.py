@@ -44,7 +44,7 @@ from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, validate_slot_count
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
-from zkcoord.errors import ConfigError, TlsError, ZkcoordError
+from zkcoord.errors import ConfigError, TlsError, ZkcoordError, describe
 from zkcoord.limits import REFUSED_REGISTRATION, TLS_HANDSHAKE, Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
@@ -58,7 +58,7 @@ from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.security import ZooKeeperAuthError
-from zkcoord.zk.session import SessionTimeoutWitness, delete_if_owned
+from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, SessionTimeoutWitness, delete_if_owned
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +387,7 @@ class Server:
             try:
                 wait = self._elect_round()
             except Exception as exc:  # connection trouble: kazoo raises its own errors; never give up
-                log.warning("election round failed: %s", exc)
+                log.warning("election round failed: %s", describe(exc))
                 wait = 0.5
             self._election_wanted.wait(wait)
 
@@ -512,12 +512,12 @@ class Server:
         self._delete_if_owned(layout.slot_coordinator_path(slot))
 
     def _delete_if_owned(self, path: str) -> None:
-        """Best effort: with no connection the node stays, and goes when
-        this session ends."""
+        """Best effort, and bounded: with no connection the node stays, and
+        goes when this session ends."""
         try:
-            delete_if_owned(self.zk, path)
-        except Exception as exc:  # kazoo's connection errors
-            log.debug("could not delete %s: %s", path, exc)
+            delete_if_owned(self.zk, path, timeout=STOPPING_DELETE_TIMEOUT_S)
+        except (Exception, self.zk.handler.timeout_exception) as exc:  # kazoo's connection errors, or no answer
+            log.info("could not delete %s: %s", path, describe(exc))
 
     def _resign(self, slot: int) -> None:
         """Step down in ``slot`` (its offsets flushed first) and give its election up."""

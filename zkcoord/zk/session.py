@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 KAZOO_LOGGER = "kazoo.client"
@@ -50,13 +50,23 @@ def session_id(zk: KazooClient) -> Optional[int]:
     return client_id[0] if client_id else None
 
 
-def delete_if_owned(zk: KazooClient, path: str) -> None:
+# Deleting a node of ours while stopping or resigning waits this long for
+# ZooKeeper at most: the node is ephemeral and goes with the session anyway.
+STOPPING_DELETE_TIMEOUT_S = 2.0
+
+
+def delete_if_owned(zk: KazooClient, path: str, timeout: Optional[float] = None) -> None:
     """Delete the ephemeral node at ``path`` if this session owns it; a node
     gone already, or changed meanwhile, is left as it is. Connection errors
-    are the caller's (a node left behind goes with its session anyway)."""
+    are the caller's (a node left behind goes with its session anyway), and so
+    is the handler's timeout exception when ``timeout`` seconds pass: a process
+    stopping while its ZooKeeper is unreachable must not wait for a
+    reconnection that may never come (kazoo queues requests until then)."""
+    if zk.state == KazooState.LOST:
+        return  # the session has ended, and its ephemeral nodes with it
     try:
-        _, stat = zk.get(path)
+        _, stat = zk.get_async(path).get(timeout=timeout)
         if stat.ephemeralOwner == session_id(zk):
-            zk.delete(path, version=stat.version)
+            zk.delete_async(path, version=stat.version).get(timeout=timeout)
     except (NoNodeError, BadVersionError):
         pass
