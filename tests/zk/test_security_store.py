@@ -81,8 +81,25 @@ def test_acls_command_round_trip_in_kafkas_layout(zk, zk_connect):
     assert not zk.exists("/kafka-acl/Group/orders")
 
 
+def test_acls_command_names_the_cluster_as_kafka_acls_does(zk, zk_connect):
+    ok = zkcoord("acls", "add", "--zookeeper", zk_connect, "--cluster", "--principal", "User:alice",
+                 "--operation", "IdempotentWrite", "--operation", "describeconfigs")
+    assert ok.returncode == 0, ok.stderr
+    node = json.loads(zk.get("/kafka-acl/Cluster/kafka-cluster")[0])
+    assert [a["operation"] for a in node["acls"]] == ["DescribeConfigs", "IdempotentWrite"]
+    changes = {zk.get(f"/kafka-acl-changes/{c}")[0] for c in zk.get_children("/kafka-acl-changes")}
+    assert changes == {b"Cluster:kafka-cluster"}
+    listed = zkcoord("acls", "list", "--zookeeper", zk_connect, "--cluster").stdout
+    assert "Current ACLs for resource `Cluster:kafka-cluster`:" in listed and "IdempotentWrite" in listed
+    assert zkcoord("acls", "remove", "--zookeeper", zk_connect, "--cluster", "--principal",
+                   "User:alice").returncode == 0
+    assert not zk.exists("/kafka-acl/Cluster/kafka-cluster")
+
+
 @pytest.mark.parametrize("args, reason", [
     (("add", "--group", "g", "--principal", "alice", "--operation", "Read"), "TYPE:NAME"),
+    (("add", "--topic", "t", "--principal", "User:alice", "--operation", "IdempotentWrite"),
+     "a Topic ACL may name"),
     (("add", "--group", "g", "--principal", "User:alice", "--operation", "Eat"), "operation must be one of"),
     (("add", "--group", "g", "--principal", "User:alice"), "needs --principal and --operation"),
     (("add", "--group", "a/b", "--principal", "User:alice", "--operation", "Read"), "path segment"),

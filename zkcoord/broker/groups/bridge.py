@@ -272,12 +272,13 @@ class GroupBridge:
         from zkcoord.admin.groups import list_groups
 
         wanted = {s.lower() for s in (getattr(request, "states_filter", None) or [])}
+        # As Kafka: Describe on the cluster lists every group; else those one may Describe.
+        every = self.authorize is None or self.authorize(principal, acl.DESCRIBE, acl.cluster(), client_host)
         listed = []
         for group in list_groups(self.zk):
             if self.coordinator_broker(group) != self.broker_id:
                 continue  # another broker lists it: admin clients ask every broker
-            if self.authorize is not None and not self.authorize(principal, acl.DESCRIBE, acl.group(group),
-                                                                 client_host):
+            if not every and not self.authorize(principal, acl.DESCRIBE, acl.group(group), client_host):
                 continue  # as Kafka: a group one may not describe is not listed
             state = self._state_of(group)[0]
             if wanted and state.lower() not in wanted:
