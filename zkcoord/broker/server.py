@@ -87,8 +87,8 @@ class Broker:
         self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.metadata_cache = MetadataCache()
-        self._pid_counter = 0
-        self._pid_base = int(time.time()) << 32
+        self._producer_ids: Optional[layout.ProducerIdBlock] = None
+        self._next_pid = 0
         self.handlers = Handlers(config.broker_id, self.metadata_cache, self.logs, self._next_producer_id,
                                  config.sendfile_threshold, on_append=self.metrics.produced)
         self._appended = gevent.event.Event()
@@ -269,10 +269,14 @@ class Broker:
         return {node: (addr.host, addr.port) for node, addr in self.metadata_cache.brokers.items()}
 
     def _next_producer_id(self) -> int:
-        # Unique per broker start (seconds), per broker id, and per allocation.
-        self._pid_counter += 1
-        return (self._pid_base | (self._pid_counter & 0xFFFFF) << 12
-                | self.config.broker_id & 0xFFF)
+        """A producer id no broker sharing this ZooKeeper has handed out or
+        will: the next of this broker's block, claimed anew when it is used up."""
+        if self._producer_ids is None or self._next_pid > self._producer_ids.last:
+            block = self._zkstate.claim_producer_ids()  # raises ProducerIdsUnavailable
+            self._producer_ids, self._next_pid = block, block.first
+        pid = self._next_pid
+        self._next_pid += 1
+        return pid
 
     # -- connections ---------------------------------------------------------
 
