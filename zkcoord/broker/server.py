@@ -152,7 +152,8 @@ class Broker:
         self.zk.add_listener(self._on_zk_state)
         security = self.config.security
         if security.authorizing:
-            self.acls = security_store.AclCache(self.zk).start()
+            self.acls = security_store.AclCache(
+                self.zk, self.config.security.acl_change_expiration_ms).start()
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
