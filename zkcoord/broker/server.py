@@ -97,6 +97,8 @@ class Broker:
         self._pool = gevent.pool.Pool(config.max_connections)
         self._server: Optional[gevent.server.StreamServer] = None
         self._tls = tls.server_context(config.tls)  # None: plaintext
+        # The bridge's members reach the coordinators with it: built once, not at every join.
+        self._client_tls = tls.client_context(config.tls)
         self._connections: set = set()
         self.metrics.watch_connections(lambda: len(self._connections))
         self._greenlets: list = []
@@ -158,7 +160,7 @@ class Broker:
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end,
-            tls=self.config.tls, authorize=self.authorize if self.acls is not None else None,
+            tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
             credential=security.own_credential)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
