@@ -257,3 +257,35 @@ def test_topics_cli_checks_arguments_before_connecting():
     result = run_cli("create", "--zookeeper", "127.0.0.1:1", "--topic", "bad/name", "--partitions", "1")
     assert result.returncode == 2 and "topic name" in result.stderr
     assert time.monotonic() - started < 10  # no ZooKeeper connection was attempted
+
+
+def test_producer_ids_are_claimed_in_kafkas_blocks_and_never_handed_out_twice(cluster, zk):
+    """Review finding: ids were a start time, a 20-bit counter and the broker
+    id, so about a million InitProducerId calls repeated ids. They now come
+    from Kafka's /latest_producer_id_block, as Kafka's brokers claim them."""
+    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+    def ids(broker, count):
+        raw = Raw(broker.port)
+        try:
+            out = []
+            for _ in range(count):
+                answer = raw.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000),
+                                  InitProducerIdResponse, 4)
+                assert answer.error_code == 0
+                out.append(answer.producer_id)
+            return out
+        finally:
+            raw.close()
+
+    first, second = cluster.start_broker(0), cluster.start_broker(1)
+    handed = ids(first, 3) + ids(second, 2)
+    assert handed == [0, 1, 2, 1000, 1001]
+    assert json.loads(zk.get(layout.PRODUCER_ID_BLOCK_PATH)[0]) == {
+        "version": 1, "broker": 1, "block_start": "1000", "block_end": "1999"}
+    handed += ids(first, layout.PRODUCER_ID_BLOCK_SIZE)  # past the end of its block: it claims the next
+    first.terminate()
+    restarted = cluster.start_broker(0)  # a new start never reuses its old block
+    handed += ids(restarted, 1)
+    assert len(set(handed)) == len(handed)
+    assert handed[-1] == 3000 and max(handed[:-1]) < 3000

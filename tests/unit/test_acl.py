@@ -67,8 +67,60 @@ def test_names_are_read_case_insensitively_and_stored_as_kafka_spells_them():
     assert (entry.permission, entry.operation) == (ALLOW, acl.READ)
     assert acl.Resource("group", "x").kind == acl.GROUP
     with pytest.raises(AclError, match="resource type"):
-        acl.Resource("Cluster", "x")
+        acl.Resource("DelegationToken", "x")
 
 
 def test_refusal_says_who_what_and_which():
     assert acl.refusal(BOB, acl.READ, G) == "User:bob is not authorized to Read group 'orders' (no ACL allows it)"
+
+
+C = acl.cluster()
+
+
+def test_the_cluster_is_kafkas_one_resource():
+    assert (C.kind, C.name, str(C)) == ("Cluster", "kafka-cluster", "Cluster:kafka-cluster")
+    assert acl.Resource("cluster", "kafka-cluster") == C
+
+
+def test_alter_configs_implies_describe_configs_and_nothing_else_does():
+    assert acl.authorize({C: [allow("User:alice", acl.ALTER_CONFIGS)]}, ALICE, acl.DESCRIBE_CONFIGS, C)
+    for other in (acl.DESCRIBE, acl.ALTER, acl.IDEMPOTENT_WRITE):
+        assert not acl.authorize({C: [allow("User:alice", other)]}, ALICE, acl.DESCRIBE_CONFIGS, C)
+    # nor does Write on the cluster imply IdempotentWrite
+    assert not acl.authorize({C: [allow("User:alice", acl.WRITE)]}, ALICE, acl.IDEMPOTENT_WRITE, C)
+    # a Deny of AlterConfigs denies only AlterConfigs
+    acls = {C: [allow("User:alice", acl.ALL), AclEntry("User:alice", DENY, acl.ALTER_CONFIGS)]}
+    assert acl.authorize(acls, ALICE, acl.DESCRIBE_CONFIGS, C)
+
+
+def test_write_on_any_topic_as_kafkas_authorize_by_resource_type():
+    t = acl.topic("t")
+    assert not acl.authorize_any({}, ALICE, acl.WRITE, acl.TOPIC)
+    assert acl.authorize_any({t: [allow("User:alice", acl.WRITE)]}, ALICE, acl.WRITE, acl.TOPIC)
+    assert acl.authorize_any({t: [allow("User:*", acl.ALL)]}, ALICE, acl.WRITE, acl.TOPIC)
+    assert not acl.authorize_any({t: [allow("User:bob", acl.WRITE)]}, ALICE, acl.WRITE, acl.TOPIC)
+    # implied operations do not count, and a group is no topic
+    assert not acl.authorize_any({t: [allow("User:alice", acl.READ)]}, ALICE, acl.WRITE, acl.TOPIC)
+    assert not acl.authorize_any({G: [allow("User:alice", acl.ALL)]}, ALICE, acl.WRITE, acl.TOPIC)
+    # a Deny on the same topic takes it back; on '*' it takes back every one
+    assert not acl.authorize_any({t: [allow("User:alice", acl.WRITE), AclEntry("User:alice", DENY, acl.WRITE)]},
+                                 ALICE, acl.WRITE, acl.TOPIC)
+    assert acl.authorize_any({t: [allow("User:alice", acl.WRITE)],
+                              acl.topic("u"): [AclEntry("User:alice", DENY, acl.WRITE)]}, ALICE, acl.WRITE, acl.TOPIC)
+    assert not acl.authorize_any({t: [allow("User:alice", acl.WRITE)],
+                                  acl.topic("*"): [AclEntry("User:*", DENY, acl.ALL)]}, ALICE, acl.WRITE, acl.TOPIC)
+    assert acl.authorize_any({}, ALICE, acl.WRITE, acl.TOPIC, super_users=[ALICE])
+
+
+def test_authorized_operations_are_kafkas_codes():
+    allowed = {acl.DESCRIBE, acl.IDEMPOTENT_WRITE, acl.READ}  # Read is no cluster operation
+    assert acl.authorized_operations(acl.CLUSTER, allowed.__contains__) == {8, 12}
+    assert acl.authorized_operations(acl.GROUP, lambda _op: True) == {3, 6, 8}
+
+
+def test_an_operation_a_resource_does_not_have_is_refused():
+    acl.check_operations(C, [allow("User:alice", acl.IDEMPOTENT_WRITE)])
+    with pytest.raises(AclError, match="a Topic ACL may name .* not IdempotentWrite"):
+        acl.check_operations(acl.topic("t"), [allow("User:alice", acl.IDEMPOTENT_WRITE)])
+    with pytest.raises(AclError, match="not Write"):
+        acl.check_operations(G, [allow("User:alice", acl.WRITE)])

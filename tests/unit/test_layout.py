@@ -745,3 +745,33 @@ def test_only_a_kafka_uuid_is_written_as_cluster_id(bad):
         L.encode_cluster_id(bad)
     with pytest.raises(LayoutError):
         L.kafka_uuid(b"\x00" * 15)
+
+
+# -- /latest_producer_id_block --------------------------------------------------------
+
+
+def test_producer_id_blocks_follow_one_another_as_kafka_claims_them():
+    first = L.next_producer_id_block(None, 2)
+    assert first == L.ProducerIdBlock(2, 0, 999)
+    assert L.encode_producer_id_block(first) == b'{"version":1,"broker":2,"block_start":"0","block_end":"999"}'
+    after = L.next_producer_id_block(L.decode_producer_id_block(b'{"version":1,"broker":0,"block_start":"5000",'
+                                                                b'"block_end":"5999"}'), 7)
+    assert after == L.ProducerIdBlock(7, 6000, 6999)
+    assert L.decode_producer_id_block(L.encode_producer_id_block(after)) == after
+    # the last block that fits below 2**63 - 1, and then no more
+    last = L.next_producer_id_block(L.ProducerIdBlock(0, 0, 2**63 - 1 - 1000), 0)
+    assert last.last == 2**63 - 1
+    with pytest.raises(L.ProducerIdsExhausted, match="every producer id has been handed out"):
+        L.next_producer_id_block(last, 0)
+
+
+@pytest.mark.parametrize("data, problem", [
+    (b'{"version":1,"broker":0,"block_start":0,"block_end":"999"}', "must be a string"),
+    (b'{"version":1,"broker":0,"block_start":"-1","block_end":"999"}', "decimal id"),
+    (b'{"version":1,"broker":0,"block_start":"0","block_end":"9223372036854775808"}', "decimal id"),
+    (b'{"version":1,"broker":0,"block_start":"10","block_end":"9"}', "before block_start"),
+    (b'{"version":1,"block_start":"0","block_end":"9"}', "'broker' is missing"),
+])
+def test_bad_producer_id_blocks_are_refused(data, problem):
+    with pytest.raises(L.LayoutError, match=problem):
+        L.decode_producer_id_block(data)

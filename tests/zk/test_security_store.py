@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -81,8 +82,25 @@ def test_acls_command_round_trip_in_kafkas_layout(zk, zk_connect):
     assert not zk.exists("/kafka-acl/Group/orders")
 
 
+def test_acls_command_names_the_cluster_as_kafka_acls_does(zk, zk_connect):
+    ok = zkcoord("acls", "add", "--zookeeper", zk_connect, "--cluster", "--principal", "User:alice",
+                 "--operation", "IdempotentWrite", "--operation", "describeconfigs")
+    assert ok.returncode == 0, ok.stderr
+    node = json.loads(zk.get("/kafka-acl/Cluster/kafka-cluster")[0])
+    assert [a["operation"] for a in node["acls"]] == ["DescribeConfigs", "IdempotentWrite"]
+    changes = {zk.get(f"/kafka-acl-changes/{c}")[0] for c in zk.get_children("/kafka-acl-changes")}
+    assert changes == {b"Cluster:kafka-cluster"}
+    listed = zkcoord("acls", "list", "--zookeeper", zk_connect, "--cluster").stdout
+    assert "Current ACLs for resource `Cluster:kafka-cluster`:" in listed and "IdempotentWrite" in listed
+    assert zkcoord("acls", "remove", "--zookeeper", zk_connect, "--cluster", "--principal",
+                   "User:alice").returncode == 0
+    assert not zk.exists("/kafka-acl/Cluster/kafka-cluster")
+
+
 @pytest.mark.parametrize("args, reason", [
     (("add", "--group", "g", "--principal", "alice", "--operation", "Read"), "TYPE:NAME"),
+    (("add", "--topic", "t", "--principal", "User:alice", "--operation", "IdempotentWrite"),
+     "a Topic ACL may name"),
     (("add", "--group", "g", "--principal", "User:alice", "--operation", "Eat"), "operation must be one of"),
     (("add", "--group", "g", "--principal", "User:alice"), "needs --principal and --operation"),
     (("add", "--group", "a/b", "--principal", "User:alice", "--operation", "Read"), "path segment"),
@@ -98,7 +116,7 @@ def test_acls_command_refuses_bad_input(zk, zk_connect, args, reason):
 
 
 def test_acl_cache_follows_changes(zk):
-    cache = store.AclCache(zk).start()
+    cache = store.AclCache(zk, 60_000).start()
     try:
         assert not acl.authorize(cache.acls, user("alice"), acl.READ, acl.group("g"))
         store.add_acls(zk, acl.group("g"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
@@ -109,6 +127,49 @@ def test_acl_cache_follows_changes(zk):
                    message="the cache to see the ACL removed")
     finally:
         cache.stop()
+
+
+def test_expired_acl_changes_are_purged_by_every_cache_reading_them(zk, caplog):
+    """As Kafka's brokers: whoever reads the changes deletes those older than
+    the expiry; two processes purging at once do not trip over each other."""
+    expiry_ms = 300
+    store.add_acls(zk, acl.group("old"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
+    [old] = zk.get_children("/kafka-acl-changes")
+    caches = [store.AclCache(zk, expiry_ms).start() for _ in range(2)]
+    try:
+        # Young at start: kept. Once it is older than the expiry, the next change purges it.
+        assert zk.get_children("/kafka-acl-changes") == [old]
+        wait_until(lambda: time.time() * 1000 - zk.exists(f"/kafka-acl-changes/{old}").ctime > expiry_ms,
+                   timeout=10, message="the first change to expire")
+        store.add_acls(zk, acl.group("new"), [acl.AclEntry("User:bob", acl.ALLOW, acl.READ)])
+        wait_until(lambda: old not in zk.get_children("/kafka-acl-changes"), timeout=10,
+                   message="the expired change purged")
+        [new] = zk.get_children("/kafka-acl-changes")
+        assert zk.get(f"/kafka-acl-changes/{new}")[0] == b"Group:new"
+        for cache in caches:
+            wait_until(lambda: acl.authorize(cache.acls, user("bob"), acl.READ, acl.group("new")), timeout=10,
+                       message="each cache to see the change")
+        assert acl.authorize(caches[0].acls, user("alice"), acl.READ, acl.group("old"))  # the ACL itself stays
+        assert "could not reload ACLs" not in caplog.text
+    finally:
+        for cache in caches:
+            cache.stop()
+
+
+def test_purging_keeps_young_changes_and_skips_those_already_gone(zk):
+    for name in ("a", "b"):
+        store.add_acls(zk, acl.group(name), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
+    first, second = sorted(zk.get_children("/kafka-acl-changes"))
+    now_ms = zk.exists(f"/kafka-acl-changes/{second}").ctime + 1
+    assert store.purge_acl_changes(zk, now_ms, 60_000) == []
+    zk.delete(f"/kafka-acl-changes/{first}")  # another process purged it first
+    assert store.purge_acl_changes(zk, now_ms + 60_000, 60_000) == [second]
+    assert zk.get_children("/kafka-acl-changes") == []
+
+
+def test_expired_changes_are_those_older_than_the_expiry():
+    assert store.expired_changes({"acl_changes_2": 1_000, "acl_changes_1": 500, "acl_changes_3": 1_500},
+                                 2_000, 900) == ["acl_changes_1", "acl_changes_2"]
 
 
 def test_credentials_unreadable_is_a_retriable_refusal(zk_connect):

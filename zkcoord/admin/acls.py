@@ -1,6 +1,6 @@
-"""`zkcoord acls`: ACLs on groups and topics in ZooKeeper, where ZooKeeper-mode
-Kafka keeps them (/kafka-acl/<Group|Topic>/<name>), so kafka-acls lists what
-this writes. docs/SECURITY.md says which operation gates what."""
+"""`zkcoord acls`: ACLs on groups, topics and the cluster in ZooKeeper, where
+ZooKeeper-mode Kafka keeps them (/kafka-acl/<Group|Topic>/<name>,
+/kafka-acl/Cluster/kafka-cluster), so kafka-acls lists what this writes. docs/SECURITY.md says which operation gates what."""
 
 from __future__ import annotations
 
@@ -15,16 +15,20 @@ from zkcoord.zk.layout.security import resource_path
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("acls", help="add, remove, list ACLs of groups and topics in ZooKeeper")
+    parser = subparsers.add_parser("acls", help="add, remove, list ACLs of groups, topics and the cluster in "
+                                                   "ZooKeeper")
     actions = parser.add_subparsers(dest="acls_action", metavar="ACTION")
     actions.required = True
-    for name, text in (("add", "allow (or with --deny, deny) principals operations on a group or topic"),
+    for name, text in (("add", "allow (or with --deny, deny) principals operations on a group, a topic or "
+                               "the cluster"),
                        ("remove", "remove ACL entries (all of the resource's if no --principal is given)"),
                        ("list", "list ACLs (of one resource, or all)")):
         sub = zookeeper_action(actions, name, text, run)
         which = sub.add_mutually_exclusive_group(required=name != "list")
         which.add_argument("--group", help="the group ('*': every group)")
         which.add_argument("--topic", help="the topic ('*': every topic)")
+        which.add_argument("--cluster", action="store_true",
+                           help=f"the cluster (Kafka's one cluster resource, {acl.CLUSTER_NAME})")
         if name != "list":
             sub.add_argument("--principal", action="append", metavar="TYPE:NAME",
                              help="User:alice, or User:* for anyone (repeatable)")
@@ -40,10 +44,12 @@ def _resource(args):
         return acl.group(args.group)
     if args.topic is not None:
         return acl.topic(args.topic)
+    if args.cluster:
+        return acl.cluster()
     return None
 
 
-def _entries(args) -> list:
+def _entries(args, resource) -> list:
     if args.acls_action == "add" and (not args.principal or not args.operation):
         raise ConfigError("acls add needs --principal and --operation")
     if args.acls_action == "remove" and not args.principal:
@@ -51,8 +57,11 @@ def _entries(args) -> list:
             raise ConfigError("acls remove with --operation needs --principal")
         return None
     permission = acl.DENY if args.deny else acl.ALLOW
-    return [acl.AclEntry(p, permission, op, args.host)
-            for p in args.principal for op in (args.operation or acl.OPERATIONS)]
+    entries = [acl.AclEntry(p, permission, op, args.host)
+               for p in args.principal for op in (args.operation or acl.OPERATIONS)]
+    if args.acls_action == "add":  # what is stored already may always be removed
+        acl.check_operations(resource, entries)
+    return entries
 
 
 def format_acls(resource, entries) -> list[str]:
@@ -67,7 +76,7 @@ def run(args) -> int:
         resource = _resource(args)
         if resource is not None:
             resource_path(resource)
-        entries = None if args.acls_action == "list" else _entries(args)
+        entries = None if args.acls_action == "list" else _entries(args, resource)
         with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             if args.acls_action == "add":
                 print("\n".join(format_acls(resource, add_acls(client, resource, entries))))

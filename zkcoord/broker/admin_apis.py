@@ -1,7 +1,8 @@
 """The admin APIs the broker answers, as decisions without I/O: CreateTopics
 (what to create and the answer once the broker has tried), DescribeConfigs
 (the broker's settings under Kafka's names, kafka_configs) and
-DescribeCluster (the brokers, the cluster id and the controller).
+DescribeCluster (the brokers, the cluster id and the controller), each with
+the ACL Kafka asks (the authorizer's answers are passed in).
 
 CreateTopics writes topics the way ``zkcoord topics create`` does
 (zkcoord/admin/topics.py); the broker carries out the creations this module
@@ -11,7 +12,7 @@ answered. Error codes and messages follow Kafka 2.8's.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from typing import Callable, NamedTuple, Optional, Union
 
 from kafka.protocol.admin import CreateTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse
 
@@ -20,6 +21,8 @@ from zkcoord.broker import handlers as codes
 from zkcoord.broker import kafka_configs
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.handlers import MetadataCache
+from zkcoord.security import acl
+from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 
 NO_DEFAULT = -1  # CreateTopics v4+: "the broker's default" count or replication factor
@@ -139,14 +142,42 @@ def create_topics_response(request, outcomes: list[TopicOutcome], config: Broker
 # -- DescribeConfigs ------------------------------------------------------------------
 
 
-def describe_configs(request, config: BrokerConfig, metadata_cache: MetadataCache):
+def _everything(_operation: str, _resource: acl.Resource) -> bool:
+    return True
+
+
+# Who answers for a resource that may not be described, by its config resource type.
+_DESCRIBE_CONFIGS_REFUSED = {kafka_configs.RESOURCE_TOPIC: codes.TOPIC_AUTHORIZATION_FAILED,
+                             kafka_configs.RESOURCE_BROKER: codes.CLUSTER_AUTHORIZATION_FAILED}
+
+
+def _configs_acl_resource(resource) -> Optional[acl.Resource]:
+    """What DescribeConfigs of ``resource`` asks DescribeConfigs on, as Kafka
+    asks: a topic itself, a broker the cluster (None: a type not described)."""
+    if resource.resource_type == kafka_configs.RESOURCE_TOPIC:
+        return acl.topic(resource.resource_name)
+    if resource.resource_type == kafka_configs.RESOURCE_BROKER:
+        return acl.cluster()
+    return None
+
+
+def describe_configs(request, config: BrokerConfig, metadata_cache: MetadataCache,
+                     authorize: Callable[[str, acl.Resource], bool] = _everything, principal: Principal = ANONYMOUS):
+    """``authorize(operation, resource)``: the authorizer's answer for the
+    client, ``principal``. A resource it may not describe is refused before
+    anything else is looked at, so the answer never tells whether it exists."""
     Result = DescribeConfigsResponse.DescribeConfigsResult
     version = request.API_VERSION
     synonyms = bool(getattr(request, "include_synonyms", False)) and version >= 1
     documentation = bool(getattr(request, "include_documentation", False)) and version >= 3
     results = []
     for resource in request.resources:
-        error, message, entries = _resource_configs(resource, config, metadata_cache)
+        asked = _configs_acl_resource(resource)
+        if asked is not None and not authorize(acl.DESCRIBE_CONFIGS, asked):
+            error, message, entries = (_DESCRIBE_CONFIGS_REFUSED[resource.resource_type],
+                                       acl.refusal(principal, acl.DESCRIBE_CONFIGS, asked), [])
+        else:
+            error, message, entries = _resource_configs(resource, config, metadata_cache)
         if resource.configuration_keys is not None:
             wanted = set(resource.configuration_keys)
             entries = [e for e in entries if e.name in wanted]
@@ -203,7 +234,16 @@ ENDPOINT_BROKERS = 1  # DescribeCluster v1+: which endpoints to describe
 ENDPOINT_CONTROLLERS = 2
 
 
-def describe_cluster(request, broker_id: int, metadata_cache: MetadataCache):
+def _every_operation() -> frozenset[int]:
+    return acl.authorized_operations(acl.CLUSTER, lambda _operation: True)
+
+
+def describe_cluster(request, broker_id: int, metadata_cache: MetadataCache,
+                     cluster_operations: Callable[[], frozenset[int]] = _every_operation):
+    """Answered to anyone, as Kafka's brokers answer it (what it tells,
+    Metadata tells too). ``cluster_operations()``: the codes of what the
+    client may do to the cluster (none unless it may Describe it), sent as a
+    bit field when asked for."""
     Broker = DescribeClusterResponse.DescribeClusterBroker
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS) if request.API_VERSION >= 1 \
         else ENDPOINT_BROKERS
@@ -215,7 +255,9 @@ def describe_cluster(request, broker_id: int, metadata_cache: MetadataCache):
     else:
         brokers = [Broker(broker_id=node, host=address.host, port=address.port, rack=address.rack)
                    for node, address in sorted(metadata_cache.brokers.items())]
+    operations = set(cluster_operations()) if request.include_cluster_authorized_operations else None
     return DescribeClusterResponse(
         version=request.API_VERSION, throttle_time_ms=0, error_code=error, error_message=message,
         endpoint_type=endpoint_type, cluster_id=metadata_cache.cluster_id,
-        controller_id=metadata_cache.controller_id(broker_id), brokers=brokers)
+        controller_id=metadata_cache.controller_id(broker_id), brokers=brokers,
+        authorized_operations=operations)

@@ -23,6 +23,7 @@ from zkcoord.broker.log import (
     InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
     ReadSlice, RecordTooLargeError,
 )
+from zkcoord.errors import ZkcoordError
 from zkcoord.limits import REFUSED_PRODUCE, abuse_log
 from zkcoord.zk import layout
 
@@ -33,7 +34,9 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+COORDINATOR_NOT_AVAILABLE = 15
 TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
 UNKNOWN_TOPIC_ID = 100
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
@@ -149,9 +152,13 @@ class Handlers:
     def api_versions(self, request):
         return protocol.api_versions_response(request.API_VERSION)
 
-    def metadata(self, request, describable: Callable[[str], bool] = lambda _topic: True):
+    def metadata(self, request, describable: Callable[[str], bool] = lambda _topic: True,
+                 cluster_operations: Callable[[], frozenset] = frozenset,
+                 topic_operations: Callable[[str], frozenset] = lambda _topic: frozenset()):
         """``describable(topic)``: whether the client may know of the topic (the
-        authorizer's Describe); a listing leaves the others out, as Kafka does."""
+        authorizer's Describe); a listing leaves the others out, as Kafka does.
+        ``cluster_operations()`` and ``topic_operations(topic)``: Kafka's codes
+        of what the client may do to them, sent (v8+) when asked for."""
         version = request.API_VERSION
         brokers = [
             MetadataResponse.MetadataResponseBroker(node_id=node, host=addr.host, port=addr.port,
@@ -170,9 +177,15 @@ class Handlers:
                           error_code=TOPIC_AUTHORIZATION_FAILED, name=t.name, topic_id=t.topic_id,
                           is_internal=False, partitions=[])
                       for t in topics]
+        if getattr(request, "include_topic_authorized_operations", False):
+            for t in topics:
+                if t.error_code == NONE:
+                    t.authorized_operations = set(topic_operations(t.name))
         return MetadataResponse(version=version, throttle_time_ms=0, brokers=brokers,
                                 cluster_id=self.metadata_cache.cluster_id,
-                                controller_id=self.metadata_cache.controller_id(self.broker_id), topics=topics)
+                                controller_id=self.metadata_cache.controller_id(self.broker_id), topics=topics,
+                                authorized_operations=set(cluster_operations())
+                                if getattr(request, "include_cluster_authorized_operations", False) else None)
 
     def _topic_by_id(self, topic_id, by_id):
         name = by_id.get(topic_id)
@@ -202,15 +215,23 @@ class Handlers:
         return Topic(error_code=NONE, name=name, is_internal=False, partitions=out,
                      topic_id=layout.parse_kafka_uuid(topic_id) if topic_id else uuid.UUID(int=0))
 
-    def init_producer_id(self, request):
+    def init_producer_id(self, request, idempotent_allowed: Callable[[], bool] = lambda: True):
+        """An idempotent producer's id. ``idempotent_allowed()``: the
+        authorizer's IdempotentWrite on the cluster, or Write on any topic."""
+        def answer(error: int, producer_id: int = -1, epoch: int = -1):
+            return InitProducerIdResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=error,
+                                          producer_id=producer_id, producer_epoch=epoch)
+
         if request.transactional_id is not None:
             # Transactions are not offered; only idempotent producers are.
-            return InitProducerIdResponse(version=request.API_VERSION, throttle_time_ms=0,
-                                          error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                          producer_id=-1, producer_epoch=-1)
-        return InitProducerIdResponse(version=request.API_VERSION, throttle_time_ms=0,
-                                      error_code=NONE, producer_id=self._allocate_producer_id(),
-                                      producer_epoch=0)
+            return answer(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not idempotent_allowed():
+            return answer(CLUSTER_AUTHORIZATION_FAILED)
+        try:
+            return answer(NONE, self._allocate_producer_id(), 0)
+        except ZkcoordError as exc:  # ZooKeeper unreachable: the client asks again
+            log.warning("no producer id to hand out: %s", exc)
+            return answer(COORDINATOR_NOT_AVAILABLE)
 
     # -- Produce -----------------------------------------------------------
 

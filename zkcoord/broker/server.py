@@ -87,8 +87,8 @@ class Broker:
         self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.metadata_cache = MetadataCache()
-        self._pid_counter = 0
-        self._pid_base = int(time.time()) << 32
+        self._producer_ids: Optional[layout.ProducerIdBlock] = None
+        self._next_pid = 0
         self.handlers = Handlers(config.broker_id, self.metadata_cache, self.logs, self._next_producer_id,
                                  config.sendfile_threshold, on_append=self.metrics.produced)
         self._appended = gevent.event.Event()
@@ -97,6 +97,8 @@ class Broker:
         self._pool = gevent.pool.Pool(config.max_connections)
         self._server: Optional[gevent.server.StreamServer] = None
         self._tls = tls.server_context(config.tls)  # None: plaintext
+        # The bridge's members reach the coordinators with it: built once, not at every join.
+        self._client_tls = tls.client_context(config.tls)
         self._connections: set = set()
         self.metrics.watch_connections(lambda: len(self._connections))
         self._greenlets: list = []
@@ -152,12 +154,13 @@ class Broker:
         self.zk.add_listener(self._on_zk_state)
         security = self.config.security
         if security.authorizing:
-            self.acls = security_store.AclCache(self.zk).start()
+            self.acls = security_store.AclCache(
+                self.zk, self.config.security.acl_change_expiration_ms).start()
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end,
-            tls=self.config.tls, authorize=self.authorize if self.acls is not None else None,
+            tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
             credential=security.own_credential)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
@@ -269,10 +272,14 @@ class Broker:
         return {node: (addr.host, addr.port) for node, addr in self.metadata_cache.brokers.items()}
 
     def _next_producer_id(self) -> int:
-        # Unique per broker start (seconds), per broker id, and per allocation.
-        self._pid_counter += 1
-        return (self._pid_base | (self._pid_counter & 0xFFFFF) << 12
-                | self.config.broker_id & 0xFFF)
+        """A producer id no broker sharing this ZooKeeper has handed out or
+        will: the next of this broker's block, claimed anew when it is used up."""
+        if self._producer_ids is None or self._next_pid > self._producer_ids.last:
+            block = self._zkstate.claim_producer_ids()  # raises ProducerIdsUnavailable
+            self._producer_ids, self._next_pid = block, block.first
+        pid = self._next_pid
+        self._next_pid += 1
+        return pid
 
     # -- connections ---------------------------------------------------------
 
@@ -451,17 +458,23 @@ class Broker:
             if response is None:
                 return None
         elif key == protocol.API_KEY_METADATA:
-            response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE))
+            response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE),
+                                              lambda: self._cluster_operations(peer),
+                                              lambda topic: self._operations(peer, acl.topic(topic)))
         elif key == protocol.API_KEY_LIST_OFFSETS:
             response = self.handlers.list_offsets(request, self._may(peer, acl.DESCRIBE))
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
-            response = self.handlers.init_producer_id(request)
+            response = self.handlers.init_producer_id(request, lambda: self._may_produce_idempotently(peer))
         elif key == protocol.API_KEY_CREATE_TOPICS:
             response = self._create_topics(request, peer)
         elif key == protocol.API_KEY_DESCRIBE_CONFIGS:
-            response = admin_apis.describe_configs(request, self.config, self.metadata_cache)
+            response = admin_apis.describe_configs(
+                request, self.config, self.metadata_cache,
+                lambda operation, resource: self.authorize(peer.principal, operation, resource, peer.host),
+                peer.principal)
         elif key == protocol.API_KEY_DESCRIBE_CLUSTER:
-            response = admin_apis.describe_cluster(request, self.config.broker_id, self.metadata_cache)
+            response = admin_apis.describe_cluster(request, self.config.broker_id, self.metadata_cache,
+                                                   lambda: self._cluster_operations(peer))
         elif key == protocol.API_KEY_JOIN_GROUP:
             response = self.groups.join_group(request, client_host, peer.principal)
         elif key == protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT:
@@ -480,6 +493,29 @@ class Broker:
     def _may(self, peer: Peer, operation: str):
         """Whether ``peer`` may do ``operation`` on a topic, as a function of the topic's name."""
         return lambda topic: self.authorize(peer.principal, operation, acl.topic(topic), peer.host)
+
+    def _may_produce_idempotently(self, peer: Peer) -> bool:
+        """Kafka's test for an idempotent producer's id: IdempotentWrite on
+        the cluster, or (Kafka 3.0, KIP-679) Write on any topic."""
+        if self.authorize(peer.principal, acl.IDEMPOTENT_WRITE, acl.cluster(), peer.host):
+            return True
+        if acl.authorize_any(self.acls.acls, peer.principal, acl.WRITE, acl.TOPIC, peer.host,
+                             self.config.security.super_principals):
+            return True
+        log.info("%s: %s and may Write no topic", peer.host,
+                 acl.refusal(peer.principal, acl.IDEMPOTENT_WRITE, acl.cluster()))
+        return False
+
+    def _operations(self, peer: Peer, resource) -> frozenset[int]:
+        """Kafka's codes of what ``peer`` may do to ``resource``."""
+        return acl.authorized_operations(
+            resource.kind, lambda operation: self.authorize(peer.principal, operation, resource, peer.host))
+
+    def _cluster_operations(self, peer: Peer) -> frozenset[int]:
+        """What ``peer`` may do to the cluster: nothing unless it may Describe it (as Kafka)."""
+        if not self.authorize(peer.principal, acl.DESCRIBE, acl.cluster(), peer.host):
+            return frozenset()
+        return self._operations(peer, acl.cluster())
 
     def _fetch(self, request, correlation_id: int, readable) -> list:
         wait_s = min(max(request.max_wait_ms, 0), self.config.max_fetch_wait_ms) / 1000
@@ -508,11 +544,13 @@ class Broker:
         so that a client may produce to them at once; past the timeout they
         exist but are answered REQUEST_TIMED_OUT, as Kafka answers."""
         outcomes = []
+        # As Kafka: Create on the cluster creates any topic; else Create on each.
+        anywhere = self.authorize(peer.principal, acl.CREATE, acl.cluster(), peer.host)
         for step in admin_apis.plan_create_topics(request, self.config):
             if isinstance(step, admin_apis.TopicOutcome):
                 outcomes.append(step)
                 continue
-            if not self.authorize(peer.principal, acl.CREATE, acl.topic(step.name), peer.host):
+            if not anywhere and not self.authorize(peer.principal, acl.CREATE, acl.topic(step.name), peer.host):
                 outcomes.append(admin_apis.TopicOutcome(step.name, TOPIC_AUTHORIZATION_FAILED,
                                                         acl.refusal(peer.principal, acl.CREATE, acl.topic(step.name))))
                 continue

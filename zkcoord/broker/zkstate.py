@@ -1,6 +1,7 @@
 """The broker's side of ZooKeeper: its ephemeral registration, the cluster id,
 its metadata cache read from Kafka's layout, the partition state nodes of
-what it leads, and the topics clients create through it.
+what it leads, the topics clients create through it, and the blocks of
+producer ids it hands out (Kafka's /latest_producer_id_block).
 
 Watches only wake the broker; each wake-up re-reads brokers and topics whole
 and reconciles, which is simple and never misses a change that happened while
@@ -15,7 +16,7 @@ import time
 from typing import Callable, NamedTuple, Optional
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from zkcoord.admin import topics as topic_admin
 from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
@@ -31,6 +32,12 @@ CONTROLLER_EPOCH = 1  # no controller runs; Kafka's first controller epoch is 1
 
 class BrokerIdInUseError(ZkcoordError):
     """Another live broker already holds this broker id in ZooKeeper."""
+
+    retriable = True
+
+
+class ProducerIdsUnavailable(ZkcoordError):
+    """No block of producer ids could be claimed from ZooKeeper now."""
 
     retriable = True
 
@@ -99,6 +106,31 @@ class ZkState:
         """Create a topic as ``zkcoord topics create`` does; raises its TopicAdminErrors."""
         return topic_admin.create_topic(self.client, name, partitions, assignment=assignment,
                                         validate_only=validate_only)
+
+    def claim_producer_ids(self) -> layout.ProducerIdBlock:
+        """Claim the next block of producer ids for this broker, as Kafka's
+        brokers do: a conditional write of the block after the last one
+        claimed by anyone, retried when another broker claims one first."""
+        path = layout.PRODUCER_ID_BLOCK_PATH
+        try:
+            while True:
+                try:
+                    data, stat = self.client.get(path)
+                    current, version = layout.decode_producer_id_block(data), stat.version
+                except NoNodeError:
+                    current, version = None, -1
+                block = layout.next_producer_id_block(current, self.broker_id)
+                try:
+                    if version < 0:
+                        self.client.create(path, layout.encode_producer_id_block(block))
+                    else:
+                        self.client.set(path, layout.encode_producer_id_block(block), version=version)
+                except (NodeExistsError, BadVersionError):
+                    continue  # another broker claimed a block between our read and write
+                log.info("broker %d claimed producer ids %d to %d", self.broker_id, block.first, block.last)
+                return block
+        except (layout.LayoutError, KazooException, self.client.handler.timeout_exception) as exc:
+            raise ProducerIdsUnavailable(f"no producer ids could be claimed from {path}: {exc!r}") from None
 
     def read(self) -> Snapshot:
         """The whole metadata cache, re-arming watches on every node read."""

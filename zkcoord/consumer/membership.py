@@ -36,6 +36,8 @@ from zkcoord.security.tls import client_context
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
+# GroupMembership's tls_context when none is given: the member builds its own from its config.
+FROM_CONFIG = object()
 LEAVE_CHECK_S = 0.2  # how soon the network thread notices close()
 LEAVE_TIMEOUT_S = 5.0  # how long a leave waits for the coordinator's confirmation
 
@@ -86,9 +88,13 @@ class GroupMembership:
     close_check_s = LEAVE_CHECK_S
 
     def __init__(self, bootstrap: Sequence[str], config: MemberConfig, listener: MembershipListener, *,
-                 clock: Callable[[], float] = lease_clock, dynamic_id: Optional[str] = None):
+                 clock: Callable[[], float] = lease_clock, dynamic_id: Optional[str] = None,
+                 tls_context: object = FROM_CONFIG):
         """``dynamic_id``: the id of a dynamic member (default: host name and a
-        random suffix); a static member's id is its ``consumer_id``."""
+        random suffix); a static member's id is its ``consumer_id``.
+        ``tls_context``: the client context to reach the servers with (None:
+        plaintext), when one is shared by many members (a broker's bridged
+        ones); by default it is built from ``config.tls``."""
         self.servers = parse_bootstrap(bootstrap)
         self.config = config
         self.group = config.group
@@ -105,7 +111,8 @@ class GroupMembership:
             user=config.user or "", password=config.password or "", on_behalf_of=config.on_behalf_of or "",
         ), listener)
         self.session_timeout = config.session_timeout_ms / 1000.0
-        self.tls = client_context(config.tls)  # None: plaintext; the fetcher's connections use it too
+        # None: plaintext; the fetcher's connections use it too.
+        self.tls = client_context(config.tls) if tls_context is FROM_CONFIG else tls_context
         self.brokers: list[wire.Endpoint] = []
         self.error: Optional[ZkcoordError] = None  # raised to the application by the next poll()
         self.registered = threading.Event()

@@ -224,7 +224,8 @@ class Server:
                 self.zk.close()
                 raise ServerError(str(exc)) from None
         if self.config.security.authorizing:
-            self.acls = security_store.AclCache(self.zk).start()
+            self.acls = security_store.AclCache(
+                self.zk, self.config.security.acl_change_expiration_ms).start()
         if self.config.broker is not None:
             from zkcoord.broker import Broker
 

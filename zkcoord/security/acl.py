@@ -3,10 +3,11 @@
 An ACL entry is Kafka's: a principal ("User:alice", or "User:*" for anyone),
 Allow or Deny, an operation, and a host ("*" for any). Entries hang on a
 resource (a group or a topic, by literal name; the name "*" matches every
-resource of its type). :func:`authorize` answers as Kafka's AclAuthorizer
-does: a super user may do anything; a matching Deny wins over any Allow;
-Read, Write, Delete and Alter imply Describe; with no matching Allow the
-answer is no.
+resource of its type; or the cluster, Kafka's one resource "kafka-cluster").
+:func:`authorize` answers as Kafka's AclAuthorizer does: a super user may do
+anything; a matching Deny wins over any Allow; Read, Write, Delete and Alter
+imply Describe, AlterConfigs implies DescribeConfigs; with no matching Allow
+the answer is no.
 
 What each zkcoord operation asks for (docs/SECURITY.md has the table):
 joining a group, committing and fetching offsets of it is Read on the group
@@ -14,21 +15,25 @@ joining a group, committing and fetching offsets of it is Read on the group
 resetting a group's offsets is Delete on it (Kafka's kafka-consumer-groups
 --reset-offsets commits as the group, and --delete needs Delete: a reset
 rewrites history, so it asks the stronger right); a broker Fetch is Read on
-the topic, Metadata Describe on it.
+the topic, Metadata Describe on it; an idempotent producer's id is
+IdempotentWrite on the cluster, or Write on any topic (Kafka 3.0, KIP-679).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from zkcoord.errors import ConfigError
 from zkcoord.security.principal import Principal
 
 GROUP = "Group"
 TOPIC = "Topic"
-RESOURCE_TYPES = (GROUP, TOPIC)
+CLUSTER = "Cluster"
+RESOURCE_TYPES = (GROUP, TOPIC, CLUSTER)
 WILDCARD = "*"
+# Kafka's name of the one cluster resource (kafka-acls --cluster).
+CLUSTER_NAME = "kafka-cluster"
 
 ALLOW = "Allow"
 DENY = "Deny"
@@ -40,10 +45,24 @@ DESCRIBE = "Describe"
 DELETE = "Delete"
 ALTER = "Alter"
 CREATE = "Create"
+CLUSTER_ACTION = "ClusterAction"
+DESCRIBE_CONFIGS = "DescribeConfigs"
+ALTER_CONFIGS = "AlterConfigs"
+IDEMPOTENT_WRITE = "IdempotentWrite"
 ALL = "All"
-OPERATIONS = (ALL, READ, WRITE, DESCRIBE, DELETE, ALTER, CREATE)
-# Kafka: an Allow of one of these also allows Describe.
-_IMPLIES_DESCRIBE = (READ, WRITE, DELETE, ALTER)
+OPERATIONS = (ALL, READ, WRITE, DESCRIBE, DELETE, ALTER, CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+              IDEMPOTENT_WRITE)
+# Kafka: an Allow of one of these also allows the key (AclAuthorizer's implied operations).
+_IMPLIED_BY = {DESCRIBE: (READ, WRITE, DELETE, ALTER), DESCRIBE_CONFIGS: (ALTER_CONFIGS,)}
+# What an ACL of each resource type may name, as kafka-acls checks it.
+OPERATIONS_OF = {
+    TOPIC: (ALL, READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS),
+    GROUP: (ALL, READ, DESCRIBE, DELETE),
+    CLUSTER: (ALL, CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE),
+}
+# Kafka's AclOperation codes: the bit each sets in a response's authorized operations.
+_OPERATION_CODES = {READ: 3, WRITE: 4, CREATE: 5, DELETE: 6, ALTER: 7, DESCRIBE: 8, CLUSTER_ACTION: 9,
+                    DESCRIBE_CONFIGS: 10, ALTER_CONFIGS: 11, IDEMPOTENT_WRITE: 12}
 
 
 class AclError(ConfigError):
@@ -108,6 +127,19 @@ def topic(name: str) -> Resource:
     return Resource(TOPIC, name)
 
 
+def cluster() -> Resource:
+    return Resource(CLUSTER, CLUSTER_NAME)
+
+
+def check_operations(resource: Resource, entries: Iterable[AclEntry]) -> None:
+    """Refuse an entry naming an operation its resource does not have
+    (IdempotentWrite on a topic), as kafka-acls refuses it."""
+    valid = OPERATIONS_OF[resource.kind]
+    for entry in entries:
+        if entry.operation not in valid:
+            raise AclError(f"a {resource.kind} ACL may name {', '.join(valid)}, not {entry.operation}")
+
+
 Acls = Mapping[Resource, Iterable[AclEntry]]
 
 
@@ -115,7 +147,7 @@ def _covers(entry_operation: str, operation: str, permission: str) -> bool:
     if entry_operation in (ALL, operation):
         return True
     # Implication widens only what is allowed; a Deny denies what it names.
-    return permission == ALLOW and operation == DESCRIBE and entry_operation in _IMPLIES_DESCRIBE
+    return permission == ALLOW and entry_operation in _IMPLIED_BY.get(operation, ())
 
 
 def authorize(acls: Acls, principal: Principal, operation: str, resource: Resource, host: str = "",
@@ -128,6 +160,31 @@ def authorize(acls: Acls, principal: Principal, operation: str, resource: Resour
     if any(e.permission == DENY and _covers(e.operation, operation, DENY) for e in matching):
         return False
     return any(e.permission == ALLOW and _covers(e.operation, operation, ALLOW) for e in matching)
+
+
+def authorize_any(acls: Acls, principal: Principal, operation: str, kind: str, host: str = "",
+                  super_users: Iterable[Principal] = ()) -> bool:
+    """Whether ``principal`` may do ``operation`` on some resource of type
+    ``kind`` (Kafka's authorizeByResourceType): an Allow of it (or All) on one,
+    unless a Deny on that one or on all of them (``*``) takes it back.
+    Implied operations do not count, as in Kafka."""
+    if principal in set(super_users):
+        return True
+
+    def entries(resource, permission):
+        return [e for e in acls.get(resource, ()) if e.permission == permission and e.operation in (ALL, operation)
+                and e.matches(principal, host)]
+
+    if entries(Resource(kind, WILDCARD), DENY):
+        return False
+    return any(entries(resource, ALLOW) and not entries(resource, DENY)
+               for resource in acls if resource.kind == kind)
+
+
+def authorized_operations(kind: str, allowed: Callable[[str], bool]) -> frozenset[int]:
+    """Kafka's codes of the operations on a resource of type ``kind`` that
+    ``allowed(operation)`` allows: the bits of a response's authorized operations."""
+    return frozenset(_OPERATION_CODES[op] for op in OPERATIONS_OF[kind] if op != ALL and allowed(op))
 
 
 def refusal(principal: Principal, operation: str, resource: Resource) -> str:

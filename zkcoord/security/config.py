@@ -103,6 +103,10 @@ class SecurityConfig:
                               choices=("off", "on"))
     super_users: tuple[str, ...] = setting((), "a principal (User:admin) the authorizer lets do anything "
                                                "(repeatable)", flag="--super-user", validate=_principals)
+    # Kafka's ZkNodeChangeNotificationListener's changeExpirationMs.
+    acl_change_expiration_ms: int = setting(15 * 60 * 1000, "with the authorizer on: ACL change notifications "
+                                                            "older than this are deleted when changes are read",
+                                            minimum=1)
 
     # The broker's own credential with the coordinators: it registers each stock
     # client's member on behalf of the principal that client authenticated as.

@@ -1,6 +1,7 @@
 """Users' SCRAM credentials and ACLs in ZooKeeper: reading, writing (with
 Kafka's change notifications) and a cache of the ACLs that follows their
-changes. The bytes are zkcoord.zk.layout.security's; the decisions are
+changes and, as Kafka's brokers do, deletes the notifications that have
+expired. The bytes are zkcoord.zk.layout.security's; the decisions are
 zkcoord.security.acl's and zkcoord.security.scram's.
 """
 
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Iterable, Optional
+import time
+from typing import Callable, Iterable, Optional
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
@@ -196,15 +198,44 @@ def read_acls(zk) -> dict[Resource, frozenset]:
     return out
 
 
+def expired_changes(created_ms: dict[str, int], now_ms: float, expiration_ms: int) -> list[str]:
+    """The change notifications (name: creation time) older than
+    ``expiration_ms`` at ``now_ms``, oldest first."""
+    return sorted(name for name, ctime in created_ms.items() if now_ms - ctime > expiration_ms)
+
+
+def purge_acl_changes(zk, now_ms: float, expiration_ms: int) -> list[str]:
+    """Delete the ACL change notifications that have expired (as Kafka's
+    ZkNodeChangeNotificationListener does after reading them); what another
+    process deleted first is skipped. Returns the names deleted here."""
+    created = {}
+    for name in zk.get_children(sec.ACL_CHANGES):
+        stat = zk.exists(f"{sec.ACL_CHANGES}/{name}")
+        if stat is not None:  # None: gone already
+            created[name] = stat.ctime
+    deleted = []
+    for name in expired_changes(created, now_ms, expiration_ms):
+        try:
+            zk.delete(f"{sec.ACL_CHANGES}/{name}")
+            deleted.append(name)
+        except NoNodeError:
+            pass
+    return deleted
+
+
 class AclCache:
     """The ACLs of ZooKeeper, read again whenever a change notification
-    appears (and at start). ``acls`` is a consistent snapshot to decide with."""
+    appears (and at start); the notifications older than
+    ``change_expiration_ms`` are then deleted. ``acls`` is a consistent
+    snapshot to decide with."""
 
-    def __init__(self, zk):
+    def __init__(self, zk, change_expiration_ms: int, clock: Callable[[], float] = time.time):
         self._zk = zk
         self._lock = threading.Lock()
         self.acls: dict[Resource, frozenset] = {}
         self._stopped = False
+        self._change_expiration_ms = change_expiration_ms
+        self._clock = clock
 
     def start(self) -> "AclCache":
         self._zk.ensure_path(sec.ACL_CHANGES)
@@ -226,9 +257,13 @@ class AclCache:
             log.warning("could not reload ACLs: %s", exc)
 
     def _reload(self) -> None:
+        now_ms = self._clock() * 1000  # before reading: what is purged has been read
         acls = read_acls(self._zk)
         with self._lock:
             self.acls = acls
+        deleted = purge_acl_changes(self._zk, now_ms, self._change_expiration_ms)
+        if deleted:
+            log.debug("deleted %d expired ACL change notifications", len(deleted))
 
     def stop(self) -> None:
         self._stopped = True

@@ -56,7 +56,6 @@ from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.security import acl
-from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_offsets, read_servers
@@ -172,14 +171,16 @@ class GroupBridge:
     ``brokers`` returns the live brokers {id: (host, port)}."""
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
-                 session_timeout_ms: int, clock=time.monotonic, log_end=None, tls: TlsConfig = PLAIN,
+                 session_timeout_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
                  authorize=None, credential: Optional[tuple[str, str]] = None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
         ``log_end(tp)``: the partition's log end offset if this broker leads
         it, else None (the coordinator checks those against their leader).
-        ``tls``: how its members reach the coordinators, as the server's own clients do.
+        ``tls_context``: the client SSLContext its members reach the coordinators
+        with (None: plaintext), built once by the broker, as the server's own
+        clients build theirs, and shared by every member.
         ``authorize(principal, operation, resource, host)`` decides what a
         client may do (None: everything, the authorizer is off).
         ``credential`` (user, password): the broker's own with the
@@ -196,7 +197,7 @@ class GroupBridge:
         self.session_timeout_ms = session_timeout_ms
         self.clock = clock
         self._log_end = log_end
-        self.tls = tls  # how its members reach the coordinators: as the server's own clients do
+        self._tls_context = tls_context
         self._groups: dict[str, dict[str, _Bridged]] = {}
         # Member ids handed out with MEMBER_ID_REQUIRED, oldest first: a
         # client joins with its id at once, so only the latest few are kept.
@@ -272,12 +273,13 @@ class GroupBridge:
         from zkcoord.admin.groups import list_groups
 
         wanted = {s.lower() for s in (getattr(request, "states_filter", None) or [])}
+        # As Kafka: Describe on the cluster lists every group; else those one may Describe.
+        every = self.authorize is None or self.authorize(principal, acl.DESCRIBE, acl.cluster(), client_host)
         listed = []
         for group in list_groups(self.zk):
             if self.coordinator_broker(group) != self.broker_id:
                 continue  # another broker lists it: admin clients ask every broker
-            if self.authorize is not None and not self.authorize(principal, acl.DESCRIBE, acl.group(group),
-                                                                 client_host):
+            if not every and not self.authorize(principal, acl.DESCRIBE, acl.group(group), client_host):
                 continue  # as Kafka: a group one may not describe is not listed
             state = self._state_of(group)[0]
             if wanted and state.lower() not in wanted:
@@ -441,12 +443,13 @@ class GroupBridge:
                 consumer_id=registration_id(member) if member.instance_id else None,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
-                assignment_strategies=strategies, tls=self.tls, **self._on_behalf_of(member.principal))
+                assignment_strategies=strategies, **self._on_behalf_of(member.principal))
         except ConfigError as exc:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
         membership = GroupMembership([f"{s.host}:{s.port}" for s in servers.values()], config,
-                                     _MemberListener(bridged, self), dynamic_id=registration_id(member))
+                                     _MemberListener(bridged, self), dynamic_id=registration_id(member),
+                                     tls_context=self._tls_context)
         bridged.membership = membership
         membership.start()
         deadline = self.clock() + min(REGISTER_WAIT_S, member.rebalance_timeout_ms / 1000.0)

@@ -1,12 +1,14 @@
 """The nodes Kafka defines under /brokers (broker registrations, topic
 assignments, partition state) and the cluster id at /cluster/id.
 
+Also the last block of producer ids handed out (/latest_producer_id_block).
+
 The codecs here write the bytes a ZooKeeper-mode Kafka writes and read every
 version Kafka ever wrote, so that Kafka's tools, and tools built for Kafka, read
 our data and we read theirs.
 
 The formats were read from Kafka's ``kafka/zk/ZkData.scala`` (``BrokerIdZNode``,
-``TopicZNode``, ``TopicPartitionStateZNode``, ``ClusterIdZNode``) and ``kafka/cluster/EndPoint.scala``,
+``TopicZNode``, ``TopicPartitionStateZNode``, ``ClusterIdZNode``, ``ProducerIdBlockZNode``) and ``kafka/cluster/EndPoint.scala``,
 and checked against what Kafka brokers of each era left in ZooKeeper.
 """
 
@@ -17,7 +19,7 @@ import binascii
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 from zkcoord.zk.layout.json_codec import _Fields, _load, _prefix_errors, _scala_map_order, encode_json
 from zkcoord.zk.layout.names import (
@@ -30,7 +32,7 @@ from zkcoord.zk.layout.names import (
     _validate_partition,
     validate_topic_name,
 )
-from zkcoord.zk.layout.paths import CLUSTER_ID_PATH, broker_path, topic_path
+from zkcoord.zk.layout.paths import CLUSTER_ID_PATH, PRODUCER_ID_BLOCK_PATH, broker_path, topic_path
 
 # ---------------------------------------------------------------------------
 # /brokers/ids/<id>
@@ -479,3 +481,58 @@ def decode_cluster_id(data: bytes, where: str = CLUSTER_ID_PATH) -> str:
         return _check_uuid(cluster_id, "cluster id")
     except LayoutError as exc:
         raise fields.fail("id", str(exc)) from None
+
+
+# ---------------------------------------------------------------------------
+# /latest_producer_id_block
+
+# Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE: a broker claims this many at once.
+PRODUCER_ID_BLOCK_SIZE = 1000
+PRODUCER_ID_BLOCK_VERSION = 1
+
+
+class ProducerIdsExhausted(LayoutError):
+    """Every producer id up to 2**63 - 1 has been handed out."""
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """The producer ids ``first`` to ``last`` (inclusive), claimed by ``broker``."""
+
+    broker: int
+    first: int
+    last: int
+
+
+def next_producer_id_block(current: Optional[ProducerIdBlock], broker_id: int) -> ProducerIdBlock:
+    """The block after ``current`` (the first, from 0, when there is none),
+    as Kafka's ZkProducerIdManager claims it: ids are never handed out twice,
+    across brokers and restarts, and never pass 2**63 - 1."""
+    if current is None:
+        return ProducerIdBlock(broker_id, 0, PRODUCER_ID_BLOCK_SIZE - 1)
+    if current.last > _INT64_MAX - PRODUCER_ID_BLOCK_SIZE:
+        raise ProducerIdsExhausted(f"{PRODUCER_ID_BLOCK_PATH}: every producer id has been handed out "
+                                   f"(the last block ends at {current.last})")
+    return ProducerIdBlock(broker_id, current.last + 1, current.last + PRODUCER_ID_BLOCK_SIZE)
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    """``{"version":1,"broker":0,"block_start":"0","block_end":"999"}``, as
+    Kafka writes it (the ids as strings)."""
+    return encode_json({"version": PRODUCER_ID_BLOCK_VERSION, "broker": block.broker,
+                        "block_start": str(block.first), "block_end": str(block.last)})
+
+
+def decode_producer_id_block(data: bytes, where: str = PRODUCER_ID_BLOCK_PATH) -> ProducerIdBlock:
+    fields = _Fields(_load(data, where), where)
+    broker = fields.integer("broker", low=-1)
+    ids = []
+    for key in ("block_start", "block_end"):
+        text = fields.string(key)
+        if not text.isascii() or not text.isdigit() or int(text) > _INT64_MAX:
+            raise fields.fail(key, f"must be a decimal id in [0, {_INT64_MAX}], got {text!r}")
+        ids.append(int(text))
+    first, last = ids
+    if last < first:
+        raise fields.fail("block_end", f"is {last}, before block_start {first}")
+    return ProducerIdBlock(broker, first, last)

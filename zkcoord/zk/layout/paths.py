@@ -20,6 +20,7 @@ from zkcoord.zk.layout.names import (
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CLUSTER_ID_PATH = "/cluster/id"
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
 COORDINATOR_PATH = "/consumers/coordinator"
 SERVERS = "/zkcoord/servers"
