@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import zkcoord
 from zkcoord import wire
 from zkcoord.consumer.protocol import MemberProtocol
@@ -91,6 +93,7 @@ class Leaving:
         self.protocol.register(0.0)
         self.protocol.registered(wire.RegisterConsumerResponse(coordinator_epoch=1))
         self.request = None
+        self.error = None  # what ended the membership, as GroupMembership's
 
     def close(self) -> None:
         self.request = self.protocol.leave()
@@ -108,6 +111,23 @@ def test_a_stopped_query_leaves_with_its_last_committed_batch_without_waiting():
     m.close()
     assert time.monotonic() - began < 5, "Spark calls no more: the batch in flight never commits"
     assert wire.offsets_of(membership.request.offsets) == {A: 4, B: 2}
+
+
+def test_a_refused_membership_fails_the_next_planning_and_the_wait_for_partitions():
+    m = member()
+    membership = m._membership = Leaving(m)
+    with m.planning():
+        pass
+    refusal = wire.AuthenticationFailed("authentication failed for user 'alice'")
+    # The membership's thread records the refusal while the query waits for partitions.
+    threading.Timer(0.3, lambda: setattr(membership, "error", refusal)).start()
+    began = time.monotonic()
+    with pytest.raises(wire.AuthenticationFailed):
+        m.wait_for_assignment(30)
+    assert time.monotonic() - began < 5, "a refusal ends the wait for partitions that never come"
+    with pytest.raises(wire.AuthenticationFailed, match="user 'alice'"):
+        with m.planning():
+            pass
 
 
 # Stands for Spark's source runner: the reader's stop() runs when its socket

@@ -49,6 +49,19 @@ class BrokerConnectionError(ZkcoordError):
     retriable = True
 
 
+class BrokerAuthenticationError(BrokerConnectionError):
+    """The broker refused the credential (a wrong password, an unknown user),
+    or this client would not send it (no mechanism in common, PLAIN without
+    TLS when not allowed). No retry helps."""
+
+    retriable = False
+
+
+class PlainWithoutTlsRefused(BrokerAuthenticationError):
+    """The broker offers only SASL/PLAIN, which would send the password
+    readable over a connection without TLS, and the client does not allow it."""
+
+
 def _unless_refused(error: TlsError) -> ZkcoordError:
     """A TLS failure as the caller should see it: a refusal (a certificate, a
     protocol) as the TlsError it is, which no retry helps; a connection that
@@ -93,15 +106,19 @@ class BrokerConnection:
     cannot be opened or negotiated."""
 
     def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0,
-                 tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None):
+                 tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None,
+                 plain_without_tls: bool = True):
         """``tls``: a client SSLContext (zkcoord.security.tls.client_context);
         a handshake that fails raises TlsError, not retriable when refused.
         ``credential`` (user, password): authenticate with SASL first, with
-        the strongest mechanism the broker offers."""
+        the strongest mechanism the broker offers; a refusal raises
+        BrokerAuthenticationError. ``plain_without_tls`` False: never send the
+        password with PLAIN over a connection without TLS."""
         self.address = address
         self._client_id = client_id
         self._timeout_s = timeout_s
         self._tls = tls
+        self._plain_without_tls = plain_without_tls
         self._sock: Optional[socket.socket] = None
         self._open()
         if credential is not None:
@@ -145,9 +162,14 @@ class BrokerConnection:
                                 SaslHandshakeResponse, 1)
         mechanism = next((m for m in PREFERRED_MECHANISMS if m in offered.mechanisms), None)
         if mechanism is None:
-            raise BrokerConnectionError(f"broker {self.address} offers no SASL mechanism this client speaks "
-                                        f"(it offers {', '.join(offered.mechanisms) or 'none'}; this client "
-                                        f"{', '.join(PREFERRED_MECHANISMS)})")
+            raise BrokerAuthenticationError(f"broker {self.address} offers no SASL mechanism this client speaks "
+                                            f"(it offers {', '.join(offered.mechanisms) or 'none'}; this client "
+                                            f"{', '.join(PREFERRED_MECHANISMS)})")
+        if mechanism == scram.PLAIN and self._tls is None and not self._plain_without_tls:
+            # PLAIN sends the password itself: anyone on the path reads it.
+            raise PlainWithoutTlsRefused(
+                f"broker {self.address} offers only SASL/PLAIN, which would send user {user!r}'s password "
+                "over a connection without TLS: refused")
         if mechanism != PREFERRED_MECHANISMS[0]:
             # A broker closes the connection after a refused handshake: start
             # again, asking for the mechanism it offers.
@@ -155,8 +177,8 @@ class BrokerConnection:
             self._open()
             handshake = self._request(SaslHandshakeRequest(version=1, mechanism=mechanism), SaslHandshakeResponse, 1)
             if handshake.error_code != NONE:
-                raise BrokerConnectionError(f"broker {self.address} refused SASL/{mechanism} "
-                                            f"(error {handshake.error_code})")
+                raise BrokerAuthenticationError(f"broker {self.address} refused SASL/{mechanism} "
+                                                f"(error {handshake.error_code})")
         try:
             if mechanism == scram.PLAIN:
                 self._sasl_step(b"\0" + user.encode("utf-8") + b"\0" + password.encode("utf-8"), user)
@@ -165,13 +187,13 @@ class BrokerConnection:
                 server_first = self._sasl_step(client.first(), user)
                 client.verify(self._sasl_step(client.final(server_first), user))
         except scram.AuthenticationFailed as exc:
-            raise BrokerConnectionError(f"broker {self.address}: {exc}") from None
+            raise BrokerAuthenticationError(f"broker {self.address}: {exc}") from None
 
     def _sasl_step(self, token: bytes, user: str) -> bytes:
         answer = self._request(SaslAuthenticateRequest(version=1, auth_bytes=token), SaslAuthenticateResponse, 1)
         if answer.error_code != NONE:
-            raise BrokerConnectionError(f"broker {self.address} refused user {user!r}: "
-                                        f"{answer.error_message or answer.error_code}")
+            raise BrokerAuthenticationError(f"broker {self.address} refused user {user!r}: "
+                                            f"{answer.error_message or answer.error_code}")
         return bytes(answer.auth_bytes or b"")
 
     def _pick(self, offered: dict, api_key: int, ours: tuple[int, int], name: str) -> int:

@@ -37,11 +37,15 @@ def task_to_jvm(task: ReadTask) -> dict[str, Any]:
     tls = None
     if task.tls.ca is not None:
         tls = {"ca": task.tls.ca, "cert": task.tls.cert, "key": task.tls.key}
+    sasl = None
+    if task.login is not None:  # the task's serialized bytes carry it to the executor; it never prints it
+        sasl = {"user": task.login.user, "password": task.login.password,
+                "plainWithoutTls": task.login.plain_without_tls}
     return {"topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
             "leader": task.broker, "brokers": list(task.brokers), "pollTimeoutMs": task.poll_timeout_ms,
             "failOnDataLoss": task.fail_on_data_loss, "fetchBytes": FETCH_BYTES,
             "maxFetchBytes": MAX_FETCH_BYTES, "fetchWaitMs": FETCH_WAIT_MS,
-            "retriableErrors": _RETRIABLE_CODES, "tls": tls}
+            "retriableErrors": _RETRIABLE_CODES, "tls": tls, "sasl": sasl}
 
 
 def _answer(question: Callable[[], Any]) -> str:

@@ -36,3 +36,13 @@ class ReadTimeoutError(SparkSourceError):
     """A broker did not deliver a planned offset range within pollTimeoutMs."""
 
     retriable = True
+
+
+class AuthenticationError(SparkSourceError):
+    """A broker refused the source's SASL credential (``sasl.username``), or
+    the source would not send it (SASL/PLAIN without TLS, unless allowed)."""
+
+
+class TopicAuthorizationError(SparkSourceError):
+    """A broker answered that the source's principal may not read a topic
+    (Kafka's TOPIC_AUTHORIZATION_FAILED): an ACL is missing."""

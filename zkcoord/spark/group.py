@@ -18,6 +18,10 @@ flight reads them, the Stop waits (at most ``handoffTimeoutMs``) until that
 batch is committed, then answers with the offsets of the last committed
 batch, where the next owner starts.
 
+A refusal (a wrong credential, no ACL for the group or a topic) ends the
+membership; the next planning call raises it, so the query fails with the
+coordinator's words instead of waiting for partitions that never come.
+
 The end: when the query stops, :meth:`QueryMember.close` leaves the group
 with the offsets of the last committed batch in its LeaveGroupRequest, which
 the coordinator commits before it answers. Spark calls the source no more by
@@ -40,9 +44,11 @@ from zkcoord.records import TopicPartition
 from zkcoord.spark.errors import SparkSourceError
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.offsets import PartitionOffsets, StreamOffset
-from zkcoord.spark.options import EARLIEST, SourceOptions
+from zkcoord.spark.options import EARLIEST, SourceOptions, login
 
 log = logging.getLogger(__name__)
+
+REFUSAL_CHECK_S = 0.1  # how often a wait for partitions looks for a refusal
 
 
 class QueryMember:
@@ -66,11 +72,14 @@ class QueryMember:
         if not servers:
             raise SparkSourceError("no zkcoord server is registered under /zkcoord/servers; "
                                    "give the option 'servers'")
+        # The brokers' login is the coordinator's credential too, as a thin consumer's.
+        credential = login(self.options.sasl)
         self._membership = GroupMembership(servers, MemberConfig(
             group=self.options.group, topics=self.options.topics, pattern=self.options.pattern,
             session_timeout_ms=self.options.session_timeout_ms,
             auto_offset_reset=wire.SMALLEST if self.options.starting == EARLIEST else wire.LARGEST,
             tls=self.options.tls,
+            user=credential.user if credential else None, password=credential.password if credential else None,
         ), self)
         self._membership.start()
         log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)
@@ -92,12 +101,25 @@ class QueryMember:
             return set(self._granted)
 
     def wait_for_assignment(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
         with self._cond:
-            return self._cond.wait_for(lambda: bool(self._granted), timeout)
+            # A refusal notifies nobody: look for it between short waits.
+            while not self._granted and time.monotonic() < deadline:
+                self._raise_refusal()
+                self._cond.wait(min(REFUSAL_CHECK_S, max(0.0, deadline - time.monotonic())))
+            self._raise_refusal()
+            return bool(self._granted)
+
+    def _raise_refusal(self) -> None:
+        """The error that ended the membership (a refused credential or ACL), raised."""
+        membership = self._membership
+        if membership is not None and membership.error is not None:
+            raise membership.error
 
     @contextlib.contextmanager
     def planning(self) -> Iterator["_Plan"]:
         """Hold the plan steady while the next batch's end is chosen."""
+        self._raise_refusal()
         with self._cond:
             yield _Plan(self)
             self._last_plan = time.monotonic()

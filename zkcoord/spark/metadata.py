@@ -17,7 +17,7 @@ from zkcoord.records import TopicPartition
 from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
 from zkcoord.spark.offsets import PartitionOffsets
-from zkcoord.spark.options import SourceOptions
+from zkcoord.spark.options import SaslOptions, SourceOptions, login
 from zkcoord.zk import layout
 from zkcoord.zk.security import ZkSecurity
 
@@ -28,11 +28,15 @@ KAFKA_TIMEOUT_S = 15.0
 
 
 class ClusterView:
-    def __init__(self, zookeeper: str, *, tls: TlsConfig = PLAIN, security: Optional[ZkSecurity] = None):
-        """``tls``: how to reach the brokers (plaintext by default); ``security``: ZooKeeper's credentials and TLS."""
+    def __init__(self, zookeeper: str, *, tls: TlsConfig = PLAIN, security: Optional[ZkSecurity] = None,
+                 sasl: Optional[SaslOptions] = None):
+        """``tls``: how to reach the brokers (plaintext by default); ``security``:
+        ZooKeeper's credentials and TLS; ``sasl``: the brokers' (None: anonymous)."""
         self.zookeeper = zookeeper
         self.tls = tls
+        self.sasl = sasl
         self._tls_context = None
+        self._login = None  # the last login read, for the refusals' words
         self.security = security or ZkSecurity()
         self._zk = None
         self._brokers: dict[str, object] = {}  # address -> BrokerConnection, for offset bounds
@@ -40,12 +44,13 @@ class ClusterView:
         self._brokers_lock = threading.Lock()
 
     # Never pickled: a reader that holds a view sends only its connect string
-    # and ZooKeeper settings (file names, never a password).
+    # and settings (file names, never a password).
     def __getstate__(self):
-        return {"zookeeper": self.zookeeper, "tls": self.tls, "security": self.security}
+        return {"zookeeper": self.zookeeper, "tls": self.tls, "security": self.security, "sasl": self.sasl}
 
     def __setstate__(self, state):
-        self.__init__(state["zookeeper"], tls=state.get("tls", PLAIN), security=state.get("security"))
+        self.__init__(state["zookeeper"], tls=state.get("tls", PLAIN), security=state.get("security"),
+                      sasl=state.get("sasl"))
 
     @property
     def zk(self):
@@ -163,6 +168,7 @@ class ClusterView:
         from zkcoord.fetch.connection import (
             EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerConnectionError, PartitionError,
         )
+        from zkcoord.spark.login import refusal
 
         partitions = list(partitions)
         result = {}
@@ -181,6 +187,10 @@ class ClusterView:
                                       connection.list_offset(tp[0], tp[1], LATEST_TIMESTAMP))
                         break
                     except (BrokerConnectionError, PartitionError, NoLeaderError) as exc:
+                        refused = isinstance(exc, PartitionError) and refusal(exc, *tp, self._login, "Describe",
+                                                                              leader)
+                        if refused:
+                            raise refused from None
                         if leader is not None:
                             self._drop_broker(leader)
                         if attempt == 2 and not skip_unavailable:
@@ -190,13 +200,14 @@ class ClusterView:
     def _broker(self, address: str):
         connection = self._brokers.get(address)
         if connection is None:
-            from zkcoord.fetch.connection import BrokerConnection
             from zkcoord.security.tls import client_context
+            from zkcoord.spark.login import open_broker
 
             if self._tls_context is None and self.tls.speaks:
                 self._tls_context = client_context(self.tls)
-            connection = self._brokers[address] = BrokerConnection(address, client_id="zkcoord-spark-planner",
-                                                                   timeout_s=KAFKA_TIMEOUT_S, tls=self._tls_context)
+            self._login = login(self.sasl)  # read afresh: a password file may have changed
+            connection = self._brokers[address] = open_broker(address, self._login, client_id="zkcoord-spark-planner",
+                                                              timeout_s=KAFKA_TIMEOUT_S, tls=self._tls_context)
         return connection
 
     def _drop_broker(self, address: str) -> None:

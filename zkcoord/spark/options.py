@@ -5,7 +5,10 @@ Names follow Spark's own Kafka source where the idea is the same
 ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``,
 ``kafkaConsumer.pollTimeoutMs``); TLS to the servers and brokers takes
 librdkafka's PEM options (``ssl.ca.location``, ``ssl.certificate.location``,
-``ssl.key.location``); ``zookeeper`` replaces
+``ssl.key.location``) and SASL with the brokers librdkafka's user
+(``sasl.username``), its password from a file or an environment variable
+(``sasl.passwordFile``, ``sasl.passwordEnv``, never an option's value: options
+show in plans); ``zookeeper`` replaces
 ``kafka.bootstrap.servers`` because topics, partitions and brokers are found
 in ZooKeeper, and ``group`` makes a streaming query a member of a consumer
 group. The ``zookeeper.*`` options are zkcoord's ZooKeeper credentials, TLS
@@ -29,7 +32,9 @@ from zkcoord.consumer.membership import parse_bootstrap
 from zkcoord.errors import ConfigError
 from zkcoord.patterns import PatternError, check_pattern, matches
 from zkcoord.security.config import PLAIN, TlsConfig
+from zkcoord.security.secrets import PASSWORD_ENV, password_for
 from zkcoord.spark.errors import SourceOptionError
+from zkcoord.spark.login import Login
 from zkcoord.spark.offsets import PartitionOffsets, parse_offsets_json
 from zkcoord.zk import layout
 from zkcoord.zk.security import ZkSecurity
@@ -47,6 +52,7 @@ _KNOWN = {
     "maxoffsetspertrigger", "minpartitions", "failondataloss", "kafkaconsumer.polltimeoutms",
     "group", "servers", "sessiontimeoutms", "handofftimeoutms",
     "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+    "sasl.username", "sasl.passwordfile", "sasl.passwordenv", "sasl.plainwithouttls",
 }
 # The TLS options, as TlsConfig's settings.
 _TLS = {"ssl.ca.location": "ca", "ssl.certificate.location": "cert", "ssl.key.location": "key"}
@@ -61,6 +67,31 @@ def _zk_option(name: str) -> str:
 # option -> (the setting's name, its type)
 _ZK_OPTIONS = {_zk_option(f.name): (f.name, kind) for f, _, kind in settings.fields(ZkSecurity)}
 _KNOWN |= {option.lower() for option in _ZK_OPTIONS}
+
+
+@dataclass(frozen=True)
+class SaslOptions:
+    """Who the source is to the brokers and the coordinator, and where its
+    password is: the first line of ``password_file``, else ``$password_env``."""
+
+    user: str
+    password_file: Optional[str] = None
+    password_env: str = PASSWORD_ENV
+    plain_without_tls: bool = False  # SASL/PLAIN may send the password without TLS
+
+    def login(self) -> Login:
+        """The login, its password read now (by the driver, when it plans)."""
+        try:
+            password = password_for(self.user, self.password_file, "sasl.username", "sasl.passwordFile",
+                                    self.password_env)
+        except ConfigError as exc:
+            raise SourceOptionError(f"SASL options: {exc}") from None
+        return Login(self.user, password, self.plain_without_tls)
+
+
+def login(sasl: Optional[SaslOptions]) -> Optional[Login]:
+    """``sasl``'s login, or None: anonymous."""
+    return None if sasl is None else sasl.login()
 
 
 @dataclass(frozen=True)
@@ -79,6 +110,7 @@ class SourceOptions:
     session_timeout_ms: int = settings.default(MemberConfig, "session_timeout_ms")  # a group member's, as any
     handoff_timeout_ms: int = 8_000
     tls: TlsConfig = PLAIN  # to the servers and the brokers
+    sasl: Optional[SaslOptions] = None  # None: anonymous to the brokers and the coordinator
     zk_security: ZkSecurity = dataclasses.field(default_factory=ZkSecurity)
 
     def matches(self, topic: str) -> bool:
@@ -148,6 +180,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         group=group,
         servers=servers,
         tls=tls,
+        sasl=_sasl(opts),
         zk_security=_zk_security(opts),
         **given,
     )
@@ -158,6 +191,26 @@ def zookeeper_options(security: ZkSecurity) -> dict[str, str]:
     defaults = ZkSecurity()
     return {option: str(getattr(security, name)).lower() if kind is bool else str(getattr(security, name))
             for option, (name, kind) in _ZK_OPTIONS.items() if getattr(security, name) != getattr(defaults, name)}
+
+
+def _sasl(opts: Mapping[str, str]) -> Optional[SaslOptions]:
+    user = opts.get("sasl.username")
+    if user is None:
+        given = sorted(k for k in opts if k.startswith("sasl."))
+        if given:
+            raise SourceOptionError(f"option(s) {', '.join(given)} without sasl.username")
+        return None
+    if not user.strip() or user != user.strip():
+        raise SourceOptionError(f"option 'sasl.username' must be a user name, got {user!r}")
+    path, env = opts.get("sasl.passwordfile"), opts.get("sasl.passwordenv")
+    if path is not None and env is not None:
+        raise SourceOptionError("give one of the options 'sasl.passwordFile' and 'sasl.passwordEnv', not both")
+    for name, value in (("sasl.passwordFile", path), ("sasl.passwordEnv", env)):
+        if value is not None and not value.strip():
+            raise SourceOptionError(f"option {name!r} is empty")
+    return SaslOptions(user=user, password_file=path, password_env=env or PASSWORD_ENV,
+                       plain_without_tls=_boolean(opts.get("sasl.plainwithouttls", "false"),
+                                                  "sasl.plainWithoutTls"))
 
 
 def _zk_security(opts: Mapping[str, str]) -> ZkSecurity:

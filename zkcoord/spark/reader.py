@@ -7,7 +7,9 @@ pass (:mod:`zkcoord.fetch.records`), so no Python object is made per record.
 Each call opens its own connection and closes it when the range is done:
 nothing is shared between tasks, nothing is pickled but the plain ReadTask.
 A task Spark retries after its broker died finds the partition's new leader
-through the other brokers the plan knew.
+through the other brokers the plan knew. A task logs in with the SASL login
+its plan carries (:mod:`zkcoord.spark.login`); a refused login or a missing
+ACL fails the task at once, as no retry helps.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Iterator, Optional
 from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, OFFSET_OUT_OF_RANGE, BrokerConnection, BrokerConnectionError, PartitionError,
 )
+from zkcoord.spark.login import Login, open_broker, refusal
 from zkcoord.fetch.records import decode_batches
 from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.security.tls import client_context
@@ -44,6 +47,7 @@ class ReadTask:
     fail_on_data_loss: bool = True
     brokers: tuple[str, ...] = ()
     tls: TlsConfig = PLAIN  # how to reach the brokers
+    login: Optional[Login] = None  # SASL with the brokers; None: anonymous
 
 
 def read_task(task: ReadTask) -> Iterator:
@@ -84,6 +88,9 @@ class _RangeReader:
                     position = self._on_data_loss(position)
                     deadline = self._deadline()
                     continue
+                refused = refusal(exc, r.topic, r.partition, self.task.login, "Read", self.leader)
+                if refused:
+                    raise refused from None
                 if not exc.retriable:
                     raise SparkSourceError(f"reading {r.topic}-{r.partition} from {self.leader}: {exc}") from None
                 last_problem = str(exc)
@@ -131,8 +138,12 @@ class _RangeReader:
 
     def _connect(self) -> BrokerConnection:
         if self.connection is None:
-            self.connection = BrokerConnection(self.leader, client_id="zkcoord-spark-reader", tls=self.tls)
+            self.connection = self._open(self.leader, 30.0)
         return self.connection
+
+    def _open(self, address: str, timeout_s: float) -> BrokerConnection:
+        return open_broker(address, self.task.login, client_id="zkcoord-spark-reader", timeout_s=timeout_s,
+                           tls=self.tls)
 
     def _lost_leader(self) -> None:
         """The leader failed us: drop the connection and ask every broker
@@ -141,8 +152,7 @@ class _RangeReader:
         r = self.range
         for address in dict.fromkeys((self.leader, *self.task.brokers)):
             try:
-                with BrokerConnection(address, client_id="zkcoord-spark-reader", timeout_s=5.0,
-                                      tls=self.tls) as probe:
+                with self._open(address, 5.0) as probe:
                     leader = probe.leader(r.topic, r.partition)
             except BrokerConnectionError:
                 continue

@@ -36,7 +36,7 @@ from zkcoord.spark.offsets import (
     limit_offsets,
     split_ranges,
 )
-from zkcoord.spark.options import EARLIEST, LATEST, SourceOptions, parse_options
+from zkcoord.spark.options import EARLIEST, LATEST, SourceOptions, login, parse_options
 from zkcoord.spark.plan import check_range, resolve
 from zkcoord.spark.reader import SCHEMA_DDL, ReadTask, read_task
 
@@ -57,12 +57,18 @@ def _read(partition: InputPartition) -> Iterator:
         yield from read_task(partition.task)
 
 
+def _view(options: SourceOptions) -> ClusterView:
+    return ClusterView(options.zookeeper, tls=options.tls, security=options.zk_security, sasl=options.sasl)
+
+
 def _tasks(view: ClusterView, options: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
     ranges = split_ranges(ranges, options.min_partitions)
     leaders = view.leaders(sorted({(r.topic, r.partition) for r in ranges}))
     brokers = tuple(sorted(view.brokers().values()))  # where a retried task looks for a new leader
+    # Read each plan: a password file may have changed. The tasks carry it to the executors.
+    credential = login(options.sasl)
     return [RangePartition(ReadTask(r, leaders[(r.topic, r.partition)], options.poll_timeout_ms,
-                                    options.fail_on_data_loss, brokers, options.tls)) for r in ranges]
+                                    options.fail_on_data_loss, brokers, options.tls, credential)) for r in ranges]
 
 
 class ZkcoordDataSource(DataSource):
@@ -93,7 +99,7 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[RangePartition]:
-        view = ClusterView(self.options.zookeeper, tls=self.options.tls, security=self.options.zk_security)
+        view = _view(self.options)
         try:
             partitions = view.partitions(view.topics(self.options))
             bounds = view.bounds(partitions)
@@ -122,7 +128,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._init_state()
 
     def _init_state(self) -> None:
-        self._view = ClusterView(self.options.zookeeper, tls=self.options.tls, security=self.options.zk_security)
+        self._view = _view(self.options)
         self._group = None
         self._target: Optional[PartitionOffsets] = None  # Trigger.AvailableNow's end
         self._lock = threading.Lock()

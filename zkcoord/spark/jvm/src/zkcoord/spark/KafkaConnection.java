@@ -17,15 +17,20 @@ import javax.net.ssl.SSLSocket;
 /**
  * One blocking connection to a Kafka broker for reading one partition:
  * Fetch v4, ListOffsets v1 and Metadata v1, checked with ApiVersions when it
- * connects (every broker since Kafka 0.11 serves them, and zkcoord's). The
- * JVM twin of zkcoord/fetch/connection.py's reading half. One request at a
- * time; the last Fetch's records stay in a buffer reused by the next one.
+ * connects (every broker since Kafka 0.11 serves them, and zkcoord's), after
+ * SASL (SaslHandshake v1, SaslAuthenticate v1) when the task has a login.
+ * The JVM twin of zkcoord/fetch/connection.py's reading half. One request at
+ * a time; the last Fetch's records stay in a buffer reused by the next one.
  */
 final class KafkaConnection implements Closeable {
   static final int FETCH = 1;
   static final int LIST_OFFSETS = 2;
   static final int METADATA = 3;
+  static final int SASL_HANDSHAKE = 17;
   static final int API_VERSIONS = 18;
+  static final int SASL_AUTHENTICATE = 36;
+  // The SASL mechanisms this reader speaks, the strongest first.
+  static final String[] MECHANISMS = {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"};
   static final int MAX_FRAME = 1 << 30; // larger than any answer we ask for: a corrupt size prefix
 
   /** The broker cannot be reached, closed the connection or sent bytes we cannot read: retriable. */
@@ -48,15 +53,34 @@ final class KafkaConnection implements Closeable {
 
   final String address;
   private final String clientId;
-  private final Socket socket;
-  private final DataInputStream in;
-  private final OutputStream out;
+  private final TlsFiles tls; // null: plaintext
+  private final int timeoutMs;
+  private Socket socket;
+  private DataInputStream in;
+  private OutputStream out;
+  private Map<Integer, int[]> offered; // API key -> the versions the broker serves
   private int correlation;
   private byte[] frame = new byte[0];
 
-  KafkaConnection(String address, TlsFiles tls, String clientId, int timeoutMs) throws IOException {
+  /** {@code sasl} null: no SASL; else log in with it, and a refusal is a SourceException (AuthenticationError). */
+  KafkaConnection(String address, TlsFiles tls, SaslLogin sasl, String clientId, int timeoutMs) throws IOException {
     this.address = address;
     this.clientId = clientId;
+    this.tls = tls;
+    this.timeoutMs = timeoutMs;
+    open();
+    if (sasl != null) {
+      try {
+        authenticate(sasl);
+      } catch (IOException | RuntimeException exc) {
+        close();
+        throw exc;
+      }
+    }
+  }
+
+  /** Connects (TLS if asked) and agrees on versions. */
+  private void open() throws IOException {
     int colon = address.lastIndexOf(':');
     if (colon < 0) {
       throw new BrokerException("broker address " + address + " is not host:port");
@@ -118,19 +142,112 @@ final class KafkaConnection implements Closeable {
     if (error != 0) {
       throw new BrokerException("broker " + address + " refused ApiVersions: error " + error);
     }
-    Map<Integer, int[]> offered = new HashMap<>();
+    offered = new HashMap<>();
     for (int i = answer.readInt(); i > 0; i--) {
       int key = answer.readShort();
       offered.put(key, new int[] {answer.readShort(), answer.readShort()});
     }
-    require(offered, FETCH, 4, "Fetch");
-    require(offered, LIST_OFFSETS, 1, "ListOffsets");
-    require(offered, METADATA, 1, "Metadata");
+    require(FETCH, 4, "Fetch");
+    require(LIST_OFFSETS, 1, "ListOffsets");
+    require(METADATA, 1, "Metadata");
   }
 
-  private void require(Map<Integer, int[]> offered, int key, int version, String name) {
+  /**
+   * SASL with the strongest mechanism the broker offers: SCRAM-SHA-512,
+   * SCRAM-SHA-256, else PLAIN (over TLS, unless the login allows it without).
+   */
+  private void authenticate(SaslLogin login) throws IOException {
+    if (!serves(SASL_HANDSHAKE, 1) || !serves(SASL_AUTHENTICATE, 1)) {
+      throw refused(login, "broker " + address + " does not serve SaslHandshake v1 and SaslAuthenticate v1");
+    }
+    java.util.List<String> mechanisms = handshake(MECHANISMS[0]);
+    String mechanism = null;
+    for (String m : MECHANISMS) {
+      if (mechanisms.contains(m)) {
+        mechanism = m;
+        break;
+      }
+    }
+    if (mechanism == null) {
+      throw refused(login, "broker " + address + " offers no SASL mechanism this reader speaks (it offers "
+          + (mechanisms.isEmpty() ? "none" : String.join(", ", mechanisms)) + "; this reader "
+          + String.join(", ", MECHANISMS) + ")");
+    }
+    if (mechanism.equals("PLAIN") && tls == null && !login.plainWithoutTls) {
+      // PLAIN sends the password itself: anyone on the path reads it.
+      throw new SourceException("AuthenticationError", "SASL authentication as user '" + login.user + "': broker "
+          + address + " offers only SASL/PLAIN, which would send user '" + login.user + "''s password over a "
+          + "connection without TLS: refused; the option ssl.ca.location gives TLS, sasl.plainWithoutTls=true "
+          + "allows it");
+    }
+    if (!mechanism.equals(MECHANISMS[0])) {
+      // A broker closes the connection after a refused handshake: start again, asking for one it offers.
+      close();
+      open();
+      if (!handshake(mechanism).contains(mechanism)) {
+        throw refused(login, "broker " + address + " refused SASL/" + mechanism);
+      }
+    }
+    if (mechanism.equals("PLAIN")) {
+      saslStep(login, ("\0" + login.user + "\0" + login.password).getBytes(StandardCharsets.UTF_8));
+      return;
+    }
+    ScramClient scram = new ScramClient(mechanism, login.user, login.password);
+    try {
+      byte[] serverFirst = saslStep(login, scram.first());
+      scram.verify(saslStep(login, scram.finalMessage(serverFirst)));
+    } catch (java.security.GeneralSecurityException exc) {
+      throw refused(login, "broker " + address + ": " + exc.getMessage());
+    }
+  }
+
+  /** SaslHandshake v1 asking for {@code mechanism}: the mechanisms the broker offers (an error leaves it out). */
+  private java.util.List<String> handshake(String mechanism) throws IOException {
+    ByteArrayOutputStream body = new ByteArrayOutputStream(32);
+    writeString(new DataOutputStream(body), mechanism);
+    DataInputStream answer = request(SASL_HANDSHAKE, 1, body);
+    int error = answer.readShort();
+    java.util.List<String> mechanisms = new java.util.ArrayList<>();
+    for (int n = answer.readInt(); n > 0; n--) {
+      mechanisms.add(readString(answer, answer.readShort()));
+    }
+    if (error != 0) {
+      mechanisms.remove(mechanism); // not accepted, whatever the list says
+    }
+    return mechanisms;
+  }
+
+  /** One SaslAuthenticate v1: the broker's answer, or its refusal thrown. */
+  private byte[] saslStep(SaslLogin login, byte[] token) throws IOException {
+    ByteArrayOutputStream body = new ByteArrayOutputStream(token.length + 4);
+    DataOutputStream w = new DataOutputStream(body);
+    w.writeInt(token.length);
+    w.write(token);
+    DataInputStream answer = request(SASL_AUTHENTICATE, 1, body);
+    int error = answer.readShort();
+    String message = readString(answer, answer.readShort());
+    int length = answer.readInt();
+    byte[] bytes = new byte[Math.max(length, 0)];
+    answer.readFully(bytes);
+    if (error != 0) {
+      throw refused(login, "broker " + address + " refused user '" + login.user + "': "
+          + (message == null ? "Kafka error " + error : message));
+    }
+    return bytes;
+  }
+
+  private static SourceException refused(SaslLogin login, String why) {
+    return new SourceException("AuthenticationError", "SASL authentication as user '" + login.user + "' failed: "
+        + why);
+  }
+
+  private boolean serves(int key, int version) {
     int[] range = offered.get(key);
-    if (range == null || range[0] > version || range[1] < version) {
+    return range != null && range[0] <= version && version <= range[1];
+  }
+
+  private void require(int key, int version, String name) {
+    if (!serves(key, version)) {
       throw new SourceException("SparkSourceError", "broker " + address + " does not serve " + name + " v"
           + version + ", which the JVM reader speaks; read with zkcoord.spark.register(spark, jvm=False)");
     }

@@ -26,6 +26,7 @@ final class RangePartition implements InputPartition {
   final int fetchWaitMs;
   final int[] retriableErrors;
   final TlsFiles tls; // null: plaintext
+  final SaslLogin sasl; // null: no SASL
 
   private RangePartition(JsonNode task) {
     topic = task.get("topic").asText();
@@ -49,6 +50,10 @@ final class RangePartition implements InputPartition {
     JsonNode t = task.get("tls");
     tls = t == null || t.isNull() ? null
         : new TlsFiles(t.get("ca").asText(), text(t.get("cert")), text(t.get("key")));
+    JsonNode login = task.get("sasl");
+    sasl = login == null || login.isNull() ? null
+        : new SaslLogin(login.get("user").asText(), login.get("password").asText(),
+            login.get("plainWithoutTls").asBoolean());
   }
 
   private static String text(JsonNode node) {

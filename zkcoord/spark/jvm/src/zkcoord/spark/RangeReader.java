@@ -13,11 +13,13 @@ import org.apache.spark.unsafe.types.UTF8String;
  * partition's leader and hands Spark one row per record, written in place
  * from the fetched bytes. The JVM twin of zkcoord/spark/reader.py, with the
  * same retries (a lost leader is looked for through every broker the plan
- * knew), the same failOnDataLoss rule and the same timeout.
+ * knew), the same failOnDataLoss rule and the same timeout. A refused SASL
+ * login or a missing ACL fails the task at once: no retry helps.
  */
 final class RangeReader implements PartitionReader<InternalRow> {
   static final String CLIENT_ID = "zkcoord-spark-reader";
   private static final int OFFSET_OUT_OF_RANGE = 1;
+  private static final int TOPIC_AUTHORIZATION_FAILED = 29;
   private static final long EARLIEST_TIMESTAMP = -2;
   private static final long[] BACKOFF_MS = {50, 1000}; // first and longest pause between failed attempts
 
@@ -99,7 +101,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private void fetch() throws IOException {
     try {
       if (connection == null) {
-        connection = new KafkaConnection(leader, task.tls, CLIENT_ID, 30_000);
+        connection = new KafkaConnection(leader, task.tls, task.sasl, CLIENT_ID, 30_000);
       }
       fetched = connection.fetch(task.topic, task.partition, position, task.fetchWaitMs, fetchBytes);
     } catch (IOException exc) { // the broker broke, hung or sent bytes we cannot read: retriable
@@ -111,6 +113,13 @@ final class RangeReader implements PartitionReader<InternalRow> {
       position = onDataLoss();
       deadline = deadline();
       return;
+    }
+    if (fetched.error == TOPIC_AUTHORIZATION_FAILED) {
+      String who = task.sasl != null ? "User:" + task.sasl.user
+          : "the source's principal (no sasl.username: its TLS certificate's, or User:ANONYMOUS)";
+      throw new SourceException("TopicAuthorizationError", task.topic + "-" + task.partition + ": " + who
+          + " is not authorized to Read topic '" + task.topic + "' (broker " + leader + " answered "
+          + "TOPIC_AUTHORIZATION_FAILED, Kafka error " + fetched.error + "); an ACL must allow it");
     }
     if (fetched.error != 0) {
       String problem = task.topic + "-" + task.partition + ": Kafka error " + fetched.error;
@@ -181,7 +190,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
     addresses.add(leader);
     java.util.Collections.addAll(addresses, task.brokers);
     for (String address : addresses) {
-      try (KafkaConnection probe = new KafkaConnection(address, task.tls, CLIENT_ID, 5_000)) {
+      try (KafkaConnection probe = new KafkaConnection(address, task.tls, task.sasl, CLIENT_ID, 5_000)) {
         String found = probe.leader(task.topic, task.partition);
         if (found != null) {
           leader = found;
@@ -197,7 +206,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
     long low;
     try {
       if (connection == null) {
-        connection = new KafkaConnection(leader, task.tls, CLIENT_ID, 30_000);
+        connection = new KafkaConnection(leader, task.tls, task.sasl, CLIENT_ID, 30_000);
       }
       low = connection.listOffset(task.topic, task.partition, EARLIEST_TIMESTAMP);
     } catch (PartitionException exc) {

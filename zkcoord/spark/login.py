@@ -1,0 +1,62 @@
+"""The source's SASL login with the brokers, and the refusals it may meet.
+
+The options name the user and where its password is; the driver reads the
+password each time it plans (:meth:`~zkcoord.spark.options.SaslOptions.login`),
+and every planned task carries the :class:`Login` to its executor inside the
+task's serialized bytes, so executors need neither the password file nor the
+variable. The password is never an option, so it shows in no plan, and never
+in a repr. Every connection the source opens to a broker, on the driver or
+on an executor, is opened here.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Optional
+
+from zkcoord.fetch.connection import (
+    BrokerAuthenticationError, BrokerConnection, PartitionError, PlainWithoutTlsRefused,
+)
+from zkcoord.spark.errors import AuthenticationError, TopicAuthorizationError
+
+TOPIC_AUTHORIZATION_FAILED = 29
+
+
+@dataclass(frozen=True)
+class Login:
+    """A user, its password and whether SASL/PLAIN may send it without TLS."""
+
+    user: str
+    password: str = field(repr=False)
+    plain_without_tls: bool = False
+
+
+def open_broker(address: str, login: Optional[Login], *, client_id: str, timeout_s: float,
+                tls: Optional[ssl.SSLContext]) -> BrokerConnection:
+    """A connection to ``address``, logged in as ``login`` (None: anonymous).
+    A refused login is an AuthenticationError, which no retry helps: the
+    callers retry a BrokerConnectionError."""
+    if login is None:
+        return BrokerConnection(address, client_id=client_id, timeout_s=timeout_s, tls=tls)
+    try:
+        return BrokerConnection(address, client_id=client_id, timeout_s=timeout_s, tls=tls,
+                                credential=(login.user, login.password),
+                                plain_without_tls=login.plain_without_tls)
+    except PlainWithoutTlsRefused as exc:
+        raise AuthenticationError(f"SASL authentication as user {login.user!r}: {exc}; the option "
+                                  "ssl.ca.location gives TLS, sasl.plainWithoutTls=true allows it") from None
+    except BrokerAuthenticationError as exc:
+        raise AuthenticationError(f"SASL authentication as user {login.user!r} failed: {exc}") from None
+
+
+def refusal(exc: PartitionError, topic: str, partition: int, login: Optional[Login], operation: str,
+            address: str) -> Optional[TopicAuthorizationError]:
+    """The error to raise for a partition error that is an ACL's refusal, or None."""
+    if exc.code != TOPIC_AUTHORIZATION_FAILED:
+        return None
+    who = f"User:{login.user}" if login else "the source's principal (no sasl.username: its TLS certificate's, " \
+                                           "or User:ANONYMOUS)"
+    return TopicAuthorizationError(
+        f"{topic}-{partition}: {who} is not authorized to {operation} topic {topic!r} (broker {address} "
+        f"answered TOPIC_AUTHORIZATION_FAILED, Kafka error {exc.code}); an ACL must allow it")
