@@ -30,10 +30,12 @@ from zkcoord.drill.secure import ENSEMBLE_SECURITY, DrillSecrets
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
 from zkcoord.testing import LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
+from zkcoord.zk.ensemble import LocalEnsemble
 
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 90.0
+ZOOKEEPER_DIR = "zookeeper"  # the drill's own ensemble, under its directory
 
 
 def runnable_kinds(settings: DrillSettings) -> tuple[list[str], dict[str, str]]:
@@ -179,11 +181,12 @@ class _Resources:
         steps += [proxy.close for proxy in self.proxies.values()]
         if self.ensemble is not None:
             steps.append(self.ensemble.stop)
-        # Keys and passwords do not outlive the drill; its history does.
+        # Keys and passwords do not outlive the drill; its history does (the
+        # ensemble's too, even when it never started).
         if self.secrets is not None:
             steps.append(self.secrets.remove)
-            if self.ensemble is not None:
-                steps.append(self.ensemble.remove_secrets)
+            if (directory / ZOOKEEPER_DIR).exists():
+                steps.append(lambda: LocalEnsemble.load(directory / ZOOKEEPER_DIR).remove_secrets())
         for step in steps:
             try:
                 step()
@@ -201,7 +204,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         if settings.secure:
             resources.secrets = DrillSecrets.create(directory)
         resources.ensemble = ensemble = start_ensemble(
-            directory / "zookeeper", **(ENSEMBLE_SECURITY if settings.secure else {}))
+            directory / ZOOKEEPER_DIR, **(ENSEMBLE_SECURITY if settings.secure else {}))
         zookeeper = ensemble.connect_string
         server_args = (*settings.server_args(),
                        *(resources.secrets.server_args() if resources.secrets is not None else ()))
