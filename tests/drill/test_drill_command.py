@@ -67,6 +67,42 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
     assert processes_under(directory) == []
 
 
+# The secured drill's faults: each one makes processes connect, sign in and
+# be authorized again (servers, members, ZooKeeper sessions over TLS). Seed
+# 20261141 draws six different ones of them.
+SECURED_KINDS = ("coordinator-kill,standby-kill,consumer-kill,consumer-pause-long,coordinator-zk-expiry,"
+                 "zk-quorum-loss,member-join,member-leave")
+
+
+@pytest.mark.timeout(420)
+def test_a_short_secured_drill_passes_and_leaves_no_secret_behind(tmp_path):
+    directory = tmp_path / "drill"
+    result = drill("--secure", "--faults", "6", "--seed", "20261141", "--kinds", SECURED_KINDS,
+                   "--stock-members", "1", "--dir", str(directory), timeout=360)
+    lines = result.stdout.strip().splitlines()
+    assert lines and SUMMARY.fullmatch(lines[-1]), result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    report = json.loads((directory / "report.json").read_text())
+    assert report["ok"] and report["summary"] == lines[-1]
+    assert report["settings"]["security"] != "none"
+    faults = [f for f in report["faults"] if not f["note"].startswith("skipped")]
+    assert len(faults) == 6 and len({f["kind"] for f in faults}) == 6, report["faults"]
+    # Every layer was on: ZooKeeper's client and quorum ports over TLS...
+    config = (directory / "zookeeper" / "node-1" / "zoo.cfg").read_text()
+    assert "secureClientPort=" in config and "sslQuorum=true" in config
+    # ... and every client of the brokers signed in as its own user.
+    server_logs = "".join((d / "process.log").read_text() for d in directory.glob("server-*"))
+    for user in ("drill-thin", "drill-stock", "drill-producer", "broker"):
+        assert f"authenticated as User:{user} with SCRAM" in server_logs, user
+    delivered_by = {json.loads(line)["member"].split("-")[0] for d in directory.glob("consumer-*")
+                    for line in (d / "records.jsonl").read_text().splitlines() if line.endswith("}")}
+    assert "rdkafka" in delivered_by, delivered_by
+    # Keys and passwords went with the run; the history stays.
+    left = [p.name for p in directory.rglob("*") if p.suffix in (".pem", ".password") or p.name == "jaas.conf"]
+    assert left == [] and not (directory / "secrets").exists()
+    assert processes_under(directory) == []
+
+
 @pytest.mark.parametrize("args, message", [
     (["--kinds", "consumer-kill,bogus"], "unknown fault kind"),
     (["--faults", "0"], "--faults must be at least 1"),
@@ -75,6 +111,8 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
     (["--consumers", "2", "--stock-members", "3"], "--stock-members (3) cannot exceed --consumers (2)"),
     (["--zookeeper", "127.0.0.1:1"], "both --zookeeper and --bootstrap"),
     (["--zookeeper", "127.0.0.1:1", "--bootstrap", "nonsense"], "not host:port"),
+    (["--secure", "--zookeeper", "127.0.0.1:1", "--bootstrap", "127.0.0.1:1"],
+     "--secure secures the drill's own cluster"),
 ])
 def test_bad_arguments_are_refused_before_anything_starts(tmp_path, args, message):
     result = drill(*args, "--dir", str(tmp_path / "d"))

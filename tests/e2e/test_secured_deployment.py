@@ -107,6 +107,23 @@ def test_a_thin_and_a_stock_member_share_the_group_exactly_once(deployment):
     assert sorted(delivered) == sorted(f"m-{n}".encode() for n in range(RECORDS))
 
 
+def test_zkcoord_consume_as_a_stock_member_logs_in_with_its_user(deployment, tmp_path):
+    """`zkcoord consume --kafka-brokers --user` speaks SASL_SSL with SCRAM as
+    that user (a broker requiring authentication answers nothing else)."""
+    store.add_acls(deployment.zk, acl.group("secure-cli"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
+    secret = tmp_path / "alice-pw"
+    secret.write_text("alice-pw\n")
+    member = deployment.add_consumer("secure-cli", [TOPIC], kafka_brokers=deployment.broker_list, extra=[
+        "--tls-ca", deployment.tls.ca, "--user", "alice", "--password-file", str(secret)])
+    try:
+        wait_until(lambda: len(member.records()) >= RECORDS, timeout=60,
+                   message=f"{RECORDS} records read by the stock member")
+    finally:
+        member.terminate()
+    assert "SASL" not in member.log_tail(), member.log_tail()  # no authentication error on the way
+    assert sorted(r["value"] for r in member.records()) == sorted(f"m-{n}" for n in range(RECORDS))
+
+
 def test_a_stranger_is_refused_on_every_path(deployment):
     with Consumer(deployment.bootstrap, group="secure", topics=[TOPIC], user="bob", password="bob-pw",
                   tls=deployment.tls, session_timeout_ms=6000) as bob:

@@ -125,20 +125,36 @@ def test_a_silent_member_expires_after_its_session_timeout_and_releases_its_revo
     assert member.phase is Phase.GONE
 
 
-def test_a_member_asked_to_rejoin_has_its_rebalance_timeout_to_do_it():
+def test_a_member_asked_to_rejoin_has_its_rebalance_timeout_to_do_it_while_it_heartbeats():
     member = stable_member("range", now=0.0)
     member.stop(frozenset({A}), 1.0)
-    member.heartbeat(member.generation, 1.0)
-    # Past the session timeout but within the rebalance timeout of the request.
-    assert member.expire(8.0) is None
+    for t in range(1, 21):  # its revocation callback runs long; its heartbeats go on
+        assert member.heartbeat(member.generation, float(t)) == classic.REBALANCE_IN_PROGRESS
+    assert member.expire(20.9) is None
     assert member.expire(21.0) == {A}
 
 
-def test_a_synced_member_that_never_syncs_expires_after_its_rebalance_timeout():
+def test_a_member_asked_to_rejoin_that_falls_silent_is_gone_after_its_session_timeout():
+    """The client went elsewhere (to the group's new coordinator broker, under
+    a new member id): the member it left behind, given partitions by a Start,
+    must not hold them for the rebalance timeout (minutes by default)."""
+    member = stable_member("range", assignment=(), now=0.0)
+    member.heartbeat(member.generation, 1.0)
+    member.start({A: 0, B: 0}, 2.0)  # asks it to rejoin for the new partitions
+    assert member.needs_rejoin()
+    assert member.expire(6.9) is None
+    assert member.expire(7.0) == frozenset()
+    assert member.gone
+
+
+def test_a_joined_member_that_never_syncs_expires_after_its_session_timeout():
     member = ClassicMember("m", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
     member.join(None, 0.0)
-    assert member.expire(19.0) is None
-    assert member.expire(20.0) is not None
+    assert member.expire(5.9) is None
+    assert member.expire(6.0) is not None
+    short = ClassicMember("m", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=4000)
+    short.join(None, 0.0)
+    assert short.expire(4.0) is not None  # nor after its rebalance timeout, if that is shorter
 
 
 def test_a_joining_member_never_expires_while_its_join_is_answered():

@@ -115,6 +115,16 @@ def test_librdkafka_is_told_the_same():
         "ssl.certificate.location": "a.pem", "ssl.key.location": "a-key.pem"}
 
 
+def test_librdkafka_is_given_a_credential_with_scram():
+    sasl = {"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "pw"}
+    assert librdkafka_settings(TlsConfig(), "alice", "pw") == {"security.protocol": "SASL_PLAINTEXT", **sasl}
+    assert librdkafka_settings(TlsConfig(ca="ca.pem"), "alice", "pw") == {
+        "security.protocol": "SASL_SSL", "ssl.ca.location": "ca.pem",
+        "ssl.endpoint.identification.algorithm": "https", **sasl}
+    with pytest.raises(ConfigError, match="both a user and a password"):
+        librdkafka_settings(TlsConfig(), "alice")
+
+
 @pytest.mark.parametrize("client_auth", ["requested", "required"])
 def test_the_principal_is_the_client_certificates_common_name(pki, client_auth):
     listener = Listener(server_config(pki, client_auth))

@@ -256,7 +256,7 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     }
     if config.consumer_id:
         settings["group.instance.id"] = config.consumer_id
-    settings.update(librdkafka_settings(config.tls))
+    settings.update(librdkafka_settings(config.tls, config.user, config.password))
     consumer = KafkaConsumer(settings)
     held: set = set()
     # The member id under which it last took partitions: what its records and

@@ -40,6 +40,10 @@ class DrillSettings:
                                         "three servers coordinates a slot, so that a standby kill kills another "
                                         "slot's coordinator)", validate=validate_slot_count)
     max_minutes: float = setting(60.0, "start no new fault after this many minutes", validate=_positive)
+    secure: bool = setting(False, "the drill's own cluster with every layer of security on: ZooKeeper with "
+                                  "digest authentication, TLS and ACLs; servers with TLS, required "
+                                  "authentication and the authorizer; members and the producer as SCRAM "
+                                  "users over TLS")
     # An existing cluster to aim at: its ZooKeeper and its servers (None: the drill's own).
     zookeeper: Optional[str] = setting(None, "an existing cluster's ZooKeeper connect string", cli=False)
     bootstrap: Optional[tuple[str, ...]] = setting(None, "an existing cluster's servers", cli=False)
@@ -52,6 +56,9 @@ class DrillSettings:
             raise ConfigError(f"--stock-members ({self.stock_members}) cannot exceed --consumers ({self.consumers})")
         if (self.zookeeper is None) != (self.bootstrap is None):
             raise ConfigError("aim at an existing cluster with both --zookeeper and --bootstrap, or neither")
+        if self.secure and not self.own_cluster:
+            raise ConfigError("secure secures the drill's own cluster: an existing cluster's security is "
+                              "its operator's (give its ZooKeeper credentials with the --zk-* options)")
 
     @property
     def own_cluster(self) -> bool:
@@ -78,4 +85,5 @@ class DrillSettings:
                 "rate": self.rate,
                 "consumer session ms": self.consumer_session_ms, "zk session ms": self.zk_session_ms,
                 "coordinator slots": self.coordinator_slots if self.own_cluster else "the cluster's",
-                "target": self.zookeeper or "own local cluster"}
+                "target": self.zookeeper or "own local cluster",
+                "security": "TLS, SASL/SCRAM, ACLs, ZooKeeper digest and TLS" if self.secure else "none"}

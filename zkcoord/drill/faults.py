@@ -18,6 +18,7 @@ from typing import Callable, Optional, Sequence
 
 from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
+from zkcoord.drill.secure import DrillSecrets
 from zkcoord.testing import (ConsumerProcess, LocalCluster, OwnershipViolation, ProxiedEnsemble, WaitTimeout,
                              group_is_whole, partitions_of, read_json_lines, wait_until)
 from zkcoord.testing.netns import NetworkNamespace
@@ -49,6 +50,7 @@ class DrillCluster:
     # This many of the members are stock Kafka clients, through these brokers' group APIs.
     stock_wanted: int = 0
     kafka_brokers: Optional[str] = None
+    secrets: Optional[DrillSecrets] = None  # a secured drill's: every member signs in with its credential
     namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
 
     # -- the group ----------------------------------------------------------------------------------
@@ -56,12 +58,15 @@ class DrillCluster:
     def live_consumers(self) -> list[ConsumerProcess]:
         return [c for c in self.cluster.consumers if c.reachable]
 
+    def _member_args(self, stock: bool) -> tuple[str, ...]:
+        return (*self.consumer_args, *(self.secrets.member_args(stock) if self.secrets is not None else ()))
+
     def add_consumer(self, start: bool = True) -> ConsumerProcess:
         if sum(1 for c in self.live_consumers() if c.stock) < self.stock_wanted:
             # Stock clients reach brokers by the addresses they registered, outside any namespace.
             return self.cluster.add_consumer(
                 self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-                extra=self.consumer_args, start=start, kafka_brokers=self.kafka_brokers)
+                extra=self._member_args(stock=True), start=start, kafka_brokers=self.kafka_brokers)
         netns = None
         if self.use_netns:
             netns = NetworkNamespace(len(self.namespaces) + 1)
@@ -69,7 +74,7 @@ class DrillCluster:
             netns.create()
         return self.cluster.add_consumer(
             self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-            extra=self.consumer_args, bootstrap=self.bootstrap, start=start, netns=netns)
+            extra=self._member_args(stock=False), bootstrap=self.bootstrap, start=start, netns=netns)
 
     def remove_namespaces(self) -> None:
         for netns in self.namespaces:

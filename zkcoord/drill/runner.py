@@ -4,7 +4,8 @@ process, then judge the history and write the reports.
 
 The drill's own cluster runs on 127.0.0.1 only: a 3-node ZooKeeper ensemble,
 three `zkcoord server` processes (each reaching ZooKeeper through a proxy the
-drill can cut), the consumer processes and one producer. Ctrl-C (or SIGTERM)
+drill can cut), the consumer processes and one producer; with ``--secure``,
+every layer of security on (:mod:`~zkcoord.drill.secure`). Ctrl-C (or SIGTERM)
 stops every process the drill started and still judges what was gathered.
 """
 
@@ -25,13 +26,16 @@ from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.history import FAULTS, History, append_lines
 from zkcoord.drill.report import write_reports
 from zkcoord.drill.schedule import KINDS, PlannedFault, plan
+from zkcoord.drill.secure import ENSEMBLE_SECURITY, DrillSecrets
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
 from zkcoord.testing import LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
+from zkcoord.zk.ensemble import LocalEnsemble
 
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 90.0
+ZOOKEEPER_DIR = "zookeeper"  # the drill's own ensemble, under its directory
 
 
 def runnable_kinds(settings: DrillSettings) -> tuple[list[str], dict[str, str]]:
@@ -159,6 +163,7 @@ class _Resources:
         self.ctx: Optional[fault_actions.DrillCluster] = None
         self.workers: list = []
         self.in_flight: Optional[tuple[PlannedFault, float]] = None  # a fault under way, and since when
+        self.secrets: Optional[DrillSecrets] = None
 
     def close(self, directory: Path) -> None:
         steps = []
@@ -176,6 +181,12 @@ class _Resources:
         steps += [proxy.close for proxy in self.proxies.values()]
         if self.ensemble is not None:
             steps.append(self.ensemble.stop)
+        # Keys and passwords do not outlive the drill; its history does (the
+        # ensemble's too, even when it never started).
+        if self.secrets is not None:
+            steps.append(self.secrets.remove)
+            if (directory / ZOOKEEPER_DIR).exists():
+                steps.append(lambda: LocalEnsemble.load(directory / ZOOKEEPER_DIR).remove_secrets())
         for step in steps:
             try:
                 step()
@@ -188,10 +199,20 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
     """The cluster (started or reached), the topic, the consumers, the producer
     and the sampler, until the group is whole."""
     if settings.own_cluster:
-        progress.say("drill: starting a 3-node ZooKeeper ensemble and 3 servers on 127.0.0.1")
-        resources.ensemble = ensemble = start_ensemble(directory / "zookeeper")
+        secured = " (secured: TLS, SASL, ACLs)" if settings.secure else ""
+        progress.say(f"drill: starting a 3-node ZooKeeper ensemble and 3 servers on 127.0.0.1{secured}")
+        if settings.secure:
+            resources.secrets = DrillSecrets.create(directory)
+        resources.ensemble = ensemble = start_ensemble(
+            directory / ZOOKEEPER_DIR, **(ENSEMBLE_SECURITY if settings.secure else {}))
         zookeeper = ensemble.connect_string
-        resources.cluster = cluster = LocalCluster(zookeeper, directory, settings.server_args())
+        server_args = (*settings.server_args(),
+                       *(resources.secrets.server_args() if resources.secrets is not None else ()))
+        resources.cluster = cluster = LocalCluster(zookeeper, directory, server_args,
+                                                   zk_security=ensemble.client_security())
+        if resources.secrets is not None:
+            resources.secrets.create_users(cluster.zk)
+            cluster.client_settings = resources.secrets.producer_settings()
         for server_id in (1, 2, 3):
             resources.proxies[server_id] = ProxiedEnsemble([ensemble.client_port(n) for n in ensemble.node_ids])
             cluster.add_server(server_id, zookeeper=resources.proxies[server_id].connect_string)
@@ -205,20 +226,24 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
     # A topic and a group of its own, so a drill on a shared cluster touches nothing else.
     topic = f"drill-{settings.seed}-{int(time.time())}"
     cluster.create_topic(topic, settings.partitions)
+    if resources.secrets is not None:
+        resources.secrets.grant(cluster.zk, group=topic, topic=topic)
     resources.ctx = ctx = fault_actions.DrillCluster(
         cluster=cluster, group=topic, topic=topic, timing=settings.timing,
         consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
         ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap,
         use_netns=any(KINDS[k].netns for k in kinds),
-        stock_wanted=settings.stock_members, kafka_brokers=_broker_list(cluster) if settings.stock_members else None)
+        stock_wanted=settings.stock_members, kafka_brokers=_broker_list(cluster) if settings.stock_members else None,
+        secrets=resources.secrets)
     if ctx.use_netns:
         for stale in netns.remove_stale():
             progress.say(f"drill: removed network namespace {stale}, left by a drill that died")
     for _ in range(settings.consumers):
         ctx.add_consumer()
     bound = settings.max_minutes * 60 + 300
-    resources.workers = workers = [Producer(_broker_list(cluster), topic, settings.rate, directory, bound),
-                                   Sampler(zookeeper, topic, directory, bound, settings.zk_security)]
+    resources.workers = workers = [Producer(_broker_list(cluster), topic, settings.rate, directory, bound,
+                                            cluster.client_settings),
+                                   Sampler(zookeeper, topic, directory, bound, cluster.zk_security)]
     for worker in workers:
         worker.start()
     if ctx.wait_whole(120) is None:

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 from zkcoord.drill.history import PRODUCED, SAMPLES, append_lines, sample_to_json
 
@@ -19,11 +20,14 @@ SAMPLE_INTERVAL_S = 0.2
 
 class Producer(threading.Thread):
     """Writes ``rate`` records a second to ``topic`` (values are sequence
-    numbers) until stopped, and records each one the broker acknowledged."""
+    numbers) until stopped, and records each one the broker acknowledged.
+    ``client_settings`` are librdkafka properties on top (TLS, SASL)."""
 
-    def __init__(self, brokers: str, topic: str, rate: int, directory: Path, max_seconds: float):
+    def __init__(self, brokers: str, topic: str, rate: int, directory: Path, max_seconds: float,
+                 client_settings: Optional[dict[str, str]] = None):
         super().__init__(name="drill-producer", daemon=True)
         self.brokers, self.topic, self.rate = brokers, topic, rate
+        self.client_settings = dict(client_settings or {})
         self.path = Path(directory) / PRODUCED
         self.max_seconds = max_seconds
         self.sent = 0
@@ -59,6 +63,7 @@ class Producer(threading.Thread):
             "enable.idempotence": False,
             "message.timeout.ms": 300_000,           # outlast any fault: a record waits for its leader
             "topic.metadata.refresh.interval.ms": 1000,  # learn added partitions quickly
+            **self.client_settings,
         })
         started = time.monotonic()
         step = 0.05

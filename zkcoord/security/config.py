@@ -69,15 +69,27 @@ class TlsConfig:
 PLAIN = TlsConfig()
 
 
-def librdkafka_settings(config: TlsConfig) -> dict[str, str]:
+# What a stock client on librdkafka logs in with: the strongest mechanism a broker offers.
+LIBRDKAFKA_SASL_MECHANISM = scram.SCRAM_SHA_512
+
+
+def librdkafka_settings(config: TlsConfig, user: Optional[str] = None,
+                        password: Optional[str] = None) -> dict[str, str]:
     """The same for a stock client on librdkafka (confluent-kafka): its
-    security.protocol and ssl.* properties; nothing for plaintext."""
-    if not config.speaks:
-        return {}
-    settings = {"security.protocol": "SSL", "ssl.ca.location": config.ca,
-                "ssl.endpoint.identification.algorithm": "https"}  # the host name checked, as ours check it
-    if config.cert is not None:
-        settings.update({"ssl.certificate.location": config.cert, "ssl.key.location": config.key})
+    security.protocol, ssl.* and (with a credential) sasl.* properties;
+    nothing for plaintext without a credential."""
+    if (user is None) != (password is None):
+        raise ConfigError("a credential needs both a user and a password")
+    settings: dict[str, str] = {}
+    if config.speaks:
+        settings = {"security.protocol": "SSL", "ssl.ca.location": config.ca,
+                    "ssl.endpoint.identification.algorithm": "https"}  # the host name checked, as ours check it
+        if config.cert is not None:
+            settings.update({"ssl.certificate.location": config.cert, "ssl.key.location": config.key})
+    if user is not None:
+        settings.update({"security.protocol": "SASL_SSL" if config.speaks else "SASL_PLAINTEXT",
+                         "sasl.mechanism": LIBRDKAFKA_SASL_MECHANISM, "sasl.username": user,
+                         "sasl.password": password})
     return settings
 
 

@@ -63,9 +63,10 @@ def delete_tree(client: KazooClient, root: str) -> None:
 
 
 def start_ensemble(directory: Path, nodes: int = 3, tick_ms: int = FAST_TICK_MS,
-                   timeout: float = 60.0) -> LocalEnsemble:
-    """A new local ensemble under ``directory``, started; stopped again if it cannot start."""
-    ensemble = LocalEnsemble.create(directory, nodes=nodes, tick_ms=tick_ms)
+                   timeout: float = 60.0, **security) -> LocalEnsemble:
+    """A new local ensemble under ``directory``, started; stopped again if it
+    cannot start. ``security`` are :class:`~zkcoord.zk.ensemble.EnsembleConfig`'s auth, users and tls."""
+    ensemble = LocalEnsemble.create(directory, nodes=nodes, tick_ms=tick_ms, **security)
     started_ensembles.append(ensemble)
     try:
         ensemble.start(timeout=timeout)

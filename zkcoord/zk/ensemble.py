@@ -490,6 +490,13 @@ class LocalEnsemble:
         self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
 
+    def remove_secrets(self) -> None:
+        """Delete the passwords, the JAAS file and the TLS keys and
+        certificates of an ensemble that is done with (its logs and data stay)."""
+        shutil.rmtree(self.directory / "credentials", ignore_errors=True)
+        shutil.rmtree(self.tls_dir, ignore_errors=True)
+        self.jaas_path.unlink(missing_ok=True)
+
     def running_nodes(self) -> list[int]:
         return [k for k, pid in sorted(self._pids.items()) if _pid_alive(pid, self.config_path(k))]
 

@@ -18,9 +18,9 @@ the answers of the classic protocol:
   revoked, and a Start that grows the assignment asks the client to join again;
 - offsets are taken from the partitions the client may be fetching only, from
   its current generation only;
-- a client that says nothing for its session timeout, or that was told to
-  rejoin and did not within its rebalance timeout, is gone (Kafka's rules):
-  by then it has dropped its partitions by its own timer.
+- a client that says nothing for its session timeout (told to rejoin or
+  not), or that was told to rejoin and did not within its rebalance timeout,
+  is gone (Kafka's rules): by then it has dropped its partitions by its own timer.
 
 Every method takes ``now`` (seconds, any monotonic origin) where time matters.
 """
@@ -134,6 +134,9 @@ class ClassicMember(BridgedMember):
 
     def deadline(self) -> float:
         if self.phase is Phase.SYNCING:
-            return self.last_heard + self.rebalance_timeout_ms / 1000.0
+            # Its JoinGroup was answered at once: the SyncGroup follows within
+            # the session timeout as a heartbeat would (and the rebalance
+            # timeout, Kafka's bound on a pending sync).
+            return self.last_heard + min(self.session_timeout_ms, self.rebalance_timeout_ms) / 1000.0
         return super().deadline()
 

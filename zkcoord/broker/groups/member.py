@@ -146,11 +146,15 @@ class BridgedMember:
 
     def deadline(self) -> float:
         """When the member is gone unless it is heard from: its session timeout
-        after it was last heard; a member asked to change has its rebalance
-        timeout from the request to do it, heartbeats or not (Kafka's rules)."""
+        after it was last heard; a member asked to change has at most its
+        rebalance timeout from the request to do it, and goes as soon as it
+        falls silent for its session timeout meanwhile (Kafka's rules: a
+        client that went elsewhere, to a group's new coordinator broker under
+        a new member id, must not leave this one holding its partitions)."""
+        silent = self.last_heard + self.session_timeout_ms / 1000.0
         if self.rejoin_asked_at is not None and self.phase is Phase.STABLE:
-            return self.rejoin_asked_at + self.rebalance_timeout_ms / 1000.0
-        return self.last_heard + self.session_timeout_ms / 1000.0
+            return min(silent, self.rejoin_asked_at + self.rebalance_timeout_ms / 1000.0)
+        return silent
 
     def expire(self, now: float) -> Optional[frozenset]:
         """If the member is past its deadline at ``now``, it is gone: the
