@@ -142,9 +142,13 @@ class DrillCluster:
 
     def coordinator_bound(self) -> float:
         """The coordinator gone: its ZooKeeper session, election, members'
-        reconnect, the fence (at most the longest member session), debounce and rebalance."""
-        return (self.timing.zk_session_s + RECONNECT_S + self.timing.consumer_session_s + DEBOUNCE_S
-                + REBALANCE_SLACK_S)
+        reconnect, the fence (at most the longest member session), debounce and
+        rebalance; with stock members, one more session (docs/DESIGN.md: the
+        broker a stock client left holds its registration until the client
+        has been silent that long)."""
+        moved_stock_member = self.timing.consumer_session_s if self.stock_wanted else 0.0
+        return (self.timing.zk_session_s + RECONNECT_S + self.timing.consumer_session_s + moved_stock_member
+                + DEBOUNCE_S + REBALANCE_SLACK_S)
 
 
 def _pick(candidates: list, fault: PlannedFault):
