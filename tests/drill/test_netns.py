@@ -5,6 +5,7 @@ namespace leaves nothing behind."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -70,3 +71,23 @@ def test_a_namespace_reaches_the_hosts_loopback_until_cut():
     assert namespace.name not in listed
     rules = subprocess.run(["iptables", "-t", "nat", "-S", "PREROUTING"], capture_output=True, text=True).stdout
     assert namespace.host_link not in rules
+
+
+def test_a_namespace_takes_a_link_block_nobody_else_on_the_machine_holds():
+    """Two drills side by side both numbered their namespaces from 1 and
+    routed into each other's: a block held by another process's link is
+    passed over."""
+    foreign = f"{netns.PREFIX}f{os.getpid() % 100000}"  # link names: at most 15 characters
+    held = netns.free_block()
+    subprocess.run(["ip", "link", "add", foreign + "a", "type", "veth", "peer", "name", foreign + "b"], check=True)
+    server, port = echo_server()
+    namespace = netns.NetworkNamespace(1)
+    try:
+        subprocess.run(["ip", "addr", "add", f"10.250.{held}.1/30", "dev", foreign + "a"], check=True)
+        namespace.create()
+        assert namespace.block != held
+        assert reaches(namespace, port)
+    finally:
+        namespace.remove()
+        subprocess.run(["ip", "link", "del", foreign + "a"], check=False)
+        server.close()

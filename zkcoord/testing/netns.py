@@ -3,11 +3,13 @@ own whose traffic to 127.0.0.1 reaches the host's loopback through a veth
 pair, so cutting that pair (or dropping some of its traffic) partitions the
 process from the cluster while every server still binds 127.0.0.1 only.
 
-How the traffic flows, for namespace k (link addresses 10.250.k.1 on the
-host's end, 10.250.k.2 inside):
+How the traffic flows, for a namespace whose link is 10.250.s.0/30 (s: the
+lowest block no other link on the machine holds, chosen under a machine-wide
+lock, so that drills run side by side do not route into each other's
+namespaces; 10.250.s.1 on the host's end, 10.250.s.2 inside):
 
-- inside, a connection to 127.0.0.1:P is rewritten to 10.250.k.1:P and its
-  source to 10.250.k.2 (nat OUTPUT and POSTROUTING);
+- inside, a connection to 127.0.0.1:P is rewritten to 10.250.s.1:P and its
+  source to 10.250.s.2 (nat OUTPUT and POSTROUTING);
 - on the host, what arrives on the veth is rewritten to 127.0.0.1:P
   (nat PREROUTING, with route_localnet on that interface), and the answers
   find their way back through connection tracking.
@@ -19,14 +21,21 @@ Only the namespaces and links this module creates carry that traffic, and
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Optional
 
 from zkcoord.testing.process import ClusterError
 
 PREFIX = "zkd"  # every namespace and link name starts so: zkd<pid>n<k>, its links ...a (host) and ...b
+BLOCKS = range(1, 251)  # the third octet of a namespace's 10.250.s.0/30 link
+# Held while a namespace picks its block and takes it, by every process on the machine.
+LOCK_PATH = Path(tempfile.gettempdir()) / "zkcoord-netns.lock"
 
 
 def _run(*command: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -61,13 +70,20 @@ class NetworkNamespace:
         self.name = f"{PREFIX}{os.getpid()}n{index}"
         self.host_link = self.name + "a"
         self.inner_link = self.name + "b"
-        self.host_address = f"10.250.{index}.1"
-        self.inner_address = f"10.250.{index}.2"
+        self.block: Optional[int] = None  # chosen by create()
         self._dropped: list[tuple[str, ...]] = []
         self.created = False
         self.is_cut = False
 
     # -- life -----------------------------------------------------------------------------------
+
+    @property
+    def host_address(self) -> str:
+        return f"10.250.{self.block}.1"
+
+    @property
+    def inner_address(self) -> str:
+        return f"10.250.{self.block}.2"
 
     def create(self) -> "NetworkNamespace":
         inside = ("ip", "netns", "exec", self.name)
@@ -75,7 +91,10 @@ class NetworkNamespace:
         self.created = True
         _run("ip", "link", "add", self.host_link, "type", "veth", "peer", "name", self.inner_link)
         _run("ip", "link", "set", self.inner_link, "netns", self.name)
-        _run("ip", "addr", "add", f"{self.host_address}/30", "dev", self.host_link)
+        with open(LOCK_PATH, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            self.block = free_block()
+            _run("ip", "addr", "add", f"{self.host_address}/30", "dev", self.host_link)
         _run("ip", "link", "set", self.host_link, "up")
         _run("sysctl", "-qw", f"net.ipv4.conf.{self.host_link}.route_localnet=1")
         _run("iptables", "-t", "nat", "-A", "PREROUTING", *self._host_dnat())
@@ -125,6 +144,16 @@ class NetworkNamespace:
         self.is_cut = False
         while self._dropped:
             _run("iptables", "-D", *self._dropped.pop(), check=False)
+
+
+def free_block() -> int:
+    """The lowest link block no address on the host's interfaces is in."""
+    listed = _run("ip", "-o", "-4", "addr", "show").stdout
+    taken = {int(octet) for octet in re.findall(r"inet 10\.250\.(\d+)\.\d+/", listed)}
+    block = next((b for b in BLOCKS if b not in taken), None)
+    if block is None:
+        raise ClusterError(f"no free link block: 10.250.{BLOCKS[0]}-{BLOCKS[-1]}.0/30 are all in use")
+    return block
 
 
 def remove_stale() -> list[str]:
