@@ -59,6 +59,7 @@ def secured(zk_ensemble, tmp_path_factory):
         store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry("User:ANONYMOUS", acl.ALLOW, acl.WRITE)])
         args = SERVER_ARGS + ("--authorizer", "on", "--super-user", "User:admin", "--super-user", "User:broker",
                               "--bridge-user", "broker", "--bridge-password-file", str(bridge_password),
+                              "--bridge-password-without-tls",
                               *[a for m in MECHANISMS for a in ("--sasl-mechanism", m)])
         with LocalCluster(connect, directory, args) as cluster:
             cluster.start_servers(1)
@@ -71,7 +72,9 @@ def member(cluster, name, password=None, **settings):
     """A thin consumer of the topic in group g, as ``name`` (None: anonymous)."""
     settings.setdefault("session_timeout_ms", 6000)
     settings.setdefault("group", "g")
-    credential = {} if name is None else {"user": name, "password": password or f"{name}-pw"}
+    # This cluster speaks no TLS (test_tls.py and test_secured_deployment.py do).
+    credential = {} if name is None else {"user": name, "password": password or f"{name}-pw",
+                                          "password_without_tls": True}
     return Consumer(cluster.bootstrap, topics=[TOPIC], **credential, **settings)
 
 
@@ -127,7 +130,7 @@ def test_a_server_requiring_authentication_refuses_an_anonymous_member(cluster_f
     secret.write_text("broker-pw\n")
     cluster = cluster_factory(1, server_args=SERVER_ARGS + ("--authentication-required", "--super-user", "User:broker",
                                                             "--bridge-user", "broker", "--bridge-password-file",
-                                                            str(secret)))
+                                                            str(secret), "--bridge-password-without-tls"))
     with member(cluster, None) as anonymous:
         exc = refusal(anonymous)
     assert isinstance(exc, wire.AuthenticationFailed), exc
@@ -148,7 +151,7 @@ def test_consume_with_a_credential_reads_the_topic(secured, tmp_path):
     out = tmp_path / "records.jsonl"
     done = subprocess.run([sys.executable, "-m", "zkcoord.cli", "consume", "--bootstrap", ",".join(secured.bootstrap),
                            "--topic", TOPIC, "--group", "g-cli", "--user", "alice", "--password-file", str(secret),
-                           "--max-messages", "40", "--output", str(out)],
+                           "--password-without-tls", "--max-messages", "40", "--output", str(out)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     values = sorted(json.loads(line)["value"] for line in out.read_text().splitlines())
@@ -184,7 +187,7 @@ def test_an_offset_reset_asks_describe_to_look_and_delete_to_execute(secured, tm
         secret.write_text(f"{user}-pw\n")
         return subprocess.run([sys.executable, "-m", "zkcoord.cli", "groups", "reset-offsets", "--bootstrap",
                                ",".join(secured.bootstrap), "--group", "g-reset", "--topic", TOPIC, "--to-earliest",
-                               "--user", user, "--password-file", str(secret), *args],
+                               "--user", user, "--password-file", str(secret), "--password-without-tls", *args],
                               capture_output=True, text=True, timeout=60)
     looked = reset("carol")
     assert looked.returncode == 0, looked.stderr

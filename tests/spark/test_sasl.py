@@ -27,7 +27,7 @@ from zkcoord.testing import cluster_in_chroot, wait_until
 
 SOURCES = ("zkcoord", PYTHON_SOURCE_NAME)  # the JVM path, the Python data source
 SECURED = ("--authentication-required", "--authorizer", "on", "--super-user", "User:admin",
-           "--super-user", "User:broker", "--bridge-user", "broker")
+           "--super-user", "User:broker", "--bridge-user", "broker", "--bridge-password-without-tls")
 
 
 def _topic() -> str:
@@ -87,13 +87,13 @@ def test_sasl_options_are_checked_and_the_password_shows_nowhere(tmp_path, monke
     options = parse_options({**base, "sasl.username": "alice", "sasl.passwordFile": "/p"}, streaming=False)
     assert options.sasl == SaslOptions("alice", "/p")
     assert parse_options({**base, "sasl.username": "alice", "sasl.passwordEnv": "PW",
-                          "sasl.plainWithoutTls": "true"}, streaming=True).sasl == \
+                          "sasl.passwordWithoutTls": "true"}, streaming=True).sasl == \
         SaslOptions("alice", None, "PW", plain_without_tls=True)
     assert parse_options(base, streaming=False).sasl is None
     for bad, reason in [({"sasl.passwordFile": "/p"}, "sasl.passwordfile without sasl.username"),
                         ({"sasl.username": "a", "sasl.passwordFile": "/p", "sasl.passwordEnv": "PW"}, "not both"),
                         ({"sasl.username": " a"}, "must be a user name"),
-                        ({"sasl.username": "a", "sasl.plainWithoutTls": "yes"}, "'true' or 'false'"),
+                        ({"sasl.username": "a", "sasl.passwordWithoutTls": "yes"}, "'true' or 'false'"),
                         ({"sasl.username": "a", "sasl.password": "secret"}, "unknown option")]:
         with pytest.raises(SourceOptionError, match=reason):
             parse_options({**base, **bad}, streaming=False)
@@ -134,6 +134,10 @@ def test_the_jvm_scram_client_follows_rfc_7677_and_our_server(spark):
 
 # -- SCRAM: reads that work ------------------------------------------------------------------------
 
+# A group query's registration carries the password: these clusters speak no TLS.
+COORDINATOR_WITHOUT_TLS = {"sasl.passwordWithoutTls": "true"}
+
+
 @pytest.mark.parametrize("source", SOURCES)
 def test_a_user_with_read_reads_a_batch_with_scram(spark, scram_cluster, tmp_path, source):
     topic = _topic()
@@ -151,11 +155,27 @@ def test_a_user_with_read_streams_as_a_group_member_with_scram(spark, scram_clus
     scram_cluster.produce(topic, sent)
     query = stream_to_parquet(spark, scram_cluster, topic, tmp_path, source=source, group=group,
                               trigger={"availableNow": True}, startingOffsets="earliest",
-                              **{"sasl.username": "reader",
+                              **{"sasl.username": "reader", **COORDINATOR_WITHOUT_TLS,
                                  "sasl.passwordFile": password_file(tmp_path, "reader", "reader-pw")})
     assert query.awaitTermination(120)
     assert query.exception() is None
     assert sorted((p, k, v) for _, p, _, k, v in read_sink(spark, tmp_path)) == sorted(sent)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_a_group_stream_without_tls_does_not_send_its_password_unless_allowed(spark, scram_cluster, tmp_path,
+                                                                              source):
+    """SCRAM hides the password from the brokers, but the registration at the
+    coordinator carries it: without TLS the query needs the option."""
+    topic = _topic()
+    scram_cluster.create_topic(topic, 1)
+    query = stream_to_parquet(spark, scram_cluster, topic, tmp_path, source=source, group=f"g-{uuid.uuid4().hex[:6]}",
+                              **{"sasl.username": "reader",
+                                 "sasl.passwordFile": password_file(tmp_path, "reader", "reader-pw")})
+    wait_until(lambda: not query.isActive, timeout=60, message="the query to fail")
+    assert ("PasswordWithoutTls: user 'reader''s password would cross the coordinator connections readable, "
+            "without TLS: refused (give a CA to speak TLS, or allow it with the option "
+            "sasl.passwordWithoutTls=true)") in str(query.exception())
 
 
 # -- SCRAM: refusals the Spark user sees ------------------------------------------------------------
@@ -176,7 +196,7 @@ def test_a_wrong_password_fails_a_group_stream_naming_authentication(spark, scra
     topic = _topic()
     scram_cluster.create_topic(topic, 1)
     query = stream_to_parquet(spark, scram_cluster, topic, tmp_path, source=source, group=f"g-{uuid.uuid4().hex[:6]}",
-                              **{"sasl.username": "reader",
+                              **{"sasl.username": "reader", **COORDINATOR_WITHOUT_TLS,
                                  "sasl.passwordFile": password_file(tmp_path, "reader", "not-the-pw")})
     wait_until(lambda: not query.isActive, timeout=60, message="the query to fail")
     assert "authentication failed for user 'reader'" in str(query.exception())
@@ -262,8 +282,8 @@ def test_plain_without_tls_is_refused_unless_allowed(spark, plain_clusters, tmp_
         with pytest.raises(Exception, match=r"AuthenticationError: SASL authentication as user 'reader': broker "
                                             r"\S+ offers only SASL/PLAIN, which would send user 'reader''s "
                                             r"password over a connection without TLS: refused; the option "
-                                            r"ssl.ca.location gives TLS, sasl.plainWithoutTls=true allows it"):
+                                            r"ssl.ca.location gives TLS, sasl.passwordWithoutTls=true allows it"):
             load(spark, without_tls, topic, source, "reader", "reader-pw", tmp_path).collect()
         allowed = load(spark, without_tls, topic, source, "reader", "reader-pw", tmp_path,
-                       **{"sasl.plainWithoutTls": "true"})
+                       **{"sasl.passwordWithoutTls": "true"})
         assert rows_of(allowed) == sorted(sent), source

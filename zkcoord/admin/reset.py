@@ -188,6 +188,9 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
                                        "(zkcoord users)")
     parser.add_argument("--password-file", metavar="PATH",
                         help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
+    parser.add_argument("--password-without-tls", action="store_true",
+                        help="let the password cross connections without TLS: ResetOffsets carries it to the "
+                             "coordinator, as SASL/PLAIN does to a broker (by default refused)")
 
 
 def client_credential(args: argparse.Namespace):
@@ -197,6 +200,14 @@ def client_credential(args: argparse.Namespace):
 
         args.password = password_for(args.user, args.password_file)
     return (args.user, args.password) if args.user else None
+
+
+def refuse_password_without_tls(args: argparse.Namespace) -> None:
+    """PasswordWithoutTls if the command would send --user's password to the coordinator readable, unallowed."""
+    from zkcoord.security import secrets
+
+    secrets.refuse_password_without_tls(args.user, client_tls(args) is not None, args.password_without_tls,
+                                        "the coordinator connection", "--password-without-tls")
 
 
 def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
@@ -246,6 +257,7 @@ def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute
     from zkcoord import wire
     from zkcoord.channel import Channel
 
+    refuse_password_without_tls(args)
     request = wire.ResetOffsetsRequest(group_id=args.group, execute=execute, force=args.force,
                                        offsets=tuple(wire.TopicPartitionOffset(t, p, o)
                                                      for (t, p), o in sorted(offsets.items())),
@@ -360,6 +372,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         layout.group_path(args.group)
         client_credential(args)
+        refuse_password_without_tls(args)  # before anything is asked of ZooKeeper or the brokers
         lines = reset_offsets(args)
     except (ResetArgumentError, layout.LayoutError, ConfigError) as exc:  # a bad argument, or --tls-* file
         print(f"zkcoord groups reset-offsets: {exc}", file=sys.stderr)

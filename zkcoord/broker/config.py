@@ -74,6 +74,7 @@ class BrokerConfig:
 
     def __post_init__(self):
         check(self)
+        self.security.refuse_bridge_password_without_tls(self.tls)
 
     @property
     def advertised(self) -> str:

@@ -161,7 +161,7 @@ class Broker:
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end,
             tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
-            credential=security.own_credential)
+            credential=security.own_credential, password_without_tls=security.bridge_password_without_tls)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)

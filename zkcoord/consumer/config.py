@@ -42,6 +42,9 @@ class MemberConfig:
     # A credential for the coordinator (RegisterConsumer version 3), as `zkcoord users` stored it.
     user: Optional[str] = setting(None, "the user to authenticate to the coordinator as", non_empty=True)
     password: Optional[str] = setting(None, "the user's password", non_empty=True, cli=False, secret=True)
+    password_without_tls: bool = setting(False, "send the password where there is no TLS to hide it: in "
+                                                "RegisterConsumer to the coordinator, and with SASL/PLAIN to a "
+                                                "broker that offers nothing stronger (by default refused)")
     on_behalf_of: Optional[str] = setting(None, "the principal a broker registers a stock client for "
                                                 "(User:bob); its user must be a super user", non_empty=True,
                                           cli=False)

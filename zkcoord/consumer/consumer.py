@@ -38,12 +38,14 @@ log = logging.getLogger(__name__)
 FETCH_SLICE_S = 0.05  # longest a poll() holds the lock while waiting for data
 
 
-def columnar_fetcher_factory(brokers: str, client_id: str, tls=None, credential=None):
+def columnar_fetcher_factory(brokers: str, client_id: str, tls=None, credential=None, plain_without_tls=False):
     """``tls``: the client SSLContext to reach the brokers with (None: plaintext);
-    ``credential``: (user, password) for the brokers' SASL (None: none)."""
+    ``credential``: (user, password) for the brokers' SASL (None: none), sent
+    with PLAIN without TLS only if ``plain_without_tls``."""
     from zkcoord.fetch.columnar import ColumnarFetcher
 
-    return ColumnarFetcher(brokers, client_id=client_id, tls=tls, credential=credential)
+    return ColumnarFetcher(brokers, client_id=client_id, tls=tls, credential=credential,
+                           plain_without_tls=plain_without_tls)
 
 
 class Consumer:
@@ -221,6 +223,7 @@ class Consumer:
                 # The member's credential serves the brokers' SASL as well.
                 if self.config.user:
                     extra["credential"] = (self.config.user, self.config.password)
+                    extra["plain_without_tls"] = self.config.password_without_tls
                 self._fetcher = self._fetcher_factory(brokers, self.consumer_id, **extra)
             added = {tp: o for tp, o in partitions.items() if tp not in self._fetcher.assignment()}
             if not added:

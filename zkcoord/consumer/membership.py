@@ -31,11 +31,14 @@ from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
 from zkcoord.records import TopicPartition
+from zkcoord.security.secrets import refuse_password_without_tls
 from zkcoord.security.tls import client_context
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
+# How a member's user allows its password without TLS (MemberConfig.password_without_tls).
+PASSWORD_WITHOUT_TLS_OPTION = "--password-without-tls (password_without_tls=True in Python)"
 # GroupMembership's tls_context when none is given: the member builds its own from its config.
 FROM_CONFIG = object()
 LEAVE_CHECK_S = 0.2  # how soon the network thread notices close()
@@ -113,6 +116,8 @@ class GroupMembership:
         self.session_timeout = config.session_timeout_ms / 1000.0
         # None: plaintext; the fetcher's connections use it too.
         self.tls = client_context(config.tls) if tls_context is FROM_CONFIG else tls_context
+        refuse_password_without_tls(config.user, self.tls is not None, config.password_without_tls,
+                                    "the coordinator connections", PASSWORD_WITHOUT_TLS_OPTION)
         self.brokers: list[wire.Endpoint] = []
         self.error: Optional[ZkcoordError] = None  # raised to the application by the next poll()
         self.registered = threading.Event()

@@ -92,6 +92,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         check(self)
+        self.security.refuse_bridge_password_without_tls(self.tls)
         if self.tls.serves and not self.tls.speaks:
             # The embedded broker's bridge registers stock members with the
             # coordinators as a client does: it must verify them too.

@@ -175,9 +175,11 @@ class ColumnarFetcher:
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest",
-                 tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None):
+                 tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None,
+                 plain_without_tls: bool = False):
         """``tls``: a client SSLContext for the brokers (None: plaintext);
-        ``credential`` (user, password): for the brokers' SASL/PLAIN."""
+        ``credential`` (user, password): for the brokers' SASL;
+        ``plain_without_tls``: may send it with PLAIN where there is no TLS."""
         if offset_reset not in RESETS:
             raise FetchError(f"offset_reset must be one of {', '.join(RESETS)}, not {offset_reset!r}")
         self._bootstrap = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
@@ -185,7 +187,8 @@ class ColumnarFetcher:
             raise FetchError("no broker address to fetch from")
         self._client_id = client_id
         self._tls = tls
-        self._credential = credential  # (user, password) for the brokers' SASL/PLAIN
+        self._credential = credential  # (user, password) for the brokers' SASL
+        self._plain_without_tls = plain_without_tls
         self._reset = offset_reset
         self._epochs = itertools.count(1)
         self._turns = itertools.count(1)
@@ -293,6 +296,10 @@ class ColumnarFetcher:
         for thread in [self._leader_thread] + [thread for thread, _ in brokers]:
             thread.join(timeout=REQUEST_TIMEOUT_S)
 
+    def _connect(self, address: str, timeout_s: float) -> BrokerConnection:
+        return BrokerConnection(address, client_id=self._client_id, tls=self._tls, timeout_s=timeout_s,
+                                credential=self._credential, plain_without_tls=self._plain_without_tls)
+
     def _check_open(self) -> None:
         if self._failure is not None:
             raise self._failure
@@ -338,8 +345,7 @@ class ColumnarFetcher:
                 by_leader.setdefault(leader, []).append(tp)
         for leader, tps in by_leader.items():
             try:
-                with BrokerConnection(leader, client_id=self._client_id, tls=self._tls, timeout_s=5.0,
-                                      credential=self._credential) as connection:
+                with self._connect(leader, 5.0) as connection:
                     for tp in tps:
                         try:
                             resolved[tp] = self._bound(connection, tp, positions[tp])
@@ -358,8 +364,7 @@ class ColumnarFetcher:
         problems = []
         for address in list(self._bootstrap):
             try:
-                return BrokerConnection(address, client_id=self._client_id, tls=self._tls, timeout_s=5.0,
-                                        credential=self._credential)
+                return self._connect(address, 5.0)
             except BrokerConnectionError as exc:
                 problems.append(str(exc))
         raise BrokerConnectionError("; ".join(problems))
@@ -444,9 +449,7 @@ class ColumnarFetcher:
                     return
                 if not holder:
                     try:
-                        holder.append(BrokerConnection(address, client_id=self._client_id, tls=self._tls,
-                                                       credential=self._credential,
-                                                       timeout_s=REQUEST_TIMEOUT_S))
+                        holder.append(self._connect(address, REQUEST_TIMEOUT_S))
                     except BrokerConnectionError as exc:
                         log.info("fetcher: %s", exc)
                         self._lost_leader(wanted)

@@ -107,13 +107,14 @@ class BrokerConnection:
 
     def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0,
                  tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None,
-                 plain_without_tls: bool = True):
+                 plain_without_tls: bool = False):
         """``tls``: a client SSLContext (zkcoord.security.tls.client_context);
         a handshake that fails raises TlsError, not retriable when refused.
         ``credential`` (user, password): authenticate with SASL first, with
         the strongest mechanism the broker offers; a refusal raises
-        BrokerAuthenticationError. ``plain_without_tls`` False: never send the
-        password with PLAIN over a connection without TLS."""
+        BrokerAuthenticationError. Unless ``plain_without_tls``, the password
+        is never sent with PLAIN over a connection without TLS (a broker that
+        offers only PLAIN is refused: PlainWithoutTlsRefused)."""
         self.address = address
         self._client_id = client_id
         self._timeout_s = timeout_s

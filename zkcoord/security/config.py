@@ -127,6 +127,9 @@ class SecurityConfig:
                                                "coordinators ask brokers for log ends with it", non_empty=True)
     bridge_password: Optional[str] = setting(None, "bridge_user's password", non_empty=True, cli=False,
                                              secret=True)
+    bridge_password_without_tls: bool = setting(False, "let bridge_user's password cross connections without "
+                                                       "TLS: the bridge's registrations at the coordinators "
+                                                       "carry it (by default it needs --tls-ca)")
 
     def __post_init__(self) -> None:
         check(self)
@@ -143,6 +146,14 @@ class SecurityConfig:
         (the bridge's user: its broker's stock members, its coordinators'
         questions of log ends), or None: anonymous."""
         return (self.bridge_user, self.bridge_password) if self.bridge_user else None
+
+    def refuse_bridge_password_without_tls(self, tls: TlsConfig) -> None:
+        """Raise PasswordWithoutTls if the bridge's registrations, under these
+        client TLS settings, would carry its password readable unallowed."""
+        from zkcoord.security.secrets import refuse_password_without_tls
+
+        refuse_password_without_tls(self.bridge_user, tls.speaks, self.bridge_password_without_tls,
+                                    "the bridge's connections to the coordinators", "--bridge-password-without-tls")
 
     @property
     def authorizing(self) -> bool:

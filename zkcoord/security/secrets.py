@@ -45,3 +45,18 @@ def password_for(user: Optional[str], path: Optional[str], user_flag: str = "--u
     if not password:
         raise ConfigError(f"{user_flag} {user} needs a password: {file_flag} PATH or ${env}")
     return password
+
+
+class PasswordWithoutTls(ConfigError):
+    """A client would send a password readable, over a connection without
+    TLS, and was not told it may."""
+
+
+def refuse_password_without_tls(user: Optional[str], tls: bool, allowed: bool, where: str, allow: str) -> None:
+    """Raise :class:`PasswordWithoutTls` if ``user``'s password would cross
+    ``where`` in the clear: no TLS there, and ``allowed`` (the ``allow``
+    option) not given. A coordinator's RegisterConsumer and ResetOffsets carry
+    the password itself, as SASL/PLAIN does; anyone on the path could read it."""
+    if user is not None and not tls and not allowed:
+        raise PasswordWithoutTls(f"user {user!r}'s password would cross {where} readable, without TLS: "
+                                 f"refused (give a CA to speak TLS, or allow it with {allow})")

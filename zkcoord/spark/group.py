@@ -41,6 +41,7 @@ from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.consumer.protocol import NO_OFFSET
 from zkcoord.records import TopicPartition
+from zkcoord.security.secrets import refuse_password_without_tls
 from zkcoord.spark.errors import SparkSourceError
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.offsets import PartitionOffsets, StreamOffset
@@ -74,12 +75,17 @@ class QueryMember:
                                    "give the option 'servers'")
         # The brokers' login is the coordinator's credential too, as a thin consumer's.
         credential = login(self.options.sasl)
+        # Registration carries the password itself: refused without TLS unless allowed, named as Spark's option.
+        refuse_password_without_tls(credential.user if credential else None, self.options.tls.speaks,
+                                    bool(credential and credential.plain_without_tls),
+                                    "the coordinator connections", "the option sasl.passwordWithoutTls=true")
         self._membership = GroupMembership(servers, MemberConfig(
             group=self.options.group, topics=self.options.topics, pattern=self.options.pattern,
             session_timeout_ms=self.options.session_timeout_ms,
             auto_offset_reset=wire.SMALLEST if self.options.starting == EARLIEST else wire.LARGEST,
             tls=self.options.tls,
             user=credential.user if credential else None, password=credential.password if credential else None,
+            password_without_tls=bool(credential and credential.plain_without_tls),
         ), self)
         self._membership.start()
         log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)

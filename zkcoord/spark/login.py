@@ -45,7 +45,7 @@ def open_broker(address: str, login: Optional[Login], *, client_id: str, timeout
                                 plain_without_tls=login.plain_without_tls)
     except PlainWithoutTlsRefused as exc:
         raise AuthenticationError(f"SASL authentication as user {login.user!r}: {exc}; the option "
-                                  "ssl.ca.location gives TLS, sasl.plainWithoutTls=true allows it") from None
+                                  "ssl.ca.location gives TLS, sasl.passwordWithoutTls=true allows it") from None
     except BrokerAuthenticationError as exc:
         raise AuthenticationError(f"SASL authentication as user {login.user!r} failed: {exc}") from None
 

@@ -52,7 +52,7 @@ _KNOWN = {
     "maxoffsetspertrigger", "minpartitions", "failondataloss", "kafkaconsumer.polltimeoutms",
     "group", "servers", "sessiontimeoutms", "handofftimeoutms",
     "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
-    "sasl.username", "sasl.passwordfile", "sasl.passwordenv", "sasl.plainwithouttls",
+    "sasl.username", "sasl.passwordfile", "sasl.passwordenv", "sasl.passwordwithouttls",
 }
 # The TLS options, as TlsConfig's settings.
 _TLS = {"ssl.ca.location": "ca", "ssl.certificate.location": "cert", "ssl.key.location": "key"}
@@ -209,8 +209,8 @@ def _sasl(opts: Mapping[str, str]) -> Optional[SaslOptions]:
         if value is not None and not value.strip():
             raise SourceOptionError(f"option {name!r} is empty")
     return SaslOptions(user=user, password_file=path, password_env=env or PASSWORD_ENV,
-                       plain_without_tls=_boolean(opts.get("sasl.plainwithouttls", "false"),
-                                                  "sasl.plainWithoutTls"))
+                       plain_without_tls=_boolean(opts.get("sasl.passwordwithouttls", "false"),
+                                                  "sasl.passwordWithoutTls"))
 
 
 def _zk_security(opts: Mapping[str, str]) -> ZkSecurity:

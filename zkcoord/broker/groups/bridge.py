@@ -172,7 +172,7 @@ class GroupBridge:
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
                  session_timeout_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
-                 authorize=None, credential: Optional[tuple[str, str]] = None):
+                 authorize=None, credential: Optional[tuple[str, str]] = None, password_without_tls: bool = False):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
@@ -186,9 +186,11 @@ class GroupBridge:
         ``credential`` (user, password): the broker's own with the
         coordinators, a super user's, with which it registers each member on
         behalf of the principal its client authenticated as (None: members
-        register with no credential)."""
+        register with no credential); ``password_without_tls``: it may send
+        that credential without TLS (SecurityConfig.bridge_password_without_tls)."""
         self.authorize = authorize
         self._credential = credential
+        self._password_without_tls = password_without_tls
         self.broker_id = broker_id
         self.zk = zk
         self._brokers = brokers
@@ -489,7 +491,8 @@ class GroupBridge:
             return {"on_behalf_of": str(principal)} if self.authorize is not None else {}
         user, password = self._credential
         # Always named, ANONYMOUS too: the broker's own rights are never a client's.
-        return {"user": user, "password": password, "on_behalf_of": str(principal)}
+        return {"user": user, "password": password, "on_behalf_of": str(principal),
+                "password_without_tls": self._password_without_tls}
 
     def _replaced(self, old: _Bridged, member_id: str) -> None:
         """A static member's instance joined again under a new member id: the
