@@ -10,6 +10,10 @@ RECORD_DECODER = Extension("zkcoord.fetch._recordbatch", ["zkcoord/fetch/_record
                            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Werror=implicit-function-declaration"],
                            optional=True)
 
+# SASL GSSAPI (Kerberos) to ZooKeeper: pure-sasl's binding of MIT Kerberos,
+# built against its headers (Debian: libkrb5-dev).
+KERBEROS = ["kerberos>=1.3.1"]
+
 setup(
     name="zkcoord",
     version="0.1.0",
@@ -49,7 +53,9 @@ setup(
             "hypothesis>=6.100",
             # Stock Kafka clients as group members (tests/e2e/test_stock_clients.py).
             "aiokafka==0.14.*",
+            *KERBEROS,  # tests/e2e/test_zookeeper_kerberos.py
         ],
+        "kerberos": KERBEROS,
         "spark": [
             "pyspark>=4.2",
             "pyarrow>=19",  # pyarrow.concat_batches (Consumer.poll_batch)

@@ -4,8 +4,10 @@
 # drill partitions consumers in network namespaces), a C compiler and Python's
 # headers (pip builds the compiled record decoder, zkcoord/fetch/_recordbatch.c),
 # and the project itself with its Python dependencies; with the "spark" extra,
-# a JDK too, to build the Spark source's JVM reader (zkcoord/spark/jvm). Safe
-# to run again: it installs only what is missing.
+# a JDK too, to build the Spark source's JVM reader (zkcoord/spark/jvm); with
+# "kerberos" (or "test"), MIT Kerberos's headers, to build the binding SASL
+# GSSAPI to ZooKeeper uses; with "test", a KDC and kinit, which the Kerberos
+# tests run. Safe to run again: it installs only what is missing.
 # Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,8 @@ cd "$(dirname "$0")/.."
 extras="${1:-}"
 debs=(zookeeper default-jre-headless kcat iproute2 iptables gcc libc6-dev python3-dev)
 case ",$extras," in *,spark,*) debs+=(default-jdk-headless) ;; esac
+case ",$extras," in *,kerberos,*|*,test,*) debs+=(libkrb5-dev) ;; esac
+case ",$extras," in *,test,*) debs+=(krb5-kdc krb5-admin-server krb5-user) ;; esac
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 

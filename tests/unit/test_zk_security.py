@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from zkcoord.errors import ConfigError
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.options import parse_options, zookeeper_options
+from zkcoord.zk import security as zk_security
 from zkcoord.zk.security import ZkSecurity, acl_policy, client_options, command_line
 
 
@@ -33,11 +36,14 @@ def password_file(tmp_path, text="s3cret\n"):
      "GSSAPI takes no password"),
     ({"zk_auth": "digest", "zk_user": "a:b", "zk_password_env": "A"}, "without ':'"),
     ({"zk_auth": "kerberos"}, "zk_auth must be one of"),
+    ({"zk_auth": "sasl", "zk_user": "u", "zk_password_env": "A", "zk_keytab": "/k"},
+     "zk_keytab only go with Kerberos .* not zk_auth sasl"),
+    ({"zk_krb5_conf": "/krb5.conf"}, "zk_krb5_conf only go with Kerberos"),
     ({"zk_cert_file": "/c.pem"}, "zk_cert_file and zk_key_file go together"),
     ({"zk_cert_file": "/c.pem", "zk_key_file": "/k.pem"}, "needs zk_ca_file"),
 ])
 def test_incomplete_or_contradictory_settings_are_refused(given, says):
-    given = {k: Path(v) if k.endswith("_file") else v for k, v in given.items()}
+    given = {k: Path(v) if k.endswith(("_file", "_keytab", "_conf")) else v for k, v in given.items()}
     with pytest.raises(ConfigError, match=says):
         ZkSecurity(**given)
 
@@ -89,6 +95,46 @@ def test_a_security_passes_to_a_command_as_the_options_it_came_from(tmp_path):
     assert "s3cret" not in " ".join(args)  # a file's name, never the password, is on a command line
     assert settings.from_args(ZkSecurity, parser.parse_args(args)) == security
     assert command_line(ZkSecurity()) == []
+
+
+def kerberos_security(tmp_path, keytab="zkcoord.keytab") -> ZkSecurity:
+    (tmp_path / keytab).write_bytes(b"\x05\x02")
+    (tmp_path / "krb5.conf").write_text("[libdefaults]\n")
+    return ZkSecurity(zk_auth="sasl", zk_sasl_mechanism="GSSAPI", zk_user="zkcoord@EXAMPLE.COM",
+                      zk_keytab=tmp_path / keytab, zk_krb5_conf=tmp_path / "krb5.conf")
+
+
+@pytest.fixture
+def fresh_kerberos_login(monkeypatch):
+    """As in a process that has not logged in to Kerberos yet; put back afterwards."""
+    monkeypatch.setattr(zk_security, "_kerberos_environment", {})
+    for name in ("KRB5_CONFIG", "KRB5_CLIENT_KTNAME", "KRB5CCNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_kerberos_logs_in_from_the_keytab_given_and_keeps_its_tickets_in_memory(tmp_path, fresh_kerberos_login):
+    security = kerberos_security(tmp_path)
+    args = command_line(security)
+    assert args[args.index("--zk-keytab") + 1] == str(tmp_path / "zkcoord.keytab")
+    parser = argparse.ArgumentParser()
+    settings.add_options(parser, ZkSecurity)
+    assert settings.from_args(ZkSecurity, parser.parse_args(args)) == security
+    assert client_options(security)["sasl_options"] == {"mechanism": "GSSAPI", "principal": "zkcoord@EXAMPLE.COM"}
+    assert os.environ["KRB5_CLIENT_KTNAME"] == f"FILE:{tmp_path / 'zkcoord.keytab'}"
+    assert os.environ["KRB5_CONFIG"] == str(tmp_path / "krb5.conf")
+    assert os.environ["KRB5CCNAME"].startswith("MEMORY:")
+    client_options(security)  # the same login again is no change
+    with pytest.raises(ConfigError, match="one Kerberos login per process: KRB5_CLIENT_KTNAME is FILE:.*zkcoord"
+                                          ".keytab already, not FILE:.*other.keytab"):
+        client_options(kerberos_security(tmp_path, keytab="other.keytab"))
+
+
+def test_kerberos_without_its_python_library_is_a_clear_error(tmp_path, fresh_kerberos_login, monkeypatch):
+    monkeypatch.setitem(sys.modules, "kerberos", None)  # as if not installed: importing it fails
+    with pytest.raises(ConfigError, match=r"SASL GSSAPI needs the Python package 'kerberos' \(pip install "
+                                          r"'zkcoord\[kerberos\]'"):
+        client_options(kerberos_security(tmp_path))
+    assert "KRB5_CLIENT_KTNAME" not in os.environ
 
 
 def test_the_spark_source_takes_the_same_settings_as_options_and_never_ships_a_password(tmp_path):

@@ -8,9 +8,11 @@ from typing import Callable, Iterator, Optional
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNodeError
+from kazoo.hosts import collect_hosts
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions
 
+from zkcoord.zk.kerberos import SERVICE as KERBEROS_SERVICE
 from zkcoord.zk.security import ZOOKEEPER_ROOT, ZkSecurity, ZooKeeperAuthError, ZooKeeperTLSError, client_options
 
 
@@ -57,6 +59,9 @@ def start(client: KazooClient, timeout: float) -> None:
     request proves the credentials. A refused credential raises
     :class:`ZooKeeperAuthError` at once instead of a time-out (kazoo stops
     trying after AUTH_FAILED, and ``start`` would only wait)."""
+    security = getattr(client, "security", None)
+    if security is not None and security.kerberos:
+        check_kerberos_login(security, getattr(client, "connect", ""))
     deadline = time.monotonic() + timeout
     refused = []  # a fresh session is lost only when its credentials are refused
     changed = client.handler.event_object()  # wakes the wait for a session at once
@@ -96,6 +101,29 @@ def start(client: KazooClient, timeout: float) -> None:
             if reason is not None:
                 raise ZooKeeperTLSError(reason)
             raise client.handler.timeout_exception("Connection time-out")
+
+
+def check_kerberos_login(security: ZkSecurity, hosts: str) -> None:
+    """Log in to Kerberos and get a ticket for each ZooKeeper host now, as
+    kazoo will at every connection: a missing principal, a wrong keytab or an
+    unreachable KDC is named here, where kazoo would say only that SASL failed."""
+    import kerberos
+
+    for host in sorted({host for host, _ in collect_hosts(hosts)[0]}) if hosts else ():
+        service = f"{KERBEROS_SERVICE}@{host}"
+        context = None
+        try:
+            _, context = kerberos.authGSSClientInit(service, principal=security.zk_user)
+            kerberos.authGSSClientStep(context, "")
+        except kerberos.GSSError as exc:
+            (major, _), (minor, _) = exc.args if len(exc.args) == 2 else ((str(exc), 0), ("", 0))
+            source = (f"the keytab {security.zk_keytab} (does it hold the principal's key?)"
+                      if security.zk_keytab is not None else "the ticket cache (run kinit, or give --zk-keytab)")
+            raise ZooKeeperAuthError(f"no Kerberos ticket for ZooKeeper at {host} ({KERBEROS_SERVICE}/{host}) as "
+                                     f"{security.zk_user} from {source}: {minor or major}") from None
+        finally:
+            if context is not None:
+                kerberos.authGSSClientClean(context)
 
 
 def _tls_mismatch(client: KazooClient) -> Optional[str]:
@@ -143,6 +171,10 @@ def _tls_mismatch(client: KazooClient) -> Optional[str]:
 
 def _refusal(client: KazooClient) -> ZooKeeperAuthError:
     security = getattr(client, "security", None)
+    if security is not None and security.kerberos:
+        return ZooKeeperAuthError(f"ZooKeeper refused Kerberos principal {security.zk_user!r} (SASL GSSAPI): does "
+                                  f"ZooKeeper's keytab hold the key the KDC gave its service principal "
+                                  f"{KERBEROS_SERVICE}/<host>?")
     who = (f"{security.zk_auth} ({security.zk_sasl_mechanism}) user {security.zk_user!r}"
            if security is not None and security.zk_auth == "sasl" else "the credentials")
     return ZooKeeperAuthError(f"ZooKeeper refused {who}: wrong user or password?")
@@ -222,4 +254,4 @@ def secure_tree(client: ZooKeeperClient, root: str = "/") -> int:
     return count
 
 
-__all__ = ["ZooKeeperClient", "check_ownership", "open_client", "refused_by_acl", "secure_tree", "start", "walk"]
+__all__ = ["ZooKeeperClient", "check_kerberos_login", "check_ownership", "open_client", "refused_by_acl", "secure_tree", "start", "walk"]

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from zkcoord.errors import ConfigError, EnsembleError
-from zkcoord.settings import check, of, setting
-from zkcoord.zk.security import AUTH_SCHEMES, ZkSecurity
+from zkcoord.settings import check, default, of, setting
+from zkcoord.zk.kerberos import LocalRealm
+from zkcoord.zk.security import AUTH_SCHEMES, SASL_MECHANISMS, ZkSecurity
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is used: gevent patches it first in servers
     import ssl
@@ -97,9 +98,14 @@ class EnsembleConfig:
                                        validate=validate_base_port)
     tick_ms: int = setting(500, "ZooKeeper's tickTime", minimum=50, maximum=10_000)
     auth: str = setting("none", "how clients authenticate: digest (ZooKeeper's built-in user:password "
-                                "scheme) or sasl (DIGEST-MD5 against the users below)", choices=AUTH_SCHEMES)
+                                "scheme) or sasl (as the users below)", choices=AUTH_SCHEMES)
+    sasl_mechanism: str = setting(default(ZkSecurity, "zk_sasl_mechanism"),
+                                  "with sasl: DIGEST-MD5 (passwords) or GSSAPI (Kerberos: a KDC of the "
+                                  "ensemble's own, in its kerberos/ directory, with a keytab per user)",
+                                  choices=SASL_MECHANISMS)
     users: tuple[str, ...] = setting(("zkcoord",), "users to create, each with a generated password in the "
-                                                   "ensemble's credentials/ directory; the first is zkcoord's",
+                                                   "ensemble's credentials/ directory (GSSAPI: a principal "
+                                                   "with a keytab in kerberos/keytabs/); the first is zkcoord's",
                                      flag="--user", non_empty=True)
     tls: bool = setting(False, "clients connect over TLS only, with a CA and certificates generated into the "
                                "ensemble's tls/ directory")
@@ -109,6 +115,8 @@ class EnsembleConfig:
         for user in self.users:
             if not USER_NAME.fullmatch(user):
                 raise ConfigError(f"a user name is 1 to 64 letters, digits, '.', '_' or '-', not {user!r}")
+        if self.sasl_mechanism != default(ZkSecurity, "zk_sasl_mechanism") and self.auth != "sasl":
+            raise ConfigError(f"sasl_mechanism {self.sasl_mechanism} is for auth sasl, not {self.auth}")
 
 
 def _port_free(port: int) -> bool:
@@ -175,7 +183,8 @@ class LocalEnsemble:
     """
 
     def __init__(self, directory: Path, nodes: int, base_port: int, tick_ms: int, pids: dict[int, int],
-                 auth: str = "none", users: tuple[str, ...] = (), tls: bool = False):
+                 auth: str = "none", users: tuple[str, ...] = (), tls: bool = False,
+                 sasl_mechanism: str = default(ZkSecurity, "zk_sasl_mechanism")):
         self.directory = Path(directory).resolve()
         self.nodes = validate_size(nodes)
         self.base_port = validate_base_port(base_port)
@@ -186,6 +195,7 @@ class LocalEnsemble:
         self.auth = auth
         self.users = tuple(users) if auth != "none" else ()
         self.tls = tls
+        self.sasl_mechanism = sasl_mechanism
 
     # -- creation and persistence -------------------------------------------------
 
@@ -206,7 +216,7 @@ class LocalEnsemble:
         if base_port is None:
             base_port = find_free_base_port(nodes)
         ensemble = cls(directory, nodes, base_port, tick_ms, pids={}, auth=config.auth, users=config.users,
-                       tls=config.tls)
+                       tls=config.tls, sasl_mechanism=config.sasl_mechanism)
         ensemble._write_credentials()
         ensemble._write_configs()
         ensemble._save()
@@ -233,6 +243,7 @@ class LocalEnsemble:
                 auth=str(state.get("auth", "none")),
                 users=tuple(str(u) for u in state.get("users", ())),
                 tls=bool(state.get("tls", False)),
+                sasl_mechanism=str(state.get("sasl_mechanism", default(ZkSecurity, "zk_sasl_mechanism"))),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EnsembleError(f"{path} is damaged: {exc!r}") from None
@@ -248,6 +259,7 @@ class LocalEnsemble:
             "auth": self.auth,
             "users": list(self.users),
             "tls": self.tls,
+            "sasl_mechanism": self.sasl_mechanism,
         }
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
@@ -290,22 +302,45 @@ class LocalEnsemble:
     def tls_dir(self) -> Path:
         return self.directory / "tls"
 
-    def password_file(self, user: str) -> Path:
+    @property
+    def kerberos(self) -> bool:
+        return self.auth == "sasl" and self.sasl_mechanism == "GSSAPI"
+
+    @property
+    def realm(self) -> LocalRealm:
+        """The ensemble's own Kerberos realm (GSSAPI only)."""
+        if not self.kerberos:
+            raise ConfigError("this ensemble does not use Kerberos (auth sasl, sasl_mechanism GSSAPI)")
+        return LocalRealm.load(self.directory / "kerberos")
+
+    def _check_user(self, user: str) -> None:
         if user not in self.users:
             raise ConfigError(f"user {user!r} is not one of this ensemble's ({', '.join(self.users) or 'none'})")
+
+    def password_file(self, user: str) -> Path:
+        self._check_user(user)
+        if self.kerberos:
+            raise ConfigError(f"user {user!r} has a keytab, not a password: this ensemble uses Kerberos")
         return self.directory / "credentials" / f"{user}.password"
 
+    def keytab(self, user: str) -> Path:
+        self._check_user(user)
+        return self.realm.keytab(user)
+
     def _write_credentials(self) -> None:
-        """Passwords (one file per user, readable by the owner only), the JAAS
-        file that gives them to ZooKeeper's SASL provider, and the certificates."""
+        """Passwords (one file per user, readable by the owner only) or, with
+        Kerberos, a realm with a keytab per user and ZooKeeper's own; the JAAS
+        file that gives them to ZooKeeper's SASL provider; the certificates."""
         from zkcoord.security.certs import issue, make_ca
 
-        for user in self.users:
+        if self.kerberos:
+            self._write_kerberos()
+        for user in self.users if not self.kerberos else ():
             path = self.password_file(user)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(secrets.token_urlsafe(18) + "\n")
             os.chmod(path, 0o600)
-        if self.auth == "sasl":
+        if self.auth == "sasl" and not self.kerberos:
             # DigestLoginModule's user_<name>="<password>": the names are checked,
             # the passwords url-safe, so neither needs quoting beyond this.
             entries = " ".join(f'user_{u}="{self.password_file(u).read_text().strip()}"' for u in self.users)
@@ -320,6 +355,19 @@ class LocalEnsemble:
             keystore.write_bytes(server.key.read_bytes() + server.cert.read_bytes())
             os.chmod(keystore, 0o600)
             issue(ca, self.tls_dir, "client")
+
+    def _write_kerberos(self) -> None:
+        realm = LocalRealm.create(self.directory / "kerberos")
+        for user in self.users:
+            realm.add_principal(user)
+        keytab = realm.add_principal(realm.service_name())
+        # The server logs in once from its keytab and only accepts (isInitiator=false):
+        # it never asks the KDC for a ticket of its own.
+        self.jaas_path.write_text(
+            "Server {\n  com.sun.security.auth.module.Krb5LoginModule required\n"
+            f'  useKeyTab=true keyTab="{keytab}" storeKey=true useTicketCache=false isInitiator=false\n'
+            f'  principal="{realm.principal(realm.service_name())}";\n}};\n')
+        os.chmod(self.jaas_path, 0o600)
 
     def _security_lines(self) -> list[str]:
         lines = []
@@ -361,7 +409,11 @@ class LocalEnsemble:
         if user is None:
             user = self.users[0] if self.users else ""
         options: dict = {}
-        if user:
+        if user and self.kerberos:
+            realm = self.realm
+            options.update(zk_auth="sasl", zk_sasl_mechanism="GSSAPI", zk_user=realm.principal(user),
+                           zk_keytab=self.keytab(user), zk_krb5_conf=realm.krb5_conf)
+        elif user:
             options.update(zk_auth=self.auth, zk_user=user, zk_password_file=self.password_file(user))
         if self.tls:
             options.update(zk_ca_file=self.tls_dir / "ca.pem", zk_cert_file=self.tls_dir / "client.pem",
@@ -420,6 +472,7 @@ class LocalEnsemble:
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
             "-Dzookeeper.admin.enableServer=false",
             *([f"-Djava.security.auth.login.config={self.jaas_path}"] if self.auth == "sasl" else []),
+            *([f"-Djava.security.krb5.conf={self.realm.krb5_conf}"] if self.kerberos else []),
             "-cp",
             classpath,
             QUORUM_MAIN,
@@ -476,6 +529,8 @@ class LocalEnsemble:
             pass
 
     def start(self, timeout: float = 60.0) -> None:
+        if self.kerberos:
+            self.realm.start()  # the nodes log in to it as they start
         for node in self.node_ids:
             self.start_node(node)
         self.wait_until_whole(timeout)
@@ -484,6 +539,8 @@ class LocalEnsemble:
         """Stop every node: SIGTERM, then SIGKILL for any that lingers."""
         for node in self.node_ids:
             self.kill_node(node, signal.SIGTERM)
+        if self.kerberos:
+            self.realm.stop()
 
     def destroy(self) -> None:
         """Stop every node and delete the ensemble's directory."""

@@ -18,6 +18,7 @@ tree written before).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -70,8 +71,14 @@ class ZkSecurity:
     zk_password_file: Optional[Path] = setting(None, "file whose first line is the ZooKeeper password")
     zk_password_env: Optional[str] = setting(None, "environment variable holding the ZooKeeper password "
                                                    "(instead of --zk-password-file)", non_empty=True)
-    zk_sasl_mechanism: str = setting("DIGEST-MD5", "SASL mechanism (GSSAPI needs a Kerberos ticket and "
-                                                   "no password)", choices=SASL_MECHANISMS)
+    zk_sasl_mechanism: str = setting("DIGEST-MD5", "SASL mechanism: DIGEST-MD5 (a password) or GSSAPI "
+                                                   "(Kerberos: zk_user is the principal, no password)",
+                                     choices=SASL_MECHANISMS)
+    zk_keytab: Optional[Path] = setting(None, "GSSAPI: keytab to log in as zk_user from (tickets renewed from "
+                                              "it, kept in memory); without it, the ticket cache kinit filled "
+                                              "($KRB5CCNAME)")
+    zk_krb5_conf: Optional[Path] = setting(None, "GSSAPI: the Kerberos configuration naming zk_user's realm "
+                                                 "and KDC (default: $KRB5_CONFIG, else /etc/krb5.conf)")
     zk_ca_file: Optional[Path] = setting(None, "CA certificates (PEM) that sign ZooKeeper's TLS certificate: "
                                                "giving it connects over TLS (to ZooKeeper's secureClientPort)")
     zk_cert_file: Optional[Path] = setting(None, "client certificate (PEM) for ZooKeeper's TLS port")
@@ -92,7 +99,7 @@ class ZkSecurity:
         else:
             if self.zk_user is None:
                 raise ConfigError(f"zk_auth {self.zk_auth} needs zk_user")
-            kerberos = self.zk_auth == "sasl" and self.zk_sasl_mechanism == "GSSAPI"
+            kerberos = self.kerberos
             sources = [n for n in ("zk_password_file", "zk_password_env") if getattr(self, n) is not None]
             if kerberos and sources:
                 raise ConfigError("GSSAPI takes no password (it uses the Kerberos ticket): drop "
@@ -100,6 +107,11 @@ class ZkSecurity:
             if not kerberos and len(sources) != 1:
                 raise ConfigError(f"zk_auth {self.zk_auth} needs the password from exactly one of "
                                   f"zk_password_file and zk_password_env, not {len(sources)}")
+        if not self.kerberos:
+            misplaced = [n for n in ("zk_keytab", "zk_krb5_conf") if getattr(self, n) is not None]
+            if misplaced:
+                raise ConfigError(f"{' and '.join(misplaced)} only go with Kerberos (zk_auth sasl, "
+                                  f"zk_sasl_mechanism GSSAPI), not zk_auth {self.zk_auth}")
         if (self.zk_cert_file is None) != (self.zk_key_file is None):
             raise ConfigError("zk_cert_file and zk_key_file go together: give both or neither")
         if self.zk_cert_file is not None and self.zk_ca_file is None:
@@ -112,6 +124,10 @@ class ZkSecurity:
     @property
     def authenticated(self) -> bool:
         return self.zk_auth != "none"
+
+    @property
+    def kerberos(self) -> bool:
+        return self.zk_auth == "sasl" and self.zk_sasl_mechanism == "GSSAPI"
 
     def password(self) -> str:
         """The password, read now from its file or environment variable."""
@@ -202,6 +218,44 @@ def _check_tls_files(security: ZkSecurity) -> None:
                               f"{security.zk_key_file}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
+# The Kerberos environment this process set, by variable: the GSSAPI library
+# reads it process-wide, so a process has one Kerberos identity for ZooKeeper.
+_kerberos_environment: dict[str, str] = {}
+# Tickets got from a keytab stay in this process, away from the user's own cache.
+KEYTAB_CCACHE = "MEMORY:zkcoord-zookeeper"
+
+
+def _readable(path: Path, what: str) -> str:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    return str(Path(path).resolve())
+
+
+def _use_kerberos(security: ZkSecurity) -> None:
+    """Point the GSSAPI library at ``security``'s Kerberos configuration and
+    keytab: it logs in from the keytab itself, again whenever the tickets expire."""
+    try:
+        importlib.import_module("kerberos")  # pure-sasl's binding of MIT Kerberos
+    except ImportError:
+        raise ConfigError("SASL GSSAPI needs the Python package 'kerberos' (pip install 'zkcoord[kerberos]'; it "
+                          "builds against MIT Kerberos, Debian's libkrb5-dev)") from None
+    wanted = {}
+    if security.zk_krb5_conf is not None:
+        wanted["KRB5_CONFIG"] = _readable(security.zk_krb5_conf, "the Kerberos configuration")
+    if security.zk_keytab is not None:
+        wanted["KRB5_CLIENT_KTNAME"] = "FILE:" + _readable(security.zk_keytab, "the keytab")
+        wanted["KRB5CCNAME"] = KEYTAB_CCACHE
+    for name, value in wanted.items():
+        if _kerberos_environment.get(name, value) != value:
+            raise ConfigError(f"one Kerberos login per process: {name} is {_kerberos_environment[name]} "
+                              f"already, not {value}")
+    os.environ.update(wanted)
+    _kerberos_environment.update(wanted)
+
+
 def client_options(security: ZkSecurity) -> dict:
     """kazoo's keyword arguments for ``security`` (its files are read and checked now)."""
     options: dict = {"acl_for": acl_policy(security)}
@@ -209,7 +263,8 @@ def client_options(security: ZkSecurity) -> dict:
         options["auth_data"] = [("digest", f"{security.zk_user}:{security.password()}")]
     elif security.zk_auth == "sasl":
         sasl = {"mechanism": security.zk_sasl_mechanism}
-        if security.zk_sasl_mechanism == "GSSAPI":
+        if security.kerberos:
+            _use_kerberos(security)
             sasl["principal"] = security.zk_user  # pure-sasl's name for the Kerberos client principal
         else:
             sasl.update(username=security.zk_user, password=security.password())
