@@ -159,28 +159,42 @@ class LogEndReader:
         """The log end of each of ``partitions`` whose leader answers within
         ``timeout_s``; one whose leader is unknown, unreachable, slow or
         answers with an error is left out. Each leader is asked at once, so
-        one that hangs costs only its own partitions."""
+        one that hangs costs only its own partitions. A partition whose
+        leader has moved (a retriable error, a connection that failed) is
+        asked once more, of its leader as the brokers say now."""
         deadline = time.monotonic() + timeout_s
-        partitions = frozenset(TopicPartition(*tp) for tp in partitions)
+        result: dict[TopicPartition, LogEnd] = {}
+        wanted = frozenset(TopicPartition(*tp) for tp in partitions)
+        for _attempt in range(2):
+            wanted = self._ask(wanted, deadline, result)
+            if not wanted or time.monotonic() >= deadline:
+                break
+        return result
+
+    def _ask(self, partitions: frozenset, deadline: float, result: dict) -> frozenset:
+        """Ask the leaders of ``partitions``, adding their answers to
+        ``result``; returns those whose leader has moved."""
         by_leader: dict[str, set] = {}
         for tp, leader in self._leaders_of(partitions, deadline).items():
             by_leader.setdefault(leader, set()).add(tp)
         questions = [self._link(leader).ask(_Question(partitions=frozenset(tps))) for leader, tps in by_leader.items()]
-        result: dict[TopicPartition, LogEnd] = {}
+        moved: set[TopicPartition] = set()
         for question in questions:
             if not question.done.wait(max(deadline - time.monotonic(), 0.0)):
                 continue  # that leader is slow: its partitions are left out this time
             if isinstance(question.answer, BaseException):
                 self._forget_leaders(question.partitions)
+                moved |= question.partitions
                 continue
             for tp, answer in question.answer.items():
                 if isinstance(answer, PartitionError):
                     log.info("log end of %s-%d not learnt: %s", tp[0], tp[1], answer)
-                    if answer.retriable:  # leadership moving: ask where it is next time
+                    if answer.retriable:  # leadership moving: ask where it is
                         self._forget_leaders((tp,))
+                        moved.add(tp)
                     continue
                 result[tp] = answer
-        return result
+        return frozenset(moved)
 
     def _leaders_of(self, partitions: frozenset, deadline: float) -> dict[TopicPartition, str]:
         """The leaders known of ``partitions``, asking the brokers (all at
