@@ -114,7 +114,7 @@ class _Link:
                 found = self._connection.partitions(frozenset().union(*(q.topics for q in looking)))
                 for question in looking:
                     question.settle(found)
-        except ZkcoordError as exc:  # cannot connect, log in, or read the answer: a new connection next time
+        except Exception as exc:  # cannot connect, log in, or read the answer (or a bug): a new connection next time
             self._disconnect()
             for question in batch:
                 if not question.done.is_set():
