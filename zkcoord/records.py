@@ -1,5 +1,5 @@
-"""The plain values every part of zkcoord shares: a partition's identity and
-the record a consumer hands to the application, whatever fetched it."""
+"""The plain values every part of zkcoord shares: a partition's identity, where
+its log ends, and the record a consumer hands to the application, whatever fetched it."""
 
 from typing import NamedTuple, Optional
 
@@ -12,6 +12,15 @@ class TopicPartition(NamedTuple):
 
     topic: str
     partition: int
+
+
+class LogEnd(NamedTuple):
+    """Where a partition's log ends, as its leader said: the offset the next
+    record will get, and the leader's epoch (-1: a broker that does not say,
+    ListOffsets before version 4). Within a topic and an epoch, a log only grows."""
+
+    offset: int
+    leader_epoch: int = -1
 
 
 class Record(NamedTuple):

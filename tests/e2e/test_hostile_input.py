@@ -182,6 +182,36 @@ def test_a_member_reporting_an_offset_beyond_the_log_end_is_refused(cluster_fact
     assert [r["value"] for r in member.records()] == ["m-3", "m-4"]
 
 
+def test_an_offset_below_a_recreated_topics_old_log_end_but_beyond_its_new_one_is_refused(cluster_factory, zk):
+    # The log end learnt of the old topic (10) must not vouch for the new
+    # one's: the same name and partition count, a new topic id, an empty log.
+    from zkcoord.zk.nodes import read_brokers
+
+    cluster = cluster_factory(2)
+    cluster.wait_for_brokers()
+    server = cluster.servers[cluster.wait_for_coordinator()]
+    first, second = sorted(read_brokers(zk))
+    create_topic(zk, "again", assignment={0: [first]})
+    cluster.wait_led("again", 1)
+    produce(cluster, "again", 10)
+    tp = ("again", 0)
+    channel = crafted_member(server.port, "recreated", "again")
+    try:
+        serve_until(channel, {tp: 8}, lambda _f: read_offsets(zk, "recreated").get(tp) == 8)
+        old_id = layout.decode_topic("again", zk.get(layout.topic_path("again"))[0]).topic_id
+        zk.delete(layout.topic_path("again"), recursive=True)
+        create_topic(zk, "again", assignment={0: [second]})  # its log on the other broker: empty
+        wait_until(lambda: layout.decode_topic("again", zk.get(layout.topic_path("again"))[0]).topic_id
+                   not in (None, old_id), timeout=SETTLE_S, message="the recreated topic's new id")
+        cluster.wait_led("again", 1)
+        refusal = serve_until(channel, {tp: 9}, lambda f: isinstance(f.message, wire.ErrorResponse) and f.message)
+        assert refusal.error_code == wire.ErrorCode.OFFSET_OUT_OF_RANGE, refusal
+        assert "offset 9" in refusal.message and "log end 0" in refusal.message, refusal.message
+    finally:
+        channel.close()
+    assert read_offsets(zk, "recreated").get(tp) == 8
+
+
 def _closed(channel: Channel) -> bool:
     try:
         channel.receive(0.2)

@@ -19,6 +19,7 @@ from zkcoord import wire
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core import CoordinatorCore
+from zkcoord.records import LogEnd
 
 T_MS = 3000  # members' session timeout
 MARGIN_MS = 200
@@ -40,8 +41,9 @@ class FakeZooKeeper:
     states: dict = field(default_factory=dict)  # group -> GroupState
     failures: dict = field(default_factory=dict)
     writes: list = field(default_factory=list)  # every write, in order
-    # The brokers' log ends, which ReadLogEnds asks for: by partition, else
-    # ``default_log_end`` (None: its leader does not answer).
+    # The brokers' log ends, which ReadLogEnds asks for: by partition (an
+    # offset, or a LogEnd with its leader's epoch), else ``default_log_end``
+    # (None: its leader does not answer).
     log_ends: dict = field(default_factory=dict)
     default_log_end: Optional[int] = 1_000_000
 
@@ -50,7 +52,7 @@ class FakeZooKeeper:
             return None
         if isinstance(op, actions.ReadLogEnds):
             ends = {tp: self.log_ends.get(tp, self.default_log_end) for tp in op.partitions}
-            return {tp: end for tp, end in ends.items() if end is not None}
+            return {tp: end if isinstance(end, LogEnd) else LogEnd(end) for tp, end in ends.items() if end is not None}
         if isinstance(op, actions.ReadOwners):
             return dict(self.owners.get(op.group, {}))
         if isinstance(op, actions.ReadOffsets):

@@ -9,6 +9,7 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.coordinator import actions
+from zkcoord.records import LogEnd
 
 from tests.unit.core_harness import P, CoreHarness, FakeZooKeeper
 from tests.unit.test_core_offset_reset import OP, reset
@@ -47,21 +48,21 @@ def test_an_offset_beyond_the_log_end_is_refused_and_its_member_told():
     asked = [op for op in h.operations.values() if isinstance(op, actions.ReadLogEnds)]
     assert [op.partitions for op in asked] == [frozenset({P[0], P[1]})]
     assert not any(isinstance(op, actions.WriteOffsets) for op in h.operations.values())  # nothing before the answer
-    h.complete(actions.ReadLogEnds, result={P[0]: 50, P[1]: 9})
+    h.complete(actions.ReadLogEnds, result={P[0]: LogEnd(50), P[1]: LogEnd(9)})
     h.settle()
     assert h.zk.offsets["g"][P[0]] == 20 and h.zk.offsets["g"][P[1]] == 5
     errors = [m for m in h.requests("a", wire.ErrorResponse)]
     assert [e.error_code for e in errors] == [wire.ErrorCode.OFFSET_OUT_OF_RANGE]
     assert "1000000000000" in errors[0].message and "log end 50" in errors[0].message
     assert "a" in h.closed and "a" not in h.core.groups["g"].members
-    assert h.core.log_ends[P[0]] == 50
+    assert h.core.log_ends[P[0]].offset == 50
 
 
 def test_an_offset_at_or_below_the_last_log_end_learnt_asks_nothing():
     h = running_a(log_end=50)
     pinged_with(h, "a", {P[0]: 30})
     flush(h)
-    h.complete(actions.ReadLogEnds, result={P[0]: 50})
+    h.complete(actions.ReadLogEnds, result={P[0]: LogEnd(50)})
     h.settle()
     assert h.zk.offsets["g"][P[0]] == 30
     pinged_with(h, "a", {P[0]: 50})  # the log end itself: everything consumed
@@ -85,7 +86,7 @@ def test_a_leader_that_does_not_answer_has_the_offset_taken_as_reported_and_blam
     assert h.requests("a", wire.ErrorResponse) == [] and "a" in h.core.groups["g"].members
     pinged_with(h, "a", {P[0]: 31})  # asked again with the next report
     flush(h)
-    h.complete(actions.ReadLogEnds, result={P[0]: 50})
+    h.complete(actions.ReadLogEnds, result={P[0]: LogEnd(50)})
     h.settle()
     assert h.zk.offsets["g"][P[0]] == 31
 
@@ -135,9 +136,9 @@ def learnt_once(log_end: int, committed: int) -> CoreHarness:
     h.brokers_answer = False
     pinged_with(h, "a", {P[0]: committed})
     flush(h)
-    h.complete(actions.ReadLogEnds, result={P[0]: log_end})
+    h.complete(actions.ReadLogEnds, result={P[0]: LogEnd(log_end)})
     h.settle()
-    assert h.core.log_ends[P[0]] == log_end and h.zk.offsets["g"][P[0]] == committed
+    assert h.core.log_ends[P[0]].offset == log_end and h.zk.offsets["g"][P[0]] == committed
     return h
 
 
@@ -163,7 +164,7 @@ def test_a_report_newer_than_the_question_is_judged_by_the_next_answer():
     pinged_with(h, "a", {P[0]: 60})
     flush(h)
     pinged_with(h, "a", {P[0]: 85})
-    h.complete(actions.ReadLogEnds, result={P[0]: 60})  # its answer to the question about 60
+    h.complete(actions.ReadLogEnds, result={P[0]: LogEnd(60)})  # its answer to the question about 60
     h.settle()  # then asked about 85, it answers 90
     assert "a" in h.core.groups["g"].members and not h.requests("a", wire.ErrorResponse)
     assert h.zk.offsets["g"][P[0]] == 85

@@ -136,7 +136,8 @@ class ForgetGroup:
 @dataclass(frozen=True)
 class ReadLogEnds:
     """Ask each partition's leader for its log end offset (ListOffsets,
-    latest), within a deadline; the result holds those that answered."""
+    latest), within a deadline; the result maps those that answered to
+    their LogEnd (zkcoord.records)."""
 
     token: int
     partitions: frozenset[TopicPartition]

@@ -49,7 +49,8 @@ class CoordinatorConfig:
                "group retention (Kafka's offset expiry); without it, a group with offsets is kept for good")
     log_end_timeout_ms: int = setting(
         5000, "how long the coordinator waits for partitions' leaders to say where their logs end, when an "
-              "offset reported is above the last log end it learnt; past it, the committed offset is kept",
+              "offset reported is above the last log end it learnt (also the brokers' connect and request "
+              "timeout); past it, an offset whose leader did not answer is taken as reported",
         minimum=1)
 
     def __post_init__(self) -> None:

@@ -262,6 +262,35 @@ def beyond_log_end(tp: TopicPartition, offset: int, log_end: Optional[int]) -> O
     return None
 
 
+@dataclass(frozen=True)
+class KnownLogEnd:
+    """A partition's log end as last learnt: the offset, the epoch of the
+    leader that said it (-1: not said), and the question it answered."""
+
+    offset: int
+    leader_epoch: int
+    question: int
+
+    def older_than(self, leader_epoch: int, question: int) -> bool:
+        """Whether an answer from a leader of ``leader_epoch`` to question
+        ``question`` is newer: a later leader's is, whatever it says (the log
+        may have lost its tail with the leadership); within one epoch, or
+        where either is not said, the answer to the later question is."""
+        if leader_epoch >= 0 and self.leader_epoch >= 0 and leader_epoch != self.leader_epoch:
+            return leader_epoch > self.leader_epoch
+        return question > self.question
+
+
+@dataclass(frozen=True)
+class LogEndQuestion:
+    """A question to the leaders (numbered in the order asked), with the
+    topics' ids when it was asked: an answer about a topic deleted (and
+    maybe created again) since says nothing of the topic there is now."""
+
+    number: int
+    topic_ids: Mapping[str, Optional[str]]
+
+
 def _ignore(*_args) -> None:
     pass
 
@@ -288,9 +317,11 @@ class CoordinatorCore:
         # the only writer, so they stay true), and partitions known to have none.
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self._no_offset: dict[str, set[TopicPartition]] = {}
-        # The highest log end offset learnt of each partition (asked of its
-        # leader): an offset at or below it is committed without asking again.
-        self.log_ends: dict[TopicPartition, int] = {}
+        # The log end learnt last of each partition (asked of its leader):
+        # an offset at or below it is committed without asking again.
+        self.log_ends: dict[TopicPartition, KnownLogEnd] = {}
+        self.topic_ids: dict[str, Optional[str]] = {}  # topic -> its id in ZooKeeper (None: it has none)
+        self._log_end_questions = itertools.count(1)
         self._reporters: dict[str, dict[TopicPartition, Member]] = {}  # who reported each pending offset
         self.last_rebalance: Optional[RebalanceReport] = None
         self._members: dict[Hashable, Member] = {}  # by connection
@@ -459,13 +490,18 @@ class CoordinatorCore:
         callback(result, error, now)
         return self._take()
 
-    def partitions_changed(self, topic: str, count: int, now: float) -> list:
-        """The topic watch saw ``topic`` with ``count`` partitions (0: gone)."""
-        if not self.deposed and self.partitions.get(topic) != count:
+    def partitions_changed(self, topic: str, count: int, now: float, topic_id: Optional[str] = None) -> list:
+        """The topic watch saw ``topic`` with ``count`` partitions (0: gone)
+        and the topic id ``topic_id`` (None: none)."""
+        if self.deposed:
+            return self._take()
+        # A topic deleted, or created again (a new id, maybe the same count), starts its logs anew.
+        recreated = not count or self.topic_ids.get(topic) != topic_id
+        for tp in [tp for tp in self.log_ends if tp[0] == topic and (recreated or tp[1] >= count)]:
+            del self.log_ends[tp]
+        self.topic_ids[topic] = topic_id
+        if self.partitions.get(topic) != count:
             self.partitions[topic] = count
-            # A topic deleted (and maybe created again) starts its logs anew.
-            for tp in [tp for tp in self.log_ends if tp[0] == topic and (not count or tp[1] >= count)]:
-                del self.log_ends[tp]
             log.info("topic %s has %d partition(s)", topic, count)
             for group in list(self.groups.values()):
                 if group.interested_in(topic):
@@ -1324,9 +1360,10 @@ class CoordinatorCore:
         # Above the last log end learnt: ask the leaders before writing (an
         # offset at or below it, the steady state of a lagging group, asks nothing).
         beyond = {tp: offset for tp, offset in changed.items()
-                  if offset > self.log_ends.get(tp, -1) and (checked or {}).get(tp) != offset}
+                  if offset > self._log_end(tp) and (checked or {}).get(tp) != offset}
         if beyond:
-            self._zk(partial(ReadLogEnds, partitions=frozenset(beyond)), partial(self._log_ends_read, name, beyond))
+            self._zk(partial(ReadLogEnds, partitions=frozenset(beyond)),
+                     partial(self._log_ends_read, name, beyond, self._log_end_question(beyond)))
             return
         existing = frozenset(tp for tp in changed if tp in known)
         self._zk(partial(WriteOffsets, group=name, offsets=changed, existing=existing),
@@ -1341,14 +1378,40 @@ class CoordinatorCore:
         flush = self._flushes.pop(name)
         self._flush(name, now, flush.waiters + flush.later)
 
-    def _learn_log_ends(self, found) -> Mapping[TopicPartition, int]:
-        """Keep the highest log end learnt of each partition; returns this answer's (found, or none)."""
-        learnt = found or {}
-        for tp, end in learnt.items():
-            self.log_ends[tp] = max(self.log_ends.get(tp, -1), end)
-        return learnt
+    def _log_end(self, tp: TopicPartition) -> int:
+        """The log end learnt last of ``tp``, -1 if none is known."""
+        known = self.log_ends.get(tp)
+        return -1 if known is None else known.offset
 
-    def _log_ends_read(self, name: str, asked: dict, found, error, now: float) -> None:
+    def _log_end_question(self, partitions) -> LogEndQuestion:
+        return LogEndQuestion(next(self._log_end_questions), {tp[0]: self.topic_ids.get(tp[0]) for tp in partitions})
+
+    def _learn_log_ends(self, found, question: LogEndQuestion) -> Mapping[TopicPartition, int]:
+        """Learn the answer ``found`` (partition -> LogEnd, or None) to
+        ``question``; returns the log ends that judge the offsets it asked
+        about. A newer answer replaces what was learnt, even a lower one (a
+        log that lost its tail: what is beyond it now is beyond it), an older
+        one (KnownLogEnd.older_than) does not. An offset is judged by this
+        answer or a later question's, never by an answer to a question
+        asked before it was reported (it may since have been written): with
+        a newer leader's answer to an earlier question, it is not judged.
+        An answer about a topic since deleted or created again is ignored."""
+        judged = {}
+        for tp, end in (found or {}).items():
+            if self.topic_ids.get(tp[0]) != question.topic_ids.get(tp[0]):
+                continue
+            known = self.log_ends.get(tp)
+            if known is None or known.older_than(end.leader_epoch, question.number):
+                if known is not None and end.offset < known.offset:
+                    log.warning("the log of %s-%d ends at %d (leader epoch %d), below the %d learnt before "
+                                "(leader epoch %d): it lost its tail", tp[0], tp[1], end.offset, end.leader_epoch,
+                                known.offset, known.leader_epoch)
+                known = self.log_ends[tp] = KnownLogEnd(end.offset, end.leader_epoch, question.number)
+            if known.question >= question.number:
+                judged[tp] = known.offset
+        return judged
+
+    def _log_ends_read(self, name: str, asked: dict, question: LogEndQuestion, found, error, now: float) -> None:
         """Judge the offsets ``asked`` about (partition -> offset) by the log
         ends this answer gave. One beyond its partition's log end is refused
         (the committed offset stays, so nothing is skipped) and the member that
@@ -1361,7 +1424,7 @@ class CoordinatorCore:
         if error is not None:
             log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s: %s", name, len(asked),
                         type(error).__name__, error)
-        learnt = self._learn_log_ends(found)
+        learnt = self._learn_log_ends(found, question)
         pending = self.pending_offsets.get(name, {})
         reporters = self._reporters.get(name, {})
         for tp, offset in sorted(asked.items()):
@@ -1435,17 +1498,18 @@ class CoordinatorCore:
         if not group.members:  # perhaps made by this request: forgotten in its turn if nothing comes of it
             self._empty(group, now)
         proceed = partial(self._reset_checked, conn, group, request, offsets, answer)
-        beyond = frozenset(tp for tp, offset in offsets.items() if offset > self.log_ends.get(tp, -1))
+        beyond = frozenset(tp for tp, offset in offsets.items() if offset > self._log_end(tp))
         if request.execute and beyond:
             self._zk(partial(ReadLogEnds, partitions=beyond),
-                     partial(self._reset_log_ends_read, offsets, beyond, proceed, answer))
+                     partial(self._reset_log_ends_read, offsets, beyond, self._log_end_question(beyond), proceed,
+                             answer))
         else:
             proceed(now)
         return self._take()
 
-    def _reset_log_ends_read(self, offsets, asked, proceed, answer, found, error, now: float) -> None:
+    def _reset_log_ends_read(self, offsets, asked, question, proceed, answer, found, error, now: float) -> None:
         """A reset beyond a partition's log end (or where it cannot be learnt) resets nothing."""
-        learnt = self._learn_log_ends(found)
+        learnt = self._learn_log_ends(found, question)
         refusals = [why for why in (beyond_log_end(tp, offsets[tp], learnt.get(tp)) for tp in sorted(asked))
                     if why is not None]
         if refusals:

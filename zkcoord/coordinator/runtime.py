@@ -31,7 +31,6 @@ import gevent.queue
 import gevent.socket
 
 from zkcoord import wire
-from zkcoord.admin.groups import log_end_offsets
 from zkcoord.errors import ZkcoordError
 from zkcoord.clock import lease_clock
 from zkcoord.channel import Channel, ChannelClosed
@@ -41,16 +40,15 @@ from zkcoord.coordinator.core import NO_METRICS, CoordinatorCore, CoreMetrics, R
 from zkcoord.coordinator.group import Group
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.topics import TopicWatch
+from zkcoord.records import LogEnd, TopicPartition
 from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
 
 
-class LogEndsTimeout(ZkcoordError):
-    """The partitions' leaders did not say where their logs end in time."""
-
-    retriable = True
+class NoLogEnds(ZkcoordError):
+    """The coordinator cannot ask the partitions' leaders where their logs end."""
 
 
 __all__ = ["Coordinator", "CoordinatorConfig"]
@@ -195,13 +193,12 @@ class Coordinator:
 
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
                  topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
-                 metrics: CoreMetrics = NO_METRICS, log_ends: Optional[Callable[[frozenset], Mapping]] = None,
-                 broker_tls=None, broker_credential=None):
+                 metrics: CoreMetrics = NO_METRICS,
+                 log_ends: Optional[Callable[[frozenset, float], Mapping[TopicPartition, LogEnd]]] = None):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
         ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into;
-        ``log_ends``: partitions' log end offsets (by default asked of their leaders, the brokers
-        registered in ZooKeeper, over TLS with ``broker_tls``, a client SSLContext, and with SASL as
-        ``broker_credential``, (user, password)), those that answered."""
+        ``log_ends``: the log ends of partitions whose leaders answered within a time (the server's
+        LogEndReader, shared by its coordinators; needed once an offset is to be checked)."""
         self.store = store
         self.topics = topics
         self.config = config
@@ -217,8 +214,6 @@ class Coordinator:
         self._operations = gevent.pool.Group()
         self._broker_reads = gevent.pool.Group()  # not ZooKeeper's: they do not wait for its turn
         self._log_ends = log_ends
-        self._broker_tls = broker_tls
-        self._broker_credential = broker_credential
         self._waiting_operations: collections.deque = collections.deque()
         self._stopped = False
 
@@ -281,9 +276,9 @@ class Coordinator:
         self._broker_reads.kill(block=False)
         self._stopped = True
 
-    def _partitions_changed(self, topic: str, partitions: int) -> None:
+    def _partitions_changed(self, topic: str, partitions: int, topic_id: Optional[str]) -> None:
         if not self.deposed:  # TopicChangeListener and TopicPartitionChangeListener, shared by the server
-            self._event(self.core.partitions_changed, topic, partitions)
+            self._event(partial(self.core.partitions_changed, topic_id=topic_id), topic, partitions)
 
     # -- members ------------------------------------------------------------------------------
 
@@ -430,15 +425,11 @@ class Coordinator:
     def _read_log_ends(self, action: actions.ReadLogEnds) -> None:
         """Ask the leaders, within the log end timeout: whatever has not
         answered by then, the core takes as not learnt."""
-        timeout_s = self.config.log_end_timeout_ms / 1000.0
-        if self._log_ends is None:  # each broker's share of the time: one that hangs does not take it all
-            self._log_ends = log_end_offsets(self.store.zk, timeout_s=timeout_s / 2, tls=self._broker_tls,
-                                             credential=self._broker_credential)
         try:
-            with gevent.Timeout(timeout_s, LogEndsTimeout(f"the partitions' leaders did not answer within "
-                                                          f"{timeout_s:g}s")):
-                result, error = self._log_ends(action.partitions), None
-        except Exception as exc:  # no broker reachable, ZooKeeper's errors, the timeout: the core decides
+            if self._log_ends is None:
+                raise NoLogEnds("this coordinator was given no way to ask the brokers")
+            result, error = self._log_ends(action.partitions, self.config.log_end_timeout_ms / 1000.0), None
+        except Exception as exc:  # ZooKeeper's errors among them: the core decides
             result, error = None, exc
         if not self._stopped:
             self._event(lambda now: self.core.done(action.token, now, result, error))

@@ -43,6 +43,7 @@ from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, validate_slot_count
 from zkcoord.coordinator.store import CoordinatorStore
+from zkcoord.coordinator.log_ends import LogEndReader
 from zkcoord.coordinator.topics import TopicWatch
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError, describe
 from zkcoord.limits import REFUSED_REGISTRATION, TLS_HANDSHAKE, Guard, abuse_log
@@ -160,7 +161,9 @@ class Server:
         self.topics = TopicWatch(self.zk)
         self._stream: Optional[GatedStreamServer] = None
         self._tls = tls.server_context(config.tls)  # None: plaintext
-        self._client_tls = tls.client_context(config.tls)  # how its coordinators reach the brokers
+        # Its coordinators' connections to the brokers, for log ends.
+        self.log_ends = LogEndReader(self.zk, config.coordinator.log_end_timeout_ms / 1000.0,
+                                     tls=tls.client_context(config.tls), credential=config.security.own_credential)
         self._running = False
         self._session_lost = False
         self._state_changed = gevent.event.Event()
@@ -258,6 +261,7 @@ class Server:
         # them until this process has gone).
         self._unregister()
         self._resign_all()
+        self.log_ends.close()
         if self.metadata is not None:
             self.metadata.stop()
         if self.acls is not None:
@@ -491,8 +495,7 @@ class Server:
         any failure, nothing is left running."""
         slot = store.slot
         coordinator = Coordinator(store, self.config.coordinator, store.epoch.number, self.zk_session_timeout_ms,
-                                  self.topics, metrics=self.core_metrics, broker_tls=self._client_tls,
-                                  broker_credential=self.config.security.own_credential)
+                                  self.topics, metrics=self.core_metrics, log_ends=self.log_ends.log_ends)
         # Published before it starts, so that a suspension meanwhile reaches it.
         if self.zk.state != KazooState.CONNECTED:
             coordinator.session_changed(connected=False)

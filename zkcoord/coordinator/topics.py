@@ -1,10 +1,12 @@
-"""Partition counts of every topic, kept current by ZooKeeper watches, for each coordinator a server runs.
+"""Partition counts (and ids) of every topic, kept current by ZooKeeper watches, for each coordinator a server runs.
 
 Seed 001's coordinator watches /brokers/topics (TopicChangeListener) and each
 topic's node (TopicPartitionChangeListener). A server holding several
 coordinator slots watches them once, here, and passes every change to each
 of its coordinators: one read per change, however many slots it holds.
 A coordinator that starts is first told every count known, then the changes.
+A topic deleted and created again with as many partitions is a change too:
+its id (Kafka's, in the topic's node) is new.
 """
 
 from __future__ import annotations
@@ -18,19 +20,21 @@ from zkcoord.zk import layout
 
 log = logging.getLogger(__name__)
 
-# (topic, partitions): 0 partitions for a topic deleted or unreadable.
-Subscriber = Callable[[str, int], None]
+# (topic, partitions, topic id): 0 partitions for a topic deleted or
+# unreadable; no id for one whose node has none (written before Kafka 2.8).
+Subscriber = Callable[[str, int, Optional[str]], None]
 
 
-def count_partitions(topic: str, data: Optional[bytes]) -> int:
-    """Partitions in a /brokers/topics/<topic> node's data; 0 if absent or unreadable."""
+def read_topic(topic: str, data: Optional[bytes]) -> tuple[int, Optional[str]]:
+    """Partitions and topic id in a /brokers/topics/<topic> node's data; (0, None) if absent or unreadable."""
     if data is None:
-        return 0
+        return 0, None
     try:
-        return len(layout.decode_topic(topic, data).partitions)
+        assignment = layout.decode_topic(topic, data)
     except layout.LayoutError as exc:
         log.error("ignoring topic %s: %s", topic, exc)
-        return 0
+        return 0, None
+    return len(assignment.partitions), assignment.topic_id
 
 
 class TopicWatch:
@@ -42,7 +46,7 @@ class TopicWatch:
 
     def __init__(self, zk: KazooClient):
         self.zk = zk
-        self.counts: dict[str, int] = {}
+        self.known: dict[str, tuple[int, Optional[str]]] = {}  # topic -> (partitions, topic id)
         self._subscribers: list[Subscriber] = []
         self._watched: set[str] = set()
 
@@ -52,8 +56,8 @@ class TopicWatch:
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Tell ``subscriber`` every count known now, then every change."""
-        for topic, count in sorted(self.counts.items()):
-            subscriber(topic, count)
+        for topic, (count, topic_id) in sorted(self.known.items()):
+            subscriber(topic, count, topic_id)
         self._subscribers.append(subscriber)
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
@@ -73,11 +77,11 @@ class TopicWatch:
 
     def _on_partitions(self, topic: str):
         def on_change(data, _stat) -> None:
-            count = count_partitions(topic, data)
-            if self.counts.get(topic) == count:
+            known = read_topic(topic, data)
+            if self.known.get(topic) == known:
                 return
-            self.counts[topic] = count
+            self.known[topic] = known
             for subscriber in list(self._subscribers):
-                subscriber(topic, count)
+                subscriber(topic, *known)
 
         return on_change

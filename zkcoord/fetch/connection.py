@@ -24,6 +24,7 @@ from kafka.protocol.sasl import (
 )
 
 from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.records import LogEnd
 from zkcoord.security import scram
 from zkcoord.security import tls as tls_
 
@@ -263,6 +264,15 @@ class BrokerConnection:
     def list_offsets(self, partitions, timestamp: int) -> dict[tuple[str, int], Union[int, "PartitionError"]]:
         """:meth:`list_offset` of several partitions in one request: each
         one's offset, or the PartitionError its leader answered with."""
+        return {tp: answer if isinstance(answer, PartitionError) else answer.offset
+                for tp, answer in self._list_offsets(partitions, timestamp).items()}
+
+    def log_ends(self, partitions) -> dict[tuple[str, int], Union[LogEnd, "PartitionError"]]:
+        """Each partition's log end with its leader's epoch, in one request, or
+        the PartitionError its leader answered with."""
+        return self._list_offsets(partitions, LATEST_TIMESTAMP)
+
+    def _list_offsets(self, partitions, timestamp: int) -> dict[tuple[str, int], Union[LogEnd, "PartitionError"]]:
         wanted: dict[str, list[int]] = {}
         for topic, partition in partitions:
             wanted.setdefault(topic, []).append(partition)
@@ -279,8 +289,8 @@ class BrokerConnection:
             for part in topic_data.partitions:
                 tp = (topic_data.name, part.partition_index)
                 if part.partition_index in wanted.get(topic_data.name, ()):
-                    result[tp] = (part.offset if part.error_code == NONE
-                                  else PartitionError(tp[0], tp[1], part.error_code))
+                    result[tp] = (LogEnd(part.offset, part.leader_epoch if version >= 4 else -1)
+                                  if part.error_code == NONE else PartitionError(tp[0], tp[1], part.error_code))
         missing = sorted((t, p) for t, ps in wanted.items() for p in ps if (t, p) not in result)
         if missing:
             raise BrokerConnectionError(f"broker {self.address} answered ListOffsets without {missing}")
