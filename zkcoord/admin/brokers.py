@@ -27,13 +27,16 @@ class BrokerOffsets:
     """Connections to the brokers at ``addresses`` (``host:port``), opened
     as needed and closed together."""
 
-    def __init__(self, addresses: Iterable[str], timeout_s: float = TIMEOUT_S, tls=None, credential=None):
+    def __init__(self, addresses: Iterable[str], timeout_s: float = TIMEOUT_S, tls=None, credential=None,
+                 plain_without_tls: bool = False):
         """``tls``: a client SSLContext for the brokers (None: plaintext);
-        ``credential``: (user, password) for their SASL (None: anonymous)."""
+        ``credential``: (user, password) for their SASL (None: anonymous),
+        sent with PLAIN without TLS only if ``plain_without_tls``."""
         self.addresses = list(addresses)
         self.timeout_s = timeout_s
         self.tls = tls
         self.credential = credential
+        self.plain_without_tls = plain_without_tls
         self._connections: dict[str, BrokerConnection] = {}
         self._metadata: dict[TopicPartition, Optional[str]] = {}
 
@@ -53,7 +56,8 @@ class BrokerOffsets:
         if connection is None:
             connection = self._connections[address] = BrokerConnection(address, client_id="zkcoord-admin",
                                                                         timeout_s=self.timeout_s, tls=self.tls,
-                                                                        credential=self.credential)
+                                                                        credential=self.credential,
+                                                                        plain_without_tls=self.plain_without_tls)
         return connection
 
     def _any(self) -> BrokerConnection:

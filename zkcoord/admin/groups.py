@@ -195,18 +195,20 @@ def render_state(view: dict) -> list[str]:
         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row], {})
 
 
-def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credential=None) -> Callable:
+def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credential=None,
+                    plain_without_tls: bool = False) -> Callable:
     """A function giving partitions' log end offsets, asked of the brokers
     registered in ZooKeeper (each connection within ``timeout_s``, by default
     BrokerOffsets'; over TLS with ``tls``, a client SSLContext; with SASL as
-    ``credential``, (user, password)); a partition whose broker cannot say is left out."""
+    ``credential``, (user, password), with PLAIN without TLS only if
+    ``plain_without_tls``); a partition whose broker cannot say is left out."""
     from zkcoord.admin.brokers import LATEST_TIMESTAMP, TIMEOUT_S, BrokerOffsets
 
     def ends(partitions) -> dict:
         addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
         with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls,
-                           credential=credential) as brokers:
+                           credential=credential, plain_without_tls=plain_without_tls) as brokers:
             return brokers.offsets_known(partitions, LATEST_TIMESTAMP)
 
     return ends
@@ -257,8 +259,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"zkcoord groups: no group {args.group!r}", file=sys.stderr)
                 return 2
             view = describe_group(client, args.group,
-                                  None if args.no_lag else log_end_offsets(client, tls=client_tls(args),
-                                                                            credential=client_credential(args)))
+                                  None if args.no_lag else log_end_offsets(
+                                      client, tls=client_tls(args), credential=client_credential(args),
+                                      plain_without_tls=args.password_without_tls))
             if args.output == "json":
                 print(json.dumps(view, indent=2))
             else:

@@ -189,8 +189,8 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--password-file", metavar="PATH",
                         help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
     parser.add_argument("--password-without-tls", action="store_true",
-                        help="let the password cross connections without TLS: ResetOffsets carries it to the "
-                             "coordinator, as SASL/PLAIN does to a broker (by default refused)")
+                        help="let the password cross connections without TLS, where it is sent readable "
+                             "(ResetOffsets to a coordinator, SASL/PLAIN to a broker); by default refused")
 
 
 def client_credential(args: argparse.Namespace):
@@ -314,7 +314,8 @@ def reset_offsets(args: argparse.Namespace) -> list[str]:
 
     mode = mode_of(args, int(time.time() * 1000))
     _, addresses = locate(args)
-    with BrokerOffsets(addresses, tls=client_tls(args), credential=client_credential(args)) as brokers:
+    with BrokerOffsets(addresses, tls=client_tls(args), credential=client_credential(args),
+                       plain_without_tls=args.password_without_tls) as brokers:
         partitions = partitions_to_reset(args, brokers)
         known = ask(args, {tp: -1 for tp in partitions}, execute=False)
         if known.members and not args.force:
