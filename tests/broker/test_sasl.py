@@ -27,12 +27,13 @@ TOPIC = "secured"
 
 @pytest.fixture(scope="module")
 def sasl_broker(zk_ensemble, tmp_path_factory):
-    """One broker offering every mechanism and requiring authentication, for the module."""
+    """One broker offering every mechanism and requiring authentication, for the module
+    (whose wrong passwords, kafka-python's retries among them, stay within its failed-login allowance)."""
     with cluster_in_chroot(zk_ensemble.connect_string, tmp_path_factory.mktemp("sasl"), "sasl",
                            BrokerCluster) as cluster:
         store.set_user(cluster.zk, "alice", "alice-secret")
         broker = cluster.start_broker(0, *[a for m in MECHANISMS for a in ("--sasl-mechanism", m)],
-                                      "--authentication-required")
+                                      "--authentication-required", "--login-failures-burst", "1000")
         cluster.create_topic(TOPIC, 1)
         yield broker
 

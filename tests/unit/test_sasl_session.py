@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from zkcoord.broker import sasl
@@ -12,13 +14,29 @@ from zkcoord.security.principal import ANONYMOUS, user
 CREDENTIALS = {m: scram.derive(m, "pw") for m in scram.SCRAM_MECHANISMS}
 
 
-def check_password(name, password):
-    if name != "alice" or not scram.password_matches(CREDENTIALS[scram.SCRAM_SHA_256], password):
-        raise scram.AuthenticationFailed(f"authentication failed for user {name!r}")
+class Logins:
+    """alice's credentials; failures recorded."""
+
+    def __init__(self):
+        self.failures = []
+
+    def scram_credential(self, name, mechanism):
+        return CREDENTIALS[mechanism] if name == "alice" else None
+
+    def check_password(self, name, password):
+        if name != "alice" or not scram.password_matches(CREDENTIALS[scram.SCRAM_SHA_256], password):
+            self.failed(name)
+            raise scram.AuthenticationFailed(f"authentication failed for user {name!r}")
+
+    def failed(self, name):
+        self.failures.append(name)
+
+    def accepted(self):
+        pass
 
 
-def session(mechanisms=scram.MECHANISMS):
-    return SaslSession(mechanisms, lambda name, m: CREDENTIALS[m] if name == "alice" else None, check_password)
+def session(mechanisms=scram.MECHANISMS, logins=None):
+    return SaslSession(mechanisms, logins or Logins())
 
 
 def test_plain_after_a_version_1_handshake():
@@ -73,3 +91,15 @@ def test_handshake_refusals():
     assert s.handshake("SCRAM-SHA-512", 1) == 0
     assert s.handshake("SCRAM-SHA-512", 1) == sasl.ILLEGAL_SASL_STATE
     assert session().authenticate(b"x").error_code == sasl.ILLEGAL_SASL_STATE
+
+
+def test_a_failed_scram_proof_counts_as_a_failed_login_of_its_user():
+    logins = Logins()
+    s = session(logins=logins)
+    s.handshake("SCRAM-SHA-256", 1)
+    first = s.authenticate(b"n,,n=alice,r=abc")
+    nonce = dict(part.split("=", 1) for part in first.reply.decode().split(","))["r"]
+    proof = base64.b64encode(bytes(32)).decode()
+    step = s.authenticate(f"c=biws,r={nonce},p={proof}".encode())
+    assert step.error_code == sasl.SASL_AUTHENTICATION_FAILED and "user 'alice'" in step.error_message
+    assert logins.failures == ["alice"]

@@ -35,14 +35,13 @@ def test_users_command_round_trip_in_kafkas_layout(zk, zk_connect, tmp_path):
     assert {"version": 2, "entity_path": "users/alice"} in changes
     listed = zkcoord("users", "list", "--zookeeper", zk_connect)
     assert listed.stdout.splitlines() == ["alice\tSCRAM-SHA-256,SCRAM-SHA-512", "bob\tSCRAM-SHA-512"]
-    store.check_password(zk, "alice", "s3cret")
-    store.check_password(zk, "bob", "other")
-    with pytest.raises(scram.AuthenticationFailed, match="user 'alice'"):
-        store.check_password(zk, "alice", "wrong")
+    alice = store.password_credential(zk, "alice")
+    assert alice.mechanism == "SCRAM-SHA-512" and scram.password_matches(alice, "s3cret")
+    assert not scram.password_matches(alice, "wrong")
+    assert scram.password_matches(store.password_credential(zk, "bob"), "other")
     assert zkcoord("users", "delete", "--zookeeper", zk_connect, "--user", "alice").returncode == 0
     assert not zk.exists("/config/users/alice")
-    with pytest.raises(scram.AuthenticationFailed):
-        store.check_password(zk, "alice", "s3cret")
+    assert store.password_credential(zk, "alice") is None
 
 
 @pytest.mark.parametrize("args, stdin, reason", [
@@ -181,7 +180,7 @@ def test_credentials_unreadable_is_a_retriable_refusal(zk_connect):
     client.stop()  # its session gone: every request now fails as one to an unreachable ZooKeeper
     try:
         with pytest.raises(store.CredentialsUnavailable) as refused:
-            store.check_password(client, "alice", "pw")
+            store.password_credential(client, "alice")
         assert refused.value.retriable and "cannot be read from ZooKeeper now" in str(refused.value)
     finally:
         client.close()

@@ -76,6 +76,7 @@ def run(args) -> int:
     from zkcoord import settings
     from zkcoord.broker.server import Broker
     from zkcoord.limits import Guard
+    from zkcoord.security.checks import LoginChecks
     from zkcoord.metrics import families
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.metrics.endpoint import MetricsEndpoint
@@ -109,7 +110,8 @@ def run(args) -> int:
         client.close()
         return 1
     broker = Broker(config, client, metrics=families.BrokerMetrics(registry),
-                    guard=Guard(config.limits, families.ListenerMetrics(registry).refused))
+                    guard=Guard(config.limits, families.ListenerMetrics(registry).refused),
+                    logins=LoginChecks(client, config.security, families.LoginMetrics(registry)))
     endpoint = None
     try:
         if metrics_config.enabled:

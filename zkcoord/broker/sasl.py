@@ -1,14 +1,13 @@
 """SASL on a broker connection: Kafka's SaslHandshake (v0, then raw tokens;
 v1, then SaslAuthenticate requests) and the mechanisms PLAIN, SCRAM-SHA-256
 and SCRAM-SHA-512. One :class:`SaslSession` per connection decides; the
-server does the I/O. Credentials come from ``lookup(user, mechanism)`` (a
-stored SCRAM credential or None) and ``check_password(user, password)``
-(raises AuthenticationFailed), so nothing here touches ZooKeeper.
+server does the I/O. Credentials come from a :class:`Logins` (the process's
+checks for the connection's address), so nothing here touches ZooKeeper.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional, Protocol
 
 from zkcoord.security import scram
 from zkcoord.security.principal import ANONYMOUS, Principal, user
@@ -17,9 +16,22 @@ from zkcoord.security.principal import ANONYMOUS, Principal, user
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
-# Kafka's connection.failed.authentication.delay.ms default: how long a refused
-# connection stays open after its answer.
-FAILED_AUTHENTICATION_DELAY_S = 0.1
+
+
+class Logins(Protocol):
+    """What a session asks of the process's login checks (zkcoord.security.checks.PeerLogins)."""
+
+    def scram_credential(self, name: str, mechanism: str) -> Optional[scram.Credential]:
+        """The stored credential (None: unknown user); raises AuthenticationFailed when the login may not try."""
+
+    def check_password(self, name: str, password: str) -> None:
+        """Raises AuthenticationFailed unless ``password`` is ``name``'s."""
+
+    def failed(self, name: Optional[str]) -> None:
+        """Count a failed login of ``name``."""
+
+    def accepted(self) -> None:
+        """Count a SCRAM login that proved its user (a password check counts its own)."""
 
 
 class Step(NamedTuple):
@@ -37,11 +49,9 @@ class SaslSession:
     ``principal`` is ANONYMOUS until an exchange succeeds; ``raw`` says that
     the next frame is a bare token (after a version 0 handshake)."""
 
-    def __init__(self, mechanisms, lookup: Callable[[str, str], Optional[scram.Credential]],
-                 check_password: Callable[[str, str], None]):
+    def __init__(self, mechanisms, logins: Logins):
         self.mechanisms = tuple(mechanisms)
-        self._lookup = lookup
-        self._check_password = check_password
+        self._logins = logins
         self.mechanism: Optional[str] = None
         self.principal: Principal = ANONYMOUS
         self.authenticated = False
@@ -57,7 +67,7 @@ class SaslSession:
         self.mechanism = mechanism
         self.raw = version == 0
         if mechanism in scram.SCRAM_MECHANISMS:
-            self._scram = scram.ScramServer(mechanism, lambda name: self._lookup(name, mechanism))
+            self._scram = scram.ScramServer(mechanism, lambda name: self._logins.scram_credential(name, mechanism))
         return 0
 
     def authenticate(self, token: bytes) -> Step:
@@ -69,11 +79,17 @@ class SaslSession:
         try:
             if self._scram is None:
                 name, password = scram.parse_plain(token)
-                self._check_password(name, password)
+                self._logins.check_password(name, password)  # counts its own failures
                 return self._done(name, b"")
             if self._scram.user is None:
                 return Step(self._scram.first(token))
-            return self._done(self._scram.user, self._scram.final(token))
+            try:
+                reply = self._scram.final(token)
+            except scram.AuthenticationFailed:
+                self._logins.failed(self._scram.user)
+                raise
+            self._logins.accepted()
+            return self._done(self._scram.user, reply)
         except scram.AuthenticationFailed as exc:
             self.mechanism = None  # the connection closes; nothing more is accepted on it
             self.authenticated = False

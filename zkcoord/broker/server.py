@@ -39,6 +39,7 @@ from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.peer import Peer
 from zkcoord.broker.sasl import SaslSession
+from zkcoord.security.checks import LoginChecks, PeerLogins
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import TlsError, ZkcoordError, describe
@@ -64,6 +65,8 @@ class BrokerError(ZkcoordError):
 
 # Kafka's sasl.server.max.receive.size: what a client may send before it authenticates.
 UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
+# After a refusal, how long the broker waits for the client to close first.
+DRAIN_BEFORE_CLOSE_S = 1.0
 
 class _Closed(Exception):
     """The peer closed the connection (or we decided to)."""
@@ -76,15 +79,18 @@ class Broker:
     process runs on gevent; the broker registers itself through it and never
     stops it. ``metrics``: where it counts (its own registry if not given);
     ``guard``: the process's limits at work, shared with its other listener
-    (one of its own, counting nothing, if not given).
+    (one of its own, counting nothing, if not given); ``logins``: the
+    process's password checks, likewise.
     """
 
     def __init__(self, config: BrokerConfig, zk_client: KazooClient, metrics: Optional[BrokerMetrics] = None,
-                 guard: Optional[Guard] = None):
+                 guard: Optional[Guard] = None, logins: Optional[LoginChecks] = None):
         self.config = config
         self._listener = (guard or Guard(config.limits)).listener("broker")
         self.zk = zk_client
         self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
+        self._own_logins = logins is None
+        self.logins = LoginChecks(zk_client, config.security) if logins is None else logins
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.metadata_cache = MetadataCache()
         self._producer_ids: Optional[layout.ProducerIdBlock] = None
@@ -201,6 +207,8 @@ class Broker:
             plog.flush()
             plog.close()
         self.logs.clear()
+        if self._own_logins:
+            self.logins.close()
         log.info("broker %d stopped", self.config.broker_id)
 
     # -- ZooKeeper ---------------------------------------------------------
@@ -302,7 +310,7 @@ class Broker:
                 self._connections.add(wrapped)
                 sock = wrapped
             # Who the client is: its TLS certificate's name, until SASL says otherwise.
-            peer = Peer(address[0], self._sasl_session(), principal=tls.principal_of(sock))
+            peer = Peer(address[0], self._sasl_session(address[0]), principal=tls.principal_of(sock))
             if peer.principal != ANONYMOUS:
                 log.info("%s is %s by its TLS certificate", peer_name, peer.principal)
             while not self._stopping:
@@ -311,16 +319,17 @@ class Broker:
                     parts = self._sasl_token(frame, peer)
                 else:
                     parts = self._handle(frame, peer)
+                if peer.closing:
+                    # As Kafka (connection.failed.authentication.delay.ms): the
+                    # refusal is answered late, so a password guesser is slowed down.
+                    gevent.sleep(self.logins.failure_delay_s)
                 if parts:
                     # An answer (a large fetch to a slow reader) may take as
                     # long as the idle limit, whatever the request's deadline left.
                     sock.settimeout(self.config.idle_timeout_ms / 1000)
                     _send_parts(sock, parts, copy=self._tls is not None)
                 if peer.closing:
-                    # As Kafka (connection.failed.authentication.delay.ms): the
-                    # client reads the refusal before the close, and a password
-                    # guesser is slowed down.
-                    gevent.sleep(sasl_codes.FAILED_AUTHENTICATION_DELAY_S)
+                    _drain_before_close(sock)
                     return
         except _Closed:
             pass
@@ -386,12 +395,11 @@ class Broker:
         return acl.authorize(self.acls.acls, principal, operation, resource, host,
                              self.config.security.super_principals)
 
-    def _sasl_session(self) -> Optional[SaslSession]:
+    def _sasl_session(self, address: str) -> Optional[SaslSession]:
         mechanisms = self.config.security.sasl_mechanisms
         if not mechanisms:
             return None
-        return SaslSession(mechanisms, lambda name, mechanism: security_store.credential(self.zk, name, mechanism),
-                           lambda name, password: security_store.check_password(self.zk, name, password))
+        return SaslSession(mechanisms, PeerLogins(self.logins, address))
 
     def _sasl_handshake(self, request, peer: Peer):
         mechanisms = peer.sasl.mechanisms if peer.sasl is not None else ()
@@ -597,6 +605,21 @@ def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> in
         if n == 0:
             raise _Closed()
         return n
+
+
+def _drain_before_close(sock) -> None:
+    """After a refusal, read what the client still sends until it closes
+    (DRAIN_BEFORE_CLOSE_S at most), then close: kafka-python drops an answer
+    that arrives with the close, and a close with unread bytes resets the
+    connection, which can discard the answer before any client reads it."""
+    deadline = time.monotonic() + DRAIN_BEFORE_CLOSE_S
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(4096):
+                return
+    except OSError:  # socket.timeout among them: the client took too long; close anyway
+        pass
 
 
 def _send_parts(sock, parts: list, copy: bool = False) -> None:

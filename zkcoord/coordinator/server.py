@@ -51,6 +51,7 @@ from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.security import store as security_store
 from zkcoord.security import tls
+from zkcoord.security.checks import LoginChecks
 from zkcoord.security.principal import ANONYMOUS, Principal, user
 from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
@@ -157,6 +158,7 @@ class Server:
         self._metrics_endpoint: Optional[MetricsEndpoint] = None
         self.broker = None
         self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
+        self.logins = LoginChecks(self.zk, config.security, families.LoginMetrics(self.metrics_registry))  # the broker's too
         self.metadata: Optional[MetadataView] = None
         self.topics = TopicWatch(self.zk)
         self._stream: Optional[GatedStreamServer] = None
@@ -233,7 +235,7 @@ class Server:
             from zkcoord.broker import Broker
 
             self.broker = Broker(self.config.broker, self.zk, metrics=families.BrokerMetrics(self.metrics_registry),
-                                 guard=self.guard)
+                                 guard=self.guard, logins=self.logins)
             self.broker.start()  # first: its logs' files count against the connections' room
         limit = connection_limit(self.config.max_connections,
                                  others=self.config.broker.max_connections if self.broker is not None else 0)
@@ -272,6 +274,7 @@ class Server:
             self.broker.stop(timeout)
         if self._metrics_endpoint is not None:
             self._metrics_endpoint.stop()
+        self.logins.close()
         self.zk.stop()
         self.zk.close()
 
@@ -589,6 +592,10 @@ class Server:
                     except wire.WireError as exc:
                         abuse_log.log(REFUSED_REGISTRATION, logging.INFO, "refused %s from %s: %s",
                                       type(message).__name__, channel.peer, exc)
+                        if isinstance(exc, wire.AuthenticationFailed):
+                            # As Kafka (connection.failed.authentication.delay.ms):
+                            # answered late, so a password guesser is slowed down.
+                            gevent.sleep(self.logins.failure_delay_s)
                         channel.send(wire.RESPONSES[type(message)](error_code=exc.code, error_message=str(exc)),
                                      frame.correlation_id)
                         return
@@ -624,13 +631,14 @@ class Server:
         error to answer with otherwise."""
         security = self.config.security
         principal = getattr(channel, "principal", ANONYMOUS)  # a TLS client certificate's
+        host = channel.peer.rpartition(":")[0]
         name = getattr(message, "user", "")
         if name:
             try:
-                security_store.check_password(self.zk, name, getattr(message, "password", ""))
-            except security_store.CredentialsUnavailable as exc:
-                raise wire.CoordinatorNotAvailable(str(exc)) from None  # retriable: the member tries again
+                self.logins.check_password(host, name, getattr(message, "password", ""))
             except AuthenticationFailed as exc:
+                if exc.retriable:  # ZooKeeper unreachable, or too many checks waiting: the member tries again
+                    raise wire.CoordinatorNotAvailable(str(exc)) from None
                 raise wire.AuthenticationFailed(str(exc)) from None
             principal = user(name)
         elif getattr(message, "password", ""):
@@ -650,7 +658,6 @@ class Server:
                 f"(a user and password: RegisterConsumer version 3, ResetOffsets version 2) or come over TLS "
                 f"with a client certificate")
         if self.acls is not None:
-            host = channel.peer.rpartition(":")[0]
             check = access.check_registration if isinstance(message, wire.RegisterConsumerRequest) \
                 else access.check_reset
             check(self.acls.acls, principal, host, message, security.super_principals)

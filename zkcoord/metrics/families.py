@@ -84,6 +84,28 @@ class ListenerMetrics:
         self._refused.labels(listener, kind).inc()
 
 
+class LoginMetrics:
+    """The process's password and SCRAM logins (zkcoord.security.checks), by
+    outcome, and the key derivations (PBKDF2) they cost."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._logins = Counter(PREFIX + "logins_total",
+                               "Logins decided, by outcome: accepted (a password or SCRAM proof that matched), "
+                               "failed (a wrong password or proof, an unknown user), limited (refused unchecked: "
+                               "its address or user failed too often), busy (refused: too many checks waiting)",
+                               ["outcome"], registry=registry)
+        self._derivations = Counter(PREFIX + "password_derivations_total",
+                                    "Keys derived from offered passwords (PBKDF2, in the login threads); a login "
+                                    "that a remembered or running check answered derives none",
+                                    registry=registry)
+
+    def login(self, outcome: str) -> None:
+        self._logins.labels(outcome).inc()
+
+    def derived(self) -> None:
+        self._derivations.inc()
+
+
 # -- the coordinator -------------------------------------------------------------------------------
 
 

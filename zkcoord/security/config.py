@@ -131,6 +131,27 @@ class SecurityConfig:
                                                        "TLS: the bridge's registrations at the coordinators "
                                                        "carry it (by default it needs --tls-ca)")
 
+    # Logins (zkcoord.security.logins decides, zkcoord.security.checks acts).
+    # Kafka's connection.failed.authentication.delay.ms.
+    failed_authentication_delay_ms: int = setting(
+        100, "a refused login is answered this long after it was decided, so that a password guesser cannot "
+             "probe fast", minimum=0)
+    login_failures_burst: int = setting(
+        10, "failed logins one source address, and one user name, may have in a row; then its logins are "
+            "refused unchecked until its allowance refills", minimum=1)
+    login_failure_refill_ms: int = setting(1000, "after the burst, one more failed login is allowed every "
+                                                 "this long", minimum=1)
+    login_check_threads: int = setting(2, "threads that derive keys from offered passwords (PBKDF2), off the "
+                                          "event loop", minimum=1)
+    max_queued_login_checks: int = setting(
+        64, "password checks waiting for or in a thread at most; more are refused as busy (retriable)",
+        minimum=1)
+    login_cache_ms: int = setting(
+        30_000, "a successful password check is remembered this long (keyed by the stored credential and a "
+                "keyed hash of the password, never the password), so that many logins with one credential "
+                "cost one key derivation (0: not remembered)", minimum=0)
+    login_cache_size: int = setting(4096, "successful password checks remembered at most", minimum=1)
+
     def __post_init__(self) -> None:
         check(self)
         if (self.bridge_user is None) != (self.bridge_password is None):

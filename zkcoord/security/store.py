@@ -107,33 +107,33 @@ def list_users(zk) -> dict[str, list[str]]:
     return out
 
 
-def credential(zk, name: str, mechanism: str) -> Optional[scram.Credential]:
-    """``name``'s stored credential for ``mechanism``, read now (a login is
-    rare enough that a cache would only risk serving a revoked password)."""
+def credentials(zk, name: str) -> dict[str, scram.Credential]:
+    """``name``'s stored credentials by mechanism, read now: a deleted user
+    or a changed password counts from the next login."""
     try:
-        credentials, _, _ = _read_user(zk, name)
+        stored, _, _ = _read_user(zk, name)
     except sec.InvalidUserName:
-        return None
+        return {}
     except ZkcoordError as exc:
         log.warning("credentials of %r unreadable: %s", name, exc)
-        return None
+        return {}
     except (KazooException, zk.handler.timeout_exception) as exc:  # ZooKeeper unreachable, or too slow
         raise CredentialsUnavailable(f"the credentials of user {name!r} cannot be read from ZooKeeper now: "
                                      f"{type(exc).__name__}") from None
-    return (credentials or {}).get(mechanism)
+    return stored or {}
 
 
-def check_password(zk, name: str, password: str) -> None:
-    """Raise AuthenticationFailed unless ``password`` is ``name``'s (PLAIN,
-    and the coordinator's RegisterConsumer credential): checked against the
-    stored SCRAM-SHA-512 credential, else SCRAM-SHA-256."""
-    for mechanism in reversed(scram.SCRAM_MECHANISMS):
-        stored = credential(zk, name, mechanism)
-        if stored is not None:
-            if scram.password_matches(stored, password):
-                return
-            break
-    raise scram.AuthenticationFailed(f"authentication failed for user {name!r}: unknown user or wrong password")
+def credential(zk, name: str, mechanism: str) -> Optional[scram.Credential]:
+    """``name``'s stored credential for ``mechanism`` (SCRAM), or None."""
+    return credentials(zk, name).get(mechanism)
+
+
+def password_credential(zk, name: str) -> Optional[scram.Credential]:
+    """The credential a password of ``name`` is checked against (PLAIN, and
+    the coordinator's RegisterConsumer credential): the stored SCRAM-SHA-512
+    one, else SCRAM-SHA-256's; None for an unknown user."""
+    stored = credentials(zk, name)
+    return next((stored[m] for m in reversed(scram.SCRAM_MECHANISMS) if m in stored), None)
 
 
 # -- ACLs ----------------------------------------------------------------------

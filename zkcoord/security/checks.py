@@ -1,0 +1,151 @@
+"""A process's password logins, carried out: the credential read from
+ZooKeeper, the key derived from the offered password (PBKDF2) in a thread
+pool off the event loop, the decisions of zkcoord.security.logins applied.
+
+PBKDF2 takes milliseconds of CPU (hashlib releases the GIL while OpenSSL
+runs it), so the loop keeps serving pings while checks run. At most
+``max_queued_login_checks`` checks wait for or hold a thread; past that a
+login is refused as busy, retriable, instead of queueing without bound.
+Logins that offer the same credential while its check runs wait for that
+one check, and a successful one is remembered for a while: a failover of
+thousands of members with one user costs one derivation.
+
+One :class:`LoginChecks` serves both listeners of a process, so a guesser
+has one allowance of failures per address and per user, not one per port.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Optional
+
+import gevent.threadpool
+
+from zkcoord.limits import REFUSED_AUTHENTICATION, abuse_log
+from zkcoord.security import scram
+from zkcoord.security import store as security_store
+from zkcoord.security.config import SecurityConfig
+from zkcoord.security.logins import CheckCache, FailureLimiter, check_key
+
+log = logging.getLogger(__name__)
+
+
+class LoginRefused(scram.AuthenticationFailed):
+    """A login refused unchecked: its source address or its user name has
+    failed too often lately. The message says which, and when to try again."""
+
+
+class ChecksBusy(scram.AuthenticationFailed):
+    """Too many password checks are waiting already; the same login may succeed a moment later."""
+
+    retriable = True
+
+
+def unknown_or_wrong(name: str) -> scram.AuthenticationFailed:
+    return scram.AuthenticationFailed(f"authentication failed for user {name!r}: unknown user or wrong password")
+
+
+class LoginChecks:
+    """``metrics``: a zkcoord.metrics.families.LoginMetrics, or None."""
+
+    def __init__(self, zk, config: SecurityConfig, metrics=None, clock: Callable[[], float] = time.monotonic):
+        self._zk = zk
+        self.config = config
+        self._metrics = metrics
+        self.limiter = FailureLimiter(config.login_failures_burst, config.login_failure_refill_ms / 1000, clock)
+        self.cache = CheckCache(config.login_cache_size, config.login_cache_ms / 1000, clock)
+        self._secret = os.urandom(32)  # the cache's keys mean nothing outside this process
+        self._pool: Optional[gevent.threadpool.ThreadPool] = None
+        self._in_flight: dict = {}  # check key -> the derivation's AsyncResult
+
+    @property
+    def failure_delay_s(self) -> float:
+        return self.config.failed_authentication_delay_ms / 1000
+
+    def admit(self, address: str, name: Optional[str]) -> None:
+        """Raise LoginRefused if ``address`` or ``name`` may not try to log in now."""
+        reason = self.limiter.refusal(address, name)
+        if reason is not None:
+            self._count("limited")
+            raise LoginRefused(f"login {'as ' + repr(name) + ' ' if name else ''}refused: {reason}")
+
+    def failed(self, address: str, name: Optional[str]) -> None:
+        """Count a failed login (a wrong password, an unknown user, a bad SCRAM proof)."""
+        self._count("failed")
+        for what in self.limiter.failed(address, name):
+            abuse_log.log(REFUSED_AUTHENTICATION, logging.WARNING, "too many failed logins %s: refusing "
+                          "its logins for now (%d in a row allowed, then one per %g s)", what,
+                          self.limiter.burst, self.limiter.refill_s)
+
+    def scram_credential(self, address: str, name: str, mechanism: str) -> Optional[scram.Credential]:
+        """``name``'s credential for a SCRAM exchange, once the limiter admits
+        the login (SCRAM's server side derives nothing: HMACs only)."""
+        self.admit(address, name)
+        return security_store.credential(self._zk, name, mechanism)
+
+    def check_password(self, address: str, name: str, password: str) -> None:
+        """Raise AuthenticationFailed (LoginRefused, ChecksBusy, CredentialsUnavailable
+        among them) unless ``password`` is ``name``'s; blocks this greenlet only."""
+        self.admit(address, name)
+        stored = security_store.password_credential(self._zk, name)
+        if stored is not None:
+            key = check_key(self._secret, name, stored, password)
+            if self.cache.hit(key):
+                self.accepted()
+                return
+            if self._derive(key, stored, password):
+                self.cache.add(key)
+                self.accepted()
+                return
+        self.failed(address, name)
+        raise unknown_or_wrong(name)
+
+    def _derive(self, key: bytes, stored: scram.Credential, password: str) -> bool:
+        pending = self._in_flight.get(key)
+        if pending is None:
+            if len(self._in_flight) >= self.config.max_queued_login_checks:
+                self._count("busy")
+                raise ChecksBusy(f"{len(self._in_flight)} password checks are waiting already, the most "
+                                 f"allowed: try again shortly")
+            if self._pool is None:
+                self._pool = gevent.threadpool.ThreadPool(self.config.login_check_threads)
+            pending = self._in_flight[key] = self._pool.spawn(scram.password_matches, stored, password)
+            pending.rawlink(lambda _: self._in_flight.pop(key, None))
+            if self._metrics is not None:
+                self._metrics.derived()
+        return pending.get()
+
+    def accepted(self) -> None:
+        """Count a login that proved its user."""
+        self._count("accepted")
+
+    def _count(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.login(outcome)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.kill()
+            self._pool = None
+
+
+class PeerLogins:
+    """:class:`LoginChecks` for one connection's source address (what a SASL session asks)."""
+
+    def __init__(self, checks: LoginChecks, address: str):
+        self._checks = checks
+        self.address = address
+
+    def scram_credential(self, name: str, mechanism: str) -> Optional[scram.Credential]:
+        return self._checks.scram_credential(self.address, name, mechanism)
+
+    def check_password(self, name: str, password: str) -> None:
+        self._checks.check_password(self.address, name, password)
+
+    def failed(self, name: Optional[str]) -> None:
+        self._checks.failed(self.address, name)
+
+    def accepted(self) -> None:
+        self._checks.accepted()
