@@ -55,6 +55,7 @@ def test_a_flood_of_logins_leaves_the_event_loop_serving(cluster_factory, zk):
     server = cluster.servers[1]
     cluster.create_topic(TOPIC, 2)
     with Consumer(cluster.bootstrap, topics=[TOPIC], group="g", user="alice", password="alice-pw",
+                  password_without_tls=True,  # this cluster speaks no TLS
                   session_timeout_ms=1000) as member:
         wait_until(lambda: member.poll(50) is not None and member.assignment(), timeout=30,
                    message="the member to register and get its partitions")
@@ -108,6 +109,7 @@ def test_failed_logins_are_answered_late_then_refused_at_both_listeners(cluster_
     # The allowance is used up: alice's right password is refused unchecked,
     # and so is everyone from this address, at the broker as well.
     with Consumer(cluster.bootstrap, topics=[TOPIC], group="g", user="alice", password="alice-pw",
+                  password_without_tls=True,  # this cluster speaks no TLS
                   session_timeout_ms=6000) as member:
         exc = refusal(member)
     assert isinstance(exc, wire.AuthenticationFailed), exc
