@@ -225,7 +225,9 @@ class LogEndReader:
     def _brokers(self) -> list[str]:
         addresses = self._addresses
         if addresses is None:
-            registrations = read_brokers(self._zk, watch=lambda _event: self._registrations_changed())
+            # One watcher however often they are read (kazoo keeps a set of them until the watch fires):
+            # a broker that keeps failing reads them at every question.
+            registrations = read_brokers(self._zk, watch=self._registrations_changed)
             addresses = self._addresses = ["%s:%d" % r.plaintext_address() for r in registrations.values()]
             with self._lock:  # a broker gone, or registered again elsewhere: its connection with it
                 gone = [self._links.pop(address) for address in list(self._links) if address not in addresses]
@@ -233,7 +235,7 @@ class LogEndReader:
                 link.close()
         return addresses
 
-    def _registrations_changed(self) -> None:
+    def _registrations_changed(self, _event=None) -> None:
         self._addresses = None
 
     def _link(self, address: str) -> _Link:
