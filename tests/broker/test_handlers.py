@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -120,3 +121,30 @@ def test_produce_errors_and_acks_zero(state):
     assert logs["t", 0].log_end_offset == 0
     assert h.produce(produce_request(0, make_batch([b"a", b"b"]), acks=0)) is None
     assert logs["t", 0].log_end_offset == 2
+
+
+def test_metadata_refuses_a_topic_it_may_not_describe_whether_or_not_it_exists(state):
+    """Review finding: a topic asked for by name that did not exist was
+    answered UNKNOWN_TOPIC_OR_PARTITION whoever asked, one that existed
+    TOPIC_AUTHORIZATION_FAILED with its id, so a client allowed nothing
+    learnt which topics exist (and their ids); asked for by id, the refusal
+    named the topic. As Kafka: refused first, no id for a name, no name for an id."""
+    h, _ = state
+    h.metadata_cache.topic_ids["t"] = "AAAAAAAAAAAAAAAAAAAAAQ"
+    known, unknown, zero = uuid.UUID(int=1), uuid.UUID(int=9), uuid.UUID(int=0)
+    Topic = MetadataRequest.MetadataRequestTopic
+
+    def answer(topics, describable):
+        request = MetadataRequest(topics=topics, allow_auto_topic_creation=False)
+        request.API_VERSION = 12
+        return [(t.error_code, t.name, t.topic_id or zero) for t in h.metadata(request, describable).topics]
+
+    by_name = [Topic(topic_id=zero, name="t"), Topic(topic_id=zero, name="absent")]
+    assert answer(by_name, lambda _topic: False) == [(handlers.TOPIC_AUTHORIZATION_FAILED, "t", zero),
+                                                     (handlers.TOPIC_AUTHORIZATION_FAILED, "absent", zero)]
+    assert answer(by_name, lambda _topic: True) == [(handlers.NONE, "t", known),
+                                                    (handlers.UNKNOWN_TOPIC_OR_PARTITION, "absent", zero)]
+    by_id = [Topic(topic_id=known, name=None), Topic(topic_id=unknown, name=None)]
+    assert answer(by_id, lambda _topic: False) == [(handlers.TOPIC_AUTHORIZATION_FAILED, None, known),
+                                                   (handlers.UNKNOWN_TOPIC_ID, None, unknown)]
+    assert answer(by_id, lambda _topic: True)[0] == (handlers.NONE, "t", known)

@@ -141,3 +141,34 @@ def test_a_broker_requiring_scram_over_tls_answers_the_credential(secured_broker
         assert stranger.log_ends({P0}, 2.0) == {}  # refused: nothing learnt
     finally:
         stranger.close()
+
+
+def test_a_broker_that_keeps_failing_leaves_one_registration_watcher(zk):
+    """Review finding: every failed connection made the next question read
+    the registrations again with a new watcher, and kazoo keeps each until
+    the watch fires: a broker refusing the reader's login for days grew the
+    client's watchers by one a question."""
+    from zkcoord.fetch.connection import BrokerAuthenticationError
+    from zkcoord.zk import layout
+
+    registration = layout.BrokerRegistration(broker_id=0, host="127.0.0.1", port=1,
+                                             endpoints=(layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 1),))
+    zk.create(layout.broker_path(0), layout.encode_broker(registration), makepath=True)
+    attempts = []
+
+    def refused(address, **_options):
+        attempts.append(address)
+        raise BrokerAuthenticationError(f"broker {address} refused the login")
+
+    def watchers() -> int:
+        return sum(len(watching) for watching in zk._child_watchers.values())
+
+    before = watchers()
+    reader = LogEndReader(zk, 1.0, connect=refused)
+    try:
+        for _ in range(20):
+            assert reader.log_ends({P0}, 1.0) == {}
+        assert len(attempts) >= 20  # every question tried, and read the registrations again
+        assert watchers() - before == 1
+    finally:
+        reader.close()

@@ -289,3 +289,21 @@ def test_producer_ids_are_claimed_in_kafkas_blocks_and_never_handed_out_twice(cl
     handed += ids(restarted, 1)
     assert len(set(handed)) == len(handed)
     assert handed[-1] == 3000 and max(handed[:-1]) < 3000
+
+
+def test_producer_ids_are_claimed_from_the_empty_node_kafkas_brokers_create(zk):
+    """Review finding: a Kafka broker's first start creates
+    /latest_producer_id_block with no data (one of its top-level paths), and
+    the broker, reading that as a bad block, could claim no producer ids at
+    all: every idempotent producer was answered COORDINATOR_NOT_AVAILABLE.
+    As Kafka's brokers: an empty node holds no block yet; the first is
+    written over it, conditionally."""
+    from zkcoord.broker.zkstate import ZkState
+
+    zk.create(layout.PRODUCER_ID_BLOCK_PATH)  # as Kafka's createTopLevelPaths leaves it: no data
+    registration = layout.BrokerRegistration(broker_id=3, host="127.0.0.1", port=9092,
+                                             endpoints=(layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),))
+    state = ZkState(zk, registration, wake=lambda: None)
+    assert state.claim_producer_ids() == layout.ProducerIdBlock(3, 0, layout.PRODUCER_ID_BLOCK_SIZE - 1)
+    assert state.claim_producer_ids().first == layout.PRODUCER_ID_BLOCK_SIZE
+    assert json.loads(zk.get(layout.PRODUCER_ID_BLOCK_PATH)[0])["block_start"] == str(layout.PRODUCER_ID_BLOCK_SIZE)

@@ -170,13 +170,8 @@ class Handlers:
         else:
             # v10+ may name a topic by its id alone (KIP-848 clients do).
             by_id = {layout.parse_kafka_uuid(i): t for t, i in self.metadata_cache.topic_ids.items()}
-            topics = [self._topic_metadata(t.name) if t.name is not None else self._topic_by_id(t.topic_id, by_id)
-                      for t in request.topics]
-            topics = [t if t.name is None or t.error_code == UNKNOWN_TOPIC_OR_PARTITION or describable(t.name)
-                      else MetadataResponse.MetadataResponseTopic(
-                          error_code=TOPIC_AUTHORIZATION_FAILED, name=t.name, topic_id=t.topic_id,
-                          is_internal=False, partitions=[])
-                      for t in topics]
+            topics = [self._named_topic(t.name, describable) if t.name is not None
+                      else self._topic_by_id(t.topic_id, by_id, describable) for t in request.topics]
         if getattr(request, "include_topic_authorized_operations", False):
             for t in topics:
                 if t.error_code == NONE:
@@ -187,11 +182,27 @@ class Handlers:
                                 authorized_operations=set(cluster_operations())
                                 if getattr(request, "include_cluster_authorized_operations", False) else None)
 
-    def _topic_by_id(self, topic_id, by_id):
+    def _named_topic(self, name: str, describable: Callable[[str], bool]):
+        """A topic asked for by name: refused before it is looked up, as
+        Kafka refuses it (and with no id), so that the answer never tells
+        whether a topic the client may not Describe exists."""
+        if not describable(name):
+            return MetadataResponse.MetadataResponseTopic(
+                error_code=TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=uuid.UUID(int=0), is_internal=False,
+                partitions=[])
+        return self._topic_metadata(name)
+
+    def _topic_by_id(self, topic_id, by_id, describable: Callable[[str], bool]):
+        """A topic asked for by id: refused without its name when the client
+        may not Describe it (Kafka holds ids no secret, names it does)."""
         name = by_id.get(topic_id)
         if name is None:
             return MetadataResponse.MetadataResponseTopic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id,
                                                           is_internal=False, partitions=[])
+        if not describable(name):
+            return MetadataResponse.MetadataResponseTopic(
+                error_code=TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=topic_id, is_internal=False,
+                partitions=[])
         return self._topic_metadata(name)
 
     def _topic_metadata(self, name):

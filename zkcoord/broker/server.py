@@ -151,7 +151,7 @@ class Broker:
             self._server = None
             try:
                 self._zkstate.unregister()
-            except Exception:  # ephemeral anyway; the original error matters more
+            except (Exception, self.zk.handler.timeout_exception):  # ephemeral anyway; the original error matters more
                 pass
             for plog in self.logs.values():
                 plog.close()

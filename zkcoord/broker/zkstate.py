@@ -116,7 +116,9 @@ class ZkState:
             while True:
                 try:
                     data, stat = self.client.get(path)
-                    current, version = layout.decode_producer_id_block(data), stat.version
+                    # Kafka's brokers create the node empty at their first start (a top-level path).
+                    current = layout.decode_producer_id_block(data) if data else None
+                    version = stat.version
                 except NoNodeError:
                     current, version = None, -1
                 block = layout.next_producer_id_block(current, self.broker_id)

@@ -1420,14 +1420,19 @@ class CoordinatorCore:
         from an older offset and deliver again what a planned handoff must
         not; a leader that cannot answer cannot be fetched from either, so an
         honest offset is not past it. A newer report that came in meanwhile
-        waits for the next answer: this one says nothing of it."""
+        waits for the next answer: this one says nothing of it. One whose
+        topic was deleted or created again since it was asked about is asked
+        again: an answer about the topic before says nothing of the one now."""
         if error is not None:
             log.warning("[group %s] log end offsets of %d partition(s) not learnt: %s: %s", name, len(asked),
                         type(error).__name__, error)
         learnt = self._learn_log_ends(found, question)
         pending = self.pending_offsets.get(name, {})
         reporters = self._reporters.get(name, {})
+        renewed = frozenset(tp for tp in asked if self.topic_ids.get(tp[0]) != question.topic_ids.get(tp[0]))
         for tp, offset in sorted(asked.items()):
+            if tp in renewed:
+                continue
             if tp not in learnt and pending.get(tp) == offset:
                 log.info("[group %s] offset %d for %s-%d taken as reported: no leader said where its log ends",
                          name, offset, tp[0], tp[1])
@@ -1445,7 +1450,8 @@ class CoordinatorCore:
                     message=f"member {member.member_id} reported {why}; refused"), 0))
                 self._remove(member, f"it reported {why}", now)
         flush = self._flushes.pop(name)
-        self._flush(name, now, flush.waiters + flush.later, checked=asked)
+        self._flush(name, now, flush.waiters + flush.later,
+                    checked={tp: offset for tp, offset in asked.items() if tp not in renewed})
 
     def _offsets_written(self, name: str, changed, began: float, _result, error, now: float) -> None:
         self.metrics.offsets_flushed(now - began, failed=error is not None)

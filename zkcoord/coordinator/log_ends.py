@@ -152,6 +152,8 @@ class LogEndReader:
         self._lock = threading.Lock()
         self._links: dict[str, _Link] = {}
         self._addresses: Optional[list[str]] = None  # None: read the registrations again
+        self._registrations_changes = 0  # how many times the registrations' watch has fired
+        self._last_addresses: list[str] = []  # as last read, for when ZooKeeper cannot be asked
         self._leaders: dict[TopicPartition, str] = {}
         self._closed = False
 
@@ -211,7 +213,9 @@ class LogEndReader:
             while asked:
                 settled.clear()
                 answered = [q for q in asked if q.done.is_set()]
-                found = next((q.answer for q in answered if not isinstance(q.answer, BaseException)), None)
+                # A broker that does not know the topics yet (no leader in its answer) says nothing: wait for the others.
+                found = next((q.answer for q in answered if not isinstance(q.answer, BaseException)
+                              and any(leader is not None for leader in q.answer.values())), None)
                 if found is not None:
                     with self._lock:
                         self._leaders.update({TopicPartition(*tp): leader for tp, leader in found.items()
@@ -225,15 +229,25 @@ class LogEndReader:
     def _brokers(self) -> list[str]:
         addresses = self._addresses
         if addresses is None:
-            registrations = read_brokers(self._zk, watch=lambda _event: self._registrations_changed())
-            addresses = self._addresses = ["%s:%d" % r.plaintext_address() for r in registrations.values()]
+            if not self._zk.connected:
+                # kazoo would hold the read until it reconnects, past the
+                # question's deadline: ask the brokers last read, if any.
+                return self._last_addresses
+            changes = self._registrations_changes
+            # One watcher however often they are read (kazoo keeps a set of them until the watch fires):
+            # a broker that keeps failing reads them at every question.
+            registrations = read_brokers(self._zk, watch=self._registrations_changed)
+            addresses = self._last_addresses = ["%s:%d" % r.plaintext_address() for r in registrations.values()]
+            if changes == self._registrations_changes:  # else they changed while read: read them again next time
+                self._addresses = addresses
             with self._lock:  # a broker gone, or registered again elsewhere: its connection with it
                 gone = [self._links.pop(address) for address in list(self._links) if address not in addresses]
             for link in gone:
                 link.close()
         return addresses
 
-    def _registrations_changed(self) -> None:
+    def _registrations_changed(self, _event=None) -> None:
+        self._registrations_changes += 1
         self._addresses = None
 
     def _link(self, address: str) -> _Link:
