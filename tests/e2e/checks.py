@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import time
 
-from zkcoord.zk.nodes import read_owners
-from zkcoord.testing import ConsumerProcess, LocalCluster, group_is_whole  # noqa: F401
+from zkcoord.zk import client as zk_client
+from zkcoord.zk import layout
+from zkcoord.zk.nodes import read_offsets, read_owners
+from zkcoord.testing import ConsumerProcess, LocalCluster, group_is_whole, wait_until  # noqa: F401
+
+# How long a group on a secured ZooKeeper may take to consume and commit.
+SECURED_GROUP_S = 30
 
 
 def produce(cluster: LocalCluster, topic: str, count: int, start: int = 0, partitions: int | None = None) -> None:
@@ -29,3 +34,25 @@ def wait_whole(zk, group, consumers, partitions, timeout: float) -> float:
                                  f"members {statuses}")
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+def run_a_group(cluster: LocalCluster) -> None:
+    """One server, and group g consuming the 40 records of topic t (2
+    partitions) and committing them: what a cluster writes to ZooKeeper."""
+    cluster.start_servers(1)
+    cluster.create_topic("t", 2)
+    cluster.produce("t", [(p, None, b"%d" % i) for i in range(20) for p in (0, 1)])
+    member = cluster.add_consumer("g", topics=["t"])
+    wait_until(lambda: len(member.records()) >= 40, timeout=SECURED_GROUP_S, message="40 deliveries")
+    wait_until(lambda: sum(read_offsets(cluster.zk, "g").values()) == 40, timeout=SECURED_GROUP_S,
+               message="the offsets committed")
+
+
+def assert_nodes_owned_by(zk, owner, world_read) -> None:
+    """Every node below / (the group's among them) is ``owner``'s alone,
+    and Kafka's nodes (all but zkcoord's state) are ``world_read`` too."""
+    nodes = [path for path in zk_client.walk(zk, "/") if path != "/"]
+    assert layout.group_state_path("g") in nodes and layout.offset_path("g", "t", 0) in nodes
+    for path in nodes:
+        kafka = not path.startswith(layout.ZKCOORD_ROOT)
+        assert sorted(zk.get_acls(path)[0]) == sorted([owner, world_read] if kafka else [owner]), path

@@ -24,6 +24,7 @@ import pytest
 from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Id, Permissions
 
+from tests.e2e.checks import assert_nodes_owned_by, run_a_group
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import LocalCluster, wait_until, zkcoord_command
 from zkcoord.zk import client as zk_client
@@ -33,7 +34,6 @@ from zkcoord.zk.kerberos import LocalRealm
 from zkcoord.zk.nodes import read_offsets
 from zkcoord.zk.security import command_line
 
-SETTLE_S = 30
 FAST_S = 10  # a refusal comes well before the 15 s connection time-out
 
 
@@ -60,22 +60,10 @@ def test_a_group_runs_on_kerberos_and_what_it_wrote_only_its_principal_may_chang
     assert security.zk_user == "zkcoord@ZKCOORD.TEST"
     cluster = LocalCluster(kerberos.connect_string, tmp_path / "cluster", SERVER_ARGS, zk_security=security)
     try:
-        cluster.start_servers(1)
-        cluster.create_topic("t", 2)
-        cluster.produce("t", [(p, None, b"%d" % i) for i in range(20) for p in (0, 1)])
-        member = cluster.add_consumer("g", topics=["t"])
-        wait_until(lambda: len(member.records()) >= 40, timeout=SETTLE_S, message="40 deliveries")
-        wait_until(lambda: sum(read_offsets(cluster.zk, "g").values()) == 40, timeout=SETTLE_S,
-                   message="the offsets committed")
-
+        run_a_group(cluster)
         # ZooKeeper's default names a Kerberos principal in full, realm and all.
-        owner = ACL(Permissions.ALL, Id("sasl", "zkcoord@ZKCOORD.TEST"))
-        world_read = ACL(Permissions.READ, ANYONE_ID_UNSAFE)
-        nodes = [path for path in zk_client.walk(cluster.zk, "/") if path != "/"]
-        assert layout.group_state_path("g") in nodes and layout.offset_path("g", "t", 0) in nodes
-        for path in nodes:
-            kafka = not path.startswith(layout.ZKCOORD_ROOT)
-            assert sorted(cluster.zk.get_acls(path)[0]) == sorted([owner, world_read] if kafka else [owner]), path
+        assert_nodes_owned_by(cluster.zk, ACL(Permissions.ALL, Id("sasl", "zkcoord@ZKCOORD.TEST")),
+                              ACL(Permissions.READ, ANYONE_ID_UNSAFE))
 
         anonymous = zk_client.open_client(kerberos.connect_string, kerberos.client_security(user=""))
         zk_client.start(anonymous, timeout=15)

@@ -18,6 +18,7 @@ import pytest
 from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl
 
+from tests.e2e.checks import assert_nodes_owned_by, run_a_group
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.options import parse_options
@@ -27,8 +28,6 @@ from zkcoord.zk import layout
 from zkcoord.zk.ensemble import LocalEnsemble
 from zkcoord.zk.nodes import read_offsets
 from zkcoord.zk.security import command_line
-
-SETTLE_S = 30
 
 
 def zkcoord(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -60,22 +59,9 @@ def test_a_group_runs_on_sasl_and_tls_and_what_it_wrote_only_zkcoord_may_change(
     security = sasl_tls.client_security()
     cluster = LocalCluster(sasl_tls.connect_string, tmp_path / "cluster", SERVER_ARGS, zk_security=security)
     try:
-        cluster.start_servers(1)
-        cluster.create_topic("t", 2)
-        cluster.produce("t", [(p, None, b"%d" % i) for i in range(20) for p in (0, 1)])
-        member = cluster.add_consumer("g", topics=["t"])
-        wait_until(lambda: len(member.records()) >= 40, timeout=SETTLE_S, message="40 deliveries")
-        wait_until(lambda: sum(read_offsets(cluster.zk, "g").values()) == 40, timeout=SETTLE_S,
-                   message="the offsets committed")
-
-        owner = ACL(Permissions.ALL, Id("sasl", "zkcoord"))
-        world_read = ACL(Permissions.READ, ANYONE_ID_UNSAFE)
-        nodes = every_node(cluster.zk)
-        assert layout.group_state_path("g") in nodes and layout.offset_path("g", "t", 0) in nodes
-        for path in nodes:
-            acls = sorted(cluster.zk.get_acls(path)[0])
-            kafka = not path.startswith(layout.ZKCOORD_ROOT)
-            assert acls == sorted([owner, world_read] if kafka else [owner]), path
+        run_a_group(cluster)
+        assert_nodes_owned_by(cluster.zk, ACL(Permissions.ALL, Id("sasl", "zkcoord")),
+                              ACL(Permissions.READ, ANYONE_ID_UNSAFE))
 
         # The Spark source's driver finds the topic with the same settings, given as its options.
         options = parse_options({"zookeeper": sasl_tls.connect_string, "subscribe": "t", "zookeeper.auth": "sasl",
