@@ -115,3 +115,15 @@ def test_a_ttl_of_zero_remembers_nothing():
     cache = CheckCache(size=2, ttl_s=0.0, clock=Clock())
     cache.add(b"a")
     assert not cache.hit(b"a") and len(cache) == 0
+
+
+def test_a_long_made_up_user_name_is_kept_at_the_longest_a_user_name_can_be():
+    clock = Clock()
+    limiter = FailureLimiter(burst=2, refill_s=1.0, clock=clock)
+    huge = "x" * 500_000  # what fits in an unauthenticated login frame
+    limiter.failed("10.0.0.7", huge)
+    assert all(len(name) <= logins.MAX_NAME for _, name in limiter._buckets)
+    # still limited as one user, and apart from the valid name it starts with
+    limiter.failed("10.0.0.8", huge + "y")
+    assert "for user" in limiter.refusal("10.0.0.9", huge)
+    assert limiter.refusal("10.0.0.9", "x" * 255) is None

@@ -4,6 +4,7 @@ Kafka's stored-credential form."""
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import pytest
 
@@ -152,3 +153,13 @@ def test_the_nonce_librdkafka_before_2_6_1_sends_is_taken_and_no_other():
         else:
             with pytest.raises(scram.AuthenticationFailed, match="nonce does not match"):
                 server.final(message)
+
+
+def test_an_unknown_users_salt_is_steady_but_not_computable_from_the_name():
+    def salt_of(answer: bytes) -> bytes:
+        return base64.b64decode(dict(part.split("=", 1) for part in answer.decode().split(","))["s"])
+
+    salts = [salt_of(ScramServer(scram.SCRAM_SHA_256, {}.get).first(CLIENT_FIRST)) for _ in range(2)]
+    assert salts[0] == salts[1]  # asked again, answered alike, as a known user is
+    assert salts[0] != hashlib.sha256(b"zkcoord" + b"user").digest()
+    assert len(salts[0]) == 32

@@ -90,25 +90,31 @@ class LoginChecks:
         among them) unless ``password`` is ``name``'s; blocks this greenlet only."""
         self.admit(address, name)
         stored = security_store.password_credential(self._zk, name)
-        if stored is not None:
-            key = check_key(self._secret, name, stored, password)
-            if self.cache.hit(key):
-                self.accepted()
-                return
-            if self._derive(key, stored, password):
-                self.cache.add(key)
-                self.accepted()
-                return
+        key = None if stored is None else check_key(self._secret, name, stored, password)
+        if key is not None and self.cache.hit(key):
+            self.accepted()
+            return
+        # An unknown user is refused as busy as a known one would be, so a
+        # full queue does not tell who exists.
+        self._admit_check(key)
+        if key is not None and self._derive(key, stored, password):
+            self.cache.add(key)
+            self.accepted()
+            return
         self.failed(address, name)
         raise unknown_or_wrong(name)
+
+    def _admit_check(self, key: Optional[bytes]) -> None:
+        """Raise ChecksBusy unless a check with ``key`` (None: an unknown
+        user's) runs already or another may wait for a thread."""
+        if key not in self._in_flight and len(self._in_flight) >= self.config.max_queued_login_checks:
+            self._count("busy")
+            raise ChecksBusy(f"{len(self._in_flight)} password checks are waiting already, the most "
+                             f"allowed: try again shortly")
 
     def _derive(self, key: bytes, stored: scram.Credential, password: str) -> bool:
         pending = self._in_flight.get(key)
         if pending is None:
-            if len(self._in_flight) >= self.config.max_queued_login_checks:
-                self._count("busy")
-                raise ChecksBusy(f"{len(self._in_flight)} password checks are waiting already, the most "
-                                 f"allowed: try again shortly")
             if self._pool is None:
                 self._pool = gevent.threadpool.ThreadPool(self.config.login_check_threads)
             pending = self._in_flight[key] = self._pool.spawn(scram.password_matches, stored, password)

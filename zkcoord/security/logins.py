@@ -24,6 +24,11 @@ from zkcoord.security.scram import Credential
 # failures); beyond it the oldest are forgotten, so names made up by the
 # million cost memory in proportion to this, not to them.
 MAX_TRACKED = 100_000
+# The longest user name a bucket is kept under: a valid name has at most 255
+# characters (zkcoord.zk.layout.security), so a longer one is cut to this
+# length and stays distinct from every valid name; the buckets then cost at
+# most MAX_TRACKED names of this length, not whatever a login frame can carry.
+MAX_NAME = 256
 
 
 class FailureLimiter:
@@ -71,7 +76,7 @@ class FailureLimiter:
 
     @staticmethod
     def _keys(address: str, user: Optional[str]) -> list[tuple[str, str]]:
-        return [("address", address)] + ([("user", user)] if user else [])
+        return [("address", address)] + ([("user", user[:MAX_NAME])] if user else [])
 
 
 def _describe(key: tuple[str, str]) -> str:

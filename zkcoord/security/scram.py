@@ -33,6 +33,10 @@ _HASHES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MIN_ITERATIONS = 4096
 DEFAULT_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
+# The key of an unknown user's made-up salt, made at random when the process
+# starts: a salt computable from the name alone (as it was, a hash of it)
+# told anyone who computed it that the user does not exist.
+_UNKNOWN_SALT_KEY = os.urandom(32)
 
 
 class AuthenticationFailed(ZkcoordError):
@@ -158,6 +162,12 @@ def _unescape_name(name: str) -> str:
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
+def _unknown_salt(user: str) -> bytes:
+    """The salt an unknown user is answered with: the same for the name each
+    time in this process, and not computable without the process's key."""
+    return hmac.new(_UNKNOWN_SALT_KEY, user.encode("utf-8"), hashlib.sha256).digest()
+
+
 class ScramServer:
     """One SCRAM exchange, server side: :meth:`first` answers the client-first
     message, :meth:`final` checks the client's proof and answers with the
@@ -202,7 +212,7 @@ class ScramServer:
         self.user = user
         self._credential = credential
         # An unknown user gets a made-up salt, so the answer does not say who exists.
-        salt = credential.salt if credential else hashlib.sha256(b"zkcoord" + user.encode()).digest()
+        salt = credential.salt if credential else _unknown_salt(user)
         iterations = credential.iterations if credential else DEFAULT_ITERATIONS
         self._client_first_bare = bare
         self._gs2 = f"{gs2},{authzid},"

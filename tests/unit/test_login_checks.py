@@ -1,0 +1,52 @@
+"""LoginChecks against a ZooKeeper stand-in: what a full queue of password
+checks answers, for a known user and an unknown one alike."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import gevent
+import pytest
+from kazoo.exceptions import NoNodeError
+
+from zkcoord.security import scram
+from zkcoord.security.checks import ChecksBusy, LoginChecks
+from zkcoord.security.config import SecurityConfig
+from zkcoord.zk.layout import security as sec
+
+KNOWN = "alice"
+
+
+class Users:
+    """zk.get of /config/users/<user>: alice's credential, nobody else's."""
+
+    def __init__(self):
+        self.node = sec.encode_user({scram.SCRAM_SHA_512: scram.derive(scram.SCRAM_SHA_512, "secret")})
+
+    def get(self, path):
+        if path != sec.user_path(KNOWN):
+            raise NoNodeError(path)
+        return self.node, type("Stat", (), {"version": 0})()
+
+
+def test_a_full_queue_refuses_an_unknown_user_as_busy_as_a_known_one(monkeypatch):
+    release = threading.Event()
+    derive = scram.password_matches
+    monkeypatch.setattr(scram, "password_matches", lambda *args: release.wait(10) and derive(*args))
+    checks = LoginChecks(Users(), SecurityConfig(max_queued_login_checks=1))
+    try:
+        holder = gevent.spawn(checks.check_password, "10.0.0.1", KNOWN, "secret")
+        deadline = time.monotonic() + 5
+        while not checks._in_flight:
+            assert time.monotonic() < deadline, "the first check never started"
+            gevent.sleep(0.01)
+        with pytest.raises(ChecksBusy):
+            checks.check_password("10.0.0.2", KNOWN, "other")
+        with pytest.raises(ChecksBusy):
+            checks.check_password("10.0.0.3", "nobody", "other")
+        release.set()
+        holder.get(timeout=10)  # the held check itself succeeds
+    finally:
+        release.set()
+        checks.close()
