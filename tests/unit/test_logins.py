@@ -22,71 +22,52 @@ def test_failures_in_a_row_up_to_the_burst_then_one_per_refill():
     clock = Clock()
     limiter = FailureLimiter(burst=3, refill_s=2.0, clock=clock)
     for _ in range(2):
-        assert limiter.take("10.0.0.7", "alice") is None
-        assert limiter.exhausted("10.0.0.7", "alice") == []
-    assert limiter.take("10.0.0.7", "alice") is None
-    assert limiter.exhausted("10.0.0.7", "alice") == ["from address 10.0.0.7", "for user 'alice'"]
-    reason = limiter.take("10.0.0.7", "alice")
+        assert limiter.refusal("10.0.0.7", "alice") is None
+        assert limiter.failed("10.0.0.7", "alice") == []
+    assert limiter.failed("10.0.0.7", "alice") == ["from address 10.0.0.7", "for user 'alice'"]
+    reason = limiter.refusal("10.0.0.7", "alice")
     assert reason == ("too many failed logins from address 10.0.0.7 (3 allowed in a row, then one per 2 s): "
                       "try again in 2.0 s")
     clock.now += 1.9
-    assert limiter.take("10.0.0.7", "alice") is not None
+    assert limiter.refusal("10.0.0.7", "alice") is not None
     clock.now += 0.1
-    assert limiter.take("10.0.0.7", "alice") is None
-    assert "try again in 2.0 s" in limiter.take("10.0.0.7", "alice")
-
-
-def test_logins_begun_at_once_are_held_to_the_burst_before_any_has_failed():
-    """Taken at admission, not on failure: SCRAM's first message on many
-    connections, or checks waiting for a thread, cannot run past the burst."""
-    limiter = FailureLimiter(burst=3, refill_s=60.0, clock=Clock())
-    assert [limiter.take("10.0.0.7", "alice") is None for _ in range(5)] == [True, True, True, False, False]
-
-
-def test_a_login_that_proves_its_user_gives_its_tokens_back():
-    limiter = FailureLimiter(burst=2, refill_s=60.0, clock=Clock())
-    for _ in range(10):  # a user logging in all day costs nothing
-        assert limiter.take("10.0.0.7", "alice") is None
-        limiter.give_back("10.0.0.7", "alice")
-    assert limiter.tracked() == 0  # full buckets are forgotten
-    assert limiter.take("10.0.0.7", "alice") is None  # a failure: kept
-    assert limiter.take("10.0.0.7", "alice") is None
-    limiter.give_back("10.0.0.7", "alice")
-    assert limiter.take("10.0.0.7", "alice") is None
-    assert limiter.take("10.0.0.7", "alice") is not None
+    assert limiter.refusal("10.0.0.7", "alice") is None
+    limiter.failed("10.0.0.7", "alice")
+    assert "try again in 2.0 s" in limiter.refusal("10.0.0.7", "alice")
 
 
 def test_the_user_is_limited_from_every_address_and_the_address_for_every_user():
     clock = Clock()
     limiter = FailureLimiter(burst=2, refill_s=1.0, clock=clock)
-    limiter.take("10.0.0.1", "alice")
-    limiter.take("10.0.0.2", "alice")
-    assert "for user 'alice'" in limiter.take("10.0.0.3", "alice")
-    assert limiter.take("10.0.0.3", "bob") is None
-    limiter.take("10.0.0.9", "x")
-    limiter.take("10.0.0.9", "y")
-    assert "from address 10.0.0.9" in limiter.take("10.0.0.9", "bob")
-    assert "from address 10.0.0.9" in limiter.take("10.0.0.9", None)  # before a user is named
+    limiter.failed("10.0.0.1", "alice")
+    limiter.failed("10.0.0.2", "alice")
+    assert "for user 'alice'" in limiter.refusal("10.0.0.3", "alice")
+    assert limiter.refusal("10.0.0.3", "bob") is None
+    limiter.failed("10.0.0.9", "x")
+    limiter.failed("10.0.0.9", "y")
+    assert "from address 10.0.0.9" in limiter.refusal("10.0.0.9", "bob")
+    assert "from address 10.0.0.9" in limiter.refusal("10.0.0.9", None)  # before a user is named
 
 
 def test_a_full_allowance_comes_back_and_no_more():
     clock = Clock()
     limiter = FailureLimiter(burst=2, refill_s=1.0, clock=clock)
-    limiter.take("a", "u")
-    limiter.take("a", "u")
+    limiter.failed("a", "u")
+    limiter.failed("a", "u")
     clock.now += 3600  # an hour later: the burst again, not 3600 failures
-    assert limiter.take("a", "u") is None
-    assert limiter.take("a", "u") is None
-    assert limiter.take("a", "u") is not None
+    limiter.failed("a", "u")
+    assert limiter.refusal("a", "u") is None
+    limiter.failed("a", "u")
+    assert limiter.refusal("a", "u") is not None
 
 
 def test_made_up_names_cost_bounded_memory(monkeypatch):
     monkeypatch.setattr(logins, "MAX_TRACKED", 10)
     limiter = FailureLimiter(burst=1, refill_s=1.0, clock=Clock())
     for n in range(100):
-        limiter.take(f"10.0.{n}.1", f"user-{n}")
+        limiter.failed(f"10.0.{n}.1", f"user-{n}")
     assert limiter.tracked() == 10
-    assert limiter.take("10.0.99.1", "user-99") is not None  # the newest are kept
+    assert limiter.refusal("10.0.99.1", "user-99") is not None  # the newest are kept
 
 
 CREDENTIAL = scram.derive(scram.SCRAM_SHA_256, "pw", salt=b"s" * 32)
@@ -140,9 +121,9 @@ def test_a_long_made_up_user_name_is_kept_at_the_longest_a_user_name_can_be():
     clock = Clock()
     limiter = FailureLimiter(burst=2, refill_s=1.0, clock=clock)
     huge = "x" * 500_000  # what fits in an unauthenticated login frame
-    limiter.take("10.0.0.7", huge)
+    limiter.failed("10.0.0.7", huge)
     assert all(len(name) <= logins.MAX_NAME for _, name in limiter._buckets)
     # still limited as one user, and apart from the valid name it starts with
-    limiter.take("10.0.0.8", huge + "y")
-    assert "for user" in limiter.take("10.0.0.9", huge)
-    assert limiter.take("10.0.0.9", "x" * 255) is None
+    limiter.failed("10.0.0.8", huge + "y")
+    assert "for user" in limiter.refusal("10.0.0.9", huge)
+    assert limiter.refusal("10.0.0.9", "x" * 255) is None

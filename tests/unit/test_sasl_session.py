@@ -31,7 +31,7 @@ class Logins:
     def failed(self, name):
         self.failures.append(name)
 
-    def accepted(self, name):
+    def accepted(self):
         pass
 
 

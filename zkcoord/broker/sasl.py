@@ -30,8 +30,8 @@ class Logins(Protocol):
     def failed(self, name: Optional[str]) -> None:
         """Count a failed login of ``name``."""
 
-    def accepted(self, name: str) -> None:
-        """Count a SCRAM login that proved ``name`` (a password check counts its own)."""
+    def accepted(self) -> None:
+        """Count a SCRAM login that proved its user (a password check counts its own)."""
 
 
 class Step(NamedTuple):
@@ -88,7 +88,7 @@ class SaslSession:
             except scram.AuthenticationFailed:
                 self._logins.failed(self._scram.user)
                 raise
-            self._logins.accepted(self._scram.user)
+            self._logins.accepted()
             return self._done(self._scram.user, reply)
         except scram.AuthenticationFailed as exc:
             self.mechanism = None  # the connection closes; nothing more is accepted on it

@@ -66,16 +66,15 @@ class LoginChecks:
 
     def admit(self, address: str, name: Optional[str]) -> None:
         """Raise LoginRefused if ``address`` or ``name`` may not try to log in now."""
-        reason = self.limiter.take(address, name)  # given back once the login proves its user
+        reason = self.limiter.refusal(address, name)
         if reason is not None:
             self._count("limited")
             raise LoginRefused(f"login {'as ' + repr(name) + ' ' if name else ''}refused: {reason}")
 
     def failed(self, address: str, name: Optional[str]) -> None:
-        """Count a failed login (a wrong password, an unknown user, a bad SCRAM
-        proof); the tokens its admission took stay taken."""
+        """Count a failed login (a wrong password, an unknown user, a bad SCRAM proof)."""
         self._count("failed")
-        for what in self.limiter.exhausted(address, name):
+        for what in self.limiter.failed(address, name):
             abuse_log.log(REFUSED_AUTHENTICATION, logging.WARNING, "too many failed logins %s: refusing "
                           "its logins for now (%d in a row allowed, then one per %g s)", what,
                           self.limiter.burst, self.limiter.refill_s)
@@ -93,18 +92,14 @@ class LoginChecks:
         stored = security_store.password_credential(self._zk, name)
         key = None if stored is None else check_key(self._secret, name, stored, password)
         if key is not None and self.cache.hit(key):
-            self.accepted(address, name)
+            self.accepted()
             return
         # An unknown user is refused as busy as a known one would be, so a
         # full queue does not tell who exists.
-        try:
-            self._admit_check(key)
-        except ChecksBusy:  # not the login's failure: its tokens come back
-            self.limiter.give_back(address, name)
-            raise
+        self._admit_check(key)
         if key is not None and self._derive(key, stored, password):
             self.cache.add(key)
-            self.accepted(address, name)
+            self.accepted()
             return
         self.failed(address, name)
         raise unknown_or_wrong(name)
@@ -128,9 +123,8 @@ class LoginChecks:
                 self._metrics.derived()
         return pending.get()
 
-    def accepted(self, address: str, name: str) -> None:
-        """Count a login that proved its user, and give back the tokens its admission took."""
-        self.limiter.give_back(address, name)
+    def accepted(self) -> None:
+        """Count a login that proved its user."""
         self._count("accepted")
 
     def _count(self, outcome: str) -> None:
@@ -159,5 +153,5 @@ class PeerLogins:
     def failed(self, name: Optional[str]) -> None:
         self._checks.failed(self.address, name)
 
-    def accepted(self, name: str) -> None:
-        self._checks.accepted(self.address, name)
+    def accepted(self) -> None:
+        self._checks.accepted()

@@ -3,13 +3,10 @@ per source address and per user name (:class:`FailureLimiter`), and a short
 memory of successful password checks (:class:`CheckCache`) keyed by
 :func:`check_key`. zkcoord.security.checks carries them out.
 
-A login takes a token of a bucket, one for its address and one for the user
-it named, when it is admitted, and gives them back once it has proved its
-user: so failures (and logins abandoned half way) keep them, and logins begun
-at once (SCRAM's first message on many connections, password checks waiting
-for a thread) cannot run past the burst before any has failed. A bucket
-refills one token per interval up to its burst; while either of a login's
-buckets is empty the login is refused without a check. A successful check is remembered under a keyed hash of the
+A failed login costs its sender a token of a bucket, one for its address and
+one for the user it named; a bucket refills one token per interval up to its
+burst, and while either of a login's buckets is empty the login is refused
+without a check. A successful check is remembered under a keyed hash of the
 user, the stored credential it matched and the password offered, so a
 changed or deleted credential is never matched again and no password is kept.
 """
@@ -49,42 +46,30 @@ class FailureLimiter:
         tokens, at = self._buckets.get(key, (self.burst, now))
         return min(float(self.burst), tokens + (now - at) / self.refill_s)
 
-    def take(self, address: str, user: Optional[str]) -> Optional[str]:
-        """Admit a login from ``address`` as ``user`` (None: not named yet),
-        taking a token of each of its buckets; or say why it is refused now,
-        taking nothing."""
+    def refusal(self, address: str, user: Optional[str]) -> Optional[str]:
+        """Why a login from ``address`` as ``user`` is refused now, or None: it may be checked."""
         now = self._clock()
-        keys = self._keys(address, user)
-        for key in keys:
+        for key in self._keys(address, user):
             tokens = self._tokens(key, now)
             if tokens < 1:
                 wait = (1 - tokens) * self.refill_s
                 return (f"too many failed logins {_describe(key)} ({self.burst} allowed in a row, then one "
                         f"per {self.refill_s:g} s): try again in {wait:.1f} s")
-        for key in keys:
-            self._buckets[key] = (self._tokens(key, now) - 1, now)
-            self._buckets.move_to_end(key)
-        while len(self._buckets) > MAX_TRACKED:
-            self._buckets.popitem(last=False)
         return None
 
-    def give_back(self, address: str, user: Optional[str]) -> None:
-        """A login :meth:`take` admitted proved its user: its tokens come back
-        (a bucket full again is forgotten: it holds nothing against anyone)."""
+    def failed(self, address: str, user: Optional[str]) -> list[str]:
+        """Count a failed login; what it has just used up (described: 'from address 10.0.0.7')."""
         now = self._clock()
+        exhausted = []
         for key in self._keys(address, user):
-            if key in self._buckets:
-                tokens = self._tokens(key, now) + 1
-                if tokens >= self.burst:
-                    del self._buckets[key]
-                else:
-                    self._buckets[key] = (tokens, now)
-
-    def exhausted(self, address: str, user: Optional[str]) -> list[str]:
-        """Which buckets of a login that failed are empty now (described:
-        'from address 10.0.0.7'): its sender's next logins are refused."""
-        now = self._clock()
-        return [_describe(key) for key in self._keys(address, user) if self._tokens(key, now) < 1]
+            tokens = self._tokens(key, now) - 1
+            self._buckets[key] = (tokens, now)
+            self._buckets.move_to_end(key)
+            if tokens < 1 <= tokens + 1:
+                exhausted.append(_describe(key))
+        while len(self._buckets) > MAX_TRACKED:
+            self._buckets.popitem(last=False)
+        return exhausted
 
     def tracked(self) -> int:
         return len(self._buckets)
