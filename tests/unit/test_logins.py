@@ -61,6 +61,16 @@ def test_a_full_allowance_comes_back_and_no_more():
     assert limiter.refusal("a", "u") is not None
 
 
+def test_failures_of_logins_admitted_at_once_lock_a_user_out_for_a_bounded_while():
+    clock = Clock()
+    limiter = FailureLimiter(burst=10, refill_s=1.0, clock=clock)
+    for _ in range(1000):  # admitted together, failed together
+        limiter.failed("10.0.0.7", "alice")
+    assert "try again in 11.0 s" in limiter.refusal("10.0.0.8", "alice")
+    clock.now += 11
+    assert limiter.refusal("10.0.0.8", "alice") is None
+
+
 def test_made_up_names_cost_bounded_memory(monkeypatch):
     monkeypatch.setattr(logins, "MAX_TRACKED", 10)
     limiter = FailureLimiter(burst=1, refill_s=1.0, clock=Clock())

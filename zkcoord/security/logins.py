@@ -62,7 +62,10 @@ class FailureLimiter:
         now = self._clock()
         exhausted = []
         for key in self._keys(address, user):
-            tokens = self._tokens(key, now) - 1
+            # Failures of logins admitted at once (checked only after all were
+            # admitted) go below zero, but not far: a user locked out by a
+            # stranger's burst gets in again within (2 x burst) refills.
+            tokens = max(self._tokens(key, now) - 1, -float(self.burst))
             self._buckets[key] = (tokens, now)
             self._buckets.move_to_end(key)
             if tokens < 1 <= tokens + 1:
