@@ -227,7 +227,12 @@ class AclCache:
     """The ACLs of ZooKeeper, read again whenever a change notification
     appears (and at start); the notifications older than
     ``change_expiration_ms`` are then deleted. ``acls`` is a consistent
-    snapshot to decide with."""
+    snapshot to decide with.
+
+    One reload runs at a time, and a notification that arrives during one
+    makes it read once more when it ends: two reloads at once could end in
+    the wrong order, and the older snapshot, missing the newer change, would
+    stay until some later change (a grant not seen, for minutes)."""
 
     def __init__(self, zk, change_expiration_ms: int, clock: Callable[[], float] = time.time):
         self._zk = zk
@@ -236,6 +241,8 @@ class AclCache:
         self._stopped = False
         self._change_expiration_ms = change_expiration_ms
         self._clock = clock
+        self._reloading = False  # a reload greenlet is running
+        self._changed = False  # a notification it has not read yet
 
     def start(self) -> "AclCache":
         self._zk.ensure_path(sec.ACL_CHANGES)
@@ -246,15 +253,26 @@ class AclCache:
     def _on_change(self, _children) -> bool:
         if self._stopped:
             return False
+        with self._lock:
+            self._changed = True
+            if self._reloading:
+                return True  # the running reload reads again when it ends
+            self._reloading = True
         # Read off the watch's callback, which must not block on ZooKeeper.
-        self._zk.handler.spawn(self._reload_logged)
+        self._zk.handler.spawn(self._reload_while_changed)
         return True
 
-    def _reload_logged(self) -> None:
-        try:
-            self._reload()
-        except Exception as exc:  # keep the old snapshot; the next notification retries
-            log.warning("could not reload ACLs: %s", exc)
+    def _reload_while_changed(self) -> None:
+        while True:
+            with self._lock:
+                if not self._changed or self._stopped:
+                    self._reloading = False
+                    return
+                self._changed = False
+            try:
+                self._reload()
+            except Exception as exc:  # keep the old snapshot; the next notification retries
+                log.warning("could not reload ACLs: %s", exc)
 
     def _reload(self) -> None:
         now_ms = self._clock() * 1000  # before reading: what is purged has been read
