@@ -198,6 +198,8 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
               resources: _Resources) -> tuple[fault_actions.DrillCluster, list]:
     """The cluster (started or reached), the topic, the consumers, the producer
     and the sampler, until the group is whole."""
+    # A topic and a group of its own, so a drill on a shared cluster touches nothing else.
+    topic = f"drill-{settings.seed}-{int(time.time())}"
     if settings.own_cluster:
         secured = " (secured: TLS, SASL, ACLs)" if settings.secure else ""
         progress.say(f"drill: starting a 3-node ZooKeeper ensemble and 3 servers on 127.0.0.1{secured}")
@@ -212,6 +214,11 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
                                                    zk_security=ensemble.client_security())
         if resources.secrets is not None:
             resources.secrets.create_users(cluster.zk)
+            # Granted before any server starts, so each one's authorizer has the
+            # grants from its first request: granted later, a client could ask a
+            # broker whose ACLs have not followed yet and be refused (the
+            # producer's first Metadata was, and librdkafka then refuses to produce).
+            resources.secrets.grant(cluster.zk, group=topic, topic=topic)
             cluster.client_settings = resources.secrets.producer_settings()
         for server_id in (1, 2, 3):
             resources.proxies[server_id] = ProxiedEnsemble([ensemble.client_port(n) for n in ensemble.node_ids])
@@ -223,11 +230,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         zookeeper = settings.zookeeper
         resources.cluster = cluster = LocalCluster(zookeeper, directory, zk_security=settings.zk_security)
         bootstrap = list(settings.bootstrap)
-    # A topic and a group of its own, so a drill on a shared cluster touches nothing else.
-    topic = f"drill-{settings.seed}-{int(time.time())}"
     cluster.create_topic(topic, settings.partitions)
-    if resources.secrets is not None:
-        resources.secrets.grant(cluster.zk, group=topic, topic=topic)
     resources.ctx = ctx = fault_actions.DrillCluster(
         cluster=cluster, group=topic, topic=topic, timing=settings.timing,
         consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
@@ -287,6 +290,8 @@ def _drain(ctx: fault_actions.DrillCluster, workers: Sequence, progress: Progres
 
     try:
         wait_until(caught_up, DRAIN_TIMEOUT_S, interval=0.5, message="every acknowledged record to be committed")
-        progress.say(f"drill: drained; {producer.acked} records acknowledged")
+        refused = "".join(f"; {count} refused by the client with {error}"
+                          for error, count in producer.refused.items())
+        progress.say(f"drill: drained; {producer.acked} records acknowledged{refused}")
     except AssertionError:
         progress.say(f"drill: not every acknowledged record was committed within {DRAIN_TIMEOUT_S:.0f} s")

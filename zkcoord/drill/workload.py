@@ -33,6 +33,7 @@ class Producer(threading.Thread):
         self.sent = 0
         self.acked = 0
         self.failed = 0
+        self.refused: dict[str, int] = {}  # produce() calls the client refused at once, by error
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._pending: list[dict] = []
@@ -55,7 +56,17 @@ class Producer(threading.Thread):
         if pending:
             append_lines(self.path, pending)
 
+    def _refused(self, exc) -> None:
+        """A record the client refused to take (it holds an error for the
+        topic, an authorization refused, say, until its next metadata):
+        counted, and said once per kind of error rather than per record."""
+        name = exc.args[0].name() if exc.args and hasattr(exc.args[0], "name") else type(exc).__name__
+        self.refused[name] = self.refused.get(name, 0) + 1
+        if self.refused[name] == 1:
+            log.warning("producer: the client refused a record: %s (retrying at the same rate)", exc)
+
     def run(self) -> None:
+        from confluent_kafka import KafkaException
         from confluent_kafka import Producer as KafkaProducer
 
         producer = KafkaProducer({
@@ -75,6 +86,9 @@ class Producer(threading.Thread):
                         producer.produce(self.topic, value=str(self.sent).encode(), on_delivery=self._delivered)
                         self.sent += 1
                     except BufferError:
+                        break
+                    except KafkaException as exc:
+                        self._refused(exc)
                         break
                 producer.poll(0)
                 self._flush_history()
