@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -34,9 +30,8 @@ from zkcoord.fetch.columnar import ColumnarFetcher  # noqa: E402
 from zkcoord.security import certs  # noqa: E402
 from zkcoord.security.config import TlsConfig, librdkafka_settings  # noqa: E402
 from zkcoord.security.tls import client_context  # noqa: E402
-from zkcoord.testing import (BrokerProcess, cluster_in_chroot, cpu_seconds, exit_on_signal,  # noqa: E402
-                             start_ensemble)
-from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
+from zkcoord.testing import (BrokerProcess, cluster_in_chroot, cpu_seconds,  # noqa: E402
+                             scratch_ensemble)
 
 VALUE_SIZE = 100
 # The clients' TLS settings (plaintext unless --tls).
@@ -153,12 +148,7 @@ def main() -> int:
     if not 1_000 <= args.messages <= 20_000_000:
         parser.error("--messages must be in [1000, 20000000]")
 
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    work = Path(tempfile.mkdtemp(prefix="bench-broker-"))
-    ensemble: Optional[LocalEnsemble] = None
-    try:
-        # The 500 ms tick the published figures ran with; no fault drill here needs a faster one.
-        ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
+    with scratch_ensemble("bench-broker-") as (work, ensemble):
         with cluster_in_chroot(ensemble.connect_string, work / "cluster", "bench") as cluster:
             tls_args = []
             if args.tls:
@@ -170,10 +160,6 @@ def main() -> int:
             broker = cluster.add_broker(0, extra=tls_args)
             cluster.create_topic("bench", 2)
             return run(args, work, broker)
-    finally:
-        if ensemble is not None:
-            ensemble.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

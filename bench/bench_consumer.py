@@ -36,11 +36,8 @@ import cProfile
 import io
 import os
 import pstats
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_broker import VALUE_SIZE, produce_confluent  # noqa: E402
 from zkcoord.consumer.consumer import Consumer  # noqa: E402
 from zkcoord.fetch.columnar import ColumnarFetcher  # noqa: E402
-from zkcoord.testing import LocalCluster, cpu_seconds, exit_on_signal, start_ensemble  # noqa: E402
-from zkcoord.zk.ensemble import LocalEnsemble  # noqa: E402
+from zkcoord.testing import LocalCluster, cpu_seconds, scratch_ensemble  # noqa: E402
 
 TOPIC = "bench"
 WAIT_S = 0.5  # how long one fetch or poll may wait for data
@@ -232,58 +228,54 @@ def main() -> int:
     if not all(1 <= b <= 100_000 for b in batches):
         parser.error("each of --batches must be in [1, 100000]")
 
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    work = Path(tempfile.mkdtemp(prefix="bench-consumer-"))
-    ensemble: Optional[LocalEnsemble] = None
-    cluster: Optional[LocalCluster] = None
-    try:
-        # The 500 ms tick the published figures ran with; no fault drill here needs a faster one.
-        ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
+    with scratch_ensemble("bench-consumer-") as (work, ensemble):
         cluster = LocalCluster(ensemble.connect_string, work / "cluster")
-        # The broker in a process of its own, so that its CPU is the broker's alone.
-        broker = cluster.add_broker(0)
-        cluster.add_server(1, extra=["--no-broker"])
-        cluster.wait_for_coordinator(timeout=60)
-        cluster.create_topic(TOPIC, args.partitions)
-        counts = spread(args.messages, args.partitions)
-        print(f"{args.messages:,} messages of {VALUE_SIZE} bytes over {args.partitions} partitions; "
-              f"{os.cpu_count()} cpus; load average {os.getloadavg()[0]:.2f} at start")
-
-        t0 = time.perf_counter()
-        deadline = time.monotonic() + args.phase_timeout
-        for p, n in counts.items():
-            sent = produce_confluent(cluster.broker_list, TOPIC, p, n, deadline)
-            if sent != n:
-                raise SystemExit(f"produced only {sent:,} of {n:,} to partition {p} in time")
-        wall = time.perf_counter() - t0
-        print(f"produced with confluent-kafka in {wall:.2f} s ({args.messages / wall:,.0f} msg/s)")
-
-        runs: list[Run] = []
-        for round_ in range(args.rounds):
-            for batch in batches:
-                runs.append(fetcher_run(cluster.broker_list, counts, batch, broker.pid,
-                                        time.monotonic() + args.phase_timeout))
-                for path in (POLL, POLL_BATCH):
-                    profile = cProfile.Profile() if args.profile and round_ == 0 else None
-                    runs.append(consumer_run(path, cluster.bootstrap, counts, batch,
-                                             f"bench-{path}-{round_}-{batch}", broker.pid,
-                                             time.monotonic() + args.phase_timeout, profile))
-                    if profile is not None:
-                        print_profile(profile, f"Consumer.{path}", batch)
-        print_table(runs)
-        print(f"load average {os.getloadavg()[0]:.2f} at end")
-        if not all(r.complete for r in runs):
-            print("INCOMPLETE: some runs did not read every message in time")
-            return 1
-        rate, cpu = median_rate_and_cpu([r for r in runs if r.path == POLL_BATCH and r.batch == max(batches)])
-        print(f"consumer {rate:,.0f} records/s; broker CPU {cpu:.1f}% of a core")
-        return 0
-    finally:
-        if cluster is not None:
+        try:
+            return measure(args, batches, cluster)
+        finally:
             cluster.close()
-        if ensemble is not None:
-            ensemble.stop()
-        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args, batches: list[int], cluster: LocalCluster) -> int:
+    """The runs on a started ``cluster``; the exit status."""
+    # The broker in a process of its own, so that its CPU is the broker's alone.
+    broker = cluster.add_broker(0)
+    cluster.add_server(1, extra=["--no-broker"])
+    cluster.wait_for_coordinator(timeout=60)
+    cluster.create_topic(TOPIC, args.partitions)
+    counts = spread(args.messages, args.partitions)
+    print(f"{args.messages:,} messages of {VALUE_SIZE} bytes over {args.partitions} partitions; "
+          f"{os.cpu_count()} cpus; load average {os.getloadavg()[0]:.2f} at start")
+
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + args.phase_timeout
+    for p, n in counts.items():
+        sent = produce_confluent(cluster.broker_list, TOPIC, p, n, deadline)
+        if sent != n:
+            raise SystemExit(f"produced only {sent:,} of {n:,} to partition {p} in time")
+    wall = time.perf_counter() - t0
+    print(f"produced with confluent-kafka in {wall:.2f} s ({args.messages / wall:,.0f} msg/s)")
+
+    runs: list[Run] = []
+    for round_ in range(args.rounds):
+        for batch in batches:
+            runs.append(fetcher_run(cluster.broker_list, counts, batch, broker.pid,
+                                    time.monotonic() + args.phase_timeout))
+            for path in (POLL, POLL_BATCH):
+                profile = cProfile.Profile() if args.profile and round_ == 0 else None
+                runs.append(consumer_run(path, cluster.bootstrap, counts, batch,
+                                         f"bench-{path}-{round_}-{batch}", broker.pid,
+                                         time.monotonic() + args.phase_timeout, profile))
+                if profile is not None:
+                    print_profile(profile, f"Consumer.{path}", batch)
+    print_table(runs)
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+    if not all(r.complete for r in runs):
+        print("INCOMPLETE: some runs did not read every message in time")
+        return 1
+    rate, cpu = median_rate_and_cpu([r for r in runs if r.path == POLL_BATCH and r.batch == max(batches)])
+    print(f"consumer {rate:,.0f} records/s; broker CPU {cpu:.1f}% of a core")
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,10 +12,7 @@ bounded by --connections and --timeout.
 from __future__ import annotations
 
 import argparse
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +23,7 @@ from zkcoord.channel import Channel  # noqa: E402
 from zkcoord.security import certs  # noqa: E402
 from zkcoord.security.config import TlsConfig  # noqa: E402
 from zkcoord.security.tls import client_context  # noqa: E402
-from zkcoord.testing import cluster_in_chroot, exit_on_signal, start_ensemble  # noqa: E402
+from zkcoord.testing import cluster_in_chroot, scratch_ensemble  # noqa: E402
 
 
 def connect_many(server, context, count: int, deadline: float) -> tuple[int, float, float]:
@@ -50,11 +47,7 @@ def main() -> int:
     args = parser.parse_args()
     if not 10 <= args.connections <= 100_000:
         parser.error("--connections must be in [10, 100000]")
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    work = Path(tempfile.mkdtemp(prefix="bench-handshakes-"))
-    ensemble = None
-    try:
-        ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
+    with scratch_ensemble("bench-handshakes-") as (work, ensemble):
         ca = certs.make_ca(work / "pki")
         server_files = certs.issue(ca, work / "pki", "server")
         with cluster_in_chroot(ensemble.connect_string, work / "cluster", "handshakes") as cluster:
@@ -66,10 +59,6 @@ def main() -> int:
                 made, wall, cpu = connect_many(server, tls, args.connections, time.monotonic() + args.timeout)
                 print(f"{name:<10} {made:,} connections in {wall:.2f} s: {made / wall:,.0f}/s; "
                       f"server cpu {cpu * 1000 / made:.2f} ms per connection")
-    finally:
-        if ensemble is not None:
-            ensemble.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -13,10 +13,7 @@ made for the run; a topic of 4 partitions.
 from __future__ import annotations
 
 import argparse
-import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,7 +26,7 @@ from zkcoord.records import TopicPartition  # noqa: E402
 from zkcoord.security import certs, store  # noqa: E402
 from zkcoord.security.config import TlsConfig  # noqa: E402
 from zkcoord.security.tls import client_context  # noqa: E402
-from zkcoord.testing import cluster_in_chroot, exit_on_signal, start_ensemble  # noqa: E402
+from zkcoord.testing import cluster_in_chroot, scratch_ensemble  # noqa: E402
 
 PARTITIONS = frozenset(TopicPartition("ends", p) for p in range(4))
 THREADS = 16
@@ -57,11 +54,7 @@ def main() -> int:
     args = parser.parse_args()
     if not 10 <= args.questions <= 100_000:
         parser.error("--questions must be in [10, 100000]")
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    work = Path(tempfile.mkdtemp(prefix="bench-log-ends-"))
-    ensemble = None
-    try:
-        ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
+    with scratch_ensemble("bench-log-ends-") as (work, ensemble):
         with cluster_in_chroot(ensemble.connect_string, work / "cluster", "ends") as cluster:
             tls, credential, extra = None, None, []
             if args.secured:
@@ -87,10 +80,6 @@ def main() -> int:
             kind = "SCRAM-SHA-512 over TLS" if args.secured else "plaintext"
             for name, seconds in figures:
                 print(f"{kind:<22} {name:<32} {seconds * 1000:8.3f} ms per question ({1 / seconds:,.0f}/s)")
-    finally:
-        if ensemble is not None:
-            ensemble.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from zkcoord import wire  # noqa: E402
 from zkcoord.channel import Channel  # noqa: E402
 from zkcoord.security import scram, store  # noqa: E402
-from zkcoord.testing import cluster_in_chroot, exit_on_signal, start_ensemble  # noqa: E402
+from zkcoord.testing import cluster_in_chroot, scratch_ensemble  # noqa: E402
 
 _ids = itertools.count()
 
@@ -108,11 +105,7 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.registrations <= 1_000_000 or not 1 <= args.clients <= 1000:
         parser.error("--registrations in [1, 1000000], --clients in [1, 1000]")
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    work = Path(tempfile.mkdtemp(prefix="bench-logins-"))
-    ensemble = None
-    try:
-        ensemble = start_ensemble(work / "zk", nodes=1, tick_ms=500)
+    with scratch_ensemble("bench-logins-") as (work, ensemble):
         with cluster_in_chroot(ensemble.connect_string, work / "cluster", "logins") as cluster:
             store.set_user(cluster.zk, "alice", "alice-pw", iterations=args.iterations)
             extra = ["--no-broker", "--metrics-port", "0", "--max-connections-per-address", "100000"]
@@ -143,10 +136,6 @@ def main() -> int:
                 print(f"{name}: {total:,} answers in {wall:.2f} s ({total / wall:,.0f}/s: {describe(counts)}); "
                       f"{derived:,.0f} key derivations; server cpu {cpu:.2f} s "
                       f"({cpu * 1000 / total:.2f} ms per login); {pings}")
-    finally:
-        if ensemble is not None:
-            ensemble.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

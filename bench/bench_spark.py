@@ -23,9 +23,7 @@ import argparse
 import base64
 import json
 import os
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -121,97 +119,93 @@ def main(argv=None) -> int:
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from zkcoord.testing import LocalCluster, exit_on_signal, start_ensemble
+    from zkcoord.testing import LocalCluster, scratch_ensemble
 
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    base = Path(tempfile.mkdtemp(prefix="zkcoord-bench-spark-"))
-    # The 500 ms tick the published figures ran with; no fault drill here needs a faster one.
-    ensemble = start_ensemble(base / "zk", nodes=1, tick_ms=500)
-    cluster = LocalCluster(ensemble.connect_string, base / "cluster")
-    try:
-        cluster.start_servers(1, timeout=30)  # waits until its broker is registered too
-        topic = "bench"
-        cluster.create_topic(topic, args.partitions)
-        json_path = base / "records.json"
-        produce(cluster.broker_list, topic, args.partitions, args.records, json_path)
+    with scratch_ensemble("zkcoord-bench-spark-") as (base, ensemble):
+        cluster = LocalCluster(ensemble.connect_string, base / "cluster")
+        try:
+            cluster.start_servers(1, timeout=30)  # waits until its broker is registered too
+            topic = "bench"
+            cluster.create_topic(topic, args.partitions)
+            json_path = base / "records.json"
+            produce(cluster.broker_list, topic, args.partitions, args.records, json_path)
 
-        from pyspark.sql import SparkSession
+            from pyspark.sql import SparkSession
 
-        from zkcoord.spark import PYTHON_SOURCE_NAME, jar, register
-        from zkcoord.spark.reader import SCHEMA_DDL
+            from zkcoord.spark import PYTHON_SOURCE_NAME, jar, register
+            from zkcoord.spark.reader import SCHEMA_DDL
 
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
-                 .config("spark.jars", jar()).getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark, jvm=True)
+            spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                     .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
+                     .config("spark.jars", jar()).getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            register(spark, jvm=True)
 
-        def batch(source: str = "zkcoord") -> float:
-            (spark.read.format(source).option("zookeeper", ensemble.connect_string)
-             .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
-            return 0.0  # no start-up apart from the read itself
+            def batch(source: str = "zkcoord") -> float:
+                (spark.read.format(source).option("zookeeper", ensemble.connect_string)
+                 .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
+                return 0.0  # no start-up apart from the read itself
 
-        checkpoints = iter(range(1000))
+            checkpoints = iter(range(1000))
 
-        def streaming(group: Optional[str] = None, source: str = "zkcoord") -> float:
-            """Runs one AvailableNow query over every record; returns the time
-            its micro-batches took (their triggerExecution)."""
-            reader = (spark.readStream.format(source).option("zookeeper", ensemble.connect_string)
-                      .option("subscribe", topic).option("startingOffsets", "earliest"))
-            if group is not None:
-                reader = reader.option("group", f"{group}-{next(checkpoints)}")
-            query = (reader.load().writeStream.format("noop")
-                     .option("checkpointLocation", str(base / f"checkpoint-{next(checkpoints)}"))
-                     .trigger(availableNow=True).start())
-            query.awaitTermination()
-            progress = [p for p in query.recentProgress if p["numInputRows"]]
-            rows = sum(p["numInputRows"] for p in progress)
-            if rows != args.records:
-                raise SystemExit(f"the streaming query read {rows} rows, not {args.records}")
-            return sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000.0
+            def streaming(group: Optional[str] = None, source: str = "zkcoord") -> float:
+                """Runs one AvailableNow query over every record; returns the time
+                its micro-batches took (their triggerExecution)."""
+                reader = (spark.readStream.format(source).option("zookeeper", ensemble.connect_string)
+                          .option("subscribe", topic).option("startingOffsets", "earliest"))
+                if group is not None:
+                    reader = reader.option("group", f"{group}-{next(checkpoints)}")
+                query = (reader.load().writeStream.format("noop")
+                         .option("checkpointLocation", str(base / f"checkpoint-{next(checkpoints)}"))
+                         .trigger(availableNow=True).start())
+                query.awaitTermination()
+                progress = [p for p in query.recentProgress if p["numInputRows"]]
+                rows = sum(p["numInputRows"] for p in progress)
+                if rows != args.records:
+                    raise SystemExit(f"the streaming query read {rows} rows, not {args.records}")
+                return sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000.0
 
-        def ceiling() -> float:
-            """The most any Python data source can give here: the same rows,
-            already in memory as Arrow batches, handed to Spark."""
-            spark.read.format("arrow-ceiling").load().write.format("noop").mode("overwrite").save()
-            return 0.0
+            def ceiling() -> float:
+                """The most any Python data source can give here: the same rows,
+                already in memory as Arrow batches, handed to Spark."""
+                spark.read.format("arrow-ceiling").load().write.format("noop").mode("overwrite").save()
+                return 0.0
 
-        def json_source() -> float:
-            (spark.read.schema(SCHEMA_DDL.replace("BINARY", "STRING")).json(str(json_path))
-             .write.format("noop").mode("overwrite").save())
-            return 0.0
+            def json_source() -> float:
+                (spark.read.schema(SCHEMA_DDL.replace("BINARY", "STRING")).json(str(json_path))
+                 .write.format("noop").mode("overwrite").save())
+                return 0.0
 
-        count = (spark.read.format("zkcoord").option("zookeeper", ensemble.connect_string)
-                 .option("subscribe", topic).load().count())
-        if count != args.records:
-            raise SystemExit(f"the batch source sees {count} rows, not {args.records}")
-        spark.dataSource.register(ceiling_source(ensemble.connect_string, topic, args.partitions))
-        runs = {"batch": batch, "streaming": streaming, "group": lambda: streaming("bench-group"),
-                "py-batch": lambda: batch(PYTHON_SOURCE_NAME),
-                "py-stream": lambda: streaming(source=PYTHON_SOURCE_NAME),
-                "ceiling": ceiling, "json": json_source}
-        wall, read = {}, {}
-        for name, run in runs.items():
-            run()  # warm-up: Python workers, JIT, file cache
-            best = min((timed_read(run) for _ in range(args.rounds)), key=lambda t: t[1])
-            wall[name], read[name] = best
-        rate = {name: args.records / seconds for name, seconds in read.items()}
-        print(f"records: {args.records:,} in {args.partitions} partitions, local[2], best of {args.rounds}")
-        print(f"{'read':>10} {'wall s':>8} {'reading s':>10} {'rows/s':>12} {'vs json':>8}")
-        for name in runs:
-            print(f"{name:>10} {wall[name]:8.2f} {read[name]:10.2f} {rate[name]:12,.0f} "
-                  f"{rate[name] / rate['json']:8.2f}")
-        print("(batch, streaming, group: the JVM reader; py-: the Python data source; streaming and group: "
-              "'reading' is the micro-batches' own time, without the query's start and stop; group is a "
-              "member of a consumer group, exactly once; ceiling: a Python data source handing Spark the "
-              "same rows from memory)")
-        slower = min(rate["streaming"], rate["group"])
-        print(f"batch {rate['batch']:,.0f} rows/s ({rate['batch'] / rate['json']:.2f}× json); "
-              f"streaming {slower:,.0f} rows/s ({slower / rate['json']:.2f}× json)")
-        spark.stop()
-    finally:
-        cluster.close()
-        ensemble.stop()
+            count = (spark.read.format("zkcoord").option("zookeeper", ensemble.connect_string)
+                     .option("subscribe", topic).load().count())
+            if count != args.records:
+                raise SystemExit(f"the batch source sees {count} rows, not {args.records}")
+            spark.dataSource.register(ceiling_source(ensemble.connect_string, topic, args.partitions))
+            runs = {"batch": batch, "streaming": streaming, "group": lambda: streaming("bench-group"),
+                    "py-batch": lambda: batch(PYTHON_SOURCE_NAME),
+                    "py-stream": lambda: streaming(source=PYTHON_SOURCE_NAME),
+                    "ceiling": ceiling, "json": json_source}
+            wall, read = {}, {}
+            for name, run in runs.items():
+                run()  # warm-up: Python workers, JIT, file cache
+                best = min((timed_read(run) for _ in range(args.rounds)), key=lambda t: t[1])
+                wall[name], read[name] = best
+            rate = {name: args.records / seconds for name, seconds in read.items()}
+            print(f"records: {args.records:,} in {args.partitions} partitions, local[2], best of {args.rounds}")
+            print(f"{'read':>10} {'wall s':>8} {'reading s':>10} {'rows/s':>12} {'vs json':>8}")
+            for name in runs:
+                print(f"{name:>10} {wall[name]:8.2f} {read[name]:10.2f} {rate[name]:12,.0f} "
+                      f"{rate[name] / rate['json']:8.2f}")
+            print("(batch, streaming, group: the JVM reader; py-: the Python data source; streaming and group: "
+                  "'reading' is the micro-batches' own time, without the query's start and stop; group is a "
+                  "member of a consumer group, exactly once; ceiling: a Python data source handing Spark the "
+                  "same rows from memory)")
+            slower = min(rate["streaming"], rate["group"])
+            print(f"batch {rate['batch']:,.0f} rows/s ({rate['batch'] / rate['json']:.2f}× json); "
+                  f"streaming {slower:,.0f} rows/s ({slower / rate['json']:.2f}× json)")
+            spark.stop()
+        finally:
+            cluster.close()
     return 0
 
 

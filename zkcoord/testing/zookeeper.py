@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
+import signal
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -11,6 +14,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from zkcoord.admin import zookeeper_session
+from zkcoord.testing.process import exit_on_signal
 from zkcoord.zk.ensemble import LocalEnsemble
 
 # A 250 ms tick lets harnesses ask for sessions down to 500 ms (2 ticks) and up
@@ -74,3 +78,23 @@ def start_ensemble(directory: Path, nodes: int = 3, tick_ms: int = FAST_TICK_MS,
         ensemble.stop()
         raise
     return ensemble
+
+
+@contextlib.contextmanager
+def scratch_ensemble(prefix: str, nodes: int = 1, tick_ms: int = 500,
+                     timeout: float = 60.0) -> Iterator[tuple[Path, LocalEnsemble]]:
+    """For a harness script (a benchmark): a new temporary directory named
+    after ``prefix`` and an ensemble started in it, yielded as (directory,
+    ensemble); on leaving, the ensemble stops and the directory is deleted.
+    SIGTERM ends the script like Ctrl-C from here on, so that clean-up runs.
+    The 500 ms tick is the one the published benchmark figures ran with."""
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        ensemble = start_ensemble(work / "zk", nodes=nodes, tick_ms=tick_ms, timeout=timeout)
+        try:
+            yield work, ensemble
+        finally:
+            ensemble.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
