@@ -37,6 +37,7 @@ TLS_HANDSHAKE = "tls_handshake"  # a TLS handshake refused, or not done within i
 REFUSED_PRODUCE = "refused_produce"
 REFUSED_REGISTRATION = "refused_registration"
 REFUSED_AUTHENTICATION = "refused_authentication"  # a SASL handshake or authentication refused
+REFUSED_AUTHORIZATION = "refused_authorization"  # a request on a topic the authorizer refused
 
 
 @dataclass(frozen=True)

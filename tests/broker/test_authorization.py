@@ -17,7 +17,7 @@ from zkcoord.security import acl, store
 from zkcoord.testing import cluster_in_chroot, wait_until
 
 TOPIC = "guarded"
-USERS = ("admin", "alice", "bob", "carol", "dave", "erin")
+USERS = ("admin", "alice", "bob", "carol", "dave", "erin", "frank")
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,10 @@ def secured(zk_ensemble, tmp_path_factory):
                            BrokerCluster) as cluster:
         for name in USERS:
             store.set_user(cluster.zk, name, f"{name}-pw")
+        # Every refusal logged, none summed up: a test may look for the lack of one.
         broker = cluster.start_broker(0, "--sasl-mechanism", "SCRAM-SHA-256", "--authentication-required",
-                                      "--authorizer", "on", "--super-user", "User:admin")
+                                      "--authorizer", "on", "--super-user", "User:admin",
+                                      "--abuse-log-lines", "1000000")
         cluster.create_topic(TOPIC, 1)
         yield cluster, broker
 
@@ -42,10 +44,10 @@ def grant(cluster, resource, user, operation):
     store.add_acls(cluster.zk, resource, [acl.AclEntry(f"User:{user}", acl.ALLOW, operation)])
 
 
-def idempotent_produce(broker, user) -> list:
-    """The errors an idempotent producer meets producing one record (none: it was written)."""
+def idempotent_produce(broker, user, idempotence: bool = True) -> list:
+    """The errors an idempotent producer (or another) meets producing one record (none: it was written)."""
     errors = []
-    producer = Producer(conf(broker, user, **{"enable.idempotence": True, "error_cb": errors.append,
+    producer = Producer(conf(broker, user, **{"enable.idempotence": idempotence, "error_cb": errors.append,
                                               "message.timeout.ms": 10000}))
     delivered = []
     producer.produce(TOPIC, value=user.encode(), partition=0, on_delivery=lambda err, _m: delivered.append(err))
@@ -155,3 +157,25 @@ def test_create_on_the_cluster_creates_any_topic(secured):
     grant(cluster, acl.cluster(), "erin", acl.CREATE)
     wait_until(lambda: create("erin-2") is None, timeout=30, interval=0.2,
                message="erin allowed to create topics by Create on the cluster")
+
+
+def test_the_broker_logs_who_was_refused_what_on_a_topic_but_not_what_a_listing_left_out(secured):
+    """The client hears an error code only; the broker's log names the
+    principal, the operation and the topic, for an operator to act on."""
+    cluster, broker = secured
+    cluster.create_topic("unlisted", 1)
+    grant(cluster, acl.topic(TOPIC), "frank", acl.DESCRIBE)  # it may look the topic up, not write it
+    wait_until(lambda: idempotent_produce(broker, "frank", idempotence=False)
+               == [KafkaError.TOPIC_AUTHORIZATION_FAILED], timeout=30, interval=0.2,
+               message="frank's record refused")
+    wait_until(lambda: "User:frank is not authorized to Write topic 'guarded' (no ACL allows it)"
+               in broker.log_tail(200000), timeout=10, message="the refused Write in the broker's log")
+    refused_describe = "User:frank is not authorized to Describe topic 'unlisted'"
+    admin = AdminClient(conf(broker, "frank"))
+    listing = admin.list_topics(timeout=20).topics
+    assert TOPIC in listing and "unlisted" not in listing
+    # A refusal is logged before it is answered: the listing left the topic out without a word.
+    assert refused_describe not in broker.log_tail(200000)
+    named = admin.list_topics(topic="unlisted", timeout=20).topics["unlisted"]
+    assert named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert refused_describe in broker.log_tail(200000)

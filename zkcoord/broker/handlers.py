@@ -119,6 +119,12 @@ class FetchOutcome(NamedTuple):
     served: tuple = ()
 
 
+def lists_every_topic(request) -> bool:
+    """Whether a Metadata request asks for every topic rather than naming
+    some (no list from v1 on; an empty one in v0)."""
+    return request.topics is None or (request.API_VERSION == 0 and not request.topics)
+
+
 def _ignore_append(topic: str, size: int, records: int) -> None:
     pass
 
@@ -165,7 +171,7 @@ class Handlers:
                                                     rack=addr.rack)
             for node, addr in sorted(self.metadata_cache.brokers.items())
         ]
-        if request.topics is None or (version == 0 and not request.topics):
+        if lists_every_topic(request):
             topics = [self._topic_metadata(name) for name in sorted(self.metadata_cache.topics) if describable(name)]
         else:
             # v10+ may name a topic by its id alone (KIP-848 clients do).

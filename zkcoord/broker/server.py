@@ -35,7 +35,8 @@ from zkcoord.broker import admin_apis, protocol
 from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.groups import GroupBridge
-from zkcoord.broker.handlers import NONE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED, Handlers, MetadataCache
+from zkcoord.broker.handlers import (NONE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED, Handlers, MetadataCache,
+                                     lists_every_topic)
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.peer import Peer
 from zkcoord.broker.sasl import SaslSession
@@ -43,8 +44,8 @@ from zkcoord.security.checks import LoginChecks, PeerLogins
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import TlsError, ZkcoordError, describe
-from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, TLS_HANDSHAKE, FrameAccount, Guard, LimitExceeded,
-                            abuse_log)
+from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, REFUSED_AUTHORIZATION, TLS_HANDSHAKE, FrameAccount,
+                            Guard, LimitExceeded, abuse_log)
 from zkcoord.metrics.families import BrokerMetrics
 from zkcoord.security import acl, tls
 from zkcoord.security import store as security_store
@@ -466,7 +467,9 @@ class Broker:
             if response is None:
                 return None
         elif key == protocol.API_KEY_METADATA:
-            response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE),
+            # A listing of every topic leaves out what may not be described: no refusal to log.
+            response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE,
+                                                                 say_refusals=not lists_every_topic(request)),
                                               lambda: self._cluster_operations(peer),
                                               lambda topic: self._operations(peer, acl.topic(topic)))
         elif key == protocol.API_KEY_LIST_OFFSETS:
@@ -498,9 +501,19 @@ class Broker:
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
 
-    def _may(self, peer: Peer, operation: str):
-        """Whether ``peer`` may do ``operation`` on a topic, as a function of the topic's name."""
-        return lambda topic: self.authorize(peer.principal, operation, acl.topic(topic), peer.host)
+    def _may(self, peer: Peer, operation: str, say_refusals: bool = True):
+        """Whether ``peer`` may do ``operation`` on a topic, as a function of
+        the topic's name. A refusal is logged (at most --abuse-log-lines per
+        interval): the client hears only an error code, so the broker's log is
+        where an operator learns who was refused what."""
+        def may(topic: str) -> bool:
+            if self.authorize(peer.principal, operation, acl.topic(topic), peer.host):
+                return True
+            if say_refusals and self.acls is not None:
+                abuse_log.log(REFUSED_AUTHORIZATION, logging.INFO, "%s: %s", peer.host,
+                              acl.refusal(peer.principal, operation, acl.topic(topic)))
+            return False
+        return may
 
     def _may_produce_idempotently(self, peer: Peer) -> bool:
         """Kafka's test for an idempotent producer's id: IdempotentWrite on

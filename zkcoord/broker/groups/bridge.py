@@ -53,6 +53,7 @@ from zkcoord.consumer.config import MemberConfig
 from zkcoord.coordinator.assignors import ASSIGNORS
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.limits import REFUSED_AUTHORIZATION, abuse_log
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.security import acl
@@ -228,7 +229,7 @@ class GroupBridge:
     def _allowed(self, principal: Principal, operation: str, resource: acl.Resource, host: str) -> bool:
         if self.authorize is None or self.authorize(principal, operation, resource, host):
             return True
-        log.info("%s: %s", host, acl.refusal(principal, operation, resource))
+        abuse_log.log(REFUSED_AUTHORIZATION, logging.INFO, "%s: %s", host, acl.refusal(principal, operation, resource))
         return False
 
     # -- FindCoordinator, ListGroups, DescribeGroups -----------------------------------
