@@ -82,3 +82,35 @@ def test_a_stopped_cache_reads_no_more(cache, monkeypatch):
     cache.stop()
     cache._zk.handler.run_spawned()
     assert cache._on_change([]) is False and cache._zk.handler.spawned == []
+
+
+def test_a_reload_killed_midway_lets_the_next_notification_start_another(cache, monkeypatch):
+    from gevent import GreenletExit
+
+    def killed(_zk):
+        raise GreenletExit()  # the process stopping under it
+
+    monkeypatch.setattr(store, "read_acls", killed)
+    cache._on_change([])
+    with pytest.raises(GreenletExit):
+        cache._zk.handler.run_spawned()
+    monkeypatch.setattr(store, "read_acls", lambda _zk: snapshot("after"))
+    cache._on_change([])
+    cache._zk.handler.run_spawned()
+    assert cache.acls == snapshot("after")
+
+
+def test_a_reload_that_could_not_be_started_lets_the_next_notification_try(cache, monkeypatch):
+    monkeypatch.setattr(store, "read_acls", lambda _zk: snapshot("after"))
+    handler = cache._zk.handler
+
+    def no_thread(*_):
+        raise RuntimeError("can't start new thread")
+
+    handler.spawn = no_thread
+    with pytest.raises(RuntimeError):
+        cache._on_change([])
+    del handler.spawn  # spawning works again
+    cache._on_change([])
+    handler.run_spawned()
+    assert cache.acls == snapshot("after")

@@ -505,11 +505,16 @@ class Broker:
         """Whether ``peer`` may do ``operation`` on a topic, as a function of
         the topic's name. A refusal is logged (at most --abuse-log-lines per
         interval): the client hears only an error code, so the broker's log is
-        where an operator learns who was refused what."""
+        where an operator learns who was refused what. Once per topic of a
+        request: the handlers ask per partition, and a refused Fetch of a
+        hundred partitions would fill the log's allowance with one line."""
+        said: set[str] = set()
+
         def may(topic: str) -> bool:
             if self.authorize(peer.principal, operation, acl.topic(topic), peer.host):
                 return True
-            if say_refusals and self.acls is not None:
+            if say_refusals and topic not in said:
+                said.add(topic)
                 abuse_log.log(REFUSED_AUTHORIZATION, logging.INFO, "%s: %s", peer.host,
                               acl.refusal(peer.principal, operation, acl.topic(topic)))
             return False

@@ -64,7 +64,7 @@ class FailureLimiter:
         for key in self._keys(address, user):
             # Failures of logins admitted at once (checked only after all were
             # admitted) go below zero, but not far: a user locked out by a
-            # stranger's burst gets in again within (2 x burst) refills.
+            # stranger's burst gets in again within burst + 1 refills.
             tokens = max(self._tokens(key, now) - 1, -float(self.burst))
             self._buckets[key] = (tokens, now)
             self._buckets.move_to_end(key)

@@ -258,21 +258,33 @@ class AclCache:
             if self._reloading:
                 return True  # the running reload reads again when it ends
             self._reloading = True
-        # Read off the watch's callback, which must not block on ZooKeeper.
-        self._zk.handler.spawn(self._reload_while_changed)
+        try:
+            # Read off the watch's callback, which must not block on ZooKeeper.
+            self._zk.handler.spawn(self._reload_while_changed)
+        except BaseException:
+            self._reload_ended()  # else no notification would start a reload again
+            raise
         return True
 
     def _reload_while_changed(self) -> None:
-        while True:
-            with self._lock:
-                if not self._changed or self._stopped:
-                    self._reloading = False
-                    return
-                self._changed = False
-            try:
-                self._reload()
-            except Exception as exc:  # keep the old snapshot; the next notification retries
-                log.warning("could not reload ACLs: %s", exc)
+        try:
+            while True:
+                with self._lock:
+                    if not self._changed or self._stopped:
+                        self._reloading = False
+                        return
+                    self._changed = False
+                try:
+                    self._reload()
+                except Exception as exc:  # keep the old snapshot; the next notification retries
+                    log.warning("could not reload ACLs: %s", exc)
+        except BaseException:  # killed (the process stopping): the next notification starts another
+            self._reload_ended()
+            raise
+
+    def _reload_ended(self) -> None:
+        with self._lock:
+            self._reloading = False
 
     def _reload(self) -> None:
         now_ms = self._clock() * 1000  # before reading: what is purged has been read
