@@ -24,7 +24,6 @@ from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, scratch_ensemb
 __all__ = [
     "BrokerProcess", "ClusterError", "ConsumerProcess", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
     "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout", "cluster_in_chroot",
-    "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines", "scratch_ensemble",
-    "start_ensemble",
-    "wait_until", "zkcoord_command",
+    "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines",
+    "scratch_ensemble", "start_ensemble", "wait_until", "zkcoord_command",
 ]
