@@ -19,6 +19,7 @@ from zkcoord import wire
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core import CoordinatorCore
+from zkcoord.coordinator.lease import incarnation_proof
 from zkcoord.records import LogEnd
 
 T_MS = 3000  # members' session timeout
@@ -46,6 +47,15 @@ class FakeZooKeeper:
     # (None: its leader does not answer).
     log_ends: dict = field(default_factory=dict)
     default_log_end: Optional[int] = 1_000_000
+    # While set, every write fails with it, as ZooKeeper refuses them all
+    # (NoAuth after an ACL mistake, a quota); reads and the office's round
+    # trips still succeed.
+    refuse_writes: Optional[BaseException] = None
+
+    def refusal(self, op) -> Optional[BaseException]:
+        """The error ZooKeeper answers ``op`` with, if any."""
+        reads = (actions.ProveOffice, actions.ReadLogEnds, actions.ReadOwners, actions.ReadOffsets)
+        return None if isinstance(op, reads) else self.refuse_writes
 
     def apply(self, op):
         if isinstance(op, actions.ProveOffice):
@@ -75,6 +85,16 @@ class FakeZooKeeper:
             for held in (self.states, self.failures, self.owners, self.offsets):
                 held.pop(op.group, None)
         return None
+
+
+def incarnation_of(member_id: str) -> str:
+    """The incarnation secret the harness's member ``member_id`` registers with by default."""
+    return f"{member_id}'s incarnation"
+
+
+def proofs(*member_ids: str) -> dict:
+    """What a persisted state holds of those members' default incarnations."""
+    return {m: incarnation_proof(incarnation_of(m)) for m in member_ids}
 
 
 class CoreHarness:
@@ -169,17 +189,21 @@ class CoreHarness:
                 return
             token = min(tokens)
             op = self.operations.pop(token)
-            result = self.zk.apply(op)
-            self.apply(self.core.done(token, self.now, result, None))
+            error = self.zk.refusal(op)
+            result = None if error is not None else self.zk.apply(op)
+            self.apply(self.core.done(token, self.now, result, error))
 
     # -- members ----------------------------------------------------------------------------------
 
     def register(self, conn, member_id: str, group: str = "g", topics=("t",), is_static: bool = False,
                  offsets=(), session_timeout_ms: int = T_MS, principal: Principal = ANONYMOUS,
-                 **kwargs) -> wire.Message:
+                 incarnation: Optional[str] = None, **kwargs) -> wire.Message:
+        """Register ``member_id`` on ``conn``, with its default incarnation
+        (incarnation_of) unless told otherwise: the same process throughout."""
         request = wire.RegisterConsumerRequest(
             group_id=group, consumer_id=member_id, topics=tuple(topics), is_static=is_static,
-            session_timeout_ms=session_timeout_ms, offsets=tuple(offsets), **kwargs)
+            session_timeout_ms=session_timeout_ms, offsets=tuple(offsets),
+            incarnation=incarnation_of(member_id) if incarnation is None else incarnation, **kwargs)
         self.apply(self.core.register(conn, request, 99, self.now, principal=principal))
         return request
 

@@ -74,3 +74,37 @@ def test_an_empty_group_id_is_refused_not_a_crash(bridge):
     assert found.error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
     heartbeat = HeartbeatRequest(version=3, group_id="", generation_id=1, member_id="m", group_instance_id=None)
     assert bridge.heartbeat(heartbeat, stranger, "10.0.0.9").error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+
+
+# -- member ids are no secret: another principal never takes a live member's place ----------------
+
+def join_as(member_id: str):
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription, ConsumerProtocolType
+    from zkcoord.broker.protocol import JoinGroupRequest
+
+    subscription = ConsumerProtocolSubscription(version=0, topics=["t"], user_data=None).encode()
+    return JoinGroupRequest(version=5, group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                            member_id=member_id, group_instance_id=None, protocol_type=ConsumerProtocolType,
+                            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range",
+                                                                                  metadata=subscription)])
+
+
+def test_another_principal_joining_under_a_live_member_id_is_refused_and_the_member_kept(bridge):
+    alices = bridge._find("g", "m-alice")
+    answer = bridge.join_group(join_as("m-alice"), "10.0.0.9", MALLORY)
+    assert answer.error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+    assert bridge._find("g", "m-alice") is alices and not alices.member.gone
+
+
+def test_another_principal_joining_a_kip848_member_id_is_refused_and_the_member_kept(bridge):
+    from zkcoord.broker.groups.kip848 import ConsumerMember
+    from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatRequest
+
+    alices = bridge._add(ConsumerMember(member_id="k-alice", topics=("t",), session_timeout_ms=10000,
+                                        rebalance_timeout_ms=10000, principal=ALICE), "g")
+    heartbeat = ConsumerGroupHeartbeatRequest(
+        version=0, group_id="g", member_id="k-alice", member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=10000, subscribed_topic_names=["t"], server_assignor=None, topic_partitions=[])
+    answer = bridge.consumer_group_heartbeat(heartbeat, "10.0.0.9", MALLORY)
+    assert answer.error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+    assert bridge._find("g", "k-alice") is alices and not alices.member.gone

@@ -17,7 +17,7 @@ from zkcoord.coordinator.core import CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.group import GroupPhase, IllegalTransition
 from zkcoord.zk import layout
 
-from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, ZK_SESSION_MS, CoreHarness
+from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, ZK_SESSION_MS, CoreHarness, proofs
 
 T = T_MS / 1000.0
 MARGIN = MARGIN_MS / 1000.0
@@ -234,7 +234,7 @@ def test_illegal_state_moves_fail_loudly():
 
 def persisted(**kwargs) -> dict:
     return {"g": layout.GroupState(5, "range", {"a": (P[0], P[1]), "b": (P[2], P[3])}, lease_ms=T_MS,
-                                   running={"b": (P[2], P[3])}, **kwargs)}
+                                   running={"b": (P[2], P[3])}, proofs=proofs("a", "b"), **kwargs)}
 
 
 def test_after_a_failover_everything_the_last_generation_ran_stays_fenced():
@@ -675,7 +675,7 @@ def test_joins_faster_than_the_debounce_past_the_timeout_do_not_postpone_the_fir
 def test_a_group_with_a_generation_gets_the_plain_debounce():
     # A group a predecessor coordinated (or that has had its first round) is
     # not forming: a join is answered after the 100 ms debounce.
-    state = layout.GroupState(3, "range", {"a": ((P[0][0], P[0][1]),)}, lease_ms=0)
+    state = layout.GroupState(3, "range", {"a": ((P[0][0], P[0][1]),)}, lease_ms=0, proofs=proofs("a"))
     h = CoreHarness(FORMING, states={"g": state})
     h.register("a", "a")
     h.advance(0.15, serve=("a",))

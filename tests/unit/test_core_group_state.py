@@ -8,7 +8,7 @@ from zkcoord.coordinator import actions
 from zkcoord.coordinator.group import GroupPhase
 from zkcoord.zk import layout
 
-from tests.unit.core_harness import MARGIN, P, T, T_MS, CoreHarness, FakeZooKeeper
+from tests.unit.core_harness import MARGIN, P, T, T_MS, CoreHarness, FakeZooKeeper, proofs
 
 
 def one_member() -> CoreHarness:
@@ -95,7 +95,7 @@ def test_a_successor_writes_out_a_group_whose_members_never_come_back_once_their
 
 
 def test_a_member_back_after_a_failover_keeps_its_place_in_the_state():
-    state = layout.GroupState(3, "range", {"a": tuple(P)}, lease_ms=T_MS)
+    state = layout.GroupState(3, "range", {"a": tuple(P)}, lease_ms=T_MS, proofs=proofs("a"))
     zk = FakeZooKeeper(owners={"g": {tp: "a" for tp in P}}, states={"g": state})
     h = CoreHarness(states={"g": state}, zk=zk)
     h.register("a", "a")

@@ -142,6 +142,13 @@ MESSAGES = {
                      is_static=st.booleans(),
                      assignment_strategies=tuples(text), offsets=tuples(tpos),
                      user=text, password=text, on_behalf_of=text),
+        4: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
+                     topics=tuples(text), pattern=text,
+                     auto_commit=st.booleans(), auto_offset_reset=text,
+                     session_timeout_ms=int32, max_poll_interval_ms=int32,
+                     is_static=st.booleans(),
+                     assignment_strategies=tuples(text), offsets=tuples(tpos),
+                     user=text, password=text, on_behalf_of=text, incarnation=text),
     },
     RegisterConsumerResponse: {
         0: st.builds(RegisterConsumerResponse, error_code=codes),

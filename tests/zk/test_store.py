@@ -153,13 +153,13 @@ def test_the_office_is_proven_only_on_the_session_that_claimed_the_epoch(store, 
 
 
 def test_a_node_it_could_not_read_or_that_changed_under_it_is_written_all_the_same(store, zk):
-    # An owner or offset node with undecodable data is left out of what the
-    # store reads, so the core writes it as new: once, that create failed
-    # with NodeExistsError on every rebalance and commit, for good.
+    # An owner node with undecodable data is read as owned by None (an
+    # offset node's is left out), so the core rewrites it; as new, once,
+    # that create failed with NodeExistsError on every rebalance and commit, for good.
     owner, offset = layout.owner_path("g", "t", 0), layout.offset_path("g", "t", 0)
     zk.create(owner, b"\xff\xfe not an owner", makepath=True)
     zk.create(offset, b"not an offset", makepath=True)
-    assert store.owners("g") == {} and store.offsets("g", [("t", 0)]) == {}
+    assert store.owners("g") == {("t", 0): None} and store.offsets("g", [("t", 0)]) == {}
     store.write_owners("g", {("t", 0): "m-1", ("t", 1): "m-1"}, recorded={})
     store.write_offsets("g", {("t", 0): 42}, existing=set())
     assert store.owners("g") == {("t", 0): "m-1", ("t", 1): "m-1"}
@@ -169,6 +169,15 @@ def test_a_node_it_could_not_read_or_that_changed_under_it_is_written_all_the_sa
     zk.delete(layout.owner_path("g", "t", 1))
     store.write_owners("g", {("t", 0): "m-2"}, recorded={("t", 0): "m-1", ("t", 1): "m-1"})
     assert store.owners("g") == {("t", 0): "m-2"}
+
+
+def test_an_owner_node_that_does_not_decode_is_deleted_once_nobody_owns_its_partition(store, zk):
+    # It was left out of what the store read, so no round ever deleted it:
+    # `groups describe` showed a stale owner for good.
+    zk.create(layout.owner_path("g", "t", 3), b"\xff\xfe not an owner", makepath=True)
+    store.write_owners("g", {("t", 0): "m-1"}, recorded=store.owners("g"))
+    assert store.owners("g") == {("t", 0): "m-1"}
+    assert zk.exists(layout.owner_path("g", "t", 3)) is None
 
 
 def _written_group(store, group: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import socket
 import threading
 import uuid
@@ -112,6 +113,10 @@ class GroupMembership:
             max_poll_interval_ms=config.max_poll_interval_ms, is_static=self.is_static,
             assignment_strategies=config.assignment_strategies,
             user=config.user or "", password=config.password or "", on_behalf_of=config.on_behalf_of or "",
+            # Drawn once for the life of this object, sent at every registration:
+            # it proves to a coordinator that still holds or fences this id
+            # that this is the same member back, having stopped everything.
+            incarnation=secrets.token_hex(16),
         ), listener)
         self.session_timeout = config.session_timeout_ms / 1000.0
         # None: plaintext; the fetcher's connections use it too.

@@ -24,8 +24,12 @@ class CoordinatorConfig:
     min_session_timeout_ms: int = setting(1000, "smallest consumer session timeout accepted", minimum=1)
     max_session_timeout_ms: int = setting(60_000, "largest consumer session timeout accepted", minimum=1)
     max_rebalance_retries: int = setting(4, "rebalance attempts after the first fails, before the group "
-                                            "is marked failed", minimum=0)
-    rebalance_backoff_ms: int = setting(500, "wait between a failed rebalance and the next attempt", minimum=0)
+                                            "is marked failed (it is still retried, at the longest backoff)",
+                                         minimum=0)
+    rebalance_backoff_ms: int = setting(500, "wait between a failed rebalance and the next attempt, doubled "
+                                             "after each failure in a row", minimum=0)
+    max_rebalance_backoff_ms: int = setting(30_000, "longest wait between failed rebalances: a failed group "
+                                                    "is retried this often until it succeeds", minimum=1)
     rebalance_timeout_ms: int = setting(10_000, "how long a rebalance waits for every member's Stop and "
                                                 "Start answers", minimum=1)
     offset_flush_interval_ms: int = setting(1000, "how often the offsets members report are written to "

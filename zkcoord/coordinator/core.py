@@ -46,7 +46,7 @@ from zkcoord.coordinator.actions import (
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.group import Group, GroupPhase, IllegalTransition, Member
-from zkcoord.coordinator.lease import OFFICE_RENEWAL_SHARE, lease_end, office_end
+from zkcoord.coordinator.lease import OFFICE_RENEWAL_SHARE, incarnation_proof, lease_end, office_end
 from zkcoord.coordinator.planner import (
     HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
 )
@@ -371,23 +371,36 @@ class CoordinatorCore:
         """Groups a predecessor left in ZooKeeper (None: a state node that could
         not be read). Their generation continues, and every partition their
         members ran or were given stays fenced until those members come back
-        or their lease has run out: our predecessor sent nothing after its
-        session ended, which was before now. ``proven_at``: when the office
-        round trip that preceded the reads began."""
+        (proving their incarnation) or their lease has run out: our
+        predecessor sent nothing after its session ended, which was before
+        now. A state that cannot be read (corrupt, or written by a newer
+        version) says neither who runs what nor for how long: the whole group
+        is fenced for the longest lease a member may hold. ``proven_at``:
+        when the office round trip that preceded the reads began."""
         self._office_proven_from(proven_at)
+        longest_lease_ms = self.config.max_session_timeout_ms
         for name, state in states.items():
             group = self._group(name)
             group.state_exists = True
             if state is None:
                 group.persisted_members = None  # rewritten by the group's next round
+                until = lease_end(now, longest_lease_ms, self.config.lease_margin_ms)
+                group.fences.fence_whole_group(until)
+                self._schedule_round(group, until)
+                log.warning("%s state unreadable: nobody is started on any of its partitions for %d ms (the "
+                            "longest session timeout allowed), in case its members still run them",
+                            group.describe(), longest_lease_ms)
                 continue
             group.generation = state.generation
             group.strategy = state.strategy
             group.persisted_members = frozenset(state.assignment) | frozenset(state.running)
-            until = lease_end(now, state.lease_ms, self.config.lease_margin_ms)
+            # A state without a lease (written by an older version) fences
+            # for the longest any member may hold, never for the margin alone.
+            lease_ms = state.lease_ms or longest_lease_ms
+            until = lease_end(now, lease_ms, self.config.lease_margin_ms)
             for holders in (state.assignment, state.running):
                 for member_id, partitions in holders.items():
-                    group.fences.fence(member_id, partitions, until)
+                    group.fences.fence(member_id, partitions, until, state.proofs.get(member_id, ""))
             if group.persisted_members:
                 # If none of them comes back, a round once their leases have
                 # ended writes the group empty; one that comes back asks for
@@ -396,7 +409,7 @@ class CoordinatorCore:
             else:
                 self._empty(group, now)  # its retention runs from now: when it was last seen empty is not kept
             log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
-                     group.describe(), len(group.fences.holders()), state.lease_ms)
+                     group.describe(), len(group.fences.holders()), lease_ms)
         return self._take()
 
     def start(self, now: float) -> list:
@@ -621,15 +634,24 @@ class CoordinatorCore:
             raise wire.StaticMemberOwnedByOtherPrincipal(
                 f"static consumer id {request.consumer_id} of group {request.group_id} is held by "
                 f"{existing.principal}; {principal} may not take it over")
-        if existing is not None and not (existing.is_static and request.is_static):
+        if existing is not None and not (existing.is_static and request.is_static) \
+                and not self._same_incarnation(existing, request, principal):
             # A static member may take its own place back (its old connection
-            # is closed and fenced); a dynamic id is unique while it lives.
+            # is closed and fenced); a dynamic id is unique while it lives,
+            # but for the process that holds it, back on a new connection
+            # (the old one may be open on our side only).
             raise wire.ConsumerIdInUse(
                 f"consumer id {request.consumer_id} is already registered in group {request.group_id}"
             )
         if not self.active:
             raise wire.CoordinatorNotAvailable("the coordinator is suspended: ZooKeeper is unreachable or its "
                                                "office is not proven yet")
+
+    @staticmethod
+    def _same_incarnation(existing: Member, request: wire.RegisterConsumerRequest, principal: Principal) -> bool:
+        """Is ``request`` the dynamic member ``existing`` back, on a new connection?"""
+        return (not existing.is_static and not request.is_static and existing.principal == principal
+                and bool(existing.proof) and existing.proof == incarnation_proof(request.incarnation))
 
     def register(self, conn: Hashable, request: wire.RegisterConsumerRequest, correlation_id: int,
                  now: float, *, host: str = "", client_id: str = "", principal: Principal = ANONYMOUS) -> list:
@@ -659,6 +681,7 @@ class CoordinatorCore:
             host=host,
             client_id=client_id,
             principal=principal,
+            proof=incarnation_proof(request.incarnation),
         )
         group = self._group(request.group_id)
         try:
@@ -731,15 +754,21 @@ class CoordinatorCore:
 
     def _admit(self, group: Group, member: Member, correlation_id: int, now: float) -> None:
         previous = group.members.get(member.member_id)
-        if previous is not None:  # a static member back; its old connection may still be open
+        if previous is not None and previous.is_static:  # a static member back; its old connection may be open
             member.assigned = previous.assigned
             self._fence(group, previous, now)  # which may be another process, still running
             self._forget(previous, "its static id registered again", now)
             log.info("%s static member %s is back", group.describe(), member.member_id)
-        if not member.is_static:
-            # A dynamic id belongs to one process, which stops everything
-            # before it registers: what that id held is free. A static id may
-            # be taken by another process while the old one still runs.
+        elif previous is not None:  # the same incarnation (validated), its old connection open on our side only
+            member.assigned = previous.assigned
+            previous.running = previous.starting = frozenset()  # it stopped everything before it registered
+            self._forget(previous, "it registered again on a new connection", now)
+            log.info("%s member %s is back on a new connection", group.describe(), member.member_id)
+        if not member.is_static and group.fences.proves(member.member_id, member.proof):
+            # The process fenced under this id, which stops everything before
+            # it registers: what it held is free. Anyone else registering
+            # under the id (ids are no secret), or a static id's new process,
+            # waits for the fences to run out.
             group.fences.release(member.member_id)
         group.members[member.member_id] = member
         self._members[member.connection] = member
@@ -806,7 +835,7 @@ class CoordinatorCore:
         """Hold what ``member`` may still fetch until its lease has surely ended."""
         if member.may_run:
             until = lease_end(member.last_sent, member.session_timeout_ms, self.config.lease_margin_ms)
-            group.fences.fence(member.member_id, member.may_run, until)
+            group.fences.fence(member.member_id, member.may_run, until, member.proof)
             log.info("%s member %s may run %d partition(s) for %.1fs more; fenced",
                      group.describe(), member.member_id, len(member.may_run), until - now)
 
@@ -1036,6 +1065,7 @@ class CoordinatorCore:
             running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
             clients={m.member_id: layout.MemberClient(m.host, m.client_id) for m in group.members.values()
                      if m.host or m.client_id},
+            proofs={m.member_id: m.proof for m in group.members.values() if m.proof},
         )
         round_.persisted_members = frozenset(state.assignment) | frozenset(state.running)
         self._zk(partial(WriteGroupState, group=group.name, state=state, exists=group.state_exists),
@@ -1221,14 +1251,21 @@ class CoordinatorCore:
             if not self.active:
                 group.rebalance_pending = True  # runs again when the connection is back
             elif not group.rebalance_pending:
-                if group.attempts < self.config.max_rebalance_retries:
-                    delay = self.config.rebalance_backoff_ms / 1000.0 * (2 ** group.attempts)
-                    group.attempts += 1
-                    self._schedule_round(group, now + delay)
-                else:
+                # Retried for as long as it fails (what runs differs from the
+                # target: a dead member's partitions unconsumed), never only
+                # on the next change: a fault that outlasts the retries (a
+                # ZooKeeper ACL mistake, a quota) must not wedge the group.
+                if group.attempts >= self.config.max_rebalance_retries and group.phase is not GroupPhase.FAILED:
                     self._give_up(group)
+                self._schedule_round(group, now + self._retry_backoff(group.attempts))
+                group.attempts += 1
         if group.rebalance_pending and self.active and group.name not in self._rebalance_due:
             self._schedule_round(group, now)  # its timer fired during the round
+
+    def _retry_backoff(self, attempts: int) -> float:
+        """Seconds before the next try of a round that failed ``attempts`` + 1 times in a row."""
+        backoff_ms = self.config.rebalance_backoff_ms * 2 ** min(attempts, 32)
+        return min(backoff_ms, self.config.max_rebalance_backoff_ms) / 1000.0
 
     def _succeeded(self, group: Group) -> None:
         if group.failures:
@@ -1239,9 +1276,10 @@ class CoordinatorCore:
     def _give_up(self, group: Group) -> None:
         group.transition(GroupPhase.FAILED)
         attempts = self.config.max_rebalance_retries + 1
-        log.error("%s rebalance FAILED after %d attempts: %s", group.describe(), attempts, group.last_error)
+        log.error("%s rebalance FAILED after %d attempts (tried again every %.0fs at most): %s", group.describe(),
+                  attempts, self.config.max_rebalance_backoff_ms / 1000.0, group.last_error)
         # Visible to `zkcoord groups describe` until a retry succeeds.
-        failure = layout.GroupFailure(group.generation, attempts, group.last_error or "unknown")
+        failure = layout.GroupFailure.of(group.generation, attempts, group.last_error or "unknown")
         self._zk(partial(WriteGroupFailure, group=group.name, failure=failure), self._failure_recorded)
 
     @staticmethod
@@ -1314,9 +1352,13 @@ class CoordinatorCore:
         from before the handover is written, and if it fails before starting
         them the handover would be lost. The member keeps it and registers
         again once the round has ended."""
-        owned = group.fences.last_ran_by(member.member_id)
+        # Only the incarnation that ran them knows what it consumed: offsets
+        # from anyone else under the id are ignored (a static id's new
+        # process is its principal's, which may commit them anyway).
+        proven = member.is_static or group.fences.proves(member.member_id, member.proof)
+        owned = group.fences.last_ran_by(member.member_id) if proven else frozenset()
         previous = group.members.get(member.member_id)
-        if previous is not None:  # a static member back (validated): what its old connection ran
+        if previous is not None:  # a static member or this incarnation back (validated): what it ran
             owned |= previous.may_run
         round_ = self._rounds.get(group.name)
         if round_ is not None and round_.plan is not None:

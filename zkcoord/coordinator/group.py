@@ -25,8 +25,9 @@ class GroupPhase(enum.Enum):
     """EMPTY: no members; nothing runs.
     STABLE: every member runs its assignment of the current generation.
     REBALANCING: a rebalance is stopping and starting members.
-    FAILED: the last rebalance gave up after its retries; any change to the
-    group (a member, a topic, a partition) tries again."""
+    FAILED: the last rebalance failed after its retries; it is still tried
+    again at the longest backoff, and at once on any change to the group (a
+    member, a topic, a partition)."""
 
     EMPTY = "empty"
     STABLE = "stable"
@@ -80,6 +81,10 @@ class Member:
     # Who registered it (its credential, its TLS certificate; ANONYMOUS if
     # nothing proved it): only the same principal may take a static id over.
     principal: Principal = ANONYMOUS
+    # The proof of the incarnation it registered with (lease.incarnation_proof;
+    # "" for none): a registration under its id that shows the same one is
+    # this process back, having stopped everything first.
+    proof: str = ""
 
     @property
     def session_timeout(self) -> float:
@@ -105,7 +110,8 @@ class Group:
     # (after a failover: every member of the last persisted generation).
     fences: Fences = field(default_factory=Fences)
     # /consumers/<group>/owners as last read or written by this coordinator (None: not known).
-    recorded_owners: Optional[dict[TopicPartition, str]] = None
+    # An owner None: a node that could not be decoded, rewritten or deleted by the next round.
+    recorded_owners: Optional[dict[TopicPartition, Optional[str]]] = None
     # Whether its state node exists (None: not known, after a write whose outcome is unknown).
     state_exists: Optional[bool] = False
     # The members its state node names (None: not known). A round runs while

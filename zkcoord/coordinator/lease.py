@@ -12,6 +12,16 @@ it may be running are fenced until then: nobody is started on them before.
 
 A fence lifts early when its holder registers again (a member stops
 everything before it registers) or acknowledges a Stop of the partition.
+Registering again lifts it only with proof that it is the same process: the
+incarnation secret that process registered with (wire/README.md,
+RegisterConsumerRequest version 4). Member ids are no secret (operators list
+them; KIP-848 clients choose their own), so anyone else registering under a
+fenced id waits for the fence like everybody else.
+
+A fence may hold a whole group: a successor that cannot read what its
+predecessor persisted of a group (a state node that does not decode) knows
+neither who may be fetching nor what, and fences everything the group has
+for the longest lease any member may hold.
 
 A fence that lapses still leaves a trace: until someone is sent a Start of
 the partition, its holder was the last to run it, so the final offsets it
@@ -26,9 +36,23 @@ Pure state; times are plain floats from the caller's clock.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Iterable, Optional
 
 from zkcoord.records import TopicPartition
+
+# The holder named for a fence on a whole group (holders(), in logs): no
+# member id, which never holds "<".
+WHOLE_GROUP = "<unknown members of an unreadable state>"
+
+
+def incarnation_proof(incarnation: str) -> str:
+    """What the coordinator keeps (and persists) of a member's incarnation
+    secret: a digest, so that ZooKeeper and memory never hold the secret
+    itself. "" for no incarnation: nothing then proves it."""
+    if not incarnation:
+        return ""
+    return hashlib.sha256(b"zkcoord incarnation\0" + incarnation.encode("utf-8")).hexdigest()
 
 
 def lease_end(last_sent: float, session_timeout_ms: int, margin_ms: int) -> float:
@@ -62,16 +86,39 @@ class Fences:
         self._until: dict[TopicPartition, dict[str, float]] = {}
         # Per partition, the holders fenced on it since anyone was last started on it.
         self._last_ran: dict[TopicPartition, set[str]] = {}
+        # Per holder, the proof of the incarnation that was fenced (incarnation_proof):
+        # only a registration showing it lifts the fence or hands over.
+        self._proofs: dict[str, str] = {}
+        # A fence on every partition of the group, whoever holds it (-inf: none).
+        self._whole_until = float("-inf")
 
-    def fence(self, holder: str, partitions: Iterable[TopicPartition], until: float) -> None:
+    def fence(self, holder: str, partitions: Iterable[TopicPartition], until: float, proof: str = "") -> None:
+        """``holder`` may fetch ``partitions`` until ``until``; ``proof`` is
+        the proof of its incarnation ("" for none: nothing lifts the fence early)."""
+        partitions = list(partitions)
+        if not partitions:
+            return
         for tp in partitions:
             holders = self._until.setdefault(tp, {})
             holders[holder] = max(until, holders.get(holder, until))
             self._last_ran.setdefault(tp, set()).add(holder)
+        # The latest incarnation fenced under the id: an earlier one then
+        # proves nothing (safe: its fences run out instead of lifting).
+        self._proofs[holder] = proof
+
+    def fence_whole_group(self, until: float) -> None:
+        """Nobody is started on anything before ``until``: who may be fetching what is not known."""
+        self._whole_until = max(self._whole_until, until)
+
+    def proves(self, holder: str, proof: str) -> bool:
+        """Is ``proof`` that of the incarnation last fenced as ``holder``?"""
+        return bool(proof) and self._proofs.get(holder) == proof
 
     def release(self, holder: str, partitions: Optional[Iterable[TopicPartition]] = None) -> None:
         """``holder`` has stopped ``partitions`` (all it held if None), and
         handed over or reported what it had consumed of them."""
+        if partitions is None:
+            self._proofs.pop(holder, None)
         for tp in (set(self._until) | set(self._last_ran)) if partitions is None else partitions:
             holders = self._until.get(tp)
             if holders is not None:
@@ -98,18 +145,32 @@ class Fences:
 
     def until(self, now: float, partitions: Optional[Iterable[TopicPartition]] = None) -> Optional[float]:
         """The instant all of ``partitions`` (all fenced ones if None) are free,
-        or None if they are free at ``now``. Forgets fences that have lapsed."""
+        or None if they are free at ``now``. Forgets fences that have lapsed
+        (and, asked about everything, the proofs nobody can use any more)."""
+        if self._whole_until <= now:
+            self._whole_until = float("-inf")
         for tp in list(self._until):
             holders = self._until[tp]
             for holder in [h for h, t in holders.items() if t <= now]:
                 del holders[holder]
             if not holders:
                 del self._until[tp]
+        if partitions is None:
+            known = {h for holders in self._last_ran.values() for h in holders}
+            known.update(h for holders in self._until.values() for h in holders)
+            for holder in [h for h in self._proofs if h not in known]:
+                del self._proofs[holder]
+        else:
+            partitions = list(partitions)
         wanted = self._until if partitions is None else [tp for tp in partitions if tp in self._until]
-        return max((max(self._until[tp].values()) for tp in wanted), default=None)
+        ends = [max(self._until[tp].values()) for tp in wanted]
+        if self._whole_until > now and (partitions is None or partitions):
+            ends.append(self._whole_until)
+        return max(ends, default=None)
 
     def holders(self) -> frozenset[str]:
-        return frozenset(h for holders in self._until.values() for h in holders)
+        named = frozenset(h for holders in self._until.values() for h in holders)
+        return named | {WHOLE_GROUP} if self._whole_until > float("-inf") else named
 
     def __bool__(self) -> bool:
-        return bool(self._until)
+        return bool(self._until) or self._whole_until > float("-inf")

@@ -132,11 +132,12 @@ class CoordinatorStore:
 
     # -- reads -------------------------------------------------------------------------
 
-    def owners(self, group: str) -> dict[TopicPartition, str]:
+    def owners(self, group: str) -> dict[TopicPartition, Optional[str]]:
         """The group's owner nodes. One that cannot be read is logged and
-        left out (so are offsets, below): the coordinator goes on with the
-        rest of the group."""
-        return read_owners(self.zk, group, strict=False, multi_read=True)
+        has the owner None: the coordinator goes on with the rest of the
+        group, and its next round rewrites or deletes that node (an offset
+        that cannot be read, below, is left out)."""
+        return read_owners(self.zk, group, strict=False, multi_read=True, keep_unreadable=True)
 
     def offsets(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Committed offsets of ``partitions`` that have one."""
@@ -257,7 +258,7 @@ class CoordinatorStore:
         )
 
     def write_owners(
-        self, group: str, owners: Mapping[TopicPartition, str], recorded: Mapping[TopicPartition, str]
+        self, group: str, owners: Mapping[TopicPartition, str], recorded: Mapping[TopicPartition, Optional[str]]
     ) -> None:
         """Make /consumers/<group>/owners say ``owners``, given what it said (``recorded``)."""
         ops = [

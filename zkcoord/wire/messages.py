@@ -188,7 +188,7 @@ class ClusterMetadataResponse(Message):
     }
 
 
-# Version 2 is version 1 plus the handover offsets.
+# Version 2 is version 1 plus the handover offsets, 3 the credential, 4 the incarnation.
 _REGISTER_V1 = (
     "group_id" / String,
     "consumer_id" / String,
@@ -201,6 +201,10 @@ _REGISTER_V1 = (
     "is_static" / Bool,
     "assignment_strategies" / Array32(String),
 )
+
+
+_REGISTER_V3 = (*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "password" / String,
+                "on_behalf_of" / String)
 
 
 # The values of RegisterConsumerRequest.auto_offset_reset (Kafka 0.8's names
@@ -220,7 +224,11 @@ class RegisterConsumerRequest(Message):
     for a connection the coordinator protects with TLS; the password never
     shows in the message's repr. ``on_behalf_of`` names the principal a
     broker registers a stock client's member for (that client authenticated
-    to the broker): honoured only from a super user."""
+    to the broker): honoured only from a super user. Version 4 adds
+    ``incarnation``, a secret the member draws once per process and sends at
+    every registration: the proof that a registration under an id already
+    held or fenced is the same process coming back, which has stopped
+    everything before it registered ("" for none: never proven)."""
 
     TYPE = MessageType.REGISTER_CONSUMER_REQUEST
     group_id: str
@@ -237,6 +245,7 @@ class RegisterConsumerRequest(Message):
     user: str = ""
     password: str = field(default="", repr=False)
     on_behalf_of: str = ""
+    incarnation: str = field(default="", repr=False)
     LAYOUTS = {
         0: Struct("group_id" / String,
                   "consumer_id" / String,
@@ -251,8 +260,8 @@ class RegisterConsumerRequest(Message):
                   "session_timeout_ms" / Int32),
         1: Struct(*_REGISTER_V1),
         2: Struct(*_REGISTER_V1, "offsets" / Array32(TPO)),
-        3: Struct(*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "password" / String,
-                  "on_behalf_of" / String),
+        3: Struct(*_REGISTER_V3),
+        4: Struct(*_REGISTER_V3, "incarnation" / String),
     }
 
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # only named here: importing kazoo.client loads ssl, which a 
 
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
-from zkcoord.zk.reads import RAISE, SKIP, read_nodes
+from zkcoord.zk.reads import KEEP, RAISE, SKIP, read_nodes
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +124,18 @@ def read_servers(zk: KazooClient, *, watch: Optional[Callable] = None,
 # -- /consumers/<group>/owners and /offsets ---------------------------------------------
 
 
-def read_owners(zk: KazooClient, group: str, *, strict: bool = True,
-                multi_read: bool = False) -> dict[TopicPartition, str]:
+def read_owners(zk: KazooClient, group: str, *, strict: bool = True, multi_read: bool = False,
+                keep_unreadable: bool = False) -> dict[TopicPartition, Optional[str]]:
     """/consumers/<group>/owners: the consumer id that owns each partition.
+    Not ``strict``, a node that does not decode is logged and left out, or
+    (``keep_unreadable``) given the owner None: the coordinator, which
+    rewrites the owners, then replaces or deletes it.
     ``multi_read``: many nodes to a request (ZooKeeper 3.6 or later, zk/reads.py)."""
     paths = _partitions_under(zk, layout.owners_path(group), lambda topic: layout.owners_path(group, topic),
                               lambda topic, partition: layout.owner_path(group, topic, partition), strict)
+    unreadable = RAISE if strict else KEEP if keep_unreadable else SKIP
     return read_nodes(zk, paths, lambda tp, data: layout.decode_owner(data, paths[tp]),
-                      f"[group {group}] owner", unreadable=RAISE if strict else SKIP, small=multi_read)
+                      f"[group {group}] owner", unreadable=unreadable, small=multi_read)
 
 
 def read_offsets(zk: KazooClient, group: str, partitions: Optional[Iterable[tuple[str, int]]] = None, *,

@@ -378,7 +378,12 @@ class GroupBridge:
                               for p in t.partitions)
         members = self._groups.get(request.group_id, {})
         member_id = request.member_id
-        bridged = members.get(member_id) if member_id else None
+        bridged = self._find_own(request.group_id, member_id, principal) if member_id else None
+        if member_id and bridged is None and self._taken(request.group_id, member_id):
+            # Member ids are no secret (DescribeGroups lists them): another
+            # principal's join under one is about an unknown member, and
+            # never takes the place of the live one.
+            return answer(classic.UNKNOWN_MEMBER_ID, member_id)
         now = self.clock()
         if bridged is not None and not bridged.member.gone:
             # A member joining again: after a rebalance was asked for, or of its own accord.
@@ -507,7 +512,16 @@ class GroupBridge:
         """The error for a request from a member id not in the group."""
         return FENCED_INSTANCE_ID if (group, member_id) in self._fenced else classic.UNKNOWN_MEMBER_ID
 
+    def _taken(self, group: str, member_id: str) -> bool:
+        """Whether a live member of ``group`` holds ``member_id``."""
+        other = self._find(group, member_id)
+        return other is not None and not other.member.gone
+
     def _add(self, member, group: str) -> _Bridged:
+        if self._taken(group, member.member_id):
+            # Replacing it would orphan its registration, still answering its
+            # coordinator's pings and holding its partitions for nobody.
+            raise ZkcoordError(f"member {member.member_id} of group {group} is live; it is not replaced")
         bridged = _Bridged(member, group)
         self._groups.setdefault(group, {})[member.member_id] = bridged
         return bridged
@@ -697,6 +711,10 @@ class GroupBridge:
             if epoch != JOIN_EPOCH:
                 return answer(self._unknown(request.group_id, request.member_id),
                               message="unknown member: join with epoch 0")
+            if request.member_id and self._taken(request.group_id, request.member_id):
+                # KIP-848 clients choose their own ids: one another
+                # principal's live member holds is never taken from it.
+                return answer(classic.UNKNOWN_MEMBER_ID, message="another client's member holds this member id")
             if not topics and not pattern:
                 return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
             bridged = self._join_consumer_member(request, topics or (), pattern or None, client_host, now, principal)

@@ -134,6 +134,10 @@ class GroupState:
     ``clients`` maps a member id to its :class:`MemberClient`, for
     operators only: nothing the coordinator decides reads it (absent in
     older states, and from members written by older servers).
+    ``proofs`` maps a member id to the proof of the incarnation it
+    registered with (a digest of its secret): a successor lifts that
+    member's fence early, and takes its handover, only from a registration
+    that shows the same one (absent in older states: nobody proves one).
     """
 
     generation: int
@@ -142,6 +146,7 @@ class GroupState:
     lease_ms: int = 0
     running: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     clients: Mapping[str, MemberClient] = field(default_factory=dict)
+    proofs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _is_int(self.generation) or not 0 <= self.generation <= _INT32_MAX:
@@ -163,6 +168,15 @@ class GroupState:
         for member, client in dict(self.clients).items():
             if not isinstance(member, str) or not member or not isinstance(client, MemberClient):
                 raise LayoutError(f"client of member {member!r} must be a MemberClient, got {client!r}")
+        for member, proof in dict(self.proofs).items():
+            if not isinstance(member, str) or not member or not isinstance(proof, str) or not proof \
+                    or len(proof) > _MAX_PROOF_CHARS:
+                raise LayoutError(f"proof of member {member!r} must be a non-empty string of at most "
+                                  f"{_MAX_PROOF_CHARS} characters, got {proof!r}")
+
+
+# A proof is a SHA-256 digest in hex; longer is refused, not stored.
+_MAX_PROOF_CHARS = 64
 
 
 def _validate_member_partitions(member, pairs) -> None:
@@ -206,6 +220,8 @@ def encode_group_state(state: GroupState) -> bytes:
     }
     if state.clients:
         node["clients"] = {m: {"host": c.host, "client_id": c.client_id} for m, c in sorted(state.clients.items())}
+    if state.proofs:  # optional as ``clients``: older servers pass it by
+        node["proofs"] = dict(sorted(state.proofs.items()))
     return encode_json(node)
 
 
@@ -250,26 +266,58 @@ def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
     # The fields are read first: their errors name the node already.
     lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
     clients = _clients(fields) if fields.has("clients") else {}
+    proofs = fields.mapping("proofs") if fields.has("proofs") else {}
     generation, strategy = fields.integer("generation", 0), fields.string("strategy")
     with _prefix_errors(where):
-        return GroupState(generation, strategy, assignment, lease_ms=lease_ms, running=running, clients=clients)
+        return GroupState(generation, strategy, assignment, lease_ms=lease_ms, running=running, clients=clients,
+                          proofs=proofs)
+
+
+GROUP_FAILURE_VERSION = 1
+# A failure's message is cut to this many characters: it is for operators,
+# and a round's failure may name many partitions or members.
+MAX_FAILURE_CHARS = 2000
 
 
 @dataclass(frozen=True)
 class GroupFailure:
-    """Why a group's rebalance gave up: visible to operators until a retry succeeds."""
+    """Why a group's rebalance gave up: visible to operators until a retry
+    succeeds. Holds only what its decoder reads back (a LayoutError otherwise);
+    :meth:`of` makes one from whatever a coordinator has at hand."""
 
     generation: int
     attempts: int
     error: str
-    version: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("generation", "attempts"):
+            value = getattr(self, name)
+            if not _is_int(value) or not 0 <= value <= _INT32_MAX:
+                raise LayoutError(f"{name} must be an integer in [0, {_INT32_MAX}], got {value!r}")
+        if not isinstance(self.error, str) or len(self.error) > MAX_FAILURE_CHARS:
+            raise LayoutError(f"error must be a string of at most {MAX_FAILURE_CHARS} characters")
+        try:
+            self.error.encode("utf-8")
+        except UnicodeError as exc:
+            raise LayoutError(f"error is not text: {exc}") from None
+
+    @classmethod
+    def of(cls, generation: int, attempts: int, error: str) -> "GroupFailure":
+        """A failure to record: the count held at int32's top, the message
+        cut short and made encodable."""
+        text = error.encode("utf-8", "replace").decode("utf-8")
+        if len(text) > MAX_FAILURE_CHARS:
+            text = text[:MAX_FAILURE_CHARS - 3] + "..."
+        return cls(generation, min(attempts, _INT32_MAX), text)
 
 
 def encode_group_failure(failure: GroupFailure) -> bytes:
-    return encode_json({"version": failure.version, "generation": failure.generation,
+    return encode_json({"version": GROUP_FAILURE_VERSION, "generation": failure.generation,
                         "attempts": failure.attempts, "error": failure.error})
 
 
 def decode_group_failure(data: bytes, where: str = "group failure") -> GroupFailure:
-    fields = decode_versioned(data, where, 1, ("generation", "attempts", "error"))
-    return GroupFailure(fields.integer("generation", 0), fields.integer("attempts", 0), fields.string("error"))
+    fields = decode_versioned(data, where, GROUP_FAILURE_VERSION, ("generation", "attempts", "error"))
+    generation, attempts, error = fields.integer("generation", 0), fields.integer("attempts", 0), fields.string("error")
+    with _prefix_errors(where):
+        return GroupFailure(generation, attempts, error)

@@ -1,0 +1,79 @@
+"""Invariant 5: once faults stop, a group reaches a stable assignment without
+waiting for some unrelated change. A FAILED group keeps being retried with a
+capped backoff; an owner node nobody can decode is replaced, not kept."""
+
+from __future__ import annotations
+
+from zkcoord import wire
+from zkcoord.coordinator.group import GroupPhase
+from zkcoord.zk import layout
+
+from tests.unit.core_harness import CONFIG, MARGIN, P, T, CoreHarness, FakeZooKeeper
+
+CAP = CONFIG.max_rebalance_backoff_ms / 1000.0
+
+
+class NoAuth(Exception):
+    """As ZooKeeper refuses a write after an ACL mistake."""
+
+
+def test_a_failed_group_is_retried_until_the_fault_ends_without_any_change():
+    h = CoreHarness()
+    h.register("a", "a")
+    h.register("b", "b")
+    h.stable(["a", "b"])
+    h.zk.refuse_writes = NoAuth("not authorized")
+    h.advance(11.0 + T, serve=("a",))  # b dies; every round fails at its first write, well past the retries
+    group = h.core.groups["g"]
+    assert group.phase is GroupPhase.FAILED and "b" not in group.members
+    assert h.running("a") == {P[0], P[1]}  # b's partitions unconsumed
+    h.zk.refuse_writes = None  # the operator fixes the ACL; nothing else changes
+    h.advance(CAP + 1.0, serve=("a",))
+    assert group.phase is GroupPhase.STABLE and h.running("a") == set(P)
+    assert h.zk.failures.get("g") is None
+
+
+def test_retries_back_off_up_to_the_cap():
+    h = CoreHarness()
+    h.register("a", "a")
+    h.zk.refuse_writes = NoAuth("not authorized")
+    h.advance(600.0, serve=("a",))
+    attempts = h.core.groups["g"].attempts
+    # 0.1 s doubling to a 30 s cap: about 8 tries to reach it, then one per 30 s.
+    assert 20 <= attempts <= 8 + 600.0 / CAP + 1
+    assert h.core.groups["g"].phase is GroupPhase.FAILED
+
+
+def test_an_owner_node_that_does_not_decode_is_rewritten_by_the_next_round():
+    # None: what the store reads for a node it cannot decode.
+    zk = FakeZooKeeper(owners={"g": {P[0]: None, ("gone", 0): None}})
+    h = CoreHarness(zk=zk)
+    h.register("a", "a")
+    h.stable(["a"])
+    assert h.zk.owners["g"] == {tp: "a" for tp in P}  # t-0 rewritten, the gone topic's node deleted
+
+
+def test_a_failure_records_only_what_its_decoder_reads_back():
+    for failure in (layout.GroupFailure.of(3, 2 ** 40, "x" * 100_000), layout.GroupFailure.of(0, 1, "bad \ud800")):
+        again = layout.decode_group_failure(layout.encode_group_failure(failure))
+        assert again == failure and failure.attempts <= 2 ** 31 - 1 and len(failure.error) <= 2000
+    for bad in ((-1, 1, "x"), (1, 2 ** 31, "x"), (1, 1, "\ud800"), (1, 1, None)):
+        try:
+            layout.GroupFailure(*bad)
+        except layout.LayoutError:
+            continue
+        raise AssertionError(f"GroupFailure{bad} was made")
+
+
+def test_the_dead_members_partitions_run_again_within_the_cap_once_writes_are_back():
+    h = CoreHarness()
+    h.register("a", "a")
+    h.register("b", "b")
+    h.stable(["a", "b"])
+    h.zk.refuse_writes = NoAuth("quota exceeded")
+    h.advance(3600.0, serve=("a",))  # an hour of failure
+    h.zk.refuse_writes = None
+    fixed_at = h.now
+    h.advance(CAP + 1.0, serve=("a",))
+    started = [t for t, c, m in h.log if c == "a" and isinstance(m, wire.StartRequest) and t >= fixed_at]
+    assert started and started[0] - fixed_at <= CAP + MARGIN

@@ -1,0 +1,66 @@
+"""A successor never fences for less than a member of its predecessor may hold.
+
+A state node that does not decode (corrupt, or written by a newer zkcoord in
+a rolling downgrade) says neither who runs what nor for how long; a state
+without a lease (written before leases were persisted) says who, not how
+long. Both are fenced for the longest session timeout the coordinator
+accepts, plus the margin.
+"""
+
+from __future__ import annotations
+
+from zkcoord import wire
+from zkcoord.coordinator.lease import WHOLE_GROUP
+from zkcoord.zk import layout
+
+from tests.unit.core_harness import CONFIG, MARGIN, P, CoreHarness, FakeZooKeeper, proofs
+
+LONGEST = CONFIG.max_session_timeout_ms / 1000.0
+
+
+def first_start(h: CoreHarness):
+    return min((t for t, _c, m in h.log if isinstance(m, wire.StartRequest)), default=None)
+
+
+def test_an_unreadable_state_fences_the_whole_group_for_the_longest_lease():
+    zk = FakeZooKeeper(owners={"g": {tp: "old" for tp in P}})
+    h = CoreHarness(states={"g": None}, zk=zk)
+    assert WHOLE_GROUP in h.core.groups["g"].fences.holders()
+    h.register("c", "c")
+    h.advance(LONGEST + MARGIN - 0.01, serve=("c",))
+    assert first_start(h) is None  # whoever the old members were, they may still be fetching
+    h.advance(1.0, serve=("c",))
+    assert first_start(h) >= LONGEST + MARGIN - 1e-9
+    assert h.running("c") == set(P)
+    state = h.zk.states["g"]  # written anew, readable
+    assert state.assignment == {"c": tuple(P)} and h.zk.owners["g"] == {tp: "c" for tp in P}
+
+
+def test_a_member_proving_its_incarnation_does_not_lift_a_whole_group_fence():
+    # Nothing says it was the only one running anything.
+    h = CoreHarness(states={"g": None})
+    h.register("a", "a")
+    h.advance(LONGEST / 2, serve=("a",))
+    assert first_start(h) is None
+
+
+def test_an_unreadable_state_with_nobody_coming_back_is_written_anew_once_the_fence_ends():
+    h = CoreHarness(states={"g": None}, zk=FakeZooKeeper(owners={"g": {P[0]: "old"}}))
+    h.advance(LONGEST + MARGIN + 1.0)
+    assert h.zk.states["g"].assignment == {} and h.zk.owners["g"] == {}
+
+
+def test_a_state_without_a_lease_fences_for_the_longest_lease_not_the_margin_alone():
+    state = layout.GroupState(3, "range", {"a": tuple(P)}, lease_ms=0)  # as older versions wrote it
+    h = CoreHarness(states={"g": state})
+    h.register("c", "c")
+    h.advance(LONGEST + MARGIN + 1.0, serve=("c",))
+    assert first_start(h) >= LONGEST + MARGIN - 1e-9
+
+
+def test_a_state_with_a_lease_fences_for_that_lease():
+    state = layout.GroupState(3, "range", {"a": tuple(P)}, lease_ms=3000, proofs=proofs("a"))
+    h = CoreHarness(states={"g": state})
+    h.register("c", "c")
+    h.advance(5.0, serve=("c",))
+    assert 3.0 + MARGIN - 1e-9 <= first_start(h) < 3.0 + MARGIN + 0.5
