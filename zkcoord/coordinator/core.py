@@ -60,7 +60,7 @@ from zkcoord.zk import layout
 log = logging.getLogger(__name__)
 
 # Timer keys: ("answers",), ("rebalance", group), ("static", conn),
-# ("ping",), ("flush",), ("office",), ("forget", group).
+# ("ping",), ("flush",), ("office",), ("second-proof",), ("forget", group).
 PING_TIMER = ("ping",)
 # One timer for every request's deadline: at the earliest, and at most once
 # a tick; an answered request's deadline is skipped when it comes (thousands
@@ -73,6 +73,8 @@ ANSWERS_TIMER = ("answers",)
 PING_TICK_S = 0.05
 FLUSH_TIMER = ("flush",)
 OFFICE_TIMER = ("office",)
+# After a lapse, the second office round trip (the first does not bring the office back).
+SECOND_PROOF_TIMER = ("second-proof",)
 # A group due to be forgotten but busy (a flush, a round, a fence) is looked
 # at again after this, or its retention if shorter.
 FORGET_RETRY_S = 60.0
@@ -299,7 +301,8 @@ class CoordinatorCore:
     def __init__(self, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
                  metrics: CoreMetrics = NO_METRICS):
         """``zk_session_timeout_ms``: the timeout ZooKeeper granted our session
-        (negotiated, not requested: the office is dated from it)."""
+        (negotiated, not requested: the office is dated from it, and from
+        any smaller one granted later, session_resumed)."""
         self.config = config
         self.metrics = metrics
         self.epoch = epoch
@@ -309,6 +312,10 @@ class CoordinatorCore:
         self.office_until = float("-inf")  # requests go out only before this
         self._proving: Optional[float] = None  # when the office round trip in flight began
         self._proof_wanted = False  # another round trip was due while that one was in flight
+        self._proven_at = float("-inf")  # when the latest round trip that succeeded began
+        # After a lapse, the first round trip that succeeded (began, ended):
+        # the office comes back only with a second one begun S/4 after it ended.
+        self._first_after_lapse: Optional[tuple[float, float]] = None
         self.groups: dict[str, Group] = {}
         self.partitions: dict[str, int] = {}  # topic -> partition count, kept by the topic watches
         self.schedule = PingSchedule()
@@ -431,10 +438,17 @@ class CoordinatorCore:
             self._become(CoordinatorState.SUSPENDED)
         return self._take()
 
-    def session_resumed(self, now: float) -> list:
+    def session_resumed(self, now: float, granted_ms: Optional[int] = None) -> list:
         """The same session is back: rounds that could not run, run (once the
-        office is proven again, if it lapsed meanwhile)."""
+        office is proven again, if it lapsed meanwhile). ``granted_ms``: the
+        session timeout the server it reconnected to granted; one smaller
+        than any before dates the office from then on (and at once)."""
         self._connected = True
+        if granted_ms is not None and granted_ms < self.zk_session_timeout_ms:
+            log.warning("coordinator epoch %d: ZooKeeper now grants the session %d ms (was %d ms): the office "
+                        "is dated from the smaller", self.epoch, granted_ms, self.zk_session_timeout_ms)
+            self.zk_session_timeout_ms = granted_ms
+            self.office_until = office_end(self._proven_at, granted_ms)
         if self.state is not CoordinatorState.LOADING:
             self._prove_office(now)
         self._resume(now)
@@ -461,7 +475,7 @@ class CoordinatorCore:
 
     def _office_due(self, now: float) -> None:
         self._prove_office(now)
-        self._emit(SetTimer(OFFICE_TIMER, now + self.zk_session_timeout_ms * OFFICE_RENEWAL_SHARE / 1000.0))
+        self._emit(SetTimer(OFFICE_TIMER, now + self._renewal_interval()))
 
     def _prove_office(self, now: float) -> None:
         if self._proving is not None:
@@ -480,10 +494,33 @@ class CoordinatorCore:
         if error is not None:
             log.warning("coordinator epoch %d: office round trip failed: %s", self.epoch, describe(error))
             return
+        if began >= self.office_until:
+            # The office had lapsed when this round trip began: it may have
+            # reached the leader through a follower that passes the session's
+            # heartbeat on late, just before the session expires (DESIGN.md).
+            # Only a second round trip, begun S/4 after this one ended (half a
+            # tick and more), shows that the session outlived it; the office
+            # is dated from the first.
+            first = self._first_after_lapse
+            if first is None:
+                self._first_after_lapse = (began, now)
+                self._emit(SetTimer(SECOND_PROOF_TIMER, now + self._renewal_interval()))
+                log.info("coordinator epoch %d: office round trip after a lapse succeeded; a second one in %.1fs "
+                         "brings the office back", self.epoch, self._renewal_interval())
+                return
+            if began < first[1] + self._renewal_interval():
+                return  # begun too soon after the first: the timer asks for the one that counts
+            self._first_after_lapse = None
+            began = first[0]
         self._office_proven_from(began)
         self._resume(now)
 
+    def _renewal_interval(self) -> float:
+        """Seconds between office round trips; also between the two that end a lapse."""
+        return self.zk_session_timeout_ms * OFFICE_RENEWAL_SHARE / 1000.0
+
     def _office_proven_from(self, began: float) -> None:
+        self._proven_at = max(self._proven_at, began)
         self.office_until = max(self.office_until, office_end(began, self.zk_session_timeout_ms))
 
     def _schedule_pending(self, now: float) -> None:
@@ -580,6 +617,8 @@ class CoordinatorCore:
             self._flush_pending(now)
         elif kind == "office":
             self._office_due(now)
+        elif kind == "second-proof":
+            self._prove_office(now)
         elif kind == "forget":
             self._forget_due(key[1], now)
         return self._take()

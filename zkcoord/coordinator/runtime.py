@@ -252,9 +252,13 @@ class Coordinator:
         self.topics.subscribe(self._partitions_changed)
         self._apply(self.core.start(self.clock()))
 
-    def session_changed(self, connected: bool) -> None:
-        """The ZooKeeper connection was suspended (False) or is back on the same session (True)."""
-        self._event(self.core.session_resumed if connected else self.core.session_suspended)
+    def session_changed(self, connected: bool, granted_ms: Optional[int] = None) -> None:
+        """The ZooKeeper connection was suspended (False) or is back on the same
+        session (True), the server it is back on granting ``granted_ms``."""
+        if connected:
+            self._event(partial(self.core.session_resumed, granted_ms=granted_ms))
+        else:
+            self._event(self.core.session_suspended)
 
     def stop(self) -> None:
         """Step down: write what offsets can be written, close every member's connection, stop."""

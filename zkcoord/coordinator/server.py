@@ -357,7 +357,9 @@ class Server:
             elif self.coordinators:
                 log.info("ZooKeeper connection back on the same session: coordinators resume")
                 for coordinator in list(self.coordinators.values()):
-                    coordinator.session_changed(connected=True)
+                    # The server it reconnected to may grant the session less
+                    # than the one before: the office is dated from the least.
+                    coordinator.session_changed(connected=True, granted_ms=self.zk_session_timeout_ms)
         self._state_changed.set()
         self._election_wanted.set()
 
