@@ -138,6 +138,31 @@ class NetworkNamespace:
             _run("iptables", "-I", *rule)
             self._dropped.append(rule)
 
+    def local_ports(self, port: int) -> list[int]:
+        """The local ports of this namespace's established connections to the host's ``port``."""
+        listed = _run("ip", "netns", "exec", self.name, "ss", "-Htn", "state", "established",
+                      f"( dport = :{port} )").stdout
+        # Each line: Recv-Q Send-Q Local:Port Peer:Port (the socket's own view, before any NAT).
+        return sorted({int(line.split()[2].rsplit(":", 1)[1]) for line in listed.splitlines() if line.split()})
+
+    def drop_one_way(self, port: int, inbound: bool) -> list[int]:
+        """On the connections open now between this namespace and the host's
+        ``port``, drop every packet one way only: to the host's ``port``
+        (``inbound``: the server hears nothing, its answers still arrive) or
+        from it. New connections pass, as after a reset only one side saw, or
+        a route lost one way. Returns the local ports it applies to."""
+        ports = self.local_ports(port)
+        for local in ports:
+            if inbound:
+                rule = ("INPUT", "-i", self.host_link, "-p", "tcp", "--sport", str(local), "--dport", str(port),
+                        "-j", "DROP")
+            else:
+                rule = ("OUTPUT", "-o", self.host_link, "-p", "tcp", "--sport", str(port), "--dport", str(local),
+                        "-j", "DROP")
+            _run("iptables", "-I", *rule)
+            self._dropped.append(rule)
+        return ports
+
     def heal(self) -> None:
         if self.created:
             _run("ip", "link", "set", self.host_link, "up", check=False)
