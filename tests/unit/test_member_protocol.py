@@ -109,6 +109,15 @@ def test_a_paused_member_holds_no_lease_when_it_resumes_whatever_the_network_thr
     assert not member.holds_lease(30.0)
 
 
+def test_a_stop_may_wait_for_the_application_while_the_lease_has_half_a_session_left():
+    member, _ = registered_member(at=0.0)
+    member.answer(start(A), now=1.0)  # lease to T
+    assert member.handoff_deadline(1.0) == T / 2
+    assert member.handoff_deadline(T / 2 + 1.0) == T / 2 + 1.0  # no time left: at once
+    member.lost()
+    assert member.handoff_deadline(2.0) == 2.0  # no lease: at once
+
+
 def test_check_lease_stops_everything_once_the_deadline_passes():
     member, listener = registered_member(at=0.0)
     member.answer(start(A), now=1.0)

@@ -103,7 +103,8 @@ class MembershipListener(Protocol):
         """The whole assignment after a change, with start offsets (NO_OFFSET: none committed)."""
 
     def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
-        """Stop these partitions; return the next offset to consume for each one known."""
+        """Stop these partitions; return the next offset to consume for each one known
+        (it may first wait for the application, until MemberProtocol.handoff_deadline)."""
 
     def offsets(self) -> Optional[dict[TopicPartition, int]]:
         """Offsets to report on a ping (None: nothing to commit)."""
@@ -142,6 +143,16 @@ class MemberProtocol:
     def holds_lease(self, now: float) -> bool:
         """May the member deliver records at ``now``?"""
         return self.state is MemberState.ACTIVE and now < self.lease_deadline
+
+    def handoff_deadline(self, now: float) -> float:
+        """Until when the member may wait, before it reports what it stopped,
+        for its application to finish the records it holds of them (Consumer.
+        on_stop): while the lease has half a session timeout left, so that
+        the coordinator's next request (a ping comes within a third of one
+        after the answer) still finds it held. Without a lease, not at all."""
+        if self.state is not MemberState.ACTIVE:
+            return now
+        return max(now, self.lease_deadline - self.session_timeout / 2)
 
     # -- registration -------------------------------------------------------------------
 
