@@ -14,6 +14,7 @@ from zkcoord.consumer.consumer import Consumer
 from zkcoord.consumer.membership import GroupMembership, MembershipFailed
 from zkcoord.consumer.protocol import LeaseExpired
 from zkcoord.records import Record
+from zkcoord.wire.codec import Frame
 
 A, B = ("t", 0), ("t", 1)
 
@@ -51,11 +52,18 @@ class FakeFetcher:
 
 
 class Clock:
+    """The lease clock, moved by hand, and a wall clock that keeps its
+    distance from it unless a test moves it alone (a paused machine)."""
+
     def __init__(self) -> None:
         self.now = 1000.0
+        self.wall_ahead = 1_700_000_000.0
 
     def __call__(self) -> float:
         return self.now
+
+    def wall(self) -> float:
+        return self.now + self.wall_ahead
 
 
 @pytest.fixture
@@ -75,6 +83,7 @@ def make_consumer(monkeypatch):
         c.clock = Clock()
         membership = c.membership
         membership.clock = c.clock
+        membership.wall_clock = c.clock.wall
         membership.brokers = [wire.Endpoint(1, "127.0.0.1", 9092)]
         protocol = membership.protocol
         protocol.register(c.clock())
@@ -290,3 +299,57 @@ def test_close_counts_the_batch_as_finished_but_an_exception_out_of_the_with_blo
     # What each member's leave carries (the network thread sends it).
     assert wire.offsets_of(closed.membership.protocol.leave().offsets) == {A: 50}
     assert wire.offsets_of(failed.membership.protocol.leave().offsets) == {A: 40}
+
+
+# -- a paused machine ----------------------------------------------------------------------------------
+
+
+def test_after_a_pause_the_lease_clock_did_not_count_poll_hands_out_nothing_until_the_coordinator_renews_the_lease(
+        consumer):
+    # Issue 31, item 5: a virtual machine held by its hypervisor wakes with
+    # its lease clock where it stopped; only its wall clock is put right.
+    push(consumer, start(A))  # at 1000: the lease runs to 1010
+    assert [r.offset for r in consumer.poll(0)] == list(range(40, 50))
+    consumer.clock.now += 1.0
+    consumer.clock.wall_ahead += 30.0  # paused 30 s
+    assert consumer.poll(0) == []
+    consumer.clock.now += 1.0
+    push(consumer, ping())  # proves the answer sent at 1000, before the pause, arrived
+    assert consumer.poll(0) == []
+    consumer.clock.now += 1.0
+    push(consumer, ping())  # proves the one sent at 1002, after the pause
+    assert [r.offset for r in consumer.poll(0)] == list(range(50, 60))
+
+
+class ScriptedChannel:
+    """The coordinator's end of the network thread's connection: each step
+    moves the clocks and returns the request to read; then the member closes."""
+
+    def __init__(self, membership, steps):
+        self.membership, self.steps, self.sent = membership, list(steps), []
+
+    def receive(self, timeout=None):
+        if not self.steps:
+            self.membership._closing.set()
+            return None
+        request = self.steps.pop(0)()
+        return Frame(type=request.TYPE, version=1, correlation_id=len(self.sent) + 1, message=request)
+
+    def send(self, message, correlation_id=None):
+        self.sent.append(message)
+        return correlation_id
+
+
+def test_the_network_thread_notices_a_pause_when_it_answers(consumer):
+    push(consumer, start(A))
+
+    def paused_then_pinged():
+        consumer.clock.now += 1.0
+        consumer.clock.wall_ahead += 30.0
+        return ping()
+
+    channel = ScriptedChannel(consumer.membership, [ping, paused_then_pinged])
+    consumer.membership._serve(channel)
+    assert [type(m) for m in channel.sent] == [wire.PingResponse] * 2
+    # Read without the application's own reading of the clocks.
+    assert not consumer.membership.protocol.holds_lease(consumer.clock())
