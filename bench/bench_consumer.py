@@ -147,7 +147,9 @@ def consumer_run(path: str, bootstrap: list[str], counts: dict[int, int], batch:
         if profile is not None:
             profile.disable()
         # Every partition read to its end, each offset once: the positions
-        # the consumer reports are exactly the produced counts.
+        # the consumer reports are exactly the produced counts, once a poll
+        # says the application is done with the last batch.
+        consumer.poll(0)
         positions = consumer.offsets() or {}
         wanted = {(TOPIC, p): n for p, n in counts.items()}
         if run.complete and positions != wanted:

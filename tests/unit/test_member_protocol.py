@@ -109,6 +109,32 @@ def test_a_paused_member_holds_no_lease_when_it_resumes_whatever_the_network_thr
     assert not member.holds_lease(30.0)
 
 
+def test_a_pause_seen_voids_the_lease_until_a_request_proves_an_answer_sent_after_it():
+    # Issue 31, item 5: the hypervisor held the machine 30 s; the lease clock
+    # stood still, the wall clock was put right when it resumed.
+    member, listener = registered_member(at=0.0)
+    member.clocks_read(0.0, wall=5000.0)
+    member.answer(start(A), now=1.0)
+    member.answer(ping(), now=4.0)  # lease to 1 + T
+    assert not member.clocks_read(5.0, wall=5005.0) and member.holds_lease(5.0)
+    assert member.clocks_read(5.5, wall=5035.5)
+    assert not member.holds_lease(5.5)  # though the lease clock says 1 + T is far
+    assert listener.running == {A: NO_OFFSET}  # nothing stopped: the coordinator decides
+    member.answer(ping(), now=6.0)  # proves only the answer sent at 4, before the pause
+    assert not member.holds_lease(6.0)
+    member.answer(ping(), now=8.0)  # proves the one sent at 6, after it
+    assert member.holds_lease(8.0) and member.lease_deadline == 6.0 + T
+
+
+def test_a_stop_may_wait_for_the_application_while_the_lease_has_half_a_session_left():
+    member, _ = registered_member(at=0.0)
+    member.answer(start(A), now=1.0)  # lease to T
+    assert member.handoff_deadline(1.0) == T / 2
+    assert member.handoff_deadline(T / 2 + 1.0) == T / 2 + 1.0  # no time left: at once
+    member.lost()
+    assert member.handoff_deadline(2.0) == 2.0  # no lease: at once
+
+
 def test_check_lease_stops_everything_once_the_deadline_passes():
     member, listener = registered_member(at=0.0)
     member.answer(start(A), now=1.0)

@@ -14,11 +14,14 @@ end-to-end tests and drills:
   Stop within SLOW_ARMED_S of a SIGUSR1 takes that long to handle on the
   network thread (a fetcher slow to start or stop, a metadata lookup), so its
   answer is that late; the arming lapses after that, so an unused one cannot
-  bite later.
+  bite later;
+- ``--process-ms`` makes the application slow: after writing a batch's lines
+  it takes that long before it polls again, as if processing the batch (a
+  kill -9 meanwhile is a crash in the middle of a batch).
 
-Offsets are auto-committed: a record counts as consumed once poll() returned
-it, a moment before its line is written (a kill -9 in that moment loses the
-line, not the record).
+Offsets are auto-committed: a record counts as consumed once the next poll()
+begins, after its line was written (a kill -9 before that delivers the
+record again, with a line of its own, rather than skip it).
 
 SIGTERM or SIGINT leaves the group cleanly; kill -9 is a crash.
 
@@ -65,6 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
     p.add_argument("--slow-ms", type=int, default=0,
                    help="after SIGUSR1, take this long over the next Start or Stop (fault drills)")
+    p.add_argument("--process-ms", type=int, default=0,
+                   help="take this long over each batch, after writing it, before polling again")
     p.set_defaults(func=run)
 
 
@@ -151,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--max-messages must not be negative")
     if args.slow_ms < 0:
         raise ConfigError("--slow-ms must not be negative")
+    if args.process_ms < 0:
+        raise ConfigError("--process-ms must not be negative")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -203,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
             last_status[0] = current
 
     try:
-        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None)
+        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None,
+                 args.process_ms)
     finally:
         out.flush()
         consumer.close()
@@ -211,10 +219,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _deliver(out, stop: threading.Event, max_messages: int, poll: Callable[[], list],
-             keep_status: Optional[Callable[[], None]]) -> None:
+             keep_status: Optional[Callable[[], None]], process_ms: int = 0) -> None:
     """Either kind of member's loop: write each record ``poll()`` returns,
     as (topic, partition, offset, value, member), dated by that poll; keep
-    the status file after each; stop on ``stop`` or after ``max_messages``."""
+    the status file after each; take ``process_ms`` over each batch; stop on
+    ``stop`` or after ``max_messages``."""
     consumed = 0
     while not stop.is_set():
         began = time.time()
@@ -227,6 +236,9 @@ def _deliver(out, stop: threading.Event, max_messages: int, poll: Callable[[], l
             keep_status()
         if max_messages and consumed >= max_messages:
             break
+        if records and process_ms:
+            out.flush()  # what the application holds is on record before it works on it
+            stop.wait(process_ms / 1000.0)
 
 
 def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
@@ -304,7 +316,8 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     try:
         if args.status is not None:
             keep_status()
-        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None)
+        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None,
+                 args.process_ms)
     finally:
         out.flush()
         consumer.close()

@@ -31,7 +31,8 @@ class MemberConfig:
                                               "drops the member", minimum=1)
     max_poll_interval_ms: int = setting(300_000, "longest the application may go between two poll() calls",
                                         minimum=1)
-    auto_commit: bool = setting(True, "report the offsets of records poll() returned, without commit()")
+    auto_commit: bool = setting(True, "report the offsets of records the application has finished with "
+                                      "(those of earlier polls), without commit()")
     auto_offset_reset: str = setting(wire.SMALLEST, "where to start a partition that has no committed offset",
                                      choices=wire.OFFSET_RESETS, flag="--offset-reset")
     assignment_strategies: tuple[str, ...] = setting(("range",), "an assignment strategy, in order of "

@@ -3,18 +3,33 @@
 ``Consumer`` joins a group through :class:`GroupMembership` and fetches the
 partitions the coordinator grants with a standard Kafka client (the fetcher).
 It never decides anything about the group: it starts what Start says, stops
-what Stop says, and reports the offsets of records poll() has returned.
+what Stop says, and reports the offsets of records the application has
+finished with.
+
+poll() *hands records out*; the application processes them for as long as
+it takes and says it has finished with them by calling poll() again, or
+close() (Kafka's auto-commit, too, commits at each poll what earlier polls
+returned). So what the coordinator is told, on a ping with auto-commit, in
+a Stop's acknowledgement, a leave or the handover to a next coordinator, is
+where the latest poll() began: a crash in the middle of a batch delivers the
+batch again rather than skip it. A Stop that finds the application in the
+middle of a batch waits for its next poll() or close() before it answers
+(as Kafka's revocation runs inside poll(); bounded, see
+_wait_until_finished), so that the next owner starts after the batch and a
+planned change delivers nothing twice.
 
 Thread model: the membership's network thread starts and stops the fetcher
 (on_start/on_stop); the application thread runs poll(), and with it the
 application's own callbacks (on_assign/on_revoke), so that a slow callback
 never holds up an answer to the coordinator. One lock guards the fetcher,
 the buffer and the positions between them, and poll() fetches in short
-slices so a Stop is never held up for long. poll() hands out records only
-while the member holds its lease (docs/DESIGN.md, the lease rule), and
-on_assign too: the application is never told it owns a partition while
-another member may (a Start applied so late that the lease has run out is
-stopped before the application hears of it, and then it hears nothing).
+slices so a Stop is never held up for long by the lock (it may wait for the
+application, above). poll() hands out records only while the member holds
+its lease (docs/DESIGN.md, the lease rule), and on_assign too: the
+application is never told it owns a partition while another member may (a
+Start applied so late that the lease has run out is stopped before the
+application hears of it, and then it hears nothing). The lease bounds when
+records are handed out, not how long the application takes over them.
 """
 
 from __future__ import annotations
@@ -53,8 +68,9 @@ class Consumer:
 
     ``on_assign(partitions)`` runs inside poll() before any record of those
     partitions is returned. ``on_revoke(partitions)`` runs inside poll() after
-    they were stopped and their offsets reported to the coordinator (with
-    auto-commit off: what commit() had marked by then).
+    they were stopped and their offsets reported to the coordinator: the
+    offsets after every record returned before that poll() (with auto-commit
+    off: what commit() had marked by then).
 
     >>> with Consumer(["127.0.0.1:9900"], group="g", topics=["t"]) as c:  # doctest: +SKIP
     ...     for record in c:
@@ -79,8 +95,12 @@ class Consumer:
         self._fetcher_factory = fetcher_factory
         self._fetcher = None
         self._lock = threading.RLock()
+        # Notified when the application finishes with what it was handed (a Stop may wait for it).
+        self._finishing = threading.Condition(self._lock)
         self._buffer = RecordBuffer()
         self._positions: dict[TopicPartition, int] = {}  # next offset the application has not seen
+        # The positions where the latest poll() began: what the application has finished with.
+        self._finished: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}  # explicit commit() without auto-commit
         self._unresolved: set[TopicPartition] = set()  # reset starts the fetcher had not resolved at on_start
         self._last_poll: Optional[float] = None
@@ -130,6 +150,8 @@ class Consumer:
         if self._closed:
             raise ZkcoordError("poll() on a closed consumer")
         self._last_poll = time.monotonic()
+        with self._lock:
+            self._finish()
         deadline = self._last_poll + max(0, timeout_ms) / 1000.0
         while True:
             self._run_callbacks()
@@ -179,6 +201,11 @@ class Consumer:
             if callback is not None:
                 callback(partitions)
 
+    def _finish(self) -> None:
+        """The application has finished with every record handed out so far (lock held)."""
+        self._finished = dict(self._positions)
+        self._finishing.notify_all()
+
     def commit(self) -> None:
         """Mark the offsets of every record returned so far as consumed.
 
@@ -190,10 +217,23 @@ class Consumer:
             self._committed.update(self._positions)
 
     def close(self) -> None:
-        """Leave the group cleanly: stop fetching, then close the connection."""
+        """Leave the group cleanly: stop fetching, then close the connection.
+
+        Every record poll() returned counts as finished, as at a next poll()
+        (Kafka's close() commits them too): the leave hands the offsets after
+        them to the coordinator, and whoever takes the partitions over starts
+        there. Leaving a ``with`` block by an exception does not count the
+        latest batch: it is delivered again."""
+        self._close(finished=True)
+
+    def _close(self, finished: bool) -> None:
         if self._closed:
             return
-        self._closed = True
+        with self._lock:
+            self._closed = True  # a Stop waiting for the application waits no more
+            if finished:
+                self._finish()
+            self._finishing.notify_all()
         self.membership.close()
         with self._lock:
             if self._fetcher is not None:
@@ -203,8 +243,9 @@ class Consumer:
     def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        # An exception out of the block: the application did not finish its latest batch.
+        self._close(finished=exc_type is None)
 
     def __iter__(self) -> Iterator[Record]:
         while not self._closed:
@@ -242,6 +283,7 @@ class Consumer:
                         continue
                     self._committed[tp] = offset
                 self._positions[tp] = offset
+                self._finished[tp] = offset  # nothing handed out yet: nothing to finish
             # As in Kafka, the application hears of new partitions before any
             # of their records can reach it (poll() runs this first).
             self._callbacks.append(("assign", set(added)))
@@ -252,22 +294,50 @@ class Consumer:
         return EARLIEST if self.config.auto_offset_reset == wire.SMALLEST else LATEST
 
     def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
+        """Stop ``partitions`` at once; return the offsets the application has
+        finished with, once it has finished what it holds of them (below)."""
         with self._lock:
-            source = self._reported_offsets()
-            final = {tp: source[tp] for tp in partitions if tp in source}
+            self._resolved_starts()  # before the fetcher forgets where a reset put them
+            unheard: set[TopicPartition] = set()
             try:
-                if self._fetcher is not None:
-                    self._fetcher.revoke(partitions)
-            finally:  # whatever the fetcher did, nothing of these reaches the application any more
-                self._buffer.drop(partitions)
+                try:
+                    if self._fetcher is not None:
+                        self._fetcher.revoke(partitions)
+                finally:  # whatever the fetcher did, nothing of these reaches the application any more
+                    self._buffer.drop(partitions)
+                    unheard = self._withdraw_assigns(partitions)
+                self._wait_until_finished(partitions)
+                source = self._reported_offsets()
+                return {tp: source[tp] for tp in partitions if tp in source}
+            finally:
                 for tp in partitions:
                     self._positions.pop(tp, None)
+                    self._finished.pop(tp, None)
                     self._committed.pop(tp, None)
                     self._unresolved.discard(tp)
-                heard = set(partitions) - self._withdraw_assigns(partitions)
+                heard = set(partitions) - unheard
                 if heard:
                     self._callbacks.append(("revoke", heard))
-        return final
+
+    def _wait_until_finished(self, partitions: frozenset[TopicPartition]) -> None:
+        """Wait (the lock released) until the application has finished every
+        record of ``partitions`` it was handed: its next poll() or close().
+        Its batch may hold records of partitions the coordinator is taking
+        away; reported now, their offsets would either skip the rest of the
+        batch, should the application then fail, or hand the batch to the
+        next owner again while this one finishes it. Kafka's revocation runs
+        inside poll() for the same reason. The wait lasts no longer than the
+        lease allows (MemberProtocol.handoff_deadline); past it, the batch
+        goes to the next owner again: at least once rather than maybe never,
+        as when a Kafka consumer misses a rebalance."""
+        def finished() -> bool:
+            return self._closed or all(self._finished.get(tp) == self._positions.get(tp) for tp in partitions)
+
+        clock = self.membership.clock
+        if not self._finishing.wait_for(finished, max(0.0, self.membership.protocol.handoff_deadline(clock())
+                                                      - clock())):
+            log.warning("member %s: the application has not finished its batch of %s in time: "
+                        "the next owner gets it again", self.consumer_id, sorted(partitions))
 
     def _withdraw_assigns(self, partitions) -> set[TopicPartition]:
         """Take ``partitions`` out of assigns the application has not heard yet
@@ -288,10 +358,11 @@ class Consumer:
             return self._reported_offsets()
 
     def _reported_offsets(self) -> dict[TopicPartition, int]:
-        """What the coordinator is told: positions (auto-commit) or commit()'s
-        marks, and where a reset start landed for a partition nothing of which
-        reached the application (lock held)."""
-        offsets = dict(self._positions if self.config.auto_commit else self._committed)
+        """What the coordinator is told: the positions where the latest poll()
+        began (auto-commit: what the application has finished with) or
+        commit()'s marks, and where a reset start landed for a partition
+        nothing of which reached the application (lock held)."""
+        offsets = dict(self._finished if self.config.auto_commit else self._committed)
         offsets.update(self._resolved_starts())
         return offsets
 
@@ -308,6 +379,7 @@ class Consumer:
             if offset is not None:
                 found[tp] = offset
                 self._positions.setdefault(tp, offset)
+                self._finished.setdefault(tp, offset)
                 self._committed.setdefault(tp, offset)
                 self._unresolved.discard(tp)
         return found

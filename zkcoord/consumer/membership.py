@@ -11,6 +11,8 @@ decision; this module only does the I/O and the retries around it:
   and the connection dropped;
 - when the lease runs out with no request, or the connection drops, the
   member stops everything before it looks for the coordinator again;
+- it reads the wall clock beside the lease clock whenever it wakes and
+  before each answer, so that the protocol notices a paused machine;
 - an unexpected error is a bug: the member stops everything and the
   application's next poll() raises it, rather than the thread dying quietly.
 """
@@ -26,7 +28,7 @@ import uuid
 from typing import Callable, Optional, Sequence
 
 from zkcoord import wire
-from zkcoord.clock import lease_clock
+from zkcoord.clock import lease_clock, wall_clock
 from zkcoord.channel import Channel
 from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState
@@ -90,6 +92,9 @@ class GroupMembership:
     # close() or a leave. A process running thousands of members that it never
     # closes one by one (the load generator) raises it to save the wake-ups.
     close_check_s = LEAVE_CHECK_S
+    # Read beside the lease clock at each poll and each answer, to notice a
+    # paused machine (MemberProtocol.clocks_read); tests set their own.
+    wall_clock = staticmethod(wall_clock)
 
     def __init__(self, bootstrap: Sequence[str], config: MemberConfig, listener: MembershipListener, *,
                  clock: Callable[[], float] = lease_clock, dynamic_id: Optional[str] = None,
@@ -153,7 +158,9 @@ class GroupMembership:
 
     def holds_lease(self) -> bool:
         """May the application be handed records now? (docs/DESIGN.md, the lease rule)"""
-        return self.protocol.holds_lease(self.clock())
+        now = self.clock()
+        self.protocol.clocks_read(now, self.wall_clock())
+        return self.protocol.holds_lease(now)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -191,6 +198,7 @@ class GroupMembership:
     # -- the network thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        self.protocol.clocks_read(self.clock(), self.wall_clock())  # the base the first pause is seen against
         try:
             self._run_until_closed()
         except BaseException as exc:  # a bug, or a listener that raised: never die quietly
@@ -363,6 +371,7 @@ class GroupMembership:
             wait = min(self.close_check_s, self.protocol.lease_deadline - self.clock())
             frame = channel.receive(timeout=max(0.0, wait))
             now = self.clock()  # before answering: the lease is dated from the answer's departure
+            self.protocol.clocks_read(now, self.wall_clock())  # a pause voids the lease this answer would renew
             if frame is None:
                 self.protocol.check_lease(now)
                 continue

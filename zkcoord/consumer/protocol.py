@@ -17,6 +17,12 @@ partitions on only ``T`` plus a margin after its own last request to the
 member. Dated this way the member's lease always ends first, whatever the
 delays of the network, the scheduler or a paused process in between. A
 request that sat in a socket past the lease does not renew it.
+
+A machine paused under the lease clock's feet (a virtual machine held by its
+hypervisor) is noticed, where it can be, by :class:`~zkcoord.clock.PauseWatch`
+over the readings the caller hands to :meth:`MemberProtocol.clocks_read`: the
+lease then rests on nothing sent before the pause was seen, and holds again
+only once a request proves that an answer sent after it arrived.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from typing import Optional, Protocol
 
 from zkcoord import wire
+from zkcoord.clock import PauseWatch
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import TopicPartition
 
@@ -103,7 +110,8 @@ class MembershipListener(Protocol):
         """The whole assignment after a change, with start offsets (NO_OFFSET: none committed)."""
 
     def on_stop(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
-        """Stop these partitions; return the next offset to consume for each one known."""
+        """Stop these partitions; return the next offset to consume for each one known
+        (it may first wait for the application, until MemberProtocol.handoff_deadline)."""
 
     def offsets(self) -> Optional[dict[TopicPartition, int]]:
         """Offsets to report on a ping (None: nothing to commit)."""
@@ -114,8 +122,8 @@ class MembershipListener(Protocol):
 
 class MemberProtocol:
     """One member's protocol state. Not thread-safe: one thread drives it;
-    others may read ``state``, ``assignment`` and call :meth:`holds_lease`
-    (each is replaced whole, never changed in place)."""
+    others may read ``state``, ``assignment``, call :meth:`holds_lease` and
+    :meth:`clocks_read` (each is replaced whole, never changed in place)."""
 
     def __init__(self, registration: wire.RegisterConsumerRequest, listener: MembershipListener):
         self.registration = registration
@@ -124,9 +132,13 @@ class MemberProtocol:
         self.state = MemberState.UNREGISTERED
         self.generation = NO_GENERATION
         self.assignment: dict[TopicPartition, int] = {}
-        self.lease_deadline = float("-inf")
-        # When the last answer (or the registration) left: the lease's base.
+        # When the answer the lease runs from left (see the module's docstring).
+        self._lease_base = float("-inf")
+        # When the last answer (or the registration) left: the next lease's base.
         self._answer_sent_at = float("-inf")
+        # A pause seen at this instant voids every lease based on an answer sent before it.
+        self._void_before = float("-inf")
+        self._pauses = PauseWatch()
         # Final offsets of partitions stopped under this coordinator: handed
         # to the next one at registration, in case this one never wrote them.
         self.handover: dict[TopicPartition, int] = {}
@@ -139,9 +151,45 @@ class MemberProtocol:
                                           f"{self.state.value} -> {state.value} is not allowed")
         self.state = state
 
+    @property
+    def lease_deadline(self) -> float:
+        """When the lease ends on the lease clock (a pause seen since may end it sooner)."""
+        return self._lease_base + self.session_timeout
+
     def holds_lease(self, now: float) -> bool:
         """May the member deliver records at ``now``?"""
-        return self.state is MemberState.ACTIVE and now < self.lease_deadline
+        base = self._lease_base  # read once: the network thread may renew it meanwhile
+        return (self.state is MemberState.ACTIVE and now < base + self.session_timeout
+                and base >= self._void_before)
+
+    def clocks_read(self, now: float, wall: float) -> bool:
+        """Take a reading of the lease clock (``now``) and of the wall clock
+        together; True if they show a pause the lease clock did not count.
+        Then the lease is void from ``now`` on: an answer sent before may have
+        left longer ago than the lease clock says, and the coordinator may be
+        done waiting for this member. Nothing is stopped: the member delivers
+        nothing until a request proves that an answer sent after ``now``
+        arrived (the second request read from now on, at the latest: the first
+        may prove only an answer from before); a coordinator that has dropped
+        the member sends none, and the lease ends on its own."""
+        paused = self._pauses.observe(now, wall)
+        if not paused:
+            return False
+        self._void_before = max(self._void_before, now)
+        log.warning("member %s: the wall clock gained %.3fs on the lease clock: the machine was paused "
+                    "(or its clock stepped); no records until the coordinator renews the lease",
+                    self.registration.consumer_id, paused)
+        return True
+
+    def handoff_deadline(self, now: float) -> float:
+        """Until when the member may wait, before it reports what it stopped,
+        for its application to finish the records it holds of them (Consumer.
+        on_stop): while the lease has half a session timeout left, so that
+        the coordinator's next request (a ping comes within a third of one
+        after the answer) still finds it held. Without a lease, not at all."""
+        if self.state is not MemberState.ACTIVE:
+            return now
+        return max(now, self.lease_deadline - self.session_timeout / 2)
 
     # -- registration -------------------------------------------------------------------
 
@@ -162,7 +210,7 @@ class MemberProtocol:
             raise error
         self._transition(MemberState.ACTIVE)
         self._observe_epoch(answer.coordinator_epoch)
-        self.lease_deadline = self._answer_sent_at + self.session_timeout
+        self._lease_base = self._answer_sent_at
         self.handover = {}
 
     def _observe_epoch(self, epoch: int) -> None:
@@ -187,7 +235,7 @@ class MemberProtocol:
         self.check_lease(now)
         self._check_authority(request)
         # The request proves our last answer arrived: the lease runs from when it left.
-        self.lease_deadline = self._answer_sent_at + self.session_timeout
+        self._lease_base = self._answer_sent_at
         self._answer_sent_at = now
         if isinstance(request, wire.PingRequest):
             return self._ping()
