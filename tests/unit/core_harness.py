@@ -25,6 +25,9 @@ from zkcoord.records import LogEnd
 T_MS = 3000  # members' session timeout
 MARGIN_MS = 200
 T, MARGIN = T_MS / 1000.0, MARGIN_MS / 1000.0
+# After a takeover, what a persisted member ran (its lease T) stays its own
+# until it has had the time to come back: T more, and a member's retry.
+TAKEOVER = T + MARGIN + T + wire.MEMBER_RETRY_MAX_S
 P = [("t", i) for i in range(4)]  # the partitions of topic t, as the harness makes it by default
 ZK_SESSION_MS = 6000  # the coordinator's ZooKeeper session: its office lasts 4 s from a round trip
 # A new group's first round after the plain debounce, as every later one:

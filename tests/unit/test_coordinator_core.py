@@ -17,7 +17,7 @@ from zkcoord.coordinator.core import CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.group import GroupPhase, IllegalTransition
 from zkcoord.zk import layout
 
-from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, ZK_SESSION_MS, CoreHarness, proofs
+from tests.unit.core_harness import CONFIG, MARGIN_MS, T_MS, TAKEOVER, ZK_SESSION_MS, CoreHarness, proofs
 
 T = T_MS / 1000.0
 MARGIN = MARGIN_MS / 1000.0
@@ -311,7 +311,7 @@ def round_about_to_start_what_b_ran() -> CoreHarness:
     start all of b's partitions on a; it is reading the offsets its Starts carry."""
     h = CoreHarness(states=persisted())
     h.register("a2", "a")
-    h.advance(T + 1.0, settle=False, serve=("a2",))
+    h.advance(TAKEOVER + 0.5, settle=False, serve=("a2",))
     while not any(isinstance(op, actions.ReadOffsets) for op in h.operations.values()):
         h.complete(result=h.zk.apply(h.operations[min(h.operations)]))  # ZooKeeper answers
     return h

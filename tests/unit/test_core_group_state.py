@@ -8,7 +8,7 @@ from zkcoord.coordinator import actions
 from zkcoord.coordinator.group import GroupPhase
 from zkcoord.zk import layout
 
-from tests.unit.core_harness import MARGIN, P, T, T_MS, CoreHarness, FakeZooKeeper, proofs
+from tests.unit.core_harness import MARGIN, P, T, T_MS, TAKEOVER, CoreHarness, FakeZooKeeper, proofs
 
 
 def one_member() -> CoreHarness:
@@ -88,7 +88,7 @@ def test_a_successor_writes_out_a_group_whose_members_never_come_back_once_their
     state = layout.GroupState(3, "range", {"a": tuple(P[:2]), "b": tuple(P[2:])}, lease_ms=T_MS)
     zk = FakeZooKeeper(owners={"g": {tp: ("a" if tp[1] < 2 else "b") for tp in P}}, states={"g": state})
     h = CoreHarness(states={"g": state}, zk=zk)
-    h.advance(T + MARGIN - 0.01)
+    h.advance(TAKEOVER - 0.01)
     assert h.zk.states["g"] is state and len(h.zk.owners["g"]) == 4  # fenced: nothing rewritten
     h.advance(0.5)
     assert_written_empty(h, 3)

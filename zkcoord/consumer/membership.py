@@ -48,7 +48,7 @@ LEAVE_CHECK_S = 0.2  # how soon the network thread notices close()
 LEAVE_TIMEOUT_S = 5.0  # how long a leave waits for the coordinator's confirmation
 
 
-MAX_BACKOFF_S = 1.0
+MAX_BACKOFF_S = wire.MEMBER_RETRY_MAX_S  # the protocol promises it: a successor counts on it
 # How long a member whose coordinator it could not reach lets a server hold
 # its ClusterMetadata request until a newer coordinator is elected.
 METADATA_WAIT_MS = 1000

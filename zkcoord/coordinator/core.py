@@ -404,7 +404,13 @@ class CoordinatorCore:
             # A state without a lease (written by an older version) fences
             # for the longest any member may hold, never for the margin alone.
             lease_ms = state.lease_ms or longest_lease_ms
-            until = lease_end(now, lease_ms, self.config.lease_margin_ms)
+            # Held past the lease for the members, alive, coming back: one may
+            # first wait out its registration at the predecessor (a paused
+            # one still accepts connections; a member waits a session timeout
+            # for an answer), then retry. Those that come back lift their own
+            # fences; only a member that does not keeps the group waiting.
+            until = lease_end(now, lease_ms, self.config.lease_margin_ms) + lease_ms / 1000.0 \
+                + wire.MEMBER_RETRY_MAX_S
             for holders in (state.assignment, state.running):
                 for member_id, partitions in holders.items():
                     group.fences.fence(member_id, partitions, until, state.proofs.get(member_id, ""))

@@ -16,6 +16,7 @@ import signal
 import time
 from typing import Callable, Optional, Sequence
 
+from zkcoord import wire
 from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
 from zkcoord.drill.secure import DrillSecrets
@@ -27,7 +28,7 @@ from zkcoord.zk.ensemble import LocalEnsemble
 log = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.1          # the servers' --rebalance-delay-ms
-RECONNECT_S = 1.0         # a member's longest reconnect backoff
+RECONNECT_S = wire.MEMBER_RETRY_MAX_S  # a member's longest reconnect backoff
 REBALANCE_SLACK_S = 3.0   # a few round trips and ZooKeeper writes, on a loaded 2-core machine
 MAX_PARTITIONS = 24       # add-partitions stops growing the topic here
 
@@ -218,15 +219,22 @@ def standby_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 
 
 def _held(ctx: DrillCluster, fault: PlannedFault, target: str, bound: float, begin: Callable[[], None],
-          end: Callable[[], None], routed_around: bool, epoch_above: int = -1) -> FaultRecord:
+          end: Callable[[], None], routed_around: bool, epoch_above: int = -1,
+          recovered: Optional[Callable[[float], bool]] = None) -> FaultRecord:
     """A fault that lasts ``fault.hold_s``: ``begin``, hold, ``end`` (always),
     then a wait for a whole group. When the system must route around it (it
     outlasts a session timeout), the time to whole counts from ``begin`` and
-    the group must be whole (above ``epoch_above``) during the hold or soon after."""
+    the group must be whole (above ``epoch_above``) during the hold or soon
+    after; with ``recovered`` (given the injection's time), whole only once
+    that holds too (a fault that leaves the group looking whole at first)."""
     injected = time.time()
     begin()
+
+    def whole() -> bool:
+        return ctx.is_whole(epoch_above) and (recovered is None or recovered(injected))
+
     try:
-        whole_during = _hold(fault.hold_s, (lambda: ctx.is_whole(epoch_above)) if routed_around else None)
+        whole_during = _hold(fault.hold_s, whole if routed_around else None)
     finally:
         end()
     restored = time.time()
@@ -294,6 +302,33 @@ def coordinator_members_partition(ctx: DrillCluster, fault: PlannedFault) -> Fau
 
     return _held(ctx, fault, f"coordinator server {server.server_id}", ctx.coordinator_bound(), cut, heal,
                  routed_around=False)
+
+
+def one_way_loss(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    """A member's connection to the coordinator lost one way only, as after
+    a reset one side saw or a route lost one way: the packets of that open
+    connection dropped in one direction, new connections passing. The member
+    stops when its lease ends and registers again on a new connection; the
+    same incarnation takes its place back with what it consumed, so the
+    group is whole again about a session timeout after the injection."""
+    consumer = _pick([c for c in ctx.live_consumers() if c.netns is not None], fault)
+    if consumer is None:
+        return skipped(fault, "no consumer running in a namespace")
+    server = ctx.coordinator()
+    inbound = fault.kind == "member-to-coordinator-loss"
+    dropped: list[int] = []
+
+    def begin() -> None:
+        dropped.extend(consumer.netns.drop_one_way(server.port, inbound=inbound))
+
+    def started_again(injected: float) -> bool:  # it registered anew and was started on its partitions
+        return any(e["event"] == "start" and e["ts"] >= injected for e in read_json_lines(consumer.events_path))
+
+    record = _held(ctx, fault, consumer.name, ctx.member_bound(), begin, consumer.netns.heal, routed_around=True,
+                   recovered=started_again)
+    if not dropped:
+        return dataclasses.replace(record, note="no open connection to the coordinator was found to drop")
+    return record
 
 
 def _kill_zk_nodes(ctx: DrillCluster, fault: PlannedFault, count: int) -> FaultRecord:
@@ -412,6 +447,8 @@ ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {
     "coordinator-pause-short": coordinator_pause,
     "coordinator-zk-expiry": coordinator_zk_cut,
     "coordinator-zk-blip": coordinator_zk_cut,
+    "member-to-coordinator-loss": one_way_loss,
+    "coordinator-to-member-loss": one_way_loss,
     "zk-node-kill": zk_node_kill,
     "zk-quorum-loss": zk_quorum_loss,
     "consumer-partition": consumer_partition,

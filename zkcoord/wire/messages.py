@@ -213,6 +213,11 @@ SMALLEST = "smallest"
 LARGEST = "largest"
 OFFSET_RESETS = (SMALLEST, LARGEST)
 
+# The longest a member waits between two tries to reach its group's
+# coordinator (wire/README.md, "Registering"); a successor counts on it when
+# it keeps a returning member's partitions for it.
+MEMBER_RETRY_MAX_S = 1.0
+
 
 @dataclass(frozen=True)
 class RegisterConsumerRequest(Message):
