@@ -40,6 +40,9 @@ class DrillSettings:
                                         "three servers coordinates a slot, so that a standby kill kills another "
                                         "slot's coordinator)", validate=validate_slot_count)
     max_minutes: float = setting(60.0, "start no new fault after this many minutes", validate=_positive)
+    background_load: int = setting(0, "busy processes kept running beside the cluster from the first fault to "
+                                      "the end (0: none): a loaded machine, on which every process is slow "
+                                      "(2 per core keeps every core busy)", minimum=0, maximum=64)
     secure: bool = setting(False, "the drill's own cluster with every layer of security on: ZooKeeper with "
                                   "digest authentication, TLS and ACLs; servers with TLS, required "
                                   "authentication and the authorizer; members and the producer as SCRAM "

@@ -29,7 +29,7 @@ from zkcoord.drill.schedule import KINDS, PlannedFault, plan
 from zkcoord.drill.secure import ENSEMBLE_SECURITY, DrillSecrets
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
-from zkcoord.testing import LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
+from zkcoord.testing import CpuLoad, LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
 from zkcoord.zk.ensemble import LocalEnsemble
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,9 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Op
     resources = _Resources()
     try:
         ctx, workers = _bring_up(settings, kinds, directory, progress, resources)
+        if settings.background_load:
+            resources.load = CpuLoad(settings.background_load).start()
+            progress.say(f"drill: {settings.background_load} busy process(es) load the machine until the end")
         deadline = time.monotonic() + settings.max_minutes * 60
         for fault in schedule:
             if time.monotonic() > deadline:
@@ -164,9 +167,10 @@ class _Resources:
         self.workers: list = []
         self.in_flight: Optional[tuple[PlannedFault, float]] = None  # a fault under way, and since when
         self.secrets: Optional[DrillSecrets] = None
+        self.load: Optional[CpuLoad] = None
 
     def close(self, directory: Path) -> None:
-        steps = []
+        steps = [self.load.stop] if self.load is not None else []
         if self.in_flight is not None:  # its window still explains what happened under it
             fault, injected = self.in_flight
             steps.append(lambda: append_lines(directory / FAULTS, [dataclasses.asdict(

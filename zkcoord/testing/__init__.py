@@ -15,14 +15,14 @@ only through this package.
 from zkcoord.testing.checks import OwnershipViolation, group_is_whole, partitions_of
 from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluster, ServerProcess,
                                      cluster_in_chroot, read_json_lines)
-from zkcoord.testing.faults import ProxiedEnsemble, TcpProxy, expire_session
+from zkcoord.testing.faults import CpuLoad, ProxiedEnsemble, TcpProxy, expire_session
 from zkcoord.testing.process import ClusterError, ManagedProcess, cpu_seconds, exit_on_signal, zkcoord_command
 from zkcoord.testing.spark import SparkStandalone
 from zkcoord.testing.waiting import WaitTimeout, wait_until
 from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, scratch_ensemble, start_ensemble
 
 __all__ = [
-    "BrokerProcess", "ClusterError", "ConsumerProcess", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
+    "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
     "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout", "cluster_in_chroot",
     "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines",
     "scratch_ensemble", "start_ensemble", "wait_until", "zkcoord_command",

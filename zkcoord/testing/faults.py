@@ -1,4 +1,5 @@
-"""Fault injection on real ZooKeeper: expire sessions, drop or cut connections.
+"""Fault injection on real ZooKeeper: expire sessions, drop or cut connections;
+and a loaded machine (:class:`CpuLoad`), under which every process is slow.
 
 A ``TcpProxy`` sits between a client and one ZooKeeper node on 127.0.0.1. It
 forwards bytes both ways until told to ``drop()`` (close every connection: the
@@ -10,8 +11,11 @@ session timeout passes). ``heal()`` undoes a cut.
 
 from __future__ import annotations
 
+import os
 import select
 import socket
+import subprocess
+import sys
 import threading
 from typing import Iterable
 
@@ -133,6 +137,39 @@ class ProxiedEnsemble:
     def close(self) -> None:
         for proxy in self.proxies:
             proxy.close()
+
+
+# A CPU-bound loop that ends once its parent has gone, even killed with -9:
+# a load never outlives what started it.
+_BURN = ("import os, sys\n"
+         "parent = int(sys.argv[1])\n"
+         "while os.getppid() == parent:\n"
+         "    for _ in range(200_000):\n"
+         "        pass\n")
+
+
+class CpuLoad:
+    """``processes`` busy loops beside whatever runs here, at normal priority,
+    until ``stop``: with one or two per core, every process of a cluster
+    waits for a core (a load average well above the core count)."""
+
+    def __init__(self, processes: int):
+        self.processes = processes
+        self._running: list[subprocess.Popen] = []
+
+    def start(self) -> "CpuLoad":
+        parent = str(os.getpid())
+        self._running = [subprocess.Popen([sys.executable, "-c", _BURN, parent], stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         for _ in range(self.processes)]
+        return self
+
+    def stop(self) -> None:
+        for process in self._running:
+            process.kill()
+        for process in self._running:
+            process.wait(timeout=10)
+        self._running = []
 
 
 def expire_session(client: KazooClient, connect_string: str, timeout: float = 10.0) -> None:
