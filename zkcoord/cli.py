@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 from typing import Optional, Sequence
 
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.interrupts import Interruptible
 
 # Modules that contribute subcommands through `register(subparsers)`. Each
 # keeps its heavy imports (gevent, kazoo, the broker) inside its command
@@ -47,7 +49,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.verbose:  # kazoo narrates every connection at INFO; keep its warnings
         logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        return int(args.func(args) or 0)
+        # Ctrl-C raises KeyboardInterrupt even in a process started with SIGINT
+        # ignored (a shell's background job); commands with a shutdown of their
+        # own take it over (zkcoord.interrupts).
+        with Interruptible((signal.SIGINT,)):
+            return int(args.func(args) or 0)
     except ConfigError as exc:
         parser.exit(2, f"zkcoord: error: {exc}\n")
     except ZkcoordError as exc:

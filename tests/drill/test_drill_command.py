@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from zkcoord.drill.schedule import KINDS
-from zkcoord.testing import LocalCluster, wait_until
+from zkcoord.testing import LocalCluster, as_background_job, wait_until
 
 SUMMARY = re.compile(r"faults \d+; lost \d+; duplicates \d+ \(planned \d+\); double ownership \d+ "
                      r"\(max \d+ ms\); offset regressions \d+; max time to whole \d+\.\d s")
@@ -33,9 +33,10 @@ def drill(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def processes_under(directory: Path) -> list[str]:
-    """Command lines of running processes that name ``directory`` (what the drill started there)."""
-    found = []
+def processes_under(directory: Path) -> dict[int, str]:
+    """Running processes whose command line names ``directory`` (what the
+    drill started there), by pid."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -43,8 +44,18 @@ def processes_under(directory: Path) -> list[str]:
             except OSError:
                 continue
             if str(directory) in cmdline:
-                found.append(cmdline)
+                found[int(entry.name)] = cmdline
     return found
+
+
+def kill_processes_under(directory: Path) -> None:
+    """kill -9 whatever a drill that failed left running in ``directory``
+    (its servers and ZooKeeper nodes have sessions of their own)."""
+    for pid in processes_under(directory):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.timeout(600)
@@ -64,7 +75,7 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
     delivered_by = {json.loads(line)["member"].split("-")[0] for d in directory.glob("consumer-*")
                     for line in (d / "records.jsonl").read_text().splitlines() if line.endswith("}")}
     assert "rdkafka" in delivered_by, delivered_by
-    assert processes_under(directory) == []
+    assert processes_under(directory) == {}
 
 
 # The secured drill's faults: each one makes processes connect, sign in and
@@ -100,7 +111,7 @@ def test_a_short_secured_drill_passes_and_leaves_no_secret_behind(tmp_path):
     # Keys and passwords went with the run; the history stays.
     left = [p.name for p in directory.rglob("*") if p.suffix in (".pem", ".password") or p.name == "jaas.conf"]
     assert left == [] and not (directory / "secrets").exists()
-    assert processes_under(directory) == []
+    assert processes_under(directory) == {}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -137,10 +148,13 @@ def test_server_faults_are_skipped_against_a_cluster_the_drill_did_not_start(tmp
 
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_every_process_and_keeps_the_history(tmp_path):
+    # Started as a shell's background job starts it, SIGINT ignored (as under
+    # `make test &`): the drill must hear Ctrl-C whatever it inherited.
     directory = tmp_path / "drill"
     out = open(tmp_path / "out.txt", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "zkcoord.cli", "drill", "--faults", "50", "--seed", "5",
-                             "--kinds", "member-join,member-leave", "--dir", str(directory)],
+    proc = subprocess.Popen(as_background_job([sys.executable, "-m", "zkcoord.cli", "drill", "--faults", "50",
+                                               "--seed", "5", "--kinds", "member-join,member-leave",
+                                               "--dir", str(directory)]),
                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait_until(lambda: "[fault 2/50]" in (tmp_path / "out.txt").read_text(), timeout=180,
@@ -148,16 +162,18 @@ def test_ctrl_c_stops_every_process_and_keeps_the_history(tmp_path):
         assert processes_under(directory), "the drill's processes should be running"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130
+        text = (tmp_path / "out.txt").read_text()
+        assert "interrupted" in text and SUMMARY.fullmatch(text.strip().splitlines()[-1]), text[-3000:]
+        assert processes_under(directory) == {}
+        assert "INTERRUPTED" in (directory / "report.txt").read_text()
+        assert (directory / "produced.jsonl").stat().st_size > 0
+        assert json.loads((directory / "report.json").read_text())["interrupted"] is True
     finally:
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
         out.close()
-    text = (tmp_path / "out.txt").read_text()
-    assert "interrupted" in text and SUMMARY.fullmatch(text.strip().splitlines()[-1]), text[-3000:]
-    assert processes_under(directory) == []
-    assert "INTERRUPTED" in (directory / "report.txt").read_text()
-    assert (directory / "produced.jsonl").stat().st_size > 0
-    assert json.loads((directory / "report.json").read_text())["interrupted"] is True
+        kill_processes_under(directory)
 
 
 @pytest.mark.timeout(300)
@@ -178,7 +194,7 @@ def test_a_drill_against_an_existing_cluster_breaks_only_its_own_consumers(zk_co
         assert {f["kind"] for f in injected} <= {"consumer-kill", "member-join"} and injected
         assert all("needs the drill's own cluster" in f["note"] for f in report["faults"] if f not in injected)
         assert all(s.alive for s in cluster.servers.values())  # the drill left the servers alone
-        assert processes_under(directory) == []
+        assert processes_under(directory) == {}
 
 
 @pytest.mark.timeout(300)
@@ -205,6 +221,6 @@ def test_a_drill_against_a_cluster_on_a_secured_zookeeper(tmp_path):
             report = json.loads((directory / "report.json").read_text())
             assert report["ok"], report
             assert (directory / "samples.jsonl").stat().st_size > 0  # the sampler read the secured ZooKeeper
-            assert processes_under(directory) == []
+            assert processes_under(directory) == {}
     finally:
         ensemble.destroy()

@@ -21,6 +21,7 @@ def configure_spark_env() -> None:
 
 @pytest.fixture(scope="session")
 def spark():
+    pytest.importorskip("pyspark", reason="needs pyspark (scripts/install.sh spark)")
     configure_spark_env()
     from pyspark.sql import SparkSession
 

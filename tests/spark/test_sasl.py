@@ -17,7 +17,6 @@ from tests.spark.test_batch import records
 from zkcoord.security import acl, certs, scram, store
 from zkcoord.security.config import TlsConfig, librdkafka_settings
 from zkcoord.spark import PYTHON_SOURCE_NAME
-from zkcoord.spark.bridge import task_to_jvm
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.login import Login
 from zkcoord.spark.offsets import OffsetRange
@@ -82,7 +81,7 @@ def rows_of(df) -> list[tuple]:
 
 # -- options, and where the password goes ------------------------------------------------------
 
-def test_sasl_options_are_checked_and_the_password_shows_nowhere(tmp_path, monkeypatch):
+def test_sasl_options_are_checked_and_the_password_read_from_a_file_or_the_environment(tmp_path, monkeypatch):
     base = {"zookeeper": "h", "subscribe": "a"}
     options = parse_options({**base, "sasl.username": "alice", "sasl.passwordFile": "/p"}, streaming=False)
     assert options.sasl == SaslOptions("alice", "/p")
@@ -107,9 +106,14 @@ def test_sasl_options_are_checked_and_the_password_shows_nowhere(tmp_path, monke
                                                 r"PATH or \$PW"):
         SaslOptions("alice", password_env="PW").login()
 
-    # It travels in the task, shown by no repr (Spark's InputPartition prints its fields).
+
+def test_the_password_travels_in_the_task_and_shows_in_no_repr():
+    # Spark's InputPartition prints its fields.
     task = ReadTask(OffsetRange("t", 0, 0, 5), "127.0.0.1:9092", login=Login("alice", "s3cret"))
     assert "s3cret" not in repr(task) and "alice" in repr(task)
+    pytest.importorskip("pyspark")  # the bridge to the JVM reader is pyspark's
+    from zkcoord.spark.bridge import task_to_jvm
+
     assert task_to_jvm(task)["sasl"] == {"user": "alice", "password": "s3cret", "plainWithoutTls": False}
 
 

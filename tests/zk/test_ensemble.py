@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
+import uuid
 
 import pytest
 from kazoo.client import KazooClient, KazooState
@@ -208,6 +210,103 @@ def test_cli_up_status_kill_start_down(tmp_path):
         down = _zkcoord("zk", "down", "--dir", directory)
     assert down.returncode == 0, down.stderr
     assert LocalEnsemble.load(directory).running_nodes() == []
+
+
+def _holds(connect: str, path: str) -> bool:
+    client = _client(connect)
+    try:
+        return client.exists(path) is not None
+    finally:
+        client.stop()
+
+
+def _apart(first: str, second: str) -> bool:
+    """Whether two connect strings reach two different ensembles: a node
+    written through one is absent from the other."""
+    path = f"/written-{uuid.uuid4().hex[:8]}"
+    client = _client(first)
+    try:
+        client.create(path, b"")
+    finally:
+        client.stop()
+    return not _holds(second, path)
+
+
+def test_two_ensembles_started_at_once_come_up_on_ports_of_their_own(tmp_path):
+    directories = [tmp_path / "a", tmp_path / "b"]
+    ups = [subprocess.Popen([sys.executable, "-m", "zkcoord.cli", "zk", "up", "--nodes", "1", "--tick-ms", "250",
+                             "--dir", str(d)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for d in directories]
+    try:
+        outputs = [up.communicate(timeout=120) for up in ups]
+        assert [up.returncode for up in ups] == [0, 0], outputs
+        connects = [out.strip().splitlines()[-1] for out, _ in outputs]
+        assert connects == [LocalEnsemble.load(d).connect_string for d in directories]
+        assert connects[0] != connects[1]
+        assert _apart(*connects) and _apart(*reversed(connects))
+    finally:
+        for up in ups:
+            if up.poll() is None:
+                up.kill()
+                up.communicate()
+        for directory in directories:
+            if (directory / "ensemble.json").exists():
+                LocalEnsemble.load(directory).stop()
+
+
+def test_a_node_whose_client_port_another_zookeeper_holds_is_never_reported_ready(tmp_path):
+    other = LocalEnsemble.create(tmp_path / "other", nodes=1, tick_ms=250)
+    try:
+        other.start(timeout=60)
+        port = other.client_port(1)
+        up = _zkcoord("zk", "up", "--nodes", "1", "--tick-ms", "250", "--base-port", str(port),
+                      "--dir", str(tmp_path / "mine"))
+        assert up.returncode == 1, up.stdout + up.stderr
+        assert f"node 1 of the ensemble in {tmp_path / 'mine'} could not bind 127.0.0.1:{port}: another " \
+               f"process holds it" in up.stderr
+        assert f"127.0.0.1:{port}" not in up.stdout
+        mine = LocalEnsemble.load(tmp_path / "mine")
+        assert mine.running_nodes() == []
+        assert [(s.mode, s.foreign) for s in mine.status()] == [(None, True)]  # the answer there is not its own
+        assert not mine.is_whole()
+    finally:
+        other.stop()
+        if (tmp_path / "mine" / "ensemble.json").exists():
+            LocalEnsemble.load(tmp_path / "mine").stop()
+
+
+def test_an_ensemble_whose_chosen_ports_were_taken_before_it_started_moves_to_free_ones(tmp_path):
+    mine = LocalEnsemble.create(tmp_path / "mine", nodes=1, tick_ms=250)
+    chosen = mine.base_port
+    # Another ensemble takes the block between the choice and the start, as a
+    # second `zk up` choosing at the same moment would.
+    other = LocalEnsemble.create(tmp_path / "other", nodes=1, tick_ms=250, base_port=chosen)
+    try:
+        other.start(timeout=60)
+        mine.start(timeout=60)
+        assert mine.base_port != chosen
+        assert LocalEnsemble.load(tmp_path / "mine").connect_string == mine.connect_string
+        assert [s.mode for s in mine.status()] == ["standalone"]
+        assert _apart(mine.connect_string, other.connect_string)
+        assert _apart(other.connect_string, mine.connect_string)
+    finally:
+        mine.stop()
+        other.stop()
+
+
+def test_a_node_that_cannot_bind_its_election_port_is_not_counted_as_serving(tmp_path):
+    # Such a node does not exit at once: it retries for seconds, long enough
+    # to be elected into a quorum that then loses it.
+    ensemble = LocalEnsemble.create(tmp_path / "zk", nodes=3, tick_ms=250)
+    chosen, election_port = ensemble.base_port, ensemble.node_ports(3)[2]
+    try:
+        with socket.create_server(("127.0.0.1", election_port)):
+            ensemble.start(timeout=60)
+            assert ensemble.base_port != chosen
+            assert election_port not in [port for node in ensemble.node_ids for port in ensemble.node_ports(node)]
+            assert sorted(s.mode for s in ensemble.status()) == ["follower", "follower", "leader"]
+    finally:
+        ensemble.stop()
 
 
 @pytest.mark.parametrize(

@@ -64,9 +64,7 @@ def run(args) -> int:
         monkey.patch_all()
 
     import logging
-    import signal
 
-    import gevent
     import gevent.event
     from zkcoord.zk import client as zk_client
     from zkcoord.zk.gevent_handler import GeventHandler
@@ -82,6 +80,7 @@ def run(args) -> int:
     from zkcoord.metrics.endpoint import MetricsEndpoint
     from zkcoord.readiness import write_port_file
     from zkcoord.errors import ZkcoordError
+    from zkcoord.interrupts import on_stop
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     registry = families.new_registry()  # this process's own
@@ -127,8 +126,7 @@ def run(args) -> int:
         write_port_file(args.port_file, port=broker.port,
                         **({"metrics_port": endpoint.port} if endpoint is not None else {}))
     done = gevent.event.Event()
-    gevent.signal_handler(signal.SIGTERM, done.set)
-    gevent.signal_handler(signal.SIGINT, done.set)
+    on_stop(done.set, greenlet=True)
     done.wait()
     broker.stop(timeout=10)
     if endpoint is not None:

@@ -151,6 +151,7 @@ def _be_slow_if_armed(slow_ms: int) -> None:
 def run(args: argparse.Namespace) -> int:
     from zkcoord.consumer.consumer import Consumer
     from zkcoord.errors import ConfigError
+    from zkcoord.interrupts import on_stop
 
     if args.max_messages < 0:
         raise ConfigError("--max-messages must not be negative")
@@ -159,8 +160,7 @@ def run(args: argparse.Namespace) -> int:
     if args.process_ms < 0:
         raise ConfigError("--process-ms must not be negative")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    on_stop(stop.set)
     signal.signal(signal.SIGUSR1, lambda *_: _slow_armed_at.update(t=time.monotonic()))
     out = _open_for_append(args.output) if args.output else sys.stdout
 

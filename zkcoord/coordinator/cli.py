@@ -77,12 +77,12 @@ def run(args: argparse.Namespace) -> int:
     import gevent
 
     from zkcoord.coordinator.server import Server
+    from zkcoord.interrupts import on_stop
 
     config = config_from(args)
     server = Server(config)
     server.start()
-    gevent.signal_handler(signal.SIGTERM, server.stop)
-    gevent.signal_handler(signal.SIGINT, server.stop)
+    on_stop(server.stop, greenlet=True)
     gevent.signal_handler(signal.SIGUSR1, server.log_state)  # kill -USR1: what every greenlet is doing
     broker_port = server.broker.port if server.broker is not None else None
     ports = {"broker_port": broker_port, "metrics_port": server.metrics_port}

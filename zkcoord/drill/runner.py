@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from zkcoord.drill.schedule import KINDS, PlannedFault, plan
 from zkcoord.drill.secure import ENSEMBLE_SECURITY, DrillSecrets
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
+from zkcoord.interrupts import Interruptible
 from zkcoord.testing import CpuLoad, LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
 from zkcoord.zk.ensemble import LocalEnsemble
 
@@ -72,10 +72,6 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Optional[str]]:
     """Run the whole drill; returns the verdict, the text report, and why it
     stopped early (None: it ran to the end; "interrupted"; "aborted: ..."). The
@@ -99,53 +95,49 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Op
 
     # The drill breaks ZooKeeper on purpose; its own clients' reconnect chatter is noise.
     logging.getLogger("kazoo").setLevel(logging.ERROR)
-    previous_int = signal.getsignal(signal.SIGINT)
-    previous_term = signal.signal(signal.SIGTERM, _interrupt)
     stopped_early: Optional[str] = None
     resources = _Resources()
-    try:
-        ctx, workers = _bring_up(settings, kinds, directory, progress, resources)
-        if settings.background_load:
-            resources.load = CpuLoad(settings.background_load).start()
-            progress.say(f"drill: {settings.background_load} busy process(es) load the machine until the end")
-        deadline = time.monotonic() + settings.max_minutes * 60
-        for fault in schedule:
-            if time.monotonic() > deadline:
-                progress.say(f"drill: time bound of {settings.max_minutes:g} min reached; "
-                             f"{len(schedule) - fault.index + 1} faults not run")
-                break
-            progress.fault(fault)
-            if fault.kind in skipped:
-                record = fault_actions.skipped(fault, skipped[fault.kind])
-            else:
-                resources.in_flight = (fault, time.time())
-                record = fault_actions.ACTIONS[fault.kind](ctx, fault)
-                resources.in_flight = None
-            append_lines(directory / FAULTS, [dataclasses.asdict(record)])
-            progress.say(f"    {record.target}: " + (
-                record.note or ("NOT whole again" if record.time_to_whole is None
-                                else f"whole again in {record.time_to_whole:.1f} s (bound {record.bound_s:.1f} s)")))
-            if fault_actions.keep_population(ctx):
-                ctx.wait_whole(60)
-            time.sleep(fault.settle_s)  # a quiet spell between faults is part of the schedule
-        progress.say("drill: faults done; draining")
-        _drain(ctx, workers, progress)
-    except KeyboardInterrupt:
-        stopped_early = "interrupted"
-        progress.say("drill: interrupted; stopping every process it started")
-    except Exception as exc:  # noqa: BLE001 - whatever broke the drill, judge and report what it gathered
-        stopped_early = f"aborted: {type(exc).__name__}: {exc}"
-        log.exception("drill aborted")
-        progress.say(f"drill: {stopped_early}; stopping every process it started")
-    finally:
-        # Let the clean-up finish: a second Ctrl-C or SIGTERM must not leave processes behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Ctrl-C and SIGTERM alike stop the drill, whatever SIGINT's disposition
+    # was when it started (a shell's background job starts it ignored).
+    with Interruptible() as stop_signals:
         try:
-            resources.close(directory)
+            ctx, workers = _bring_up(settings, kinds, directory, progress, resources)
+            if settings.background_load:
+                resources.load = CpuLoad(settings.background_load).start()
+                progress.say(f"drill: {settings.background_load} busy process(es) load the machine until the end")
+            deadline = time.monotonic() + settings.max_minutes * 60
+            for fault in schedule:
+                if time.monotonic() > deadline:
+                    progress.say(f"drill: time bound of {settings.max_minutes:g} min reached; "
+                                 f"{len(schedule) - fault.index + 1} faults not run")
+                    break
+                progress.fault(fault)
+                if fault.kind in skipped:
+                    record = fault_actions.skipped(fault, skipped[fault.kind])
+                else:
+                    resources.in_flight = (fault, time.time())
+                    record = fault_actions.ACTIONS[fault.kind](ctx, fault)
+                    resources.in_flight = None
+                append_lines(directory / FAULTS, [dataclasses.asdict(record)])
+                progress.say(f"    {record.target}: " + (record.note or (
+                    "NOT whole again" if record.time_to_whole is None
+                    else f"whole again in {record.time_to_whole:.1f} s (bound {record.bound_s:.1f} s)")))
+                if fault_actions.keep_population(ctx):
+                    ctx.wait_whole(60)
+                time.sleep(fault.settle_s)  # a quiet spell between faults is part of the schedule
+            progress.say("drill: faults done; draining")
+            _drain(ctx, workers, progress)
+        except KeyboardInterrupt:
+            stopped_early = "interrupted"
+            progress.say("drill: interrupted; stopping every process it started")
+        except Exception as exc:  # noqa: BLE001 - whatever broke the drill, judge and report what it gathered
+            stopped_early = f"aborted: {type(exc).__name__}: {exc}"
+            log.exception("drill aborted")
+            progress.say(f"drill: {stopped_early}; stopping every process it started")
         finally:
-            signal.signal(signal.SIGINT, previous_int)
-            signal.signal(signal.SIGTERM, previous_term)
+            # Let the clean-up finish: a second Ctrl-C or SIGTERM must not leave processes behind.
+            stop_signals.shield()
+            resources.close(directory)
     history = History.load(directory)
     verdict = check(history, interrupted=stopped_early is not None)
     settings_shown = settings.shown()

@@ -3,7 +3,8 @@ the demo, the drill, the tests and the benchmarks start and break processes
 only through this package.
 
 - :mod:`~zkcoord.testing.process`: a managed process (readiness by port file,
-  kill -9, SIGSTOP/SIGCONT, SIGTERM, log tail, CPU seconds);
+  kill -9, SIGSTOP/SIGCONT, SIGTERM, log tail, CPU seconds), and a command
+  started as a shell's background job would be (SIGINT ignored);
 - :mod:`~zkcoord.testing.cluster`: servers, brokers and consumers as processes;
 - :mod:`~zkcoord.testing.zookeeper`: ensembles and fresh chroots;
 - :mod:`~zkcoord.testing.spark`: a Spark standalone cluster (master and workers) as processes;
@@ -16,14 +17,16 @@ from zkcoord.testing.checks import OwnershipViolation, group_is_whole, partition
 from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluster, ServerProcess,
                                      cluster_in_chroot, read_json_lines)
 from zkcoord.testing.faults import CpuLoad, ProxiedEnsemble, TcpProxy, expire_session
-from zkcoord.testing.process import ClusterError, ManagedProcess, cpu_seconds, exit_on_signal, zkcoord_command
+from zkcoord.testing.process import (ClusterError, ManagedProcess, as_background_job, cpu_seconds, exit_on_signal,
+                                     zkcoord_command)
 from zkcoord.testing.spark import SparkStandalone
 from zkcoord.testing.waiting import WaitTimeout, wait_until
 from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, scratch_ensemble, start_ensemble
 
 __all__ = [
     "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
-    "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout", "cluster_in_chroot",
-    "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot", "group_is_whole", "partitions_of", "read_json_lines",
-    "scratch_ensemble", "start_ensemble", "wait_until", "zkcoord_command",
+    "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout",
+    "as_background_job", "cluster_in_chroot", "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot",
+    "group_is_whole", "partitions_of", "read_json_lines", "scratch_ensemble", "start_ensemble", "wait_until",
+    "zkcoord_command",
 ]

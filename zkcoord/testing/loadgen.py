@@ -23,7 +23,6 @@ import dataclasses  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import resource  # noqa: E402
-import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -34,6 +33,7 @@ import gevent.os  # noqa: E402
 from zkcoord import settings  # noqa: E402
 from zkcoord.consumer.config import MemberConfig  # noqa: E402
 from zkcoord.errors import ConfigError  # noqa: E402
+from zkcoord.interrupts import on_stop  # noqa: E402
 from zkcoord.consumer.membership import GroupMembership  # noqa: E402
 
 # A member blocked on its connection wakes this often when no request comes:
@@ -160,8 +160,7 @@ def main(argv=None) -> int:
         return 2
     load = Load(args.bootstrap, args.prefix, args.groups, args.first, args.last, member)
     done = gevent.event.Event()
-    gevent.signal_handler(signal.SIGTERM, done.set)
-    gevent.signal_handler(signal.SIGINT, done.set)
+    on_stop(done.set, greenlet=True)
 
     def watch_stdin():  # EOF: whoever started us has gone
         while gevent.os.tp_read(sys.stdin.fileno(), 4096):

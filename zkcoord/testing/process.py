@@ -35,6 +35,20 @@ def zkcoord_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "zkcoord.cli", *args]
 
 
+# A shell starts a background job (`make test &`, a CI step) with SIGINT
+# ignored, and an ignored signal stays ignored across exec. This launcher does
+# the same for one command, whoever runs the harness.
+_SIGINT_IGNORED = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                   "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def as_background_job(command: Sequence[str]) -> list[str]:
+    """``command`` as a shell's background job would run it: with SIGINT
+    ignored from the start. A test that sends Ctrl-C starts its process so,
+    to hold whatever sends it to the same start however the test was run."""
+    return [sys.executable, "-c", _SIGINT_IGNORED, *command]
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds that process ``pid`` has used so far (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

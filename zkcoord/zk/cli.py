@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _print_status(ensemble: LocalEnsemble) -> None:
     for s in ensemble.status():
-        print(f"node {s.node}  127.0.0.1:{s.client_port}  {s.mode or 'down'}")
+        print(f"node {s.node}  127.0.0.1:{s.client_port}  {s.shown}")
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -9,6 +9,16 @@ find and stop it later from the directory alone.
 
 The same class serves the CLI, the test harness and the benchmarks, so the
 ensemble a test uses is the one a user gets.
+
+A node is up only when the node itself says so: its own process is running
+and the server answering on its client port reports the node's own data
+directory (the ``conf`` four-letter word). A port that merely answers may be
+another ensemble's, which took the port between the moment this one found it
+free and the moment its node tried to bind it (nothing reserves a port). A
+node that could not bind a port says so in its log, and stops (at once, or
+after retrying for seconds); :meth:`LocalEnsemble.start` then moves an
+ensemble whose ports it chose to a fresh block, a bounded number of times,
+and otherwise raises :class:`PortInUse` naming the port.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import secrets
@@ -25,7 +36,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from zkcoord.errors import ConfigError, EnsembleError
 from zkcoord.settings import check, default, of, setting
@@ -34,6 +45,8 @@ from zkcoord.zk.security import AUTH_SCHEMES, SASL_MECHANISMS, ZkSecurity
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is used: gevent patches it first in servers
     import ssl
+
+log = logging.getLogger(__name__)
 
 VALID_SIZES = (1, 3, 5)
 USER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -59,19 +72,51 @@ QUORUM_PORT_OFFSET = 100
 ELECTION_PORT_OFFSET = 200
 SERVING_MODES = ("leader", "follower", "standalone")
 
+# Where a base port is drawn from when none is given: below Linux's ephemeral
+# range (32768 up), from which the kernel takes the local port of every
+# outgoing connection, so that none of those takes a port of ours between the
+# probe and the node's bind. Blocks 7 apart leave a 5-node block's client ports
+# clear of the next one's.
+PORT_RANGE = (21000, 32000)
+PORT_STEP = 7
+# Fresh blocks start() tries when a node finds a port of its chosen block taken.
+PORT_ATTEMPTS = 5
+# What a node's log says when a port of its is taken, and how it names a port.
+BIND_FAILURE = "java.net.BindException"
+LOGGED_ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")
+
+
+class PortInUse(EnsembleError):
+    """A node could not bind one of its ports: another process holds it."""
+
+    def __init__(self, directory: Path, node: int, port: Optional[int], ports: Sequence[int]):
+        self.node, self.port = node, port
+        which = f"127.0.0.1:{port}" if port is not None else "one of " + ", ".join(map(str, ports))
+        super().__init__(f"node {node} of the ensemble in {directory} could not bind {which}: another process "
+                         f"holds it")
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeStatus:
-    """What a node said to the ``srvr`` four-letter word; mode None when it did not answer."""
+    """What a node said to the ``srvr`` four-letter word. Mode None when it did
+    not answer, or when what answered on its port is not the node (``foreign``:
+    its process is not running, or the server there has another data directory)."""
 
     node: int
     client_port: int
     mode: Optional[str]
     pid: Optional[int]
+    foreign: bool = False
 
     @property
     def serving(self) -> bool:
         return self.mode in SERVING_MODES
+
+    @property
+    def shown(self) -> str:
+        if self.foreign:
+            return "down (another server answers on its port)"
+        return self.mode or "down"
 
 
 def validate_size(nodes: int) -> int:
@@ -94,7 +139,8 @@ class EnsembleConfig:
     """A local ensemble's shape: how many nodes, their ports and their tick."""
 
     nodes: int = setting(3, "ZooKeeper servers in the ensemble", choices=VALID_SIZES)
-    base_port: Optional[int] = setting(None, "first client port (default: a free one)",
+    base_port: Optional[int] = setting(None, "first client port (default: a free block, moved to another "
+                                             "if a node finds a port of it taken)",
                                        validate=validate_base_port)
     tick_ms: int = setting(500, "ZooKeeper's tickTime", minimum=50, maximum=10_000)
     auth: str = setting("none", "how clients authenticate: digest (ZooKeeper's built-in user:password "
@@ -120,7 +166,11 @@ class EnsembleConfig:
 
 
 def _port_free(port: int) -> bool:
+    """Whether a ZooKeeper node could bind ``port`` now. With SO_REUSEADDR, as
+    ZooKeeper binds its ports: a port whose last connections linger in
+    TIME_WAIT is free to it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
@@ -128,11 +178,23 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def find_free_base_port(nodes: int, start: int = 21000, stop: int = 60000, step: int = 7) -> int:
-    """First base port from ``start`` whose client, quorum and election ports are all free."""
-    for base in range(start, stop, step):
-        ports = [base + off + k for off in (0, QUORUM_PORT_OFFSET, ELECTION_PORT_OFFSET) for k in range(nodes)]
-        if all(_port_free(p) for p in ports):
+def block_ports(base_port: int, nodes: int) -> list[int]:
+    """Every port an ensemble of ``nodes`` from ``base_port`` listens on."""
+    return [base_port + offset + k for offset in (0, QUORUM_PORT_OFFSET, ELECTION_PORT_OFFSET) for k in range(nodes)]
+
+
+def find_free_base_port(nodes: int, start: int = PORT_RANGE[0], stop: int = PORT_RANGE[1],
+                        step: int = PORT_STEP) -> int:
+    """A base port between ``start`` and ``stop`` whose client, quorum and
+    election ports are all free now. The search begins at a block drawn at
+    random, so two ensembles choosing at the same moment seldom draw the same
+    one (both scanning from ``start`` always did); a free port is not a
+    reserved one, so whoever starts the nodes still checks that they bound."""
+    bases = range(start, stop, step)
+    first = secrets.randbelow(len(bases))
+    for i in range(len(bases)):
+        base = bases[(first + i) % len(bases)]
+        if all(_port_free(p) for p in block_ports(base, nodes)):
             return base
     raise EnsembleError(f"no free block of ports for {nodes} ZooKeeper nodes between {start} and {stop}")
 
@@ -164,6 +226,24 @@ def _mode_from_srvr(text: Optional[str]) -> Optional[str]:
     return None
 
 
+def _port_not_bound(log_text: str, ports: Sequence[int]) -> Optional[int]:
+    """Which of a node's ``ports`` it could not bind: the last of them its
+    log names before its first BindException ("binding to port
+    /127.0.0.1:P", "Exception while listening to address /127.0.0.1:P")."""
+    before = log_text[:log_text.find(BIND_FAILURE)]
+    named = [int(port) for port in LOGGED_ADDRESS.findall(before) if int(port) in ports]
+    return named[-1] if named else None
+
+
+def _data_dir_from_conf(text: Optional[str]) -> Optional[Path]:
+    """The data directory a server's ``conf`` reports (ZooKeeper's own
+    ``version-2`` below the configured one), None if it did not answer."""
+    for line in (text or "").splitlines():
+        if line.startswith("dataDir="):
+            return Path(line.split("=", 1)[1].strip())
+    return None
+
+
 def _pid_alive(pid: int, config_path: Path) -> bool:
     """True if ``pid`` is running the node configured by ``config_path``
     (checked by command line, so a recycled pid is not mistaken for the node)."""
@@ -184,12 +264,18 @@ class LocalEnsemble:
 
     def __init__(self, directory: Path, nodes: int, base_port: int, tick_ms: int, pids: dict[int, int],
                  auth: str = "none", users: tuple[str, ...] = (), tls: bool = False,
-                 sasl_mechanism: str = default(ZkSecurity, "zk_sasl_mechanism")):
+                 sasl_mechanism: str = default(ZkSecurity, "zk_sasl_mechanism"), ports_chosen: bool = False):
         self.directory = Path(directory).resolve()
         self.nodes = validate_size(nodes)
         self.base_port = validate_base_port(base_port)
+        # True when no base port was given: start() may then move the ensemble
+        # to another block; ports someone asked for stay what they asked.
+        self.ports_chosen = ports_chosen
         self.tick_ms = tick_ms
         self._pids = dict(pids)
+        # The nodes this object started: their processes, and where their logs stood then.
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._log_starts: dict[int, int] = {}
         if auth not in AUTH_SCHEMES:
             raise ConfigError(f"auth must be one of {AUTH_SCHEMES}, not {auth!r}")
         self.auth = auth
@@ -213,10 +299,9 @@ class LocalEnsemble:
                     f"{directory} already holds a running ensemble ({existing.connect_string}); "
                     "take it down first"
                 )
-        if base_port is None:
-            base_port = find_free_base_port(nodes)
-        ensemble = cls(directory, nodes, base_port, tick_ms, pids={}, auth=config.auth, users=config.users,
-                       tls=config.tls, sasl_mechanism=config.sasl_mechanism)
+        ensemble = cls(directory, nodes, base_port if base_port is not None else find_free_base_port(nodes),
+                       tick_ms, pids={}, auth=config.auth, users=config.users, tls=config.tls,
+                       sasl_mechanism=config.sasl_mechanism, ports_chosen=base_port is None)
         ensemble._write_credentials()
         ensemble._write_configs()
         ensemble._save()
@@ -244,6 +329,7 @@ class LocalEnsemble:
                 users=tuple(str(u) for u in state.get("users", ())),
                 tls=bool(state.get("tls", False)),
                 sasl_mechanism=str(state.get("sasl_mechanism", default(ZkSecurity, "zk_sasl_mechanism"))),
+                ports_chosen=bool(state.get("ports_chosen", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EnsembleError(f"{path} is damaged: {exc!r}") from None
@@ -254,6 +340,7 @@ class LocalEnsemble:
             "version": STATE_VERSION,
             "nodes": self.nodes,
             "base_port": self.base_port,
+            "ports_chosen": self.ports_chosen,
             "tick_ms": self.tick_ms,
             "pids": {str(k): v for k, v in sorted(self._pids.items())},
             "auth": self.auth,
@@ -279,8 +366,18 @@ class LocalEnsemble:
     def node_ids(self) -> range:
         return range(1, self.nodes + 1)
 
+    def node_ports(self, node: int) -> list[int]:
+        """The ports node ``node`` binds: its client port, and with peers its quorum and election ports."""
+        port = self.client_port(node)
+        if self.nodes == 1:
+            return [port]
+        return [port, port + QUORUM_PORT_OFFSET, port + ELECTION_PORT_OFFSET]
+
     def node_dir(self, node: int) -> Path:
         return self.directory / f"node-{node}"
+
+    def data_dir(self, node: int) -> Path:
+        return self.node_dir(node) / "data"
 
     def config_path(self, node: int) -> Path:
         return self.node_dir(node) / "zoo.cfg"
@@ -423,7 +520,7 @@ class LocalEnsemble:
 
     def _write_configs(self) -> None:
         for node in self.node_ids:
-            data_dir = self.node_dir(node) / "data"
+            data_dir = self.data_dir(node)
             data_dir.mkdir(parents=True, exist_ok=True)
             (data_dir / "myid").write_text(f"{node}\n")
             lines = [
@@ -482,12 +579,12 @@ class LocalEnsemble:
     def start_node(self, node: int) -> int:
         """Start one node (no-op if it runs already); returns its pid."""
         self._check_node(node)
-        pid = self._pids.get(node)
-        if pid is not None and _pid_alive(pid, self.config_path(node)):
-            return pid
+        if self._running(node):
+            return self._pids[node]
         if not self.config_path(node).exists():
             raise EnsembleError(f"node {node} has no configuration in {self.node_dir(node)}")
         with open(self.log_path(node), "ab") as log:
+            self._log_starts[node] = log.tell()
             proc = subprocess.Popen(
                 self._java_command(node),
                 stdin=subprocess.DEVNULL,
@@ -497,43 +594,81 @@ class LocalEnsemble:
                 start_new_session=True,  # outlives `zkcoord zk up`
             )
         self._pids[node] = proc.pid
+        self._procs[node] = proc
         self._save()
         return proc.pid
 
     def kill_node(self, node: int, sig: int = signal.SIGKILL) -> None:
         """Stop one node with ``sig`` (kill -9 by default) and wait until it is gone."""
         self._check_node(node)
-        pid = self._pids.pop(node, None)
+        if self._running(node):
+            pid = self._pids[node]
+            deadline = time.monotonic() + 10
+            try:
+                os.kill(pid, sig)
+                while self._running(node):
+                    if time.monotonic() > deadline:
+                        os.kill(pid, signal.SIGKILL)
+                        deadline = time.monotonic() + 10
+                    time.sleep(0.02)
+            except ProcessLookupError:
+                pass  # gone meanwhile
+        self._pids.pop(node, None)
+        self._procs.pop(node, None)
         self._save()
-        if pid is None or not _pid_alive(pid, self.config_path(node)):
-            return
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 10
-        while _pid_alive(pid, self.config_path(node)):
-            self._reap(pid)
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                deadline = time.monotonic() + 10
-            time.sleep(0.02)
 
-    @staticmethod
-    def _reap(pid: int) -> None:
-        # A node started by this process is our child: reap it so it does not
-        # linger as a zombie that still looks alive in /proc.
+    def _running(self, node: int) -> bool:
+        """Whether node ``node``'s process runs. A node this object started is
+        asked of its process handle: between exec and the JVM's start, /proc
+        shows the process with no command line yet. Another's is found in
+        /proc by the pid it recorded and its command line, so a recycled pid
+        is not mistaken for the node."""
+        pid = self._pids.get(node)
+        if pid is None:
+            return False
+        proc = self._procs.get(node)
+        if proc is not None and proc.pid == pid:
+            return proc.poll() is None
+        # It may still be a child of this process, started by another object:
+        # reap it so that it does not linger as a zombie.
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+        return _pid_alive(pid, self.config_path(node))
 
     def start(self, timeout: float = 60.0) -> None:
+        """Start every node and wait, up to ``timeout`` seconds, until each
+        one serves. A node that stops because another process holds one of its
+        ports ends the wait at once: the nodes this call started are stopped
+        and, if the ensemble chose its ports and none of its nodes ran before,
+        it moves to a fresh block (up to PORT_ATTEMPTS blocks in all);
+        otherwise :class:`PortInUse` names the port."""
         if self.kerberos:
             self.realm.start()  # the nodes log in to it as they start
-        for node in self.node_ids:
-            self.start_node(node)
-        self.wait_until_whole(timeout)
+        deadline = time.monotonic() + timeout
+        running_before = set(self.running_nodes())
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            for node in self.node_ids:
+                self.start_node(node)
+            try:
+                self.wait_until_whole(max(0.0, deadline - time.monotonic()))
+                return
+            except PortInUse as exc:
+                for node in self.node_ids:
+                    if node not in running_before:
+                        self.kill_node(node)
+                if running_before or not self.ports_chosen or attempt == PORT_ATTEMPTS:
+                    raise
+                self._move_to_free_ports()
+                log.warning("%s; ensemble in %s moved to ports from %d (block %d of at most %d)",
+                            exc, self.directory, self.base_port, attempt + 1, PORT_ATTEMPTS)
+
+    def _move_to_free_ports(self) -> None:
+        """Another block of ports for a stopped ensemble, in its configuration and state."""
+        self.base_port = find_free_base_port(self.nodes)
+        self._write_configs()
+        self._save()
 
     def stop(self) -> None:
         """Stop every node: SIGTERM, then SIGKILL for any that lingers."""
@@ -555,21 +690,25 @@ class LocalEnsemble:
         self.jaas_path.unlink(missing_ok=True)
 
     def running_nodes(self) -> list[int]:
-        return [k for k, pid in sorted(self._pids.items()) if _pid_alive(pid, self.config_path(k))]
+        return [k for k in sorted(self._pids) if self._running(k)]
 
     # -- health ----------------------------------------------------------------------------
 
     def status(self) -> list[NodeStatus]:
+        """Each node's mode, from the node itself: what answers on a node's
+        client port counts only if the node's own process runs and the server
+        reports the node's data directory."""
         tls = self._client_tls_context() if self.tls else None
-        return [
-            NodeStatus(
-                node=k,
-                client_port=self.client_port(k),
-                mode=_mode_from_srvr(four_letter_word(self.client_port(k), "srvr", tls=tls)),
-                pid=self._pids.get(k),
-            )
-            for k in self.node_ids
-        ]
+        return [self._node_status(k, tls) for k in self.node_ids]
+
+    def _node_status(self, node: int, tls: Optional[ssl.SSLContext]) -> NodeStatus:
+        port, pid = self.client_port(node), self._pids.get(node)
+        mode = _mode_from_srvr(four_letter_word(port, "srvr", tls=tls))
+        if mode is None:
+            return NodeStatus(node, port, None, pid)
+        ours = (self._running(node)
+                and _data_dir_from_conf(four_letter_word(port, "conf", tls=tls)) == self.data_dir(node) / "version-2")
+        return NodeStatus(node, port, mode if ours else None, pid, foreign=not ours)
 
     def has_quorum(self) -> bool:
         """A majority of nodes serve and exactly one of them leads (or one standalone node serves)."""
@@ -589,23 +728,50 @@ class LocalEnsemble:
         return modes == sorted(["leader"] + ["follower"] * (self.nodes - 1))
 
     def wait_until_whole(self, timeout: float = 60.0) -> None:
-        self._wait(self.is_whole, timeout, "every node serving with one leader")
+        """Wait until every node serves; a started node that stops meanwhile,
+        or finds a port of its taken, ends the wait (:class:`PortInUse`)."""
+        self._wait(self.is_whole, timeout, "every node serving with one leader", every_node=True)
 
     def wait_for_quorum(self, timeout: float = 60.0) -> None:
         self._wait(self.has_quorum, timeout, "a quorum")
 
-    def _wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    def _wait(self, condition: Callable[[], bool], timeout: float, what: str, every_node: bool = False) -> None:
         deadline = time.monotonic() + timeout
-        while not condition():
-            for node, pid in list(self._pids.items()):
-                self._reap(pid)
+        while True:
+            # Failures first: a node that cannot bind its election port may
+            # already be counted in a quorum it is about to leave.
+            failures = [self._start_failure(node) for node in list(self._pids)] if every_node else []
+            for failure in filter(None, failures):
+                raise failure
+            if condition():
+                return
             if time.monotonic() > deadline:
-                summary = ", ".join(f"node {s.node}: {s.mode or 'down'}" for s in self.status())
+                summary = ", ".join(f"node {s.node}: {s.shown}" for s in self.status())
                 raise EnsembleError(
                     f"ensemble in {self.directory} did not reach {what} within {timeout:.0f}s ({summary}); "
                     f"see {self.directory}/node-*/zookeeper.log"
                 )
             time.sleep(0.1)
+
+    def _start_failure(self, node: int) -> Optional[EnsembleError]:
+        """Why a started node will not serve, or None while it still may.
+
+        PortInUse as soon as its log says it could not bind a port, whether
+        it exits (the client port) or not yet (the election port: it retries
+        for seconds, enough to be counted in a quorum first, then exits);
+        an EnsembleError with its log's end if it stopped for another reason."""
+        start = self._log_starts.get(node)
+        running = self._running(node)
+        if start is None and running:
+            return None  # started by another process: its log is not this run's alone
+        text = self.log_since(node, start) if start is not None else self.log_tail(node)
+        if BIND_FAILURE in text:
+            ports = self.node_ports(node)
+            return PortInUse(self.directory, node, _port_not_bound(text, ports), ports)
+        if not running:
+            return EnsembleError(f"node {node} of the ensemble in {self.directory} stopped while starting; "
+                                 f"the end of {self.log_path(node)}:\n{text[-3000:]}")
+        return None
 
     def log_tail(self, node: int, max_bytes: int = 8192) -> str:
         try:
@@ -613,6 +779,15 @@ class LocalEnsemble:
                 log.seek(0, os.SEEK_END)
                 size = log.tell()
                 log.seek(max(0, size - max_bytes))
+                return log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_since(self, node: int, offset: int) -> str:
+        """Node ``node``'s log from byte ``offset`` on (what one run of it wrote)."""
+        try:
+            with open(self.log_path(node), "rb") as log:
+                log.seek(offset)
                 return log.read().decode("utf-8", "replace")
         except OSError:
             return ""
