@@ -734,3 +734,24 @@ def test_a_group_with_a_generation_gets_the_plain_debounce():
     h.register("a", "a")
     h.advance(0.15, serve=("a",))
     assert h.requests("a", wire.StartRequest)
+
+
+# -- a paused machine: the lease clock stood still, the session may have ended ----------------------
+
+def test_a_machine_seen_paused_ends_the_office_until_round_trips_begun_after_it_prove_it():
+    # A virtual machine held by its hypervisor: CLOCK_BOOTTIME stood still
+    # with it, so the office (dated on it) looks alive, but ZooKeeper may
+    # have expired the session and elected a successor meanwhile.
+    h = two_members()
+    h.prove_office = False
+    while not any(isinstance(op, actions.ProveOffice) for op in h.operations.values()):
+        h.advance(0.01, serve=("a", "b"))  # a round trip goes out before the pause ...
+    before = len(h.log)
+    h.apply(h.core.machine_paused(30.0, h.now))  # ... and the runtime sees the wall clock 30 s ahead
+    assert h.core.state is CoordinatorState.SUSPENDED
+    h.complete(actions.ProveOffice)  # answered, but begun before the pause was seen: proves nothing
+    h.advance(0.5, serve=("a", "b"))
+    assert h.core.state is CoordinatorState.SUSPENDED and h.log[before:] == []
+    h.prove_office = True  # the session did survive: two round trips begun after it bring the office back
+    h.advance(RENEWAL + 1.0, serve=("a", "b"))
+    assert h.core.active and h.last_request_at("a") > h.now - RENEWAL - 1.0

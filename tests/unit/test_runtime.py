@@ -96,3 +96,20 @@ def test_a_proof_answered_before_it_is_sent_reaches_the_core_after_the_actions_a
     coordinator._apply([actions.ProveOffice(7), actions.CancelTimer("x")])
     assert coordinator.done == []  # not inside _apply, between its actions
     wait_until(lambda: coordinator.done == [7], 5, message="the proof's answer")
+
+
+def test_the_wall_clock_gaining_on_the_lease_clock_between_events_ends_the_office():
+    clocks = {"lease": 100.0, "wall": 5000.0}
+    coordinator = Coordinator(BlockingStore(), CoordinatorConfig(), epoch=1, zk_session_timeout_ms=6000,
+                              topics=None, clock=lambda: clocks["lease"], wall_clock=lambda: clocks["wall"])
+    seen = []
+    coordinator.core.machine_paused = lambda gained, now: seen.append((gained, now)) or []
+    coordinator._event(lambda now: [])
+    clocks["lease"] += 1.0
+    clocks["wall"] += 1.0
+    coordinator._event(lambda now: [])
+    assert seen == []  # both clocks moved alike
+    clocks["lease"] += 0.5
+    clocks["wall"] += 20.5  # 20 s the lease clock did not count
+    coordinator._event(lambda now: [])
+    assert seen == [(20.0, 101.5)]

@@ -316,6 +316,9 @@ class CoordinatorCore:
         # After a lapse, the first round trip that succeeded (began, ended):
         # the office comes back only with a second one begun S/4 after it ended.
         self._first_after_lapse: Optional[tuple[float, float]] = None
+        # A round trip begun before this proves nothing: the machine was seen
+        # paused then, for longer than the lease clock counted (machine_paused).
+        self._void_before = float("-inf")
         self.groups: dict[str, Group] = {}
         self.partitions: dict[str, int] = {}  # topic -> partition count, kept by the topic watches
         self.schedule = PingSchedule()
@@ -454,10 +457,30 @@ class CoordinatorCore:
             log.warning("coordinator epoch %d: ZooKeeper now grants the session %d ms (was %d ms): the office "
                         "is dated from the smaller", self.epoch, granted_ms, self.zk_session_timeout_ms)
             self.zk_session_timeout_ms = granted_ms
-            self.office_until = office_end(self._proven_at, granted_ms)
+            if self._proven_at >= self._void_before:
+                self.office_until = office_end(self._proven_at, granted_ms)
+            else:
+                self.office_until = min(self.office_until, office_end(self._proven_at, granted_ms))
         if self.state is not CoordinatorState.LOADING:
             self._prove_office(now)
         self._resume(now)
+        return self._take()
+
+    def machine_paused(self, gained_s: float, now: float) -> list:
+        """The machine was seen paused for ``gained_s`` more than the lease
+        clock counted (a virtual machine held by its hypervisor: the runtime
+        compares the wall clock's advance with it, clock.PauseWatch). Our
+        ZooKeeper session may have expired meanwhile and a successor been
+        elected: the office lapses now, and comes back only as after any lapse,
+        on round trips begun from now on. Fences and members' deadlines only
+        last longer in real time than the clock says: safe as they are."""
+        if not self.deposed:
+            log.warning("coordinator epoch %d: the machine was paused %.1fs that the lease clock did not count; "
+                        "the office lapses", self.epoch, gained_s)
+            self._void_before = now
+            self._first_after_lapse = None
+            self.office_until = min(self.office_until, now)
+            self._check_office(now)
         return self._take()
 
     # -- the office: a lease on being the coordinator ------------------------------------
@@ -500,6 +523,8 @@ class CoordinatorCore:
         if error is not None:
             log.warning("coordinator epoch %d: office round trip failed: %s", self.epoch, describe(error))
             return
+        if began < self._void_before:
+            return  # begun before a pause was seen: it may have been answered before the pause ended the session
         if began >= self.office_until:
             # The office had lapsed when this round trip began: it may have
             # reached the leader through a follower that passes the session's

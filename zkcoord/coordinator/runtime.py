@@ -32,7 +32,7 @@ import gevent.socket
 
 from zkcoord import wire
 from zkcoord.errors import ZkcoordError
-from zkcoord.clock import lease_clock
+from zkcoord.clock import PauseWatch, lease_clock, wall_clock
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -193,7 +193,7 @@ class Coordinator:
 
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
                  topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
-                 metrics: CoreMetrics = NO_METRICS,
+                 metrics: CoreMetrics = NO_METRICS, wall_clock: Callable[[], float] = wall_clock,
                  log_ends: Optional[Callable[[frozenset, float], Mapping[TopicPartition, LogEnd]]] = None):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
         ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into;
@@ -204,6 +204,10 @@ class Coordinator:
         self.config = config
         self.epoch = epoch
         self.clock = clock
+        # Read beside the lease clock at every event: a machine paused under
+        # it (a virtual machine held by its hypervisor) ends the office.
+        self.wall_clock = wall_clock
+        self._pauses = PauseWatch()
         self.core = CoordinatorCore(config, epoch, zk_session_timeout_ms, metrics)
         self._connections: dict[int, _Connection] = {}
         self._connection_ids = itertools.count(1)
@@ -341,7 +345,10 @@ class Coordinator:
         A handler that raises is a bug: the coordinator steps down, loudly,
         rather than run on with half a decision."""
         try:
-            todo = handler(*args, self.clock())
+            now = self.clock()
+            gained = self._pauses.observe(now, self.wall_clock())
+            todo = self.core.machine_paused(gained, now) if gained else []
+            todo += handler(*args, self.clock())
         except Exception:
             log.exception("the coordinator's core failed in %s; stepping down", getattr(handler, "__name__", handler))
             todo = self.core.fail(self.clock())
