@@ -17,13 +17,20 @@ class NoAuth(Exception):
     """As ZooKeeper refuses a write after an ACL mistake."""
 
 
-def test_a_failed_group_is_retried_until_the_fault_ends_without_any_change():
+def b_dies_while_zookeeper_refuses_writes(error: Exception, seconds: float) -> CoreHarness:
+    """a and b stable; then every write fails with ``error`` while b is dead, for ``seconds``."""
     h = CoreHarness()
     h.register("a", "a")
     h.register("b", "b")
     h.stable(["a", "b"])
-    h.zk.refuse_writes = NoAuth("not authorized")
-    h.advance(11.0 + T, serve=("a",))  # b dies; every round fails at its first write, well past the retries
+    h.zk.refuse_writes = error
+    h.advance(seconds, serve=("a",))
+    return h
+
+
+def test_a_failed_group_is_retried_until_the_fault_ends_without_any_change():
+    # b dies; every round fails at its first write, well past the retries
+    h = b_dies_while_zookeeper_refuses_writes(NoAuth("not authorized"), 11.0 + T)
     group = h.core.groups["g"]
     assert group.phase is GroupPhase.FAILED and "b" not in group.members
     assert h.running("a") == {P[0], P[1]}  # b's partitions unconsumed
@@ -66,12 +73,7 @@ def test_a_failure_records_only_what_its_decoder_reads_back():
 
 
 def test_the_dead_members_partitions_run_again_within_the_cap_once_writes_are_back():
-    h = CoreHarness()
-    h.register("a", "a")
-    h.register("b", "b")
-    h.stable(["a", "b"])
-    h.zk.refuse_writes = NoAuth("quota exceeded")
-    h.advance(3600.0, serve=("a",))  # an hour of failure
+    h = b_dies_while_zookeeper_refuses_writes(NoAuth("quota exceeded"), 3600.0)  # an hour of failure
     h.zk.refuse_writes = None
     fixed_at = h.now
     h.advance(CAP + 1.0, serve=("a",))
