@@ -12,6 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.e2e.checks import delivered_values, produce, wait_whole
+from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import partitions_of
 from zkcoord.zk.nodes import read_offsets, read_owners
 from zkcoord.testing import wait_until
@@ -246,3 +247,34 @@ def test_a_server_cut_off_from_zookeeper_still_stops_on_sigterm(cluster_factory,
                    message="the cut-off server's session to expire")
     # terminate() sends SIGTERM, waits, and only then kills -9 (exit code -9).
     assert server.terminate(timeout=20) == 0, server.log_tail(3000)
+
+
+def test_a_coordinator_whose_zookeeper_link_goes_dark_resumes_only_on_two_round_trips(cluster_factory, zk_proxies,
+                                                                                    zk):
+    """The office gap docs/DESIGN.md closes: a coordinator whose ZooKeeper
+    link is black-holed (no reset: kazoo notices only by its own timeout)
+    past its office, but not its session, lets the office lapse, sends no
+    request, and resumes only once two round trips a quarter session apart
+    have succeeded; its members, whose leases outlast the gap, stay put."""
+    import time
+
+    session_ms = 6000
+    cut_off = cluster_factory(0, zookeeper=zk_proxies.connect_string,
+                              server_args=(*SERVER_ARGS, "--zk-session-timeout-ms", str(session_ms)))
+    server = cut_off.add_server(1)
+    create_topic(zk, "t", 2)
+    consumer = cut_off.add_consumer("g", topics=["t"], session_timeout_ms=15000)
+    wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=FAILOVER_S)
+    zk_proxies.cut()  # black hole: nothing forwarded, nothing closed
+    # Past the office (2S/3 = 4 s after the last round trip), within the session.
+    time.sleep(session_ms * 0.8 / 1000)  # the fault is the passage of time
+    zk_proxies.heal()
+    wait_until(lambda: "a second one in" in server.log_tail(50000), timeout=FAILOVER_S,
+               message="the first round trip after the lapse")
+    wait_until(lambda: server.log_tail(50000).count("-> active") >= 2, timeout=FAILOVER_S,
+               message="the coordinator to resume")
+    log = server.log_tail(50000)
+    assert log.index("office lapsed") < log.index("a second one in") < log.rindex("-> active")
+    assert "deposed" not in log and coordinator_id(zk) == 1  # the session survived: no failover
+    wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=FAILOVER_S)
+    assert log.count(" registered") == 1  # the member never lost its lease
