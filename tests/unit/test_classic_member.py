@@ -198,3 +198,54 @@ def test_a_suspended_member_is_asked_to_let_everything_go_and_gets_it_back_after
     assert member.heartbeat(member.generation, 2.2) == classic.REBALANCE_IN_PROGRESS
     member.join(frozenset(), 2.3)
     assert member.sync(member.generation, 2.4) == (classic.NONE, frozenset({A}))
+
+
+# -- the warning before the registration's lease ends (member.lease_warning_s) -------------------
+
+
+def _warned_at(member, lease_end: float, start: float) -> float:
+    """When the bridge, looking every 0.25 s as its expiry loop does, first
+    finds the member's lease at risk."""
+    now = start
+    while not member.lease_at_risk(lease_end - now):
+        now += 0.25
+    return now
+
+
+@pytest.mark.parametrize("protocol", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("lease_end", [21.0 + 0.25 * k for k in range(12)])  # every phase of its heartbeats
+def test_a_client_heartbeating_every_3s_lets_go_before_a_10s_lease_ends(protocol, lease_end):
+    """Java's and librdkafka's default heartbeat interval (3 s) against a 10 s
+    session: warned a sixth of the session before the end (1.7 s), the client
+    could hear it only after the lease had ended."""
+    member = ClassicMember("m-1", ("t",), protocol_name=protocol, session_timeout_ms=10000,
+                           rebalance_timeout_ms=20000)
+    member.start({A: 0, B: 0}, 0.0)
+    member.join(None, 0.0)
+    member.sync(member.generation, 0.0)
+    beats = [3.0 * k for k in range(1, 12)]
+    for t in beats:
+        if t > 12.0:
+            break
+        assert member.heartbeat(member.generation, t) == classic.NONE
+    warned = _warned_at(member, lease_end, 12.0)
+    member.suspend(True, warned)
+    heard = next(t for t in beats if t >= warned)
+    assert member.heartbeat(member.generation, heard) == classic.REBALANCE_IN_PROGRESS
+    # It revokes at its next poll and joins: what it holds is let go.
+    member.join(frozenset() if member.cooperative else None, heard + 0.5)
+    assert member.holding == frozenset()
+    assert heard + 0.5 < lease_end
+
+
+def test_the_warning_follows_the_pace_the_client_shows():
+    member = stable_member("range")  # session 6 s
+    # Before it has shown a pace: a third of its session, so half of it.
+    assert member.lease_at_risk(2.99) and not member.lease_at_risk(3.01)
+    for t in (1.0, 1.5, 2.0, 2.5):
+        member.heartbeat(member.generation, t)
+    # Every half second: half a second to hear it and a second to let go.
+    assert member.lease_at_risk(1.49) and not member.lease_at_risk(1.51)
+    # A client paused for 2 s shows it: warned sooner.
+    member.heartbeat(member.generation, 4.5)
+    assert member.lease_at_risk(2.99) and not member.lease_at_risk(3.01)
