@@ -159,7 +159,7 @@ def test_a_member_whose_lease_runs_low_is_fenced_until_it_lets_go(bridge):
     member = bridged.member
     bridge._watch_lease(bridged, bridge.test_clock())
     assert last_fences(bridge) == {}
-    bridge.test_clock.now += 7.5  # 2.5 s left: within its warning (half its 6 s session, its pace unknown)
+    bridge.test_clock.now += 9.0  # 1 s left: within its warning (1.5 s of a 6 s session)
     bridge._watch_lease(bridged, bridge.test_clock())
     assert member.suspended
     assert last_fences(bridge) == {("g", "m-1"): {A, B}}
@@ -171,7 +171,7 @@ def test_a_member_whose_lease_runs_low_is_fenced_until_it_lets_go(bridge):
 
 def test_a_renewed_lease_lifts_the_fence(bridge):
     bridged = holding_member(bridge)
-    bridge.test_clock.now += 7.5
+    bridge.test_clock.now += 9.0
     bridge._watch_lease(bridged, bridge.test_clock())
     assert last_fences(bridge) == {("g", "m-1"): {A, B}}
     bridged.membership.protocol.lease_deadline = bridge.test_clock() + 6.0

@@ -31,6 +31,8 @@ UNKNOWN_MEMBER_ID = kafka_errors.UnknownMemberIdError.errno
 # What a client that heard it must let go takes to do it: its application's
 # next poll (where Kafka's clients revoke) and its JoinGroup's way to the broker.
 LET_GO_S = 1.0
+# How late a ping may be, at least, before a client is warned for it.
+LATE_PING_S = 0.5
 # How many of a classic client's latest intervals between heartbeats say its pace.
 HEARTBEATS_KEPT = 3
 
@@ -38,22 +40,30 @@ HEARTBEATS_KEPT = 3
 def lease_warning_s(session_s: float, heartbeat_s: float) -> float:
     """How long before its registration's lease ends a client is told to let
     everything go: its heartbeat interval (it hears the warning with its next
-    heartbeat) plus LET_GO_S, but at least a sixth of the session, and at
-    most half of it. The lease has two thirds of the session left when a
-    ping comes on time (pings come every third), so the cap leaves a ping
-    a sixth of the session to be late before the client is asked to let go
-    for nothing; a client that heartbeats more slowly than that may hear it
-    too late, and its fetches are refused meanwhile (docs/DESIGN.md, "What
-    a stock member is promised").
+    heartbeat) plus LET_GO_S; at most what the lease has left when a ping is
+    a little late, and at least a sixth of the session.
 
-    >>> lease_warning_s(10.0, 3.0)   # Java's and librdkafka's default heartbeat, a 10 s session
-    4.0
+    The registration's lease runs from its answer *before* the last request
+    (docs/DESIGN.md, the lease rule) and pings come every third of the
+    session, so with every ping on time it still falls to a third of the
+    session just before each one. A warning longer than that, less a ping's
+    lateness (a twelfth of the session, half a second at least), would ask
+    every client to let go at every ping. So a client whose heartbeat
+    interval plus LET_GO_S exceeds a quarter of its session (3 s of 10 s,
+    Java's and librdkafka's defaults) may hear the warning after the lease
+    ended: its fetches are refused from the warning on (fences.py), and what
+    it hands out after the lease is only what it had fetched before
+    (docs/DESIGN.md, "What a stock member is promised").
+
+    >>> lease_warning_s(10.0, 1.5)   # heard within 1.5 s, a second to let go
+    2.5
+    >>> lease_warning_s(10.0, 3.0)   # Java's default heartbeat: all a 10 s lease leaves
+    2.5
     >>> lease_warning_s(45.0, 3.0)   # their default session: a sixth of it
     7.5
-    >>> lease_warning_s(6.0, 5.0)    # never more than half the session
-    3.0
     """
-    return min(session_s / 2, max(session_s / 6, heartbeat_s + LET_GO_S))
+    late = max(session_s / 12, LATE_PING_S)
+    return max(session_s / 6, min(session_s / 3 - late, heartbeat_s + LET_GO_S))
 
 
 class Phase(enum.Enum):
