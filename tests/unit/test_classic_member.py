@@ -198,3 +198,75 @@ def test_a_suspended_member_is_asked_to_let_everything_go_and_gets_it_back_after
     assert member.heartbeat(member.generation, 2.2) == classic.REBALANCE_IN_PROGRESS
     member.join(frozenset(), 2.3)
     assert member.sync(member.generation, 2.4) == (classic.NONE, frozenset({A}))
+
+
+# -- the warning before the registration's lease ends (member.lease_warning_s) -------------------
+
+
+def _warned_at(member, lease_end: float, start: float) -> float:
+    """When the bridge, looking every 0.25 s as its expiry loop does, first
+    finds the member's lease at risk."""
+    now = start
+    while not member.lease_at_risk(lease_end - now):
+        now += 0.25
+    return now
+
+
+def _renewed_every_third(session_s: float, start: float, end: float):
+    """The registration's lease deadline over time while every ping comes on
+    time: pings every third of the session, each renewing the lease from the
+    answer before it (docs/DESIGN.md, the lease rule)."""
+    t = start
+    while t < end:
+        yield t, t - session_s / 3 + session_s  # based on the previous answer, a third ago
+        t += 0.05
+
+
+@pytest.mark.parametrize("session_s, heartbeat_s", [(10.0, 3.0), (10.0, 1.5), (3.0, 0.5), (45.0, 3.0)])
+def test_no_client_is_warned_while_every_ping_comes_on_time(session_s, heartbeat_s):
+    """Just before each ping the lease has a third of the session left: a
+    warning longer than that asked every client to let go at every ping."""
+    member = ClassicMember("m-1", ("t",), session_timeout_ms=int(session_s * 1000), rebalance_timeout_ms=20000,
+                           heartbeat_interval_s=heartbeat_s)
+    for t, deadline in _renewed_every_third(session_s, 0.0, 3 * session_s):
+        left = deadline - (t + session_s / 3 - 0.01)  # looked at just before the next ping
+        assert not member.lease_at_risk(left), (t, left)
+
+
+@pytest.mark.parametrize("protocol", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("lease_end", [21.0 + 0.25 * k for k in range(12)])  # every phase of its heartbeats
+def test_a_client_heartbeating_every_1_5s_lets_go_before_a_10s_lease_ends(protocol, lease_end):
+    """Warned a sixth of the session before the end (1.7 s), a client
+    heartbeating every 1.5 s could hear it only 0.2 s before the end, too
+    late to let go; warned its heartbeat and a second before, it lets go in time."""
+    member = ClassicMember("m-1", ("t",), protocol_name=protocol, session_timeout_ms=10000,
+                           rebalance_timeout_ms=20000)
+    member.start({A: 0, B: 0}, 0.0)
+    member.join(None, 0.0)
+    member.sync(member.generation, 0.0)
+    beats = [1.5 * k for k in range(1, 30)]
+    for t in beats:
+        if t > 12.0:
+            break
+        assert member.heartbeat(member.generation, t) == classic.NONE
+    warned = _warned_at(member, lease_end, 12.0)
+    member.suspend(True, warned)
+    heard = next(t for t in beats if t >= warned)
+    assert member.heartbeat(member.generation, heard) == classic.REBALANCE_IN_PROGRESS
+    # It revokes at its next poll and joins (within a second): what it holds is let go.
+    member.join(frozenset() if member.cooperative else None, heard + 0.9)
+    assert member.holding == frozenset()
+    assert heard + 0.9 < lease_end
+
+
+def test_the_warning_follows_the_pace_the_client_shows():
+    member = stable_member("range")  # session 6 s: warned between 1 s and 1.5 s before the end
+    # Before it has shown a pace: a third of its session (2 s): as long as a 6 s lease allows.
+    assert member.lease_at_risk(1.49) and not member.lease_at_risk(1.51)
+    for t in (1.0, 1.2, 1.4, 1.6):
+        member.heartbeat(member.generation, t)
+    # Every 0.2 s: 0.2 s to hear it and a second to let go.
+    assert member.lease_at_risk(1.19) and not member.lease_at_risk(1.21)
+    # A client paused for a second shows it: warned sooner.
+    member.heartbeat(member.generation, 2.6)
+    assert member.lease_at_risk(1.49) and not member.lease_at_risk(1.51)

@@ -132,3 +132,13 @@ def test_a_suspended_member_is_sent_an_empty_target():
     assert member.stop(frozenset({A}), 1.2) == frozenset()  # still owned
     member.heartbeat(member.generation, frozenset(), 1.3)
     assert member.revoking == frozenset()
+
+
+def test_a_kip848_client_is_warned_its_heartbeat_interval_and_a_second_before_the_lease_ends():
+    """The broker sets a KIP-848 client's heartbeat interval, so it knows its pace."""
+    member = ConsumerMember("m-1", ("t",), session_timeout_ms=45000, rebalance_timeout_ms=20000,
+                            heartbeat_interval_s=5.0)
+    assert member.lease_at_risk(7.49) and not member.lease_at_risk(7.51)  # a sixth of 45 s is longer
+    member = ConsumerMember("m-2", ("t",), session_timeout_ms=30000, rebalance_timeout_ms=20000,
+                            heartbeat_interval_s=5.0)
+    assert member.lease_at_risk(5.99) and not member.lease_at_risk(6.01)  # 5 s to hear it, 1 s to let go

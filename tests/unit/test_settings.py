@@ -41,7 +41,7 @@ PROCESS_OPTIONS = {
     ("broker",): {"--zookeeper", "--port-file", "--zk-timeout", "--zk-session-timeout", "--bridge-password-file"},
     ("server",): {"--no-broker", "--port-file", "--bridge-password-file"},
     ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms", "--kafka-brokers",
-                   "--password-file", "--process-ms"},
+                   "--password-file", "--process-ms", "--kafka-client"},
     ("drill",): {"--seed", "--kinds", "--dir", "--zookeeper", "--bootstrap"},
     ("zk", "up"): {"--dir", "--timeout"},
 }

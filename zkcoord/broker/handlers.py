@@ -351,10 +351,14 @@ class Handlers:
 
     # -- Fetch -------------------------------------------------------------
 
-    def fetch(self, request, readable: Callable[[str], bool] = lambda _topic: True) -> FetchOutcome:
+    def fetch(self, request, readable: Callable[[str], bool] = lambda _topic: True,
+              refused: frozenset = frozenset()) -> FetchOutcome:
         """Read what is there now. The caller waits and asks again while
         ``bytes_ready`` is below min_bytes and max_wait has not passed.
-        ``readable(topic)``: whether the client may read it (the authorizer's Read)."""
+        ``readable(topic)``: whether the client may read it (the authorizer's Read).
+        ``refused``: partitions fenced from this client (groups/fences.py):
+        NOT_LEADER_OR_FOLLOWER, on which Java, librdkafka and kafka-python
+        deliver nothing of the partition, refresh their metadata and ask again."""
         Topic = FetchResponse.FetchableTopicResponse
         Partition = Topic.PartitionData
         budget = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
@@ -372,6 +376,8 @@ class Handlers:
                     error = TOPIC_AUTHORIZATION_FAILED
                 elif plog is None:
                     error = self._missing_error(topic.topic, part.partition)
+                elif (topic.topic, part.partition) in refused:
+                    error = NOT_LEADER_OR_FOLLOWER
                 else:
                     hw, start = plog.log_end_offset, plog.log_start_offset
                     # KIP-74: the first batch goes out even when larger than

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from zkcoord.broker import admin_apis, protocol
 from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
+from zkcoord.broker.fence_store import FencePublisher, FenceReader
 from zkcoord.broker.groups import GroupBridge
 from zkcoord.broker.handlers import (NONE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED, Handlers, MetadataCache,
                                      lists_every_topic)
@@ -163,12 +164,16 @@ class Broker:
         if security.authorizing:
             self.acls = security_store.AclCache(
                 self.zk, self.config.security.acl_change_expiration_ms).start()
+        # Every broker refuses what any bridge fences; this one's bridge fences its own members.
+        self.fence_reader = FenceReader(self.zk)
+        self._fence_publisher = FencePublisher(self.zk)
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end,
             tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
-            credential=security.own_credential, password_without_tls=security.bridge_password_without_tls)
+            credential=security.own_credential, password_without_tls=security.bridge_password_without_tls,
+            publish_fences=self._fence_publisher.want)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -193,6 +198,8 @@ class Broker:
                 pass
         if self.groups is not None:
             self.groups.close()
+            self.fence_reader.close()
+            self._fence_publisher.close()
         if self.acls is not None:
             self.acls.stop()
         self._pool.join(timeout=timeout)
@@ -459,7 +466,8 @@ class Broker:
             # Kafka closes such a connection; there is no error a client would read.
             raise ProtocolError(f"{type(request).__name__} before authenticating, and authentication is required")
         if key == protocol.API_KEY_FETCH:
-            return self._fetch(request, correlation_id, self._may(peer, acl.READ))
+            refused = self.fence_reader.refused(peer.host, request.header.client_id)
+            return self._fetch(request, correlation_id, self._may(peer, acl.READ), refused)
         if key == protocol.API_KEY_PRODUCE:
             response = self.handlers.produce(request, self._may(peer, acl.WRITE))
             self._appended.set()
@@ -543,12 +551,13 @@ class Broker:
             return frozenset()
         return self._operations(peer, acl.cluster())
 
-    def _fetch(self, request, correlation_id: int, readable) -> list:
+    def _fetch(self, request, correlation_id: int, readable, refused: frozenset = frozenset()) -> list:
+        """``refused``: partitions fenced from this client (groups/fences.py)."""
         wait_s = min(max(request.max_wait_ms, 0), self.config.max_fetch_wait_ms) / 1000
         deadline = time.monotonic() + wait_s
         while True:
             appended = self._appended
-            outcome = self.handlers.fetch(request, readable)
+            outcome = self.handlers.fetch(request, readable, refused)
             remaining = deadline - time.monotonic()
             if (outcome.bytes_ready >= max(request.min_bytes, 1) or outcome.has_error
                     or remaining <= 0 or self._stopping):

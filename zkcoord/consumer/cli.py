@@ -26,9 +26,13 @@ record again, with a line of its own, rather than skip it).
 SIGTERM or SIGINT leaves the group cleanly; kill -9 is a crash.
 
 With ``--kafka-brokers`` instead of ``--bootstrap`` the member is a stock
-Kafka client (confluent-kafka) that joins the group through the brokers'
-group APIs, writing the same files: the drills put such members in their
-groups beside thin consumers. Its events are its rebalance callbacks.
+Kafka client (confluent-kafka, or kafka-python with ``--kafka-client``) that
+joins the group through the brokers' group APIs, writing the same files: the
+drills put such members in their groups beside thin consumers. Its events are
+its rebalance callbacks. Its client id is its own (``zkcoord-consume-PID``):
+the brokers tell a member's fetches from other processes' by the client id
+and the address they come from (docs/DESIGN.md, "What a stock member is
+promised").
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 
+# The stock client libraries `zkcoord consume --kafka-brokers` can run, the default first.
+STOCK_CLIENTS = ("confluent-kafka", "kafka-python")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord import settings
     from zkcoord.consumer.config import ConsumerConfig
@@ -53,7 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     member = p.add_mutually_exclusive_group(required=True)
     member.add_argument("--bootstrap", help="zkcoord servers, host:port[,host:port...]")
     member.add_argument("--kafka-brokers", help="brokers, host:port[,host:port...]: consume as a stock Kafka "
-                                                "client (confluent-kafka) in the group, through their group APIs")
+                                                "client in the group, through their group APIs")
+    p.add_argument("--kafka-client", choices=STOCK_CLIENTS, default=STOCK_CLIENTS[0],
+                   help="with --kafka-brokers, the client library: librdkafka's (which revokes by itself when "
+                        "its session ends unheard) or kafka-python (which, like Java's classic consumer, "
+                        "keeps fetching when it loses its group coordinator)")
     which = p.add_mutually_exclusive_group(required=True)
     settings.add_options(which, ConsumerConfig, only=("topics", "pattern"))
     # Offsets are always auto-committed here (see above).
@@ -241,13 +253,68 @@ def _deliver(out, stop: threading.Event, max_messages: int, poll: Callable[[], l
             stop.wait(process_ms / 1000.0)
 
 
+def _stock_client_id() -> str:
+    """A client id of this process alone: librdkafka's default ("rdkafka") and
+    kafka-python's are shared by every process on a host, and a broker fences
+    a member's fetches by client id and address."""
+    return f"zkcoord-consume-{os.getpid()}"
+
+
+class _StockMember:
+    """What either stock client's member writes: its events and status, under
+    the member id it last took partitions with (a client forgets its member id
+    when it loses its session, before it reports the partitions lost; those
+    are still that member's)."""
+
+    def __init__(self, args: argparse.Namespace, member_id: Callable[[], str]):
+        self.args = args
+        self.member_id = member_id
+        self.label = "-"
+        self.held: set = set()
+        self._last_status = None
+
+    def name(self) -> str:
+        return self.member_id() or self.label
+
+    def changed(self, event: str, tps) -> None:
+        tps = set(tps)
+        if event == "start":
+            self.label = self.member_id() or self.label
+            self.held.update(tps)
+        else:
+            self.held.difference_update(tps)
+            _revoked["count"] += len(tps)
+        if self.args.events is not None:
+            _append_event(self.args.events, self.label, event, tps)
+        if self.args.status is not None:
+            _write_status(self.args.status, self.name(), True, self.held)
+
+    def keep_status(self) -> None:
+        current = (self.name(), tuple(sorted(self.held)))
+        if current != self._last_status:
+            self._last_status = current
+            self._write()
+
+    def _write(self) -> None:
+        # Registered once it has a member id.
+        _write_status(self.args.status, self.name(), self.name() != "-", self.held)
+
+    def run(self, out, stop: threading.Event, poll: Callable[[], list], close: Callable[[], None]) -> int:
+        try:
+            if self.args.status is not None:
+                self.keep_status()
+            _deliver(out, stop, self.args.max_messages, poll,
+                     self.keep_status if self.args.status is not None else None, self.args.process_ms)
+        finally:
+            out.flush()
+            close()
+        return 0
+
+
 def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     """The member as a stock Kafka client; same output, status and events."""
-    from confluent_kafka import Consumer as KafkaConsumer
-
     from zkcoord.broker.groups.classic import ASSIGNOR_FOR_STRATEGY
     from zkcoord.consumer.membership import parse_bootstrap
-    from zkcoord.security.config import librdkafka_settings
 
     brokers = ",".join(f"{host}:{port}" for host, port in parse_bootstrap(args.kafka_brokers))
     config = config_from(args)
@@ -256,8 +323,20 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     # A client speaks one rebalance style: the first assignor's.
     cooperative = bool(assignors) and assignors[0] == "cooperative-sticky"
     assignors = [a for a in assignors if (a == "cooperative-sticky") == cooperative] or ["range"]
+    topics = list(config.topics) or ["^" + config.pattern]
+    if args.kafka_client == "kafka-python":
+        return _run_kafka_python(args, config, brokers, assignors, topics, out, stop)
+    return _run_confluent(args, config, brokers, assignors, topics, out, stop)
+
+
+def _run_confluent(args, config, brokers: str, assignors: list[str], topics: list[str], out,
+                   stop: threading.Event) -> int:
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    from zkcoord.security.config import librdkafka_settings
+
     settings = {
-        "bootstrap.servers": brokers, "group.id": config.group,
+        "bootstrap.servers": brokers, "group.id": config.group, "client.id": _stock_client_id(),
         "session.timeout.ms": config.session_timeout_ms,
         "heartbeat.interval.ms": max(config.session_timeout_ms // 6, 100),
         "max.poll.interval.ms": config.max_poll_interval_ms,
@@ -270,32 +349,13 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
         settings["group.instance.id"] = config.consumer_id
     settings.update(librdkafka_settings(config.tls, config.user, config.password))
     consumer = KafkaConsumer(settings)
-    held: set = set()
-    # The member id under which it last took partitions: what its records and
-    # events name. librdkafka forgets its member id when it loses its session,
-    # before it reports the partitions lost; those are still this member's.
-    label = {"member": "-"}
-
-    def name() -> str:
-        return consumer.memberid() or label["member"]
+    member = _StockMember(args, consumer.memberid)
 
     def changed(event: str, partitions) -> None:
-        tps = {(p.topic, p.partition) for p in partitions}
-        if event == "start":
-            label["member"] = consumer.memberid() or label["member"]
-            held.update(tps)
-        else:
-            held.difference_update(tps)
-            _revoked["count"] += len(tps)
-        if args.events is not None:
-            _append_event(args.events, label["member"], event, tps)
-        if args.status is not None:
-            _write_status(args.status, name(), True, held)
+        member.changed(event, {(p.topic, p.partition) for p in partitions})
 
-    topics = list(config.topics) or ["^" + config.pattern]
     consumer.subscribe(topics, on_assign=lambda c, ps: changed("start", ps),
                        on_revoke=lambda c, ps: changed("stop", ps), on_lost=lambda c, ps: changed("stop", ps))
-    last_status = [None]
 
     def poll():
         records = []
@@ -304,21 +364,61 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
                 print(f"zkcoord consume: {message.error()}", file=sys.stderr)  # the client retries
                 continue
             records.append((message.topic(), message.partition(), message.offset(), message.value(),
-                            label["member"]))
+                            member.label))
         return records
 
-    def keep_status():
-        current = (name(), tuple(sorted(held)))
-        if current != last_status[0]:
-            last_status[0] = current
-            _write_status(args.status, name(), name() != "-", held)  # registered once it has a member id
+    return member.run(out, stop, poll, consumer.close)
 
-    try:
-        if args.status is not None:
-            keep_status()
-        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None,
-                 args.process_ms)
-    finally:
-        out.flush()
-        consumer.close()
-    return 0
+
+def _run_kafka_python(args, config, brokers: str, assignors: list[str], topics: list[str], out,
+                      stop: threading.Event) -> int:
+    from kafka import ConsumerRebalanceListener, KafkaConsumer
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    from zkcoord.errors import ConfigError
+
+    if config.user or config.tls.speaks:
+        raise ConfigError("--kafka-client kafka-python runs without TLS or SASL; use confluent-kafka")
+    known = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+             "sticky": StickyPartitionAssignor}
+    chosen = tuple(known[a] for a in assignors if a in known) or (RangePartitionAssignor,)
+    options = dict(
+        bootstrap_servers=brokers.split(","), group_id=config.group, client_id=_stock_client_id(),
+        session_timeout_ms=config.session_timeout_ms,
+        heartbeat_interval_ms=max(config.session_timeout_ms // 6, 100),
+        max_poll_interval_ms=config.max_poll_interval_ms,
+        auto_offset_reset="earliest" if config.auto_offset_reset == "smallest" else "latest",
+        enable_auto_commit=True, auto_commit_interval_ms=200, partition_assignment_strategy=chosen,
+        metadata_max_age_ms=1000)
+    if config.consumer_id:
+        options["group_instance_id"] = config.consumer_id
+    consumer = KafkaConsumer(**options)
+
+    def member_id() -> str:
+        generation = consumer._coordinator._generation  # kafka-python names it nowhere public
+        return generation.member_id if generation.has_member_id() else ""
+
+    member = _StockMember(args, member_id)
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_assigned(self, assigned):
+            member.changed("start", {(p.topic, p.partition) for p in assigned})
+
+        def on_partitions_revoked(self, revoked):
+            member.changed("stop", {(p.topic, p.partition) for p in revoked})
+
+        def on_partitions_lost(self, lost):
+            member.changed("stop", {(p.topic, p.partition) for p in lost})
+
+    if config.pattern:
+        consumer.subscribe(pattern=config.pattern, listener=Listener())
+    else:
+        consumer.subscribe(topics, listener=Listener())
+
+    def poll():
+        return [(r.topic, r.partition, r.offset, r.value, member.label)
+                for batch in consumer.poll(timeout_ms=100).values() for r in batch]
+
+    return member.run(out, stop, poll, consumer.close)

@@ -63,16 +63,24 @@ class DrillCluster:
         return (*self.consumer_args, *(self.secrets.member_args(stock) if self.secrets is not None else ()))
 
     def add_consumer(self, start: bool = True) -> ConsumerProcess:
-        if sum(1 for c in self.live_consumers() if c.stock) < self.stock_wanted:
-            # Stock clients reach brokers by the addresses they registered, outside any namespace.
-            return self.cluster.add_consumer(
-                self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-                extra=self._member_args(stock=True), start=start, kafka_brokers=self.kafka_brokers)
         netns = None
         if self.use_netns:
+            # Each member in a namespace of its own: a stock member too, whose
+            # fetches the brokers then tell apart by its own address.
             netns = NetworkNamespace(len(self.namespaces) + 1)
             self.namespaces.append(netns)
             netns.create()
+        stock = [c for c in self.live_consumers() if c.stock]
+        if len(stock) < self.stock_wanted:
+            # Every other stock member runs kafka-python, which (like Java's
+            # classic consumer) fetches on when it loses its group; the others
+            # librdkafka, which revokes when its session runs out unheard
+            # (and all of them in a secured drill: kafka-python runs it without TLS and SASL here).
+            extra = ("--kafka-client", "kafka-python") if len(stock) % 2 and self.secrets is None else ()
+            return self.cluster.add_consumer(
+                self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
+                extra=(*self._member_args(stock=True), *extra), start=start, kafka_brokers=self.kafka_brokers,
+                netns=netns)
         return self.cluster.add_consumer(
             self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
             extra=self._member_args(stock=False), bootstrap=self.bootstrap, start=start, netns=netns)
@@ -129,6 +137,15 @@ class DrillCluster:
     def coordinator(self):
         return self.cluster.servers[self.coordinator_id()]
 
+    def group_broker(self):
+        """The server whose broker the group's stock members send their group
+        requests to (GroupBridge.coordinator_broker: the coordinator's own,
+        else the lowest live broker id)."""
+        coordinator = self.coordinator()
+        if coordinator.alive:
+            return coordinator
+        return min((s for s in self.cluster.servers.values() if s.alive), key=lambda s: s.server_id)
+
     def standbys(self) -> list:
         """Live servers that do not coordinate the group: with several
         coordinator slots, the coordinators of other slots."""
@@ -140,6 +157,11 @@ class DrillCluster:
     def member_bound(self) -> float:
         """A member gone: its session timeout, debounce and one rebalance."""
         return self.timing.consumer_session_s + DEBOUNCE_S + REBALANCE_SLACK_S
+
+    def stock_member_bound(self) -> float:
+        """A stock member gone unheard: the bridge waits its session for it,
+        then the registration's fence holds up to a session more."""
+        return self.member_bound() + self.timing.consumer_session_s
 
     def coordinator_bound(self) -> float:
         """The coordinator gone: its ZooKeeper session, election, members'
@@ -274,6 +296,28 @@ def coordinator_zk_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     proxies = ctx.proxies[server.server_id]
     return _held(ctx, fault, f"coordinator server {server.server_id}", ctx.coordinator_bound(), proxies.cut,
                  proxies.heal, *_past_zk_session(ctx, fault))
+
+
+def stock_member_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    member = _pick([c for c in ctx.live_consumers() if c.stock], fault)
+    if member is None:
+        return skipped(fault, "no stock member running")
+    return _held(ctx, fault, member.name, ctx.stock_member_bound(), member.pause, member.resume,
+                 routed_around=fault.hold_s > ctx.timing.consumer_session_s)
+
+
+def stock_member_group_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    """A stock member cut off from the broker its group's requests go to, and
+    from nothing else: librdkafka revokes when its session runs out unheard,
+    kafka-python (as Java's classic consumer) fetches on from the other
+    leaders, which must refuse it once its partitions may be started elsewhere."""
+    member = _pick([c for c in ctx.live_consumers() if c.stock and c.netns is not None], fault)
+    if member is None:
+        return skipped(fault, "no stock member running in a namespace")
+    server = ctx.group_broker()
+    return _held(ctx, fault, f"{member.name} from broker {server.server_id}", ctx.stock_member_bound(),
+                 lambda: member.netns.drop_port(server.broker_port), member.netns.heal,
+                 routed_around=fault.hold_s > ctx.timing.consumer_session_s)
 
 
 def consumer_partition(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
@@ -453,6 +497,8 @@ ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {
     "zk-quorum-loss": zk_quorum_loss,
     "consumer-partition": consumer_partition,
     "coordinator-members-partition": coordinator_members_partition,
+    "stock-member-pause-long": stock_member_pause,
+    "stock-member-group-cut": stock_member_group_cut,
     "slow-member": slow_member,
     "member-join": member_join,
     "member-leave": member_leave,

@@ -46,6 +46,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "(the coordinator's still reach it) past its session timeout, then heal", netns=True),
     Kind("coordinator-to-member-loss", "drop the coordinator's packets to a member on their open connection only "
          "(the member's still arrive) past its session timeout, then heal", netns=True),
+    Kind("stock-member-pause-long", "SIGSTOP a stock member past its session timeout, then SIGCONT",
+         own_cluster=False),
+    Kind("stock-member-group-cut", "cut a stock member off from its group's broker only (it still reaches the "
+         "partition leaders) past its session timeout, then heal", netns=True),
     Kind("slow-member", "make a member's next Start or Stop outlast the rebalance timeout, then make it rebalance",
          own_cluster=False),
     Kind("member-join", "start one more consumer", own_cluster=False, planned=True),
@@ -103,7 +107,8 @@ def hold_time(kind: str, timing: Timing, rng: random.Random) -> float:
     """How long a fault of ``kind`` lasts: past a timeout by a margin, or well
     below it, as the kind says; otherwise a few seconds."""
     if kind in ("consumer-pause-long", "consumer-partition", "coordinator-members-partition",
-                "member-to-coordinator-loss", "coordinator-to-member-loss"):
+                "member-to-coordinator-loss", "coordinator-to-member-loss", "stock-member-pause-long",
+                "stock-member-group-cut"):
         return timing.consumer_session_s + rng.uniform(1.0, 2.5)
     if kind == "consumer-pause-short":
         return timing.consumer_session_s / 3

@@ -45,6 +45,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 from zkcoord import wire
 from zkcoord.broker.groups import classic
 from zkcoord.broker.groups.classic import ClassicMember
+from zkcoord.broker.groups.fences import BridgeFences, tie_of
 from zkcoord.broker.groups.kip848 import (
     FENCED_MEMBER_EPOCH, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerMember,
 )
@@ -173,7 +174,8 @@ class GroupBridge:
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
                  session_timeout_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
-                 authorize=None, credential: Optional[tuple[str, str]] = None, password_without_tls: bool = False):
+                 authorize=None, credential: Optional[tuple[str, str]] = None, password_without_tls: bool = False,
+                 publish_fences=None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
@@ -188,7 +190,10 @@ class GroupBridge:
         coordinators, a super user's, with which it registers each member on
         behalf of the principal its client authenticated as (None: members
         register with no credential); ``password_without_tls``: it may send
-        that credential without TLS (SecurityConfig.bridge_password_without_tls)."""
+        that credential without TLS (SecurityConfig.bridge_password_without_tls).
+        ``publish_fences(fences)``: tells every broker the fetch fences this
+        bridge's members need now, {(group, member id): FetchFence} (None:
+        kept, told to nobody)."""
         self.authorize = authorize
         self._credential = credential
         self._password_without_tls = password_without_tls
@@ -208,6 +213,8 @@ class GroupBridge:
         # Member ids of static members whose instance joined again (as many).
         self._fenced: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._closed = False
+        self._fences = BridgeFences()
+        self._publish_fences = publish_fences or (lambda fences: None)
         self._last_tick = self._grace_until = clock()
         self._expiry = gevent.spawn(self._expire_loop)
 
@@ -396,6 +403,7 @@ class GroupBridge:
                 member.subscription = bytes(offered[protocol_name])
                 member.join(owned, now)
                 bridged.notify()
+                self._refence(bridged)
                 return answer(NONE, member_id, member)
         if member_id and bridged is None and (request.group_id, member_id) not in self._pending_ids \
                 and member_id not in members:
@@ -431,6 +439,8 @@ class GroupBridge:
             return answer(error, member_id)
         bridged.started.wait(timeout=FIRST_START_WAIT_S)
         member.join(owned, self.clock())
+        # A client joining afresh lost any member it had: it owns what it says, at most.
+        self._fences_changed(self._fences.joined(request.group_id, member_id, tie_of(member), owned))
         return answer(NONE, member_id, member)
 
     def _register(self, bridged: _Bridged, strategies: tuple[str, ...]) -> int:
@@ -548,6 +558,7 @@ class GroupBridge:
         bridged.notify()
         if error != NONE:
             return answer(error)
+        self._granted(bridged, given)
         return answer(NONE, _assignment_bytes(given, 1 if bridged.member.cooperative else 0))
 
     def heartbeat(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
@@ -600,6 +611,12 @@ class GroupBridge:
         member = bridged.member
         if not member.gone:
             bridged.left = left or not member.holding
+            # Abandoned, the client may go on fetching what it holds, past the
+            # registration's lease: its fetches of them are refused until it
+            # shows it let go (fences.py).
+            if not self._closed:
+                self._fences_changed(self._fences.set(bridged.group, member.member_id, tie_of(member),
+                                                      () if bridged.left else member.holding))
         member.leave()
         bridged.notify()
         members = self._groups.get(bridged.group, {})
@@ -614,6 +631,26 @@ class GroupBridge:
                 gevent.spawn(membership.close)
             else:
                 membership.abandon()
+
+    # -- fetch fences (fences.py) ----------------------------------------------------------
+
+    def _refence(self, bridged: _Bridged) -> None:
+        """A live member is fenced on what its client holds while its
+        registration's lease is in doubt (the client is being asked to let
+        it all go), and on nothing otherwise."""
+        member = bridged.member
+        if member.gone or self._closed:
+            return  # a gone member's fence was set when it went, and only narrows (joined, granted)
+        self._fences_changed(self._fences.set(bridged.group, member.member_id, tie_of(member),
+                                              member.holding if member.suspended else ()))
+
+    def _granted(self, bridged: _Bridged, partitions) -> None:
+        member = bridged.member
+        self._fences_changed(self._fences.granted(bridged.group, member.member_id, tie_of(member), partitions))
+
+    def _fences_changed(self, changed: bool) -> None:
+        if changed:
+            self._publish_fences(self._fences.fences())
 
     def judging_silence(self, now: float) -> bool:
         """May a client's silence be held against it now? Not just after this
@@ -641,23 +678,24 @@ class GroupBridge:
 
     def _watch_lease(self, bridged: _Bridged, now: float) -> None:
         """A thin consumer stops when its lease runs out; a stock client needs
-        time to be told and to let go. So once the registration's lease has
-        less than a sixth of the session left (pings come every third: one is
-        late), the client is asked to give everything up; once a request
-        renews the lease, it gets its partitions back."""
+        time to be told and to let go. So once the registration's lease is
+        within the client's warning of its end (member.lease_warning_s: its
+        heartbeat interval and a second to let go), the client is asked to
+        give everything up, and its fetches of what it holds are refused;
+        once a request renews the lease, it gets its partitions back."""
         membership = bridged.membership
         member = bridged.member
         if not membership.registered.is_set():
             at_risk = bool(member.holding)
         else:
-            left = membership.protocol.lease_deadline - membership.clock()
-            at_risk = left < member.session_timeout_ms / 6000.0
+            at_risk = member.lease_at_risk(membership.protocol.lease_deadline - membership.clock())
         if at_risk != member.suspended:
             log.info("member %s of group %s: %s", member.member_id, bridged.group,
                      "its registration's lease is running out: the client is to let everything go" if at_risk
                      else "its registration's lease is renewed")
             member.suspend(at_risk, now)
             bridged.notify()
+        self._refence(bridged)
 
     # -- ConsumerGroupHeartbeat (KIP-848) -------------------------------------------------
 
@@ -732,6 +770,12 @@ class GroupBridge:
                                   for p in tp.partitions)
         error, assignment = member.heartbeat(epoch, owned, now, sendable=lambda tp: tp[0] in ids)
         bridged.notify()
+        if epoch == JOIN_EPOCH:
+            # At epoch 0 a client owns nothing: whatever member it had, it let go.
+            self._fences_changed(self._fences.joined(bridged.group, member.member_id, tie_of(member)))
+        if assignment:
+            self._granted(bridged, assignment)
+        self._refence(bridged)
         return answer(error, member, assignment)
 
     def _join_consumer_member(self, request, topics, pattern: Optional[str], client_host: str, now: float,
@@ -750,7 +794,7 @@ class GroupBridge:
             rebalance_timeout_ms=request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
             else self.session_timeout_ms,
             instance_id=request.instance_id, client_id=request.header.client_id or "", client_host=client_host,
-            last_heard=now, principal=principal)
+            last_heard=now, principal=principal, heartbeat_interval_s=self.heartbeat_interval_ms / 1000.0)
         bridged = self._add(member, request.group_id)
         assignor = request.server_assignor
         # A server_assignor zkcoord has picks the strategy; otherwise the member

@@ -92,6 +92,7 @@ class ClassicMember(BridgedMember):
         if self.gone:
             return UNKNOWN_MEMBER_ID
         self.last_heard = now
+        self.heard_heartbeat(now)
         if generation != self.generation:
             return ILLEGAL_GENERATION
         if self.phase is not Phase.STABLE or self.needs_rejoin():

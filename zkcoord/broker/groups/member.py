@@ -6,6 +6,10 @@ asked to give up, and what it committed (pure; see ``classic`` and
 The one rule kept here: a partition the coordinator stops is *released*
 (its Stop answered) only once the client can no longer be fetching it:
 it is not in ``holding``, or the client is gone.
+
+And when to warn a client that its registration's lease runs low
+(:func:`lease_warning_s`): early enough that a client heartbeating at its
+pace hears it and lets go before the lease ends.
 """
 
 from __future__ import annotations
@@ -22,6 +26,44 @@ from zkcoord.security.principal import ANONYMOUS, Principal
 NONE = kafka_errors.NoError.errno
 ILLEGAL_GENERATION = kafka_errors.IllegalGenerationError.errno
 UNKNOWN_MEMBER_ID = kafka_errors.UnknownMemberIdError.errno
+
+
+# What a client that heard it must let go takes to do it: its application's
+# next poll (where Kafka's clients revoke) and its JoinGroup's way to the broker.
+LET_GO_S = 1.0
+# How late a ping may be, at least, before a client is warned for it.
+LATE_PING_S = 0.5
+# How many of a classic client's latest intervals between heartbeats say its pace.
+HEARTBEATS_KEPT = 3
+
+
+def lease_warning_s(session_s: float, heartbeat_s: float) -> float:
+    """How long before its registration's lease ends a client is told to let
+    everything go: its heartbeat interval (it hears the warning with its next
+    heartbeat) plus LET_GO_S; at most what the lease has left when a ping is
+    a little late, and at least a sixth of the session.
+
+    The registration's lease runs from its answer *before* the last request
+    (docs/DESIGN.md, the lease rule) and pings come every third of the
+    session, so with every ping on time it still falls to a third of the
+    session just before each one. A warning longer than that, less a ping's
+    lateness (a twelfth of the session, half a second at least), would ask
+    every client to let go at every ping. So a client whose heartbeat
+    interval plus LET_GO_S exceeds a quarter of its session (3 s of 10 s,
+    Java's and librdkafka's defaults) may hear the warning after the lease
+    ended: its fetches are refused from the warning on (fences.py), and what
+    it hands out after the lease is only what it had fetched before
+    (docs/DESIGN.md, "What a stock member is promised").
+
+    >>> lease_warning_s(10.0, 1.5)   # heard within 1.5 s, a second to let go
+    2.5
+    >>> lease_warning_s(10.0, 3.0)   # Java's default heartbeat: all a 10 s lease leaves
+    2.5
+    >>> lease_warning_s(45.0, 3.0)   # their default session: a sixth of it
+    7.5
+    """
+    late = max(session_s / 12, LATE_PING_S)
+    return max(session_s / 6, min(session_s / 3 - late, heartbeat_s + LET_GO_S))
 
 
 class Phase(enum.Enum):
@@ -63,6 +105,11 @@ class BridgedMember:
     # The member's registration may have lost its coordinator (its lease is
     # running out): the client is to hold nothing until it is renewed.
     suspended: bool = False
+    # The client's heartbeat interval when the broker sets it (KIP-848), else
+    # None: then it is judged from the client's latest heartbeats.
+    heartbeat_interval_s: Optional[float] = None
+    last_heartbeat: Optional[float] = None
+    heartbeat_gaps: tuple = ()
 
     @property
     def gone(self) -> bool:
@@ -81,6 +128,28 @@ class BridgedMember:
             self.suspended = suspended
             if self.needs_rejoin():
                 self._ask_rejoin(now)
+
+    def heard_heartbeat(self, now: float) -> None:
+        """A heartbeat arrived: it says the client's pace."""
+        if self.last_heartbeat is not None and now > self.last_heartbeat:
+            self.heartbeat_gaps = (*self.heartbeat_gaps, now - self.last_heartbeat)[-HEARTBEATS_KEPT:]
+        self.last_heartbeat = now
+
+    def heartbeat_pace_s(self) -> float:
+        """How long the client may take to send its next heartbeat: the
+        interval the broker set, or the longest of its latest intervals (a
+        client paused or starved shows a longer one, and is warned sooner),
+        or a third of its session until it has shown one (the most Kafka
+        advises)."""
+        if self.heartbeat_interval_s is not None:
+            return self.heartbeat_interval_s
+        if self.heartbeat_gaps:
+            return max(self.heartbeat_gaps)
+        return self.session_timeout_ms / 3000.0
+
+    def lease_at_risk(self, lease_left_s: float) -> bool:
+        """Must the client let go now, its registration's lease having ``lease_left_s`` to run?"""
+        return lease_left_s < lease_warning_s(self.session_timeout_ms / 1000.0, self.heartbeat_pace_s())
 
     def needs_rejoin(self) -> bool:
         """Must the client be told of a change?"""

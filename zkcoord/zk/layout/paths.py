@@ -27,6 +27,10 @@ SERVERS = "/zkcoord/servers"
 COORDINATOR_EPOCH_PATH = "/zkcoord/coordinator_epoch"
 GROUPS = "/zkcoord/groups"
 SLOTS = "/zkcoord/slots"
+# One ephemeral node per stock member whose fetches brokers refuse (docs/DESIGN.md,
+# "What a stock member is promised"): written by the broker bridging the member, read by every broker.
+FETCH_FENCES = "/zkcoord/fetch_fences"
+FETCH_FENCE_PREFIX = f"{FETCH_FENCES}/fence-"  # ZooKeeper appends the sequence number
 ZKCOORD_ROOT = "/zkcoord"  # everything of zkcoord's own but the coordinator node under /consumers
 
 

@@ -1,5 +1,6 @@
 """zkcoord's own nodes: the elected coordinator, server registrations, epochs,
-the slot count, and each group's persisted state and last failure.
+the slot count, each group's persisted state and last failure, and the
+fetch fences of stock members.
 
 Except the seed design's /consumers/coordinator (a bare server id), each is a
 small JSON object with a ``version`` field, read with :func:`decode_versioned`.
@@ -321,3 +322,44 @@ def decode_group_failure(data: bytes, where: str = "group failure") -> GroupFail
     generation, attempts, error = fields.integer("generation", 0), fields.integer("attempts", 0), fields.string("error")
     with _prefix_errors(where):
         return GroupFailure(generation, attempts, error)
+
+
+@dataclass(frozen=True)
+class FetchFence:
+    """Partitions no broker serves to one stock client's fetches: those its
+    member ``member`` of ``group`` may still be fetching although its
+    registration no longer (or may soon no longer) holds them. The client is
+    recognised by where its connections come from (``host``) and the client
+    id it sends (``client_id``): a Fetch names no group and no member."""
+
+    group: str
+    member: str
+    host: str
+    client_id: str
+    partitions: frozenset = frozenset()
+
+    def __post_init__(self) -> None:
+        for name in ("group", "member", "host", "client_id"):
+            if not isinstance(getattr(self, name), str):
+                raise LayoutError(f"a fetch fence's {name} must be a string, got {getattr(self, name)!r}")
+        for topic, partition in self.partitions:
+            validate_topic_name(topic)
+            _validate_partition(partition)
+
+
+FETCH_FENCE_VERSION = 1
+
+
+def encode_fetch_fence(fence: FetchFence) -> bytes:
+    return encode_json({"version": FETCH_FENCE_VERSION, "group": fence.group, "member": fence.member,
+                        "host": fence.host, "client_id": fence.client_id,
+                        "partitions": _by_topic(fence.partitions)})
+
+
+def decode_fetch_fence(data: bytes, where: str = "fetch fence") -> FetchFence:
+    fields = decode_versioned(data, where, FETCH_FENCE_VERSION, ("partitions",))
+    partitions = frozenset((topic, p) for topic, ps in fields.mapping("partitions").items()
+                           for p in fields.ints("partitions", ps))
+    with _prefix_errors(where):
+        return FetchFence(fields.string("group"), fields.string("member"), fields.string("host"),
+                          fields.string("client_id"), partitions)
