@@ -207,3 +207,27 @@ def test_a_deposed_coordinator_forgets_nothing(store, zk):
     with pytest.raises(Deposed):
         store.forget_group("g", offsets=True)
     assert "g" in successor.group_states() and successor.offsets("g", [("t", 0)]) == {("t", 0): 4}
+
+
+def test_a_coordinator_whose_election_node_was_deleted_by_hand_can_neither_prove_its_office_nor_write(zk):
+    # Its session lives, so the node was not taken by ZooKeeper: without a
+    # check of it, the proof would keep its office (and its pings going)
+    # until a successor's claim, and so would its writes.
+    from zkcoord.coordinator.slots import slot_of
+
+    store = CoordinatorStore(zk, 1, slot=1, slots=2)
+    store.claim_epoch(elected_as=b"1")
+    store.prove_office()
+    group = next(f"g{n}" for n in range(100) if slot_of(f"g{n}", 2) == 1)
+    store.write_group_state(group, layout.GroupState(1, "range", {}), exists=False)
+    zk.delete(layout.slot_coordinator_path(1))
+    with pytest.raises(Deposed, match="election node"):
+        store.prove_office()
+    answers = []
+    store.prove_office_async(answers.append)
+    wait_until(lambda: answers, 10, message="the proof's answer")
+    assert isinstance(answers[0], Deposed)
+    with pytest.raises(Deposed, match="election node"):
+        store.write_group_state(group, layout.GroupState(2, "range", {}), exists=True)
+    assert store.group_states()[group].generation == 1
+
