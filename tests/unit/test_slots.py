@@ -1,4 +1,5 @@
-"""Coordinator slots (coordinator/slots.py): a group's slot, and a server's share."""
+"""Coordinator slots (coordinator/slots.py): a group's slot, a server's share,
+and a change of the slot count."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import zlib
 
 import pytest
 
-from zkcoord.coordinator.slots import (MAX_SLOTS, fair_share, slot_of, slot_to_release, slots_to_seek,
-                                       validate_slot_count)
+from zkcoord.coordinator.slots import (MAX_SLOTS, SlotCount, elections_of_an_earlier_count, fair_share, slot_of,
+                                       slot_to_release, slots_to_seek, validate_slot_count)
 from zkcoord.errors import ConfigError
 
 
@@ -51,3 +52,13 @@ def test_a_server_over_its_share_releases_its_highest_slot_and_one_within_it_kee
     assert slot_to_release({0, 1, 2, 3, 4, 5}, 16, 3) is None
     assert slots_to_seek({0, 1, 2, 3, 4, 5}, {9, 10}, 16, 3) == []
     assert slots_to_seek({0}, {12, 9, 10}, 16, 4) == [9, 10, 12]
+
+
+def test_no_server_stands_while_an_election_won_under_an_earlier_count_remains():
+    count = SlotCount(slots=3, zxid=100)
+    assert elections_of_an_earlier_count(count, {}) == []
+    assert elections_of_an_earlier_count(count, {0: 101, 2: 140}) == []  # won under this count
+    # Slot 1 won before the count was set, slot 3 beyond it (the count was lowered): wait for both.
+    assert elections_of_an_earlier_count(count, {0: 101, 1: 42, 3: 7}) == [1, 3]
+    # Setting the node again, even to the same count, is a change: it moves the zxid.
+    assert SlotCount(3, 100) != SlotCount(3, 180)

@@ -6,6 +6,26 @@ is elected and fenced on its own, as each partition of Kafka's offsets topic
 has its own leader. A dead coordinator moves only its slots, and the others'
 groups never pause.
 
+Changing the count. A group's slot depends on the count, so two coordinators
+of two counts may each hold a slot the group falls in, each fenced on its own
+epoch, and act for it at once. Fencing every write on the count node's
+version would not prevent that: a node deleted and created again starts at
+version 0 again, and a fence stops writes, not the pings that renew members'
+leases. So the count is watched, and any change of its node (its zxid: a set
+or a re-creation both move it) makes every server step down from every slot
+it holds, read the count again and stand under the new one; and no server
+stands for any slot while an election won before the count was set remains
+(:func:`elections_of_an_earlier_count`). A coordinator gives its election
+node up only once it has stopped (its offsets flushed, its members' requests
+ended), or its session ends and its office ended before that; and every
+write it makes checks that node (store.py). So whatever a group's slot under
+the new count, its coordinator there is elected after its coordinator under
+the old count has stopped for good, as after any failover, and its fences
+(the lease rule) cover what that one sent. And every claim takes an epoch
+above every slot's (store.py, ``above``): a group that moved to a slot whose
+epoch was lower would find its members refusing their new coordinator as
+older than the one they knew.
+
 This module decides; the server (coordinator/server.py) carries it out.
 """
 
@@ -13,7 +33,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Iterable, Optional
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
 
 from zkcoord.errors import ConfigError
 
@@ -56,3 +77,27 @@ def slot_to_release(held: Iterable[int], slots: int, servers: int) -> Optional[i
     servers agree on what moves."""
     held = sorted(set(held))
     return held[-1] if len(held) > fair_share(slots, servers) else None
+
+
+@dataclass(frozen=True)
+class SlotCount:
+    """The cluster's slot count as read, with the zxid of the write that set
+    it: /zkcoord/slots's mzxid, which setting the node and creating it again
+    both move, so that any change is seen, even to the same count."""
+
+    slots: int
+    zxid: int
+
+
+def elections_of_an_earlier_count(count: SlotCount, elected_at: Mapping[int, int]) -> list[int]:
+    """The slots whose election was won before ``count`` was set, from
+    ``elected_at`` (slot -> the zxid that created its election node, for
+    every election node present, within the count or beyond it): their
+    holders may act under an earlier count. No server stands for a slot
+    under ``count`` until there are none: a group may fall in any slot of
+    either count, and its coordinator under the new count must not start
+    before its coordinator under the old one has stopped. An election won
+    after the count was set was won under it: a server checks, once it has
+    won, that the count has not changed since it read it, and gives up what
+    it won if it has."""
+    return sorted(slot for slot, zxid in elected_at.items() if zxid < count.zxid)

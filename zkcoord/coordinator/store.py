@@ -10,9 +10,10 @@ A coordinator that won an election also checks, in the same multi, that its
 election node is still there as it made it (every creation of that node
 bumps the epoch with it, so there with our epoch current, it is ours).
 Without that check a write could land after the node went, deleted by hand
-or with its session (a write sent on the client's next session), when no
-successor has claimed the epoch yet; and the proof of office, which is such
-a write, would keep in office a coordinator whose node was deleted by hand
+or with its session (a write sent on the client's next session), when the
+coordinator of another slot may already have taken one of its groups (the
+slot count changed: slots.py); and the proof of office, which is such a
+write, would keep in office a coordinator whose node was deleted by hand
 until a successor claimed the epoch.
 """
 
@@ -95,8 +96,10 @@ class CoordinatorStore:
 
     # -- election --------------------------------------------------------------------
 
-    def claim_epoch(self, elected_as: Optional[bytes] = None) -> Optional[Epoch]:
-        """Bump the slot's coordinator epoch (compare-and-set).
+    def claim_epoch(self, elected_as: Optional[bytes] = None, above: int = 0) -> Optional[Epoch]:
+        """Bump the slot's coordinator epoch (compare-and-set), to above
+        ``above`` too (the highest epoch of any slot, when groups may have
+        come from other slots: slots.py).
 
         With ``elected_as`` (the election node's data) the election is won
         in the same multi-operation: the slot's ephemeral election node is
@@ -119,7 +122,7 @@ class CoordinatorStore:
                     pass
                 continue
             try:
-                number = layout.decode_coordinator_epoch(data, self.epoch_path) + 1
+                number = max(layout.decode_coordinator_epoch(data, self.epoch_path), above) + 1
             except layout.LayoutError as exc:
                 # Guessing an epoch could let two coordinators share one.
                 raise Deposed(f"refusing to claim an epoch: {exc}") from None
