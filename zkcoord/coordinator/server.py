@@ -11,8 +11,9 @@ that slot and runs a :class:`~zkcoord.coordinator.runtime.Coordinator`. A
 consumer that registers with a server that does not hold its group's slot
 gets NOT_COORDINATOR, naming the server that does. The count is watched: on
 any change the server steps down from every slot and stands again under the
-new count once no election of the old one remains (coordinator/slots.py
-says why).
+new count once no election of the old one remains; and a server that keeps
+failing a slot's takeover withdraws from that slot for a while
+(coordinator/slots.py says why).
 
 This module owns the ZooKeeper session: its state changes drive the
 coordinators (SUSPENDED: stop deciding; LOST: step down, and on the new
@@ -22,6 +23,7 @@ Runs under gevent; the caller has monkey-patched the process.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import resource
@@ -33,7 +35,7 @@ import gevent
 import gevent.event
 import gevent.pool
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
@@ -44,8 +46,8 @@ from zkcoord.coordinator.admission import GatedStreamServer
 from zkcoord.coordinator.config import ServerConfig
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
-from zkcoord.coordinator.slots import (SlotCount, elections_of_an_earlier_count, slot_of, slot_to_release,
-                                       slots_to_seek, validate_slot_count)
+from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, Candidacy, SlotCount, elections_of_an_earlier_count,
+                                       slot_of, slot_to_release, slots_to_seek, validate_slot_count)
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.log_ends import LogEndReader
 from zkcoord.coordinator.topics import TopicWatch
@@ -61,7 +63,7 @@ from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
-from zkcoord.zk.nodes import cluster_id, read_slot_epochs, slots_with_nodes
+from zkcoord.zk.nodes import cluster_id, read_servers, read_slot_epochs, slots_with_nodes
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.security import ZooKeeperAuthError
 from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, SessionTimeoutWitness, delete_if_owned
@@ -78,14 +80,15 @@ ZK_RECONNECT_MAX_DELAY_S = 2.0
 # Coordinator slots of a cluster whose first server was not told a count:
 # one, the seed's single coordinator.
 DEFAULT_SLOTS = 1
-# The elector looks again at least this often: while it holds a slot (a
-# coordinator deposed by a newer epoch gives its node up within this), and
-# after a takeover failed.
+# The elector looks again at least this often while it holds a slot (a
+# coordinator deposed by a newer epoch gives its node up within this).
 HELD_CHECK_S = 1.0
 # ... and otherwise (watches wake it at once; this only bounds a lost one).
 IDLE_CHECK_S = 5.0
 # After handing a slot over, before the next: one slot at a time moves.
 RELEASE_PAUSE_S = 0.2
+# After a round, or a takeover in it, failed: before the next.
+FAILED_ROUND_S = 0.5
 # Open files a server keeps free beyond its members' connections and what it
 # has open at start: ZooKeeper, the embedded broker's new segments and clients.
 RESERVED_FILES = 200
@@ -99,6 +102,11 @@ class SlotCountChanged(ZkcoordError):
     """An election was won under a slot count that has changed since it was read."""
 
     retriable = True  # under the new count
+
+
+# Errors that fail a takeover through no fault of its slot (the connection,
+# the count): they do not count towards withdrawing from it (slots.Candidacy).
+NOT_THE_SLOTS_FAULT = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, SlotCountChanged)
 
 
 def open_files() -> int:
@@ -158,6 +166,8 @@ class Server:
         self.slots = config.coordinator_slots or DEFAULT_SLOTS  # the cluster's, once started
         # The count the server acts under, as read (None: unreadable; it then holds no slot).
         self._count: Optional[SlotCount] = None
+        # The slots it has withdrawn from, its takeovers of them having failed.
+        self.candidacy = Candidacy()
         self._waiting_logged: Optional[int] = None  # the count (its zxid) under which it said it waits
         self.coordinators: dict[int, Coordinator] = {}  # by the slot held
         self.core_metrics = families.CoordinatorMetrics(self.metrics_registry)
@@ -429,8 +439,24 @@ class Server:
         """Delete this server's node, if it is this session's."""
         self._delete_if_owned(layout.server_path(str(self.config.server_id)))
 
+    def _server_info(self) -> layout.ServerInfo:
+        return layout.ServerInfo(str(self.config.server_id), self.config.host, self.port,
+                                 withdrawn=tuple(sorted(self.candidacy.withdrawn(time.monotonic()))))
+
+    def _publish_candidacy(self, published: tuple[int, ...]) -> tuple[int, ...]:
+        """Write this server's withdrawals into its registration if they
+        differ from ``published``; what is published now."""
+        info = self._server_info()
+        if info.withdrawn != published:
+            self.zk.set(layout.server_path(info.server_id), layout.encode_server(info))
+            if info.withdrawn:
+                log.info("server %d stands for no slot of %s for now", self.config.server_id, list(info.withdrawn))
+            else:
+                log.info("server %d stands for every slot again", self.config.server_id)
+        return info.withdrawn
+
     def _register(self) -> None:
-        info = layout.ServerInfo(str(self.config.server_id), self.config.host, self.port)
+        info = self._server_info()
         path = layout.server_path(str(self.config.server_id))
         try:
             self.zk.create(path, layout.encode_server(info), ephemeral=True, makepath=True)
@@ -452,7 +478,7 @@ class Server:
                 wait = self._elect_round()
             except Exception as exc:  # connection trouble: kazoo raises its own errors; never give up
                 log.warning("election round failed: %s", describe(exc))
-                wait = 0.5
+                wait = FAILED_ROUND_S
             self._election_wanted.wait(wait)
 
     def _elect_round(self) -> float:
@@ -475,13 +501,16 @@ class Server:
             return 0.0
         if count is None:
             return IDLE_CHECK_S  # the node's creation wakes the elector
-        servers = self.zk.get_children(layout.SERVERS, watch=self._wake_elector)
-        if str(self.config.server_id) not in servers:
+        servers = read_servers(self.zk, watch=self._wake_elector, watch_data=True)
+        me = servers.get(str(self.config.server_id))
+        if me is None:
             # Its registration failed on a new session (the connection
             # flapping as it was made): members could not find this server,
             # and the others would count it out of the fair share.
             self._register()
             return 0.0
+        published = self._publish_candidacy(me.withdrawn)  # a withdrawal may have ended
+        withdrawn = collections.Counter(slot for info in servers.values() for slot in info.withdrawn)
         nodes = self._election_nodes(count)
         session = self.zk.client_id[0]
         for slot in list(self.coordinators):
@@ -510,18 +539,36 @@ class Server:
                          "(slots %s)", self.config.server_id, count.slots, earlier)
             return HELD_CHECK_S  # their nodes are watched: their end wakes the elector
         vacant = [slot for slot in range(count.slots) if nodes.get(slot) is None]
-        won = self._stand_for(slots_to_seek(self.coordinators, vacant, count.slots, len(servers)))
+        seek = slots_to_seek(self.coordinators, vacant, count.slots, len(servers), withdrawn,
+                             aside=self.candidacy.withdrawn(time.monotonic()))
+        won, failed = self._stand_for(seek, session)
         if won:
             log.info("server %d won the election of slot(s) %s", self.config.server_id, [w.slot for w in won])
-        if not self._take_offices(won):
-            return 0.5
-        release = slot_to_release(self.coordinators, count.slots, len(servers))
-        if release is not None and not vacant:  # hand over only once the last one has been taken
+        outcomes = self._take_offices(won)
+        for slot, error in outcomes.items():
+            if error is None:
+                self.candidacy.succeeded(slot)
+            elif self._counts_against_slot(error, session):
+                failed.add(slot)
+        for slot in sorted(failed):
+            withdrawal = self.candidacy.failed(slot, time.monotonic())
+            if withdrawal is not None:
+                log.warning("server %d withdraws from slot %d for %.0f s: its last %d takeovers of it failed",
+                            self.config.server_id, slot, withdrawal, FAILURES_TO_WITHDRAW)
+        if failed or any(error is not None for error in outcomes.values()):
+            self._publish_candidacy(published)
+            return FAILED_ROUND_S
+        release = slot_to_release(self.coordinators, count.slots, len(servers), withdrawn)
+        # Hand over only once the last vacant slot has been taken (a slot
+        # every server has withdrawn from waits for one to stand again).
+        if release is not None and not [slot for slot in vacant if withdrawn[slot] < len(servers)]:
             log.info("server %d hands slot %d over: it holds %d of %d slots with %d servers up",
                      self.config.server_id, release, len(self.coordinators), count.slots, len(servers))
             self._resign(release)
             return RELEASE_PAUSE_S
-        return HELD_CHECK_S if self.coordinators else IDLE_CHECK_S
+        wait = HELD_CHECK_S if self.coordinators else IDLE_CHECK_S
+        back = self.candidacy.next_return(time.monotonic())  # a withdrawal's end is a change too
+        return wait if back is None else min(wait, back)
 
     def _election_nodes(self, count: SlotCount) -> dict:
         """The stat of every slot's election node (None: vacant), watched,
@@ -532,16 +579,36 @@ class Server:
                  for slot in slots}
         return {slot: answer.get() for slot, answer in asked.items()}
 
-    def _stand_for(self, seek: list[int]) -> list[CoordinatorStore]:
-        """Stand for each slot of ``seek``: the stores of the elections won."""
+    def _counts_against_slot(self, error: BaseException, session: int) -> bool:
+        """Whether a failed takeover counts towards withdrawing from its slot:
+        not if the connection failed it, which would fail any slot."""
+        return not (isinstance(error, NOT_THE_SLOTS_FAULT + (self.zk.handler.timeout_exception,))
+                    or self.zk.state != KazooState.CONNECTED or self.zk.client_id[0] != session)
+
+    def _stand_for(self, seek: list[int], session: int) -> tuple[list[CoordinatorStore], set[int]]:
+        """Stand for each slot of ``seek``: the stores of the elections won,
+        and the slots whose claim failed (connection trouble is raised)."""
         if not seek:
-            return []
+            return [], set()
         # Above every slot's epoch, whichever it holds now: a group that came
         # from another slot when the count changed has members who have seen
         # that slot's epochs, and they would refuse a lower one as stale.
         # One listing and a few multiReads for a cluster's every slot.
         above = max(read_slot_epochs(self.zk).values(), default=0)
-        return [store for store in (self._stand(slot, above) for slot in seek) if store is not None]
+        won: list[CoordinatorStore] = []
+        failed: set[int] = set()
+        for slot in seek:
+            try:
+                store = self._stand(slot, above)
+            except Exception as exc:
+                if not self._counts_against_slot(exc, session):
+                    raise
+                log.error("server %d could not stand for slot %d: %s", self.config.server_id, slot, describe(exc))
+                failed.add(slot)
+                continue
+            if store is not None:
+                won.append(store)
+        return won, failed
 
     def _stand(self, slot: int, above: int) -> Optional[CoordinatorStore]:
         """Try to win ``slot``'s election: its election node created and its
@@ -552,22 +619,22 @@ class Server:
             return None
         return store
 
-    def _take_offices(self, won: list[CoordinatorStore]) -> bool:
+    def _take_offices(self, won: list[CoordinatorStore]) -> dict[int, Optional[Exception]]:
         """Take office in the slots ``won`` side by side (after a failover
         each loads its own groups, and the members of the last should not
-        wait for the first); False if any failed."""
-        takeovers = [gevent.spawn(self._take_office, store) for store in won]
+        wait for the first); by slot, None or why it failed."""
+        takeovers = {store.slot: gevent.spawn(self._take_office, store) for store in won}
         try:
-            gevent.joinall(takeovers)
+            gevent.joinall(list(takeovers.values()))
         except BaseException:  # the elector killed (the server stopping): its takeovers with it
-            gevent.killall(takeovers)
+            gevent.killall(list(takeovers.values()))
             raise
-        return all(takeover.value for takeover in takeovers)
+        return {slot: takeover.value for slot, takeover in takeovers.items()}
 
-    def _take_office(self, store: CoordinatorStore) -> bool:
-        """Start the coordinator of the slot ``store`` won; False if that
-        failed, and then the election is given up, so that the slot is
-        elected again (by this server or another) with a new epoch."""
+    def _take_office(self, store: CoordinatorStore) -> Optional[Exception]:
+        """Start the coordinator of the slot ``store`` won; if that fails,
+        why, and then the election is given up, so that the slot is elected
+        again (by this server or another) with a new epoch."""
         try:
             # The count read again after winning, before anything starts: an
             # election won after the count changed was won under the old one,
@@ -581,8 +648,8 @@ class Server:
         except Exception as exc:  # kazoo's connection errors too: never a zombie in office
             log.error("could not take office in slot %d: %s: %s", store.slot, type(exc).__name__, exc)
             self._give_up_election(store.slot)
-            return False
-        return True
+            return exc
+        return None
 
     def _become_coordinator(self, store: CoordinatorStore) -> None:
         """Start the coordinator of the slot ``store`` won, at its epoch; on
