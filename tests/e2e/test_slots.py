@@ -4,24 +4,37 @@ Each slot is elected on its own: the servers share the slots fairly, hand
 some over when a server joins, and a kill -9 moves only the dead server's
 slots, while the groups of the others go on without a Stop or a Start. A
 consumer that reaches a server not holding its group's slot is redirected.
+A change of the slot count moves every group to one coordinator of the new
+count, and a slot whose seeker keeps failing its takeover is served by
+another server.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import time
+
+from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
 
 from tests.e2e.checks import delivered_values, wait_whole
 from tests.e2e.conftest import SERVER_ARGS
 from tests.e2e.test_rebalancing import Production, exactly_once
 from zkcoord import wire
+from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel
-from zkcoord.coordinator.slots import slot_of
-from zkcoord.testing import ClusterError, partitions_of, wait_until
+from zkcoord.coordinator.server import FAILED_ROUND_S
+from zkcoord.coordinator.slots import FAILURES_TO_WITHDRAW, slot_of
+from zkcoord.testing import ClusterError, group_is_whole, partitions_of, wait_until
 from zkcoord.zk import layout
 
 SETTLE_S = 30
 IO_TIMEOUT_S = 5.0
+# A slot whose only seeker fails it is served again within: the seeker's
+# failed takeovers, FAILED_ROUND_S apart, then a round of another server
+# and its takeover (docs/DESIGN.md, invariant 5), with room for a machine
+# shared with other tests.
+BOUND_S = FAILURES_TO_WITHDRAW * FAILED_ROUND_S + 5.0
 
 
 def slot_args(slots: int) -> tuple[str, ...]:
@@ -155,8 +168,6 @@ def test_servers_share_the_slots_and_a_consumer_at_the_wrong_one_is_redirected(c
     assert (old.version, old.correlation_id, old.message.coordinator_id) == (1, 99, held[0])
 
     # A consumer told only of the wrong server finds its coordinator through it.
-    from zkcoord.admin.topics import create_topic
-
     create_topic(zk, "t", 4)
     consumers = [cluster.add_consumer(group, topics=["t"], bootstrap=[wrong.address]) for _ in range(2)]
     wait_whole(zk, group, consumers, partitions_of(zk, ["t"]), timeout=SETTLE_S)
@@ -186,3 +197,124 @@ def test_a_coordinator_whose_election_node_is_gone_steps_down_and_the_slot_is_el
     log = cluster.servers[1].log_tail(100_000)
     assert "no longer holds the election of slot 1: stepping down" in log
     assert "resigned as coordinator of slot 1" in log and "resigned as coordinator of slot 0" not in log
+
+
+def registered_with(consumer, group: str) -> str:
+    """The coordinator, slot and count of ``consumer``'s last registration in ``group``, as it logged them."""
+    lines = [line for line in consumer.log_tail(1_000_000).splitlines() if f"registered in group {group} " in line]
+    return lines[-1].partition(" with coordinator ")[2].partition(", epoch")[0] if lines else ""
+
+
+def test_a_changed_slot_count_gives_each_group_one_coordinator_once_the_old_ones_have_stopped(cluster_factory, zk):
+    zk.create(layout.SLOTS, layout.encode_slot_count(2), makepath=True)
+    cluster = cluster_factory(2)
+    held = shared_fairly(zk, 2, {1, 2})
+    # In slot 1 of 2, and in slot 2 of 3, which nobody holds: a server that
+    # reads the new count would take it at once.
+    group = next(f"g{n}" for n in itertools.count() if slot_of(f"g{n}", 2) == 1 and slot_of(f"g{n}", 3) == 2)
+    create_topic(zk, "t", 4)
+    partitions = partitions_of(zk, ["t"])
+    members = [cluster.add_consumer(group, topics=["t"]) for _ in range(2)]
+    wait_whole(zk, group, members, partitions, timeout=SETTLE_S)
+    production = Production(cluster, "t")
+    try:
+        wait_until(lambda: len(delivered_values(members)) > 200, timeout=SETTLE_S, message="deliveries")
+        old_epochs = max(slot_epoch(zk, slot) for slot in range(2))
+        zk.set(layout.SLOTS, layout.encode_slot_count(3))
+        changed = zk.exists(layout.SLOTS).mzxid
+        # A server started now reads three slots, and a member that asks it
+        # is told its group is in slot 2.
+        cluster.add_server(3)
+        members.append(cluster.add_consumer(group, topics=["t"], bootstrap=[cluster.servers[3].address]))
+        now = shared_fairly(zk, 3, {1, 2, 3})
+        # Each member holding some of the four partitions, none held twice (that raises).
+        wait_until(lambda: group_is_whole(zk, group, members, partitions, every_member_holds=True),
+                   timeout=SETTLE_S, message="the three members sharing the partitions")
+        for slot in range(3):  # every slot elected under the new count, each above every epoch of the old
+            assert zk.exists(layout.slot_coordinator_path(slot)).czxid > changed, slot
+            assert slot_epoch(zk, slot) > old_epochs, slot
+        mark = len(delivered_values(members))
+        wait_until(lambda: len(delivered_values(members)) > mark + 100, timeout=SETTLE_S,
+                   message="deliveries under the new count")
+    finally:
+        produced = production.stop()
+    wait_until(lambda: len(delivered_values(members)) >= produced, timeout=SETTLE_S,
+               message=f"{produced} deliveries")
+    exactly_once(members, produced)  # never two coordinators handing out one partition
+    for server in (1, 2):  # each stepped down from what it held under two slots
+        log = cluster.servers[server].log_tail(1_000_000)
+        assert "the cluster's slot count changed to 3 (was 2)" in log
+        for slot in (s for s, holder in held.items() if holder == server):
+            assert f"resigned as coordinator of slot {slot} " in log, (server, slot)
+    # The group has one coordinator: every member registered last with the holder of its slot of three.
+    assert {registered_with(member, group) for member in members} == {f"{now[2]} (slot 2 of 3"}
+
+
+def test_a_slot_whose_only_seeker_fails_its_takeovers_is_taken_by_a_healthy_server_within_the_bound(
+        cluster_factory, zk, zk_connect, tmp_path):
+    """Server 1 may not write slot 1's epoch node (a ZooKeeper ACL grants it
+    to server 2's credentials only), so each of its takeovers of slot 1
+    fails. Server 2, at its share with slot 0, takes slot 1 back once
+    server 1 has withdrawn from it."""
+    password = "a-password"
+    (tmp_path / "zk-password").write_text(password + "\n")
+    healthy = ("--no-broker", "--zk-auth", "digest", "--zk-user", "healthy",
+               "--zk-password-file", str(tmp_path / "zk-password"), "--zk-state-readable")
+    # Everything open, as a server without credentials writes it, but slot 1's epoch.
+    for path in (layout.SERVERS, layout.GROUPS, layout.CONSUMERS, f"{layout.SLOTS}/1"):
+        zk.ensure_path(path)
+    zk.set(layout.SLOTS, layout.encode_slot_count(2))
+    zk.create(layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(0))
+    zk.create(layout.slot_epoch_path(1), layout.encode_coordinator_epoch(0),
+              acl=[make_digest_acl("healthy", password, all=True), ACL(Permissions.READ, ANYONE_ID_UNSAFE)])
+    cluster = cluster_factory(0)
+    try:
+        _slot_1_taken_back(cluster, zk, healthy)
+    finally:
+        cluster.close()
+        _open_to_all(zk_connect, "healthy", password)  # so that the test's chroot can be deleted
+
+
+def _slot_1_taken_back(cluster, zk, healthy: tuple[str, ...]) -> None:
+    cluster.add_broker(101)
+    wait_until(lambda: zk.exists(layout.broker_path(101)), timeout=SETTLE_S, message="the broker registered")
+    create_topic(zk, "t", 2)
+    partitions = partitions_of(zk, ["t"])
+    cluster.add_server(2, extra=healthy)
+    assert shared_fairly(zk, 2, {2}) == {0: 2, 1: 2}
+    group = group_in_slot(1, 2)
+    members = [cluster.add_consumer(group, topics=["t"]) for _ in range(2)]
+    wait_whole(zk, group, members, partitions, timeout=SETTLE_S)
+    epoch = slot_epoch(zk, 1)
+
+    cluster.add_server(1, extra=("--no-broker",))  # server 2 hands slot 1 over to it: it held two of two
+    joined = time.monotonic()
+    wait_until(lambda: holders(zk, 2).get(1) == 2 and slot_epoch(zk, 1) > epoch, timeout=SETTLE_S,
+               message="slot 1 taken back by server 2")
+    served_after = time.monotonic() - joined
+    assert served_after < BOUND_S, f"slot 1 served again {served_after:.1f} s after server 1 joined"
+    log = cluster.servers[1].log_tail(1_000_000)
+    assert log.count("could not stand for slot 1") == FAILURES_TO_WITHDRAW and "withdraws from slot 1" in log
+    assert layout.decode_server("1", zk.get(layout.server_path("1"))[0]).withdrawn == (1,)
+    # Then server 2 hands slot 0 over, which server 1 can take: shared fairly.
+    assert shared_fairly(zk, 2, {1, 2}) == {0: 1, 1: 2}
+    wait_whole(zk, group, members, partitions, timeout=SETTLE_S)
+    assert {registered_with(member, group) for member in members} == {"2 (slot 1 of 2"}
+
+
+def _open_to_all(connect: str, user: str, password: str) -> None:
+    """Every node under ``connect`` open to all again, as ``user``, who wrote some for itself."""
+    from kazoo.client import KazooClient
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    from zkcoord.zk.client import walk
+
+    client = KazooClient(hosts=connect, auth_data=[("digest", f"{user}:{password}")])
+    client.start(timeout=15)
+    try:
+        for path in walk(client, "/"):
+            if path != "/" and client.get_acls(path)[0] != OPEN_ACL_UNSAFE:
+                client.set_acls(path, OPEN_ACL_UNSAFE)
+    finally:
+        client.stop()
+        client.close()

@@ -535,6 +535,18 @@ def test_server_coordinator_and_epoch_nodes():
         L.decode_coordinator_epoch(b'{"version":1,"epoch":-1}')
 
 
+def test_a_server_says_which_slots_it_has_withdrawn_from_and_only_when_it_has():
+    info = ServerInfo("s1", "127.0.0.1", 9400, withdrawn=(1, 5))
+    assert L.encode_server(info) == b'{"version":1,"host":"127.0.0.1","port":9400,"withdrawn":[1,5]}'
+    assert L.decode_server("s1", L.encode_server(info)) == info
+    assert b"withdrawn" not in L.encode_server(ServerInfo("s1", "127.0.0.1", 9400))  # as older servers wrote it
+    for bad in ((5, 1), (1, 1), (-1,), [1]):
+        with pytest.raises(LayoutError):
+            ServerInfo("s1", "127.0.0.1", 9400, withdrawn=bad)
+    with pytest.raises(LayoutError, match="/zkcoord/servers/s1"):
+        L.decode_server("s1", b'{"version":1,"host":"h","port":1,"withdrawn":[3,2]}')
+
+
 # --- properties ------------------------------------------------------------------
 
 ids = st.integers(0, 2**31 - 1)

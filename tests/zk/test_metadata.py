@@ -115,3 +115,26 @@ def test_an_answer_asked_for_a_newer_coordinator_comes_the_moment_one_is_elected
     answer = view.answer_when("", known_epoch=4, timeout=10)
     assert (answer.coordinator_id, answer.coordinator_epoch) == (2, 5)
     assert time.monotonic() - began < 5  # answered on the election, long before the 10 s
+
+
+def test_the_answers_follow_a_change_of_the_slot_count(zk, zk_connect):
+    from zkcoord.coordinator.slots import slot_of
+
+    zk.create(layout.SLOTS, layout.encode_slot_count(2), makepath=True)
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    view = MetadataView(client, slots=2)
+    view.start()
+    try:
+        group = next(f"g{n}" for n in range(1000) if slot_of(f"g{n}", 2) == 1 and slot_of(f"g{n}", 3) == 2)
+        zk.create(layout.slot_coordinator_path(2), layout.encode_coordinator("7"), makepath=True)
+        wait_until(lambda: view.answer(group).slots == 2, message="a first answer")
+        assert (view.answer(group).slot, view.answer(group).coordinator_id) == (1, -1)
+        zk.set(layout.SLOTS, layout.encode_slot_count(3))
+        wait_until(lambda: view.answer(group).slots == 3, message="the answer of three slots")
+        assert (view.answer(group).slot, view.answer(group).coordinator_id) == (2, 7)
+        assert view.holder(2) == 7 and view.holder(5) == -1
+    finally:
+        view.stop()
+        client.stop()
+        client.close()

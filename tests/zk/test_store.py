@@ -216,3 +216,39 @@ def test_a_deposed_coordinator_forgets_nothing(store, zk):
     with pytest.raises(Deposed):
         store.forget_group("g", offsets=True)
     assert "g" in successor.group_states() and successor.offsets("g", [("t", 0)]) == {("t", 0): 4}
+
+
+def test_a_coordinator_whose_election_node_was_deleted_by_hand_can_neither_prove_its_office_nor_write(zk):
+    # Its session lives, so the node was not taken by ZooKeeper: without a
+    # check of it, the proof would keep its office (and its pings going)
+    # until a successor's claim, and so would its writes.
+    from zkcoord.coordinator.slots import slot_of
+
+    store = CoordinatorStore(zk, 1, slot=1, slots=2)
+    store.claim_epoch(elected_as=b"1")
+    store.prove_office()
+    group = next(f"g{n}" for n in range(100) if slot_of(f"g{n}", 2) == 1)
+    store.write_group_state(group, layout.GroupState(1, "range", {}), exists=False)
+    zk.delete(layout.slot_coordinator_path(1))
+    with pytest.raises(Deposed, match="election node"):
+        store.prove_office()
+    answers = []
+    store.prove_office_async(answers.append)
+    wait_until(lambda: answers, 10, message="the proof's answer")
+    assert isinstance(answers[0], Deposed)
+    with pytest.raises(Deposed, match="election node"):
+        store.write_group_state(group, layout.GroupState(2, "range", {}), exists=True)
+    assert store.group_states()[group].generation == 1
+
+
+def test_a_claim_takes_an_epoch_above_every_slots_when_asked(zk):
+    from zkcoord.zk.nodes import read_slot_epochs
+
+    # Epochs of slot 0, of slot 1, and of slot 5, beyond a count since lowered to 2.
+    for slot, epoch in ((0, 4), (1, 2), (5, 9)):
+        zk.create(layout.slot_epoch_path(slot), layout.encode_coordinator_epoch(epoch), makepath=True)
+    assert read_slot_epochs(zk) == {0: 4, 1: 2, 5: 9}
+    # A group of slot 5 now falls in slot 1: its members have seen epoch 9.
+    store = CoordinatorStore(zk, 1, slot=1, slots=2)
+    assert store.claim_epoch(elected_as=b"1", above=max(read_slot_epochs(zk).values())).number == 10
+    assert CoordinatorStore(zk, 2, slot=0, slots=2).claim_epoch(above=3).number == 5  # its own is higher

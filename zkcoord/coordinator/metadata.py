@@ -5,9 +5,10 @@ at which epoch, which servers and brokers there are). After a failover
 thousands of consumers ask at once, so the answer must not cost ZooKeeper
 reads per request. :class:`MetadataView` keeps the last answer for every
 coordinator slot in memory. Watches only wake its refresher, which re-reads
-every slot's coordinator and epoch, the servers and the brokers whole,
-re-arming every watch as it reads (the broker's zkstate.py does the same:
-simple, and no change made while a watch was being re-armed is missed).
+the slot count, every slot's coordinator and epoch, the servers and the
+brokers whole, re-arming every watch as it reads (the broker's zkstate.py
+does the same: simple, and no change made while a watch was being re-armed
+is missed).
 Wake-ups during a read coalesce into one more read. Watches do not outlive
 a session, but kazoo fires every one when its session ends, so the
 refresher reads (and watches) again on the new one.
@@ -28,6 +29,7 @@ from kazoo.exceptions import NoNodeError
 
 from zkcoord import wire
 from zkcoord.coordinator.slots import slot_of, validate_slot_count
+from zkcoord.errors import ConfigError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_brokers, read_servers
 
@@ -63,8 +65,9 @@ def broker_endpoints(brokers: dict[int, layout.BrokerRegistration]) -> tuple[wir
 
 
 class MetadataView:
-    """The ClusterMetadata answers of a cluster of ``slots`` coordinator
-    slots, kept current by watches on ``zk``.
+    """The ClusterMetadata answers of a cluster of coordinator slots, kept
+    current by watches on ``zk``: as many slots as /zkcoord/slots says, or
+    ``slots`` while it says nothing readable.
 
     Runs on ``zk``'s handler (gevent in a server, threads in a test)."""
 
@@ -95,10 +98,10 @@ class MetadataView:
 
     def answer(self, group_id: str = "") -> wire.ClusterMetadataResponse:
         """The answer for ``group_id``'s slot; no group: slot 0, the seed's coordinator."""
-        answers = self._answers
+        answers = self._answers  # one read: the answers of one count
         if answers is None:
             return NOT_AVAILABLE
-        return answers[slot_of(group_id, self.slots) if group_id else 0]
+        return answers[slot_of(group_id, len(answers)) if group_id else 0]
 
     def answer_when(self, group_id: str, known_epoch: int, timeout: float) -> wire.ClusterMetadataResponse:
         """:meth:`answer`, once ``group_id``'s slot has a coordinator of an
@@ -117,7 +120,7 @@ class MetadataView:
     def holder(self, slot: int) -> int:
         """The server id that coordinates ``slot`` as last read, -1 if none (or not read yet)."""
         answers = self._answers
-        return -1 if answers is None else answers[slot].coordinator_id
+        return -1 if answers is None or slot >= len(answers) else answers[slot].coordinator_id
 
     def _refresh_forever(self) -> None:
         while self._running:
@@ -140,7 +143,9 @@ class MetadataView:
         # takeover made between the two reads pairs the new coordinator with
         # the old epoch (a held answer waits on for the epoch's watch), never
         # the old coordinator with the new epoch (a waiting member would be
-        # sent to the dead one as if it were the news).
+        # sent to the dead one as if it were the news). The count before
+        # both, so that the slots read are the count's.
+        self.slots = self._slot_count()
         paths = [layout.slot_epoch_path(slot) for slot in range(self.slots)] + \
                 [layout.slot_coordinator_path(slot) for slot in range(self.slots)]
         data = self._get_all(paths)
@@ -154,6 +159,18 @@ class MetadataView:
             )
             for slot in range(self.slots)
         ]
+
+    def _slot_count(self) -> int:
+        """The cluster's slot count, watched; the last one known while its
+        node is missing or unreadable (the servers stand for nothing then)."""
+        data = self._get_all([layout.SLOTS])[layout.SLOTS]
+        if data is None:
+            return self.slots
+        try:
+            return validate_slot_count(layout.decode_slot_count(data))
+        except (layout.LayoutError, ConfigError) as exc:
+            log.warning("unreadable slot count: %s", exc)
+            return self.slots
 
     @staticmethod
     def _coordinator_id(path: str, data: dict[str, Optional[bytes]]) -> int:

@@ -9,7 +9,11 @@ server seeks vacant slots up to its fair share and hands over what it holds
 beyond it when servers join; for each slot it wins it claims a new epoch of
 that slot and runs a :class:`~zkcoord.coordinator.runtime.Coordinator`. A
 consumer that registers with a server that does not hold its group's slot
-gets NOT_COORDINATOR, naming the server that does.
+gets NOT_COORDINATOR, naming the server that does. The count is watched: on
+any change the server steps down from every slot and stands again under the
+new count once no election of the old one remains; and a server that keeps
+failing a slot's takeover withdraws from that slot for a while
+(coordinator/slots.py says why).
 
 This module owns the ZooKeeper session: its state changes drive the
 coordinators (SUSPENDED: stop deciding; LOST: step down, and on the new
@@ -19,6 +23,7 @@ Runs under gevent; the caller has monkey-patched the process.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import resource
@@ -30,7 +35,7 @@ import gevent
 import gevent.event
 import gevent.pool
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
@@ -41,7 +46,8 @@ from zkcoord.coordinator.admission import GatedStreamServer
 from zkcoord.coordinator.config import ServerConfig
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
-from zkcoord.coordinator.slots import slot_of, slot_to_release, slots_to_seek, validate_slot_count
+from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, Candidacy, SlotCount, elections_of_an_earlier_count,
+                                       slot_of, slot_to_release, slots_to_seek, validate_slot_count)
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.log_ends import LogEndReader
 from zkcoord.coordinator.topics import TopicWatch
@@ -57,7 +63,7 @@ from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk.gevent_handler import GeventHandler
-from zkcoord.zk.nodes import cluster_id
+from zkcoord.zk.nodes import cluster_id, read_servers, read_slot_epochs, slots_with_nodes
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.security import ZooKeeperAuthError
 from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, SessionTimeoutWitness, delete_if_owned
@@ -74,14 +80,15 @@ ZK_RECONNECT_MAX_DELAY_S = 2.0
 # Coordinator slots of a cluster whose first server was not told a count:
 # one, the seed's single coordinator.
 DEFAULT_SLOTS = 1
-# The elector looks again at least this often: while it holds a slot (a
-# coordinator deposed by a newer epoch gives its node up within this), and
-# after a takeover failed.
+# The elector looks again at least this often while it holds a slot (a
+# coordinator deposed by a newer epoch gives its node up within this).
 HELD_CHECK_S = 1.0
 # ... and otherwise (watches wake it at once; this only bounds a lost one).
 IDLE_CHECK_S = 5.0
 # After handing a slot over, before the next: one slot at a time moves.
 RELEASE_PAUSE_S = 0.2
+# After a round, or a takeover in it, failed: before the next.
+FAILED_ROUND_S = 0.5
 # Open files a server keeps free beyond its members' connections and what it
 # has open at start: ZooKeeper, the embedded broker's new segments and clients.
 RESERVED_FILES = 200
@@ -89,6 +96,17 @@ RESERVED_FILES = 200
 
 class ServerError(ZkcoordError):
     """The server could not start: ZooKeeper unreachable, its port taken."""
+
+
+class SlotCountChanged(ZkcoordError):
+    """An election was won under a slot count that has changed since it was read."""
+
+    retriable = True  # under the new count
+
+
+# Errors that fail a takeover through no fault of its slot (the connection,
+# the count): they do not count towards withdrawing from it (slots.Candidacy).
+NOT_THE_SLOTS_FAULT = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, SlotCountChanged)
 
 
 def open_files() -> int:
@@ -146,6 +164,11 @@ class Server:
         )
         zk_metrics.watch(lambda: self.zk.connected)
         self.slots = config.coordinator_slots or DEFAULT_SLOTS  # the cluster's, once started
+        # The count the server acts under, as read (None: unreadable; it then holds no slot).
+        self._count: Optional[SlotCount] = None
+        # The slots it has withdrawn from, its takeovers of them having failed.
+        self.candidacy = Candidacy()
+        self._waiting_logged: Optional[int] = None  # the count (its zxid) under which it said it waits
         self.coordinators: dict[int, Coordinator] = {}  # by the slot held
         self.core_metrics = families.CoordinatorMetrics(self.metrics_registry)
         # The process's limits, shared by both listeners: one budget of partial frames.
@@ -199,7 +222,8 @@ class Server:
             check_multi_read(self.zk)
             for root in (layout.ZKCOORD_ROOT, layout.CONSUMERS):
                 zk_client.check_ownership(self.zk, self.config.zk_security, root)
-            self.slots = self._agree_slot_count()
+            self._count = self._agree_slot_count()
+            self.slots = self._count.slots
             cluster_id(self.zk)  # the first broker or server to start creates it, as Kafka's first broker does
         except (ZooKeeperTooOld, ConfigError, layout.LayoutError, ZooKeeperAuthError) as exc:
             self.zk.stop()
@@ -314,16 +338,17 @@ class Server:
                 self._resign_all()
                 raise ServerError("the ZooKeeper client closed and will not reconnect")
 
-    def _agree_slot_count(self) -> int:
-        """The cluster's slot count: created by the first server, then fixed.
-        A server told another count refuses to start rather than split the
-        groups differently from the others."""
+    def _agree_slot_count(self) -> SlotCount:
+        """The cluster's slot count: created by the first server. A server
+        told another count refuses to start rather than split the groups
+        differently from the others (an operator changes the count by
+        setting the node: every server follows, _follow_count)."""
         wanted = self.config.coordinator_slots
         try:
             self.zk.create(layout.SLOTS, layout.encode_slot_count(wanted or DEFAULT_SLOTS), makepath=True)
         except NodeExistsError:
             pass
-        data, _ = self.zk.get(layout.SLOTS)
+        data, stat = self.zk.get(layout.SLOTS)
         try:
             slots = validate_slot_count(layout.decode_slot_count(data))
         except layout.LayoutError as exc:
@@ -331,7 +356,48 @@ class Server:
         if wanted is not None and wanted != slots:
             raise ConfigError(f"the cluster's groups are spread over {slots} coordinator slots, "
                               f"not {wanted}: the count is fixed once the first server has set it")
-        return slots
+        return SlotCount(slots, stat.mzxid)
+
+    def _read_slot_count(self) -> Optional[SlotCount]:
+        """The cluster's slot count as it is now, watched; None if its node
+        is missing or unreadable (said once, when that begins)."""
+        try:
+            data, stat = self.zk.get(layout.SLOTS, watch=self._wake_elector)
+        except NoNodeError:
+            if self.zk.exists(layout.SLOTS, watch=self._wake_elector) is not None:
+                return self._read_slot_count()  # created between the two calls
+            problem = f"{layout.SLOTS} is missing"
+        else:
+            try:
+                return SlotCount(validate_slot_count(layout.decode_slot_count(data)), stat.mzxid)
+            except (layout.LayoutError, ConfigError) as exc:
+                problem = str(exc)
+        if self._count is not None:
+            log.error("server %d cannot read the cluster's coordinator slot count: %s", self.config.server_id,
+                      problem)
+        return None
+
+    def _follow_count(self, count: Optional[SlotCount]) -> None:
+        """The slot count changed, or can no longer be read: step down from
+        every slot, then act under ``count`` (None: stand for nothing until
+        the count can be read). Its groups may now fall in any slot, and a
+        new coordinator of theirs waits for these to end (slots.py)."""
+        held = sorted(self.coordinators)
+        if count is None:
+            log.warning("server %d steps down from every slot it holds (%s) until the slot count can be read",
+                        self.config.server_id, held or "none")
+        else:
+            log.warning("server %d: the cluster's slot count changed to %d (was %d); it steps down from every "
+                        "slot it holds (%s) and stands again under the new count", self.config.server_id,
+                        count.slots, self.slots, held or "none")
+            if self.config.coordinator_slots not in (None, count.slots):
+                log.warning("server %d was told --coordinator-slots %d and follows the cluster's %d: restarted "
+                            "so, it would refuse to start", self.config.server_id, self.config.coordinator_slots,
+                            count.slots)
+        self._resign_all()
+        self._count = count
+        if count is not None:
+            self.slots = count.slots
 
     # -- ZooKeeper session ---------------------------------------------------------------------
 
@@ -375,8 +441,24 @@ class Server:
         """Delete this server's node, if it is this session's."""
         self._delete_if_owned(layout.server_path(str(self.config.server_id)))
 
+    def _server_info(self) -> layout.ServerInfo:
+        return layout.ServerInfo(str(self.config.server_id), self.config.host, self.port,
+                                 withdrawn=tuple(sorted(self.candidacy.withdrawn(time.monotonic()))))
+
+    def _publish_candidacy(self, published: tuple[int, ...]) -> tuple[int, ...]:
+        """Write this server's withdrawals into its registration if they
+        differ from ``published``; what is published now."""
+        info = self._server_info()
+        if info.withdrawn != published:
+            self.zk.set(layout.server_path(info.server_id), layout.encode_server(info))
+            if info.withdrawn:
+                log.info("server %d stands for no slot of %s for now", self.config.server_id, list(info.withdrawn))
+            else:
+                log.info("server %d stands for every slot again", self.config.server_id)
+        return info.withdrawn
+
     def _register(self) -> None:
-        info = layout.ServerInfo(str(self.config.server_id), self.config.host, self.port)
+        info = self._server_info()
         path = layout.server_path(str(self.config.server_id))
         try:
             self.zk.create(path, layout.encode_server(info), ephemeral=True, makepath=True)
@@ -398,31 +480,40 @@ class Server:
                 wait = self._elect_round()
             except Exception as exc:  # connection trouble: kazoo raises its own errors; never give up
                 log.warning("election round failed: %s", describe(exc))
-                wait = 0.5
+                wait = FAILED_ROUND_S
             self._election_wanted.wait(wait)
 
     def _elect_round(self) -> float:
         """One round: give up slots whose epoch a newer coordinator took,
-        and a node of ours with no coordinator (a takeover that failed half
-        way), register this server again if its node is missing, take
-        vacant slots up to this server's fair share, and hand one over if it
-        holds more (another server joined). Returns how long to wait for a
-        change before the next round."""
+        step down from every slot if the slot count changed, register this
+        server again if its node is missing, give up a node of ours with no
+        coordinator (a takeover that failed half way), take vacant slots up
+        to their share (none while an election of an earlier count remains),
+        and hand one over if it holds more (another server joined). Returns
+        how long to wait for a change before the next round."""
         self._election_wanted.clear()  # first: a watch that fires from here on is another round
         for slot, coordinator in list(self.coordinators.items()):
             if coordinator.deposed:
                 # Before any read: its members go looking for the new one at
                 # once, even while ZooKeeper is out of reach.
                 self._resign(slot)
-        servers = self.zk.get_children(layout.SERVERS, watch=self._wake_elector)
-        if str(self.config.server_id) not in servers:
+        count = self._read_slot_count()
+        if count != self._count:
+            self._follow_count(count)
+            return 0.0
+        if count is None:
+            return IDLE_CHECK_S  # the node's creation wakes the elector
+        servers = read_servers(self.zk, watch=self._wake_elector, watch_data=True)
+        me = servers.get(str(self.config.server_id))
+        if me is None:
             # Its registration failed on a new session (the connection
             # flapping as it was made): members could not find this server,
             # and the others would count it out of the fair share.
             self._register()
             return 0.0
-        servers = len(servers)
-        nodes = self._election_nodes()
+        published = self._publish_candidacy(me.withdrawn)  # a withdrawal may have ended
+        withdrawn = collections.Counter(slot for info in servers.values() for slot in info.withdrawn)
+        nodes = self._election_nodes(count)
         session = self.zk.client_id[0]
         for slot in list(self.coordinators):
             stat = nodes.get(slot)
@@ -441,59 +532,126 @@ class Server:
                 log.warning("server %d holds the election of slot %d without a coordinator; giving it up",
                             self.config.server_id, slot)
                 self._give_up_election(slot)
-        vacant = [slot for slot, stat in nodes.items() if stat is None]
-        won = [store for store in map(self._stand, slots_to_seek(self.coordinators, vacant, self.slots, servers))
-               if store is not None]
+        earlier = elections_of_an_earlier_count(count, {slot: stat.czxid for slot, stat in nodes.items()
+                                                        if stat is not None})
+        if earlier:
+            if self._waiting_logged != count.zxid:
+                self._waiting_logged = count.zxid
+                log.info("server %d stands for no slot of %d until the elections won under an earlier count end "
+                         "(slots %s)", self.config.server_id, count.slots, earlier)
+            return HELD_CHECK_S  # their nodes are watched: their end wakes the elector
+        vacant = [slot for slot in range(count.slots) if nodes.get(slot) is None]
+        seek = slots_to_seek(self.coordinators, vacant, count.slots, len(servers), withdrawn,
+                             aside=self.candidacy.withdrawn(time.monotonic()))
+        won, failed = self._stand_for(seek, session)
         if won:
             log.info("server %d won the election of slot(s) %s", self.config.server_id, [w.slot for w in won])
-        if not self._take_offices(won):
-            return 0.5
-        release = slot_to_release(self.coordinators, self.slots, servers)
-        if release is not None and not vacant:  # hand over only once the last one has been taken
+        outcomes = self._take_offices(won)
+        for slot, error in outcomes.items():
+            if error is None:
+                self.candidacy.succeeded(slot)
+            elif self._counts_against_slot(error, session):
+                failed.add(slot)
+        for slot in sorted(failed):
+            withdrawal = self.candidacy.failed(slot, time.monotonic())
+            if withdrawal is not None:
+                log.warning("server %d withdraws from slot %d for %.0f s: its last %d takeovers of it failed",
+                            self.config.server_id, slot, withdrawal, FAILURES_TO_WITHDRAW)
+        if failed or any(error is not None for error in outcomes.values()):
+            self._publish_candidacy(published)
+            return FAILED_ROUND_S
+        release = slot_to_release(self.coordinators, count.slots, len(servers), withdrawn)
+        # Hand over only once the last vacant slot has been taken (a slot
+        # every server has withdrawn from waits for one to stand again).
+        if release is not None and not [slot for slot in vacant if withdrawn[slot] < len(servers)]:
             log.info("server %d hands slot %d over: it holds %d of %d slots with %d servers up",
-                     self.config.server_id, release, len(self.coordinators), self.slots, servers)
+                     self.config.server_id, release, len(self.coordinators), count.slots, len(servers))
             self._resign(release)
             return RELEASE_PAUSE_S
-        return HELD_CHECK_S if self.coordinators else IDLE_CHECK_S
+        wait = HELD_CHECK_S if self.coordinators else IDLE_CHECK_S
+        back = self.candidacy.next_return(time.monotonic())  # a withdrawal's end is a change too
+        return wait if back is None else min(wait, back)
 
-    def _election_nodes(self) -> dict:
-        """Every slot's election node's stat (None: vacant), watched, asked at once."""
+    def _election_nodes(self, count: SlotCount) -> dict:
+        """The stat of every slot's election node (None: vacant), watched,
+        asked at once: the slots of ``count``, and those beyond it that have
+        nodes (a lowered count's: their holders may act under the old one)."""
+        slots = sorted(set(range(count.slots)) | set(slots_with_nodes(self.zk, watch=self._wake_elector)))
         asked = {slot: self.zk.exists_async(layout.slot_coordinator_path(slot), watch=self._wake_elector)
-                 for slot in range(self.slots)}
+                 for slot in slots}
         return {slot: answer.get() for slot, answer in asked.items()}
 
-    def _stand(self, slot: int) -> Optional[CoordinatorStore]:
+    def _counts_against_slot(self, error: BaseException, session: int) -> bool:
+        """Whether a failed takeover counts towards withdrawing from its slot:
+        not if the connection failed it, which would fail any slot."""
+        return not (isinstance(error, NOT_THE_SLOTS_FAULT + (self.zk.handler.timeout_exception,))
+                    or self.zk.state != KazooState.CONNECTED or self.zk.client_id[0] != session)
+
+    def _stand_for(self, seek: list[int], session: int) -> tuple[list[CoordinatorStore], set[int]]:
+        """Stand for each slot of ``seek``: the stores of the elections won,
+        and the slots whose claim failed (connection trouble is raised)."""
+        if not seek:
+            return [], set()
+        # Above every slot's epoch, whichever it holds now: a group that came
+        # from another slot when the count changed has members who have seen
+        # that slot's epochs, and they would refuse a lower one as stale.
+        # One listing and a few multiReads for a cluster's every slot.
+        above = max(read_slot_epochs(self.zk).values(), default=0)
+        won: list[CoordinatorStore] = []
+        failed: set[int] = set()
+        for slot in seek:
+            try:
+                store = self._stand(slot, above)
+            except Exception as exc:
+                if not self._counts_against_slot(exc, session):
+                    raise
+                log.error("server %d could not stand for slot %d: %s", self.config.server_id, slot, describe(exc))
+                failed.add(slot)
+                continue
+            if store is not None:
+                won.append(store)
+        return won, failed
+
+    def _stand(self, slot: int, above: int) -> Optional[CoordinatorStore]:
         """Try to win ``slot``'s election: its election node created and its
-        epoch claimed at once (store.claim_epoch); the store that holds the
-        new epoch, or None if another server won."""
+        epoch claimed at once, above ``above`` (store.claim_epoch); the store
+        that holds the new epoch, or None if another server won."""
         store = CoordinatorStore(self.zk, self.config.server_id, slot, self.slots)
-        if store.claim_epoch(elected_as=layout.encode_coordinator(str(self.config.server_id))) is None:
+        if store.claim_epoch(elected_as=layout.encode_coordinator(str(self.config.server_id)), above=above) is None:
             return None
         return store
 
-    def _take_offices(self, won: list[CoordinatorStore]) -> bool:
+    def _take_offices(self, won: list[CoordinatorStore]) -> dict[int, Optional[Exception]]:
         """Take office in the slots ``won`` side by side (after a failover
         each loads its own groups, and the members of the last should not
-        wait for the first); False if any failed."""
-        takeovers = [gevent.spawn(self._take_office, store) for store in won]
+        wait for the first); by slot, None or why it failed."""
+        takeovers = {store.slot: gevent.spawn(self._take_office, store) for store in won}
         try:
-            gevent.joinall(takeovers)
+            gevent.joinall(list(takeovers.values()))
         except BaseException:  # the elector killed (the server stopping): its takeovers with it
-            gevent.killall(takeovers)
+            gevent.killall(list(takeovers.values()))
             raise
-        return all(takeover.value for takeover in takeovers)
+        return {slot: takeover.value for slot, takeover in takeovers.items()}
 
-    def _take_office(self, store: CoordinatorStore) -> bool:
-        """Start the coordinator of the slot ``store`` won; False if that
-        failed, and then the election is given up, so that the slot is
-        elected again (by this server or another) with a new epoch."""
+    def _take_office(self, store: CoordinatorStore) -> Optional[Exception]:
+        """Start the coordinator of the slot ``store`` won; if that fails,
+        why, and then the election is given up, so that the slot is elected
+        again (by this server or another) with a new epoch."""
         try:
+            # The count read again after winning, before anything starts: an
+            # election won after the count changed was won under the old one,
+            # and the servers of the new count do not wait for it
+            # (slots.elections_of_an_earlier_count).
+            count = self._read_slot_count()
+            if count != self._count:
+                raise SlotCountChanged(f"the slot count changed to {count.slots if count else 'unreadable'} "
+                                       f"after slot {store.slot} of {self.slots} was won")
             self._become_coordinator(store)
         except Exception as exc:  # kazoo's connection errors too: never a zombie in office
             log.error("could not take office in slot %d: %s: %s", store.slot, type(exc).__name__, exc)
             self._give_up_election(store.slot)
-            return False
-        return True
+            return exc
+        return None
 
     def _become_coordinator(self, store: CoordinatorStore) -> None:
         """Start the coordinator of the slot ``store`` won, at its epoch; on

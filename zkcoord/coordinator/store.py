@@ -5,6 +5,16 @@ a ZooKeeper multi-operation that first checks the version of the epoch node
 this coordinator wrote when it was elected. A newer coordinator bumps that
 node before it writes anything, so a deposed coordinator's writes fail as a
 whole with :class:`Deposed`, and nothing it sends after that is obeyed.
+
+A coordinator that won an election also checks, in the same multi, that its
+election node is still there as it made it (every creation of that node
+bumps the epoch with it, so there with our epoch current, it is ours).
+Without that check a write could land after the node went, deleted by hand
+or with its session (a write sent on the client's next session), when the
+coordinator of another slot may already have taken one of its groups (the
+slot count changed: slots.py); and the proof of office, which is such a
+write, would keep in office a coordinator whose node was deleted by hand
+until a successor claimed the epoch.
 """
 
 from __future__ import annotations
@@ -41,6 +51,8 @@ MAX_MULTI_BYTES = 512 * 1024
 MAX_NODE_BYTES = 1_000_000
 # What ZooKeeper adds to a path and its data per operation of a multi (header, lengths, version, ACL).
 MULTI_OP_OVERHEAD_BYTES = 64
+# An election node's data version: created with its data, never set.
+ELECTION_NODE_VERSION = 0
 
 
 @dataclass(frozen=True)
@@ -78,11 +90,16 @@ class CoordinatorStore:
         self.slots = slots
         self.epoch_path = layout.slot_epoch_path(slot)
         self.epoch: Optional[Epoch] = None
+        # The election node every fenced operation checks, once won (None: a
+        # store's own tests, which claim an epoch without an election).
+        self.election_path: Optional[str] = None
 
     # -- election --------------------------------------------------------------------
 
-    def claim_epoch(self, elected_as: Optional[bytes] = None) -> Optional[Epoch]:
-        """Bump the slot's coordinator epoch (compare-and-set).
+    def claim_epoch(self, elected_as: Optional[bytes] = None, above: int = 0) -> Optional[Epoch]:
+        """Bump the slot's coordinator epoch (compare-and-set), to above
+        ``above`` too (the highest epoch of any slot, when groups may have
+        come from other slots: slots.py).
 
         With ``elected_as`` (the election node's data) the election is won
         in the same multi-operation: the slot's ephemeral election node is
@@ -105,7 +122,7 @@ class CoordinatorStore:
                     pass
                 continue
             try:
-                number = layout.decode_coordinator_epoch(data, self.epoch_path) + 1
+                number = max(layout.decode_coordinator_epoch(data, self.epoch_path), above) + 1
             except layout.LayoutError as exc:
                 # Guessing an epoch could let two coordinators share one.
                 raise Deposed(f"refusing to claim an epoch: {exc}") from None
@@ -124,6 +141,8 @@ class CoordinatorStore:
             if failure is not None:
                 raise failure
             self.epoch = Epoch(number, results[-1].version, claimed_on)
+            if elected_as is not None:
+                self.election_path = election
             if session_id(self.zk) != claimed_on:
                 # Sent on a later session than it was asked on: whatever it
                 # won is that session's, and this store's proofs would fail.
@@ -212,7 +231,7 @@ class CoordinatorStore:
         # node's existence calls for, one correction per round.
         for _ in range(len(operations) + 1):
             results = self._fenced_transaction(operations).commit()
-            corrected = _corrected(operations, results)
+            corrected = _corrected(operations, results[self._checks:])
             if corrected is None:
                 break
             operations = corrected
@@ -223,6 +242,8 @@ class CoordinatorStore:
             raise Deposed("this server holds no coordinator epoch")
         transaction = self.zk.transaction()
         transaction.check(self.epoch_path, self.epoch.fence_version)
+        if self.election_path is not None:
+            transaction.check(self.election_path, ELECTION_NODE_VERSION)
         for op, path, data in operations:
             if op == "create":
                 transaction.create(path, data)
@@ -241,10 +262,18 @@ class CoordinatorStore:
                 raise Deposed(f"the ZooKeeper session that claimed epoch {self.epoch.number} of slot {self.slot} "
                               "has ended")
             return
+        slot = f" of slot {self.slot}" if self.slots > 1 else ""
         if isinstance(results[0], BadVersionError):
-            slot = f" of slot {self.slot}" if self.slots > 1 else ""
             raise Deposed(f"coordinator epoch {self.epoch.number}{slot} is no longer current")
+        if self.election_path is not None and isinstance(results[1], (NoNodeError, BadVersionError)):
+            raise Deposed(f"the election node of coordinator epoch {self.epoch.number}{slot} "
+                          f"({self.election_path}) is gone or not as it was won")
         raise failures[0]
+
+    @property
+    def _checks(self) -> int:
+        """How many checks open each fenced multi-operation: the epoch's, and the election node's once won."""
+        return 1 if self.election_path is None else 2
 
     def upsert(self, path: str, data: bytes, exists: bool) -> tuple[str, str, bytes]:
         return ("set" if exists else "create", path, data)
@@ -317,8 +346,8 @@ def _corrected(operations: list[tuple[str, str, bytes | None]],
     was not what the caller read redone accordingly (a create of a node that
     exists becomes a set, a set of a missing node a create, a delete of a
     missing node goes), or None when no operation failed that way.
-    ``results`` are the multi's, the fence's check first."""
-    for index, (operation, result) in enumerate(zip(operations, results[1:])):
+    ``results`` are the operations' own, the fence's checks left out."""
+    for index, (operation, result) in enumerate(zip(operations, results)):
         op, path, data = operation
         if op == "create" and isinstance(result, NodeExistsError):
             fix = [("set", path, data)]

@@ -121,6 +121,25 @@ def read_servers(zk: KazooClient, *, watch: Optional[Callable] = None,
     return read_nodes(zk, paths, layout.decode_server, "server", watch=watch if watch_data else None)
 
 
+def slots_with_nodes(zk: KazooClient, watch: Optional[Callable] = None) -> list[int]:
+    """The slots that have nodes under /zkcoord/slots (1 and up: slot 0's
+    nodes are the seed's, elsewhere), within the cluster's count or beyond
+    it: a count lowered leaves its higher slots behind. With ``watch``, the
+    listing is watched."""
+    numbers = (int(child) for child in _children(zk, layout.SLOTS, watch) if child.isascii() and child.isdigit())
+    return sorted(slot for slot in numbers if 0 < slot < 2**31)  # anything else is no slot's
+
+
+def read_slot_epochs(zk: KazooClient) -> dict[int, int]:
+    """The epoch of every coordinator slot that has one, by slot: slot 0's
+    and those of every slot of :func:`slots_with_nodes` (the members of a
+    group in a slot beyond the count have seen its epochs). Many to a
+    request (multiRead)."""
+    paths = {slot: layout.slot_epoch_path(slot) for slot in [0, *slots_with_nodes(zk)]}
+    return read_nodes(zk, paths, lambda slot, data: layout.decode_coordinator_epoch(data, paths[slot]),
+                      "coordinator epoch", small=True)
+
+
 # -- /consumers/<group>/owners and /offsets ---------------------------------------------
 
 

@@ -53,12 +53,18 @@ def decode_coordinator(data: bytes, where: str = COORDINATOR_PATH) -> str:
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """Where a zkcoord server answers the coordinator protocol (/zkcoord/servers/<id>)."""
+    """Where a zkcoord server answers the coordinator protocol (/zkcoord/servers/<id>).
+
+    ``withdrawn``: the coordinator slots the server does not stand for now,
+    its takeovers of them having failed (coordinator/slots.py, Candidacy),
+    in ascending order; written only when there are some, so that a server
+    that withdraws from nothing writes what older servers read."""
 
     server_id: str
     host: str
     port: int
     version: int = 1
+    withdrawn: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _validate_segment(self.server_id, "server id", InvalidName)
@@ -68,18 +74,26 @@ class ServerInfo:
             raise LayoutError(f"server port must be in [1, 65535], got {self.port!r}")
         if self.version != 1:
             raise LayoutError(f"server info version must be 1, got {self.version!r}")
+        if not isinstance(self.withdrawn, tuple) or list(self.withdrawn) != sorted(set(self.withdrawn)) \
+                or not all(_is_int(slot) and 0 <= slot <= _INT32_MAX for slot in self.withdrawn):
+            raise LayoutError(f"a server's withdrawn slots must be distinct slot numbers in ascending order, "
+                              f"got {self.withdrawn!r}")
 
 
 def encode_server(info: ServerInfo) -> bytes:
-    return encode_json({"version": info.version, "host": info.host, "port": info.port})
+    fields = {"version": info.version, "host": info.host, "port": info.port}
+    if info.withdrawn:
+        fields["withdrawn"] = list(info.withdrawn)
+    return encode_json(fields)
 
 
 def decode_server(server_id: str, data: bytes, where: str | None = None) -> ServerInfo:
     where = where or server_path(server_id)
     fields = decode_versioned(data, where, 1)
     host, port = fields.string("host"), fields.integer("port", 1, 65535)  # errors that name the node
+    withdrawn = fields.ints("withdrawn") if fields.has("withdrawn") else ()
     with _prefix_errors(where):
-        return ServerInfo(server_id, host, port)
+        return ServerInfo(server_id, host, port, withdrawn=withdrawn)
 
 
 def encode_coordinator_epoch(epoch: int) -> bytes:
