@@ -290,3 +290,17 @@ def test_illegal_transitions_fail_loudly():
         member.registered(wire.RegisterConsumerResponse(coordinator_epoch=1))
     with pytest.raises(IllegalMemberTransition):
         member.leave()
+
+
+def test_a_member_that_lost_its_coordinator_waits_for_its_application_whatever_its_lease_has_left():
+    # Found by the failover tests: losing its coordinator with less than
+    # half a session of lease left, a member reported its offsets before the
+    # batch in hand, and got that batch again from the new coordinator: a
+    # failover with live members delivered one batch twice.
+    member, listener = registered_member(at=0.0)
+    member.answer(start(A), now=1.0)  # lease to T
+    waited = []
+    listener.on_stop = lambda partitions: waited.append(member.handoff_deadline(T - 0.1)) or {}
+    member.lost()
+    assert waited == [T - 0.1 + T / 2]
+    assert member.handoff_deadline(T) == T  # and only while it stops what it ran

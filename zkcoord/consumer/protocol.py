@@ -139,6 +139,7 @@ class MemberProtocol:
         # A pause seen at this instant voids every lease based on an answer sent before it.
         self._void_before = float("-inf")
         self._pauses = PauseWatch()
+        self._losing = False  # stopping everything because the coordinator is gone (handoff_deadline)
         # Final offsets of partitions stopped under this coordinator: handed
         # to the next one at registration, in case this one never wrote them.
         self.handover: dict[TopicPartition, int] = {}
@@ -184,9 +185,18 @@ class MemberProtocol:
     def handoff_deadline(self, now: float) -> float:
         """Until when the member may wait, before it reports what it stopped,
         for its application to finish the records it holds of them (Consumer.
-        on_stop): while the lease has half a session timeout left, so that
-        the coordinator's next request (a ping comes within a third of one
-        after the answer) still finds it held. Without a lease, not at all."""
+        on_stop). Obeying a Stop: while the lease has half a session timeout
+        left, so that the coordinator's next request (a ping comes within a
+        third of one after the answer) still finds it held. Having lost its
+        coordinator: half a session timeout from now, lease or not (no request
+        is coming to renew anything; the records were handed out under the
+        lease, and finishing them hands out nothing). The wait only delays
+        its registration with the next coordinator, which keeps the member's
+        partitions for it a session timeout and more past its lease
+        (docs/DESIGN.md): a failover with live members stays exactly once.
+        Otherwise, not at all."""
+        if self._losing:
+            return now + self.session_timeout / 2
         if self.state is not MemberState.ACTIVE:
             return now
         return max(now, self.lease_deadline - self.session_timeout / 2)
@@ -304,7 +314,11 @@ class MemberProtocol:
     def lost(self, evicted: bool = False) -> None:
         """The coordinator is gone (connection closed, lease out, refused):
         stop everything, keep the final offsets for the next registration."""
-        self._stop_partitions(frozenset(self.assignment))
+        self._losing = True
+        try:
+            self._stop_partitions(frozenset(self.assignment))
+        finally:
+            self._losing = False
         if self.state in (MemberState.ACTIVE, MemberState.REGISTERING):
             self._transition(MemberState.EVICTED if evicted else MemberState.UNREGISTERED)
 
