@@ -58,6 +58,14 @@ def kill_processes_under(directory: Path) -> None:
             pass
 
 
+def assert_a_stock_member_delivered(directory: Path) -> None:
+    """The stock member took part: records delivered under a stock client's
+    member id, which begins with its client id (zkcoord-consume-PID)."""
+    delivered_by = {json.loads(line)["member"] for d in directory.glob("consumer-*")
+                    for line in (d / "records.jsonl").read_text().splitlines() if line.endswith("}")}
+    assert any(member.startswith("zkcoord-consume-") for member in delivered_by), delivered_by
+
+
 @pytest.mark.timeout(600)
 def test_a_short_drill_of_random_faults_passes(tmp_path):
     directory = tmp_path / "drill"
@@ -71,11 +79,7 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
     assert len(report["faults"]) == 12 and report["produced"] > 1000
     assert (directory / "timeline.html").stat().st_size > 1000
     assert "PASS" in (directory / "report.txt").read_text()
-    # The stock member took part: records delivered under a stock client's
-    # member id, which begins with its client id (zkcoord-consume-PID).
-    delivered_by = {json.loads(line)["member"] for d in directory.glob("consumer-*")
-                    for line in (d / "records.jsonl").read_text().splitlines() if line.endswith("}")}
-    assert any(member.startswith("zkcoord-consume-") for member in delivered_by), delivered_by
+    assert_a_stock_member_delivered(directory)
     assert processes_under(directory) == {}
 
 
@@ -106,9 +110,7 @@ def test_a_short_secured_drill_passes_and_leaves_no_secret_behind(tmp_path):
     server_logs = "".join((d / "process.log").read_text() for d in directory.glob("server-*"))
     for user in ("drill-thin", "drill-stock", "drill-producer", "broker"):
         assert f"authenticated as User:{user} with SCRAM" in server_logs, user
-    delivered_by = {json.loads(line)["member"].split("-")[0] for d in directory.glob("consumer-*")
-                    for line in (d / "records.jsonl").read_text().splitlines() if line.endswith("}")}
-    assert "rdkafka" in delivered_by, delivered_by
+    assert_a_stock_member_delivered(directory)
     # Keys and passwords went with the run; the history stays.
     left = [p.name for p in directory.rglob("*") if p.suffix in (".pem", ".password") or p.name == "jaas.conf"]
     assert left == [] and not (directory / "secrets").exists()
