@@ -9,10 +9,10 @@ required, a connection must authenticate within a deadline of its start (so
 connections that never log in do not hold the process's connections); a
 remote address holds at most so many connections at once; and the bytes
 kept for partial frames, over all connections of the process, stay under a
-cap. Over a limit the connection
-or frame is refused and closed, counted and logged, and the logging of such
-abuse is rate-limited (:class:`AbuseLog`) so that a flood of bad frames
-cannot become a flood of log lines.
+cap. Over a limit the connection or frame is refused and closed, counted
+and logged, and the logging of such abuse is rate-limited
+(:class:`AbuseLog`) so that a flood of bad frames cannot become a flood of
+log lines.
 
 Everything here is decision and bookkeeping, without sockets or gevent, so
 that it is tested with a manual clock; the listeners do the I/O.

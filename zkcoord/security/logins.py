@@ -7,11 +7,12 @@ A failed login costs its sender a token of a bucket, one for its address and
 one for the user it named; a bucket refills one token per interval up to its
 burst, and while either of a login's buckets is empty the login is refused
 without a check. A login from the cluster's own hosts is refused for its
-address's bucket only: there the servers log in as their own user (a broker's
-bridge registering stock members, a coordinator asking for log ends), and a
-guesser elsewhere who empties that user's bucket must not lock them out. A successful check is remembered under a keyed hash of the
-user, the stored credential it matched and the password offered, so a
-changed or deleted credential is never matched again and no password is kept.
+address's bucket only: there the servers log in as their own user (a
+broker's bridge registering stock members, a coordinator asking for log
+ends), and a guesser elsewhere who empties that user's bucket must not lock
+them out. A successful check is remembered under a keyed hash of the user,
+the stored credential it matched and the password offered, so a changed or
+deleted credential is never matched again and no password is kept.
 """
 
 from __future__ import annotations
