@@ -8,7 +8,9 @@ On a server's side it is given its listener's
 :class:`~zkcoord.limits.ListenerGuard`: a frame must then arrive whole within the frame timeout of its first byte
 (the caller's timeout applies only between frames), and the bytes kept for a
 partial one count against the process's cap. Going over either raises
-:class:`FrameRefused`.
+:class:`FrameRefused`; a connection told it must authenticate (its
+``account``) that has not by its deadline raises :class:`NotAuthenticated`
+at its next read.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from zkcoord import wire
 from zkcoord.errors import ZkcoordError
 from zkcoord.security import tls as tls_
 from zkcoord.security.principal import ANONYMOUS
-from zkcoord.limits import MALFORMED, LimitExceeded, ListenerGuard
+from zkcoord.limits import AUTHENTICATION_DEADLINE, MALFORMED, LimitExceeded, ListenerGuard
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,18 @@ class FrameRefused(wire.MalformedFrame):
     def __init__(self, exc: LimitExceeded):
         super().__init__(str(exc))
         self.kind = exc.kind
+
+
+class NotAuthenticated(wire.AuthenticationFailed):
+    """A connection that had to authenticate and did not within its
+    deadline (zkcoord.limits' AUTHENTICATION_DEADLINE)."""
+
+    kind = AUTHENTICATION_DEADLINE
+
+
+def _refusal(exc: LimitExceeded) -> wire.WireError:
+    """The wire error a connection is closed with for going over a limit of its listener."""
+    return NotAuthenticated(str(exc)) if exc.kind == AUTHENTICATION_DEADLINE else FrameRefused(exc)
 
 
 class Channel:
@@ -129,19 +143,22 @@ class Channel:
         Raises ChannelClosed when the peer goes away and a WireError when it
         sends something that is not a valid frame (the caller then closes).
         ``timeout`` is how long to wait for a frame to begin: once one has,
-        with an account, it has what is left of its frame timeout instead.
+        with an account, it has what is left of its frame timeout instead;
+        and a connection that must still authenticate waits no longer than
+        its deadline for that (then NotAuthenticated, whatever it sends).
         """
         while not self._ready:
             if self.closed:
                 raise ChannelClosed(f"connection to {self.peer} is closed")
-            left = self.account.remaining() if self.account is not None else None
-            self.sock.settimeout(timeout if left is None else max(left, 0.0))
+            self.check_deadline()
+            wait, idle = self.account.read_timeout(timeout) if self.account is not None else (timeout, True)
+            self.sock.settimeout(wait)
             try:
                 data = self.sock.recv(65536)
             except socket.timeout:
-                if left is not None:
-                    self.check_deadline()
-                return None
+                if idle:
+                    return None
+                continue  # a deadline: the check above refuses it
             except ssl.SSLError as exc:  # a TLS alert: the server refused our certificate, or none
                 self.close()
                 raise tls_.refusal(exc, self.peer) from None
@@ -165,15 +182,16 @@ class Channel:
                 try:
                     self.account.progress(self._decoder.in_frame, self._decoder.buffered, completed=bool(frames))
                 except LimitExceeded as exc:
-                    raise FrameRefused(exc) from None
+                    raise _refusal(exc) from None
 
     def check_deadline(self) -> None:
-        """Raise FrameRefused if a frame begun is past its deadline."""
+        """Raise FrameRefused if a frame begun is past its deadline,
+        NotAuthenticated if the connection is past the one to authenticate by."""
         if self.account is not None:
             try:
                 self.account.check()
             except LimitExceeded as exc:
-                raise FrameRefused(exc) from None
+                raise _refusal(exc) from None
 
     def report_refusal(self, exc: wire.WireError) -> None:
         """Log (rate-limited, on a server) and count why this channel is
@@ -181,8 +199,10 @@ class Channel:
         if self.guard is None:
             log.info("closing %s after a bad frame: %s", self.peer, exc)
             return
-        kind = exc.kind if isinstance(exc, FrameRefused) else MALFORMED
-        self.guard.refused(kind, "closing %s after a bad frame: %s", self.peer, exc)
+        if isinstance(exc, (FrameRefused, NotAuthenticated)):  # over a limit: the error says which
+            self.guard.refused(exc.kind, "closing %s: %s", self.peer, exc)
+        else:
+            self.guard.refused(MALFORMED, "closing %s after a bad frame: %s", self.peer, exc)
 
     @property
     def frame_time_left(self) -> Optional[float]:

@@ -4,12 +4,15 @@ Both listeners of a process (the coordinator protocol's and the embedded
 broker's Kafka one) take connections from anyone who can reach them, so each
 bounds what a peer can hold: a frame, once its first byte arrived, must be
 whole within a deadline (the idle limit applies only between frames, so
-trickling bytes does not keep a connection); a remote address holds at most
-so many connections at once; and the bytes kept for partial frames, over all
-connections of the process, stay under a cap. Over a limit the connection
-or frame is refused and closed, counted and logged, and the logging of such
-abuse is rate-limited (:class:`AbuseLog`) so that a flood of bad frames
-cannot become a flood of log lines.
+trickling bytes does not keep a connection); where authentication is
+required, a connection must authenticate within a deadline of its start (so
+connections that never log in do not hold the process's connections); a
+remote address holds at most so many connections at once; and the bytes
+kept for partial frames, over all connections of the process, stay under a
+cap. Over a limit the connection or frame is refused and closed, counted
+and logged, and the logging of such abuse is rate-limited
+(:class:`AbuseLog`) so that a flood of bad frames cannot become a flood of
+log lines.
 
 Everything here is decision and bookkeeping, without sockets or gevent, so
 that it is tested with a manual clock; the listeners do the I/O.
@@ -32,6 +35,7 @@ FRAME_DEADLINE = "frame_deadline"  # a frame not whole within its deadline
 PER_ADDRESS = "per_address"      # a connection over the per-address cap
 BUFFER_CAP = "buffer_cap"        # a frame over the buffered-bytes cap
 TLS_HANDSHAKE = "tls_handshake"  # a TLS handshake refused, or not done within its deadline
+AUTHENTICATION_DEADLINE = "authentication_deadline"  # a connection that had to authenticate, not done in time
 # Refusals of well-formed requests, logged through the abuse log as well
 # (a client can send them as fast as it likes), not counted as refusals here.
 REFUSED_PRODUCE = "refused_produce"
@@ -46,6 +50,11 @@ class ConnectionLimits:
 
     frame_timeout_ms: int = setting(10_000, "a frame must arrive whole within this long of its first byte, "
                                             "or its connection is closed", minimum=1)
+    # A few seconds: an honest client authenticates first thing (its SASL
+    # exchange, or its RegisterConsumer's credential), in a few round trips.
+    authentication_timeout_ms: int = setting(
+        5_000, "where authentication is required, a connection that has not authenticated within this long of "
+               "its start (its TLS handshake done) is closed", minimum=1)
     max_connections_per_address: int = setting(
         1000, "most connections one remote address may hold open at once on each listener (more are refused)",
         minimum=1)
@@ -62,6 +71,10 @@ class ConnectionLimits:
     @property
     def frame_timeout_s(self) -> float:
         return self.frame_timeout_ms / 1000
+
+    @property
+    def authentication_timeout_s(self) -> float:
+        return self.authentication_timeout_ms / 1000
 
 
 class LimitExceeded(ZkcoordError):
@@ -164,22 +177,36 @@ class ByteBudget:
 
 
 class FrameAccount:
-    """One connection's frame in progress: when its first byte came (for
-    the deadline) and the bytes of it charged to the process's budget.
+    """One connection's deadlines and frame in progress: when the frame's
+    first byte came (for its deadline), the bytes of it charged to the
+    process's budget, and, until the connection has authenticated where it
+    must, when it must have.
 
     :meth:`progress` is told after each read how many bytes of an incomplete
     frame the connection holds (and whether it is within one at all) and
     raises :class:`LimitExceeded` when the frame is over its deadline or
-    the budget; :meth:`close` gives back what it held."""
+    the budget; :meth:`read_timeout` says how long a read may wait and
+    :meth:`check` whether a deadline has passed; :meth:`close` gives back
+    what it held."""
 
     def __init__(self, limits: ConnectionLimits, budget: ByteBudget, peer: str = "?",
                  clock: Callable[[], float] = time.monotonic):
         self.timeout_s = limits.frame_timeout_s
+        self.authentication_timeout_s = limits.authentication_timeout_s
         self.budget = budget
         self.peer = peer
         self._clock = clock
         self.started_at: Optional[float] = None  # the frame in progress's first byte
         self.charged = 0
+        self.authenticate_by: Optional[float] = None  # None: no authentication awaited
+
+    def must_authenticate(self) -> None:
+        """The connection is to authenticate within the authentication timeout, from now."""
+        self.authenticate_by = self._clock() + self.authentication_timeout_s
+
+    def authenticated(self) -> None:
+        """The connection has proved who it is: no deadline for that any more."""
+        self.authenticate_by = None
 
     def progress(self, in_frame: bool, held: int, completed: bool = False) -> None:
         """After a read: whether a frame is in progress, the bytes of it
@@ -203,12 +230,29 @@ class FrameAccount:
             return None
         return self.started_at + self.timeout_s - (self._clock() if now is None else now)
 
+    def read_timeout(self, idle_s: Optional[float], now: Optional[float] = None) -> tuple[Optional[float], bool]:
+        """How long the next read may wait (None: without end), and whether
+        ``idle_s`` is what bounds it: between frames ``idle_s``, within one
+        what is left of its deadline; and no longer, while the connection
+        has yet to authenticate, than what is left of that deadline."""
+        now = self._clock() if now is None else now
+        frame_left = self.remaining(now)
+        wait, idle = (idle_s, True) if frame_left is None else (frame_left, False)
+        if self.authenticate_by is not None and (wait is None or self.authenticate_by - now < wait):
+            wait, idle = self.authenticate_by - now, False
+        return (None if wait is None else max(wait, 0.0)), idle
+
     def check(self, now: Optional[float] = None) -> None:
-        """Raise LimitExceeded if the frame in progress is past its deadline."""
+        """Raise LimitExceeded if the frame in progress is past its deadline,
+        or the connection is past the one to authenticate by."""
+        now = self._clock() if now is None else now
         left = self.remaining(now)
         if left is not None and left <= 0:
             raise LimitExceeded(FRAME_DEADLINE, f"a frame from {self.peer} was not whole within "
                                                 f"{self.timeout_s:g} s of its first byte")
+        if self.authenticate_by is not None and now >= self.authenticate_by:
+            raise LimitExceeded(AUTHENTICATION_DEADLINE, f"{self.peer} did not authenticate within "
+                                                         f"{self.authentication_timeout_s:g} s of connecting")
 
     def _charge(self, held: int) -> None:
         if held > self.charged:

@@ -2,9 +2,11 @@
 protocol's and the embedded broker's Kafka one), end to end: a frame
 trickled byte by byte is cut at its deadline while a well-behaved client of
 the same server is answered; an address past its connection cap is refused;
-a partial frame past the process's buffered-bytes cap is refused; and a
-flood of bad frames is logged a few lines at a time, the rest summed up.
-Each refusal is counted in the server's metrics."""
+a partial frame past the process's buffered-bytes cap is refused; a flood
+of bad frames is logged a few lines at a time, the rest summed up; and,
+where authentication is required, a connection that does not log in is
+closed at its deadline, one that does is kept. Each refusal is counted in
+the server's metrics."""
 
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ import time
 from typing import Iterator
 
 import pytest
-from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord import wire
 from zkcoord.channel import Channel
+from zkcoord.security import store
+from zkcoord.security.secrets import write_private
 from zkcoord.testing import LocalCluster, cluster_in_chroot, wait_until
 
 FRAME_TIMEOUT_S = 1.0
@@ -50,8 +55,9 @@ def coordinator_frame(correlation_id: int = 1) -> bytes:
     return wire.encode(wire.ClusterMetadataRequest(), correlation_id)
 
 
-def kafka_frame(correlation_id: int = 1) -> bytes:
-    request = ApiVersionsRequest[0]()
+def kafka_frame(correlation_id: int = 1, request=None) -> bytes:
+    """``request`` (default: ApiVersions, which needs no login) as a frame."""
+    request = ApiVersionsRequest[0]() if request is None else request
     request.with_header(correlation_id=correlation_id, client_id="limits-test")
     return bytes(request.encode(header=True, framed=True))
 
@@ -74,7 +80,10 @@ def connect(port: int) -> socket.socket:
 
 def answered(sock: socket.socket, frame: bytes) -> bool:
     """Whether the server answers ``frame`` on ``sock`` (with a whole frame, within the I/O timeout)."""
-    sock.sendall(frame)
+    try:
+        sock.sendall(frame)
+    except OSError:  # closed already
+        return False
     got = b""
     deadline = time.monotonic() + IO_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -278,3 +287,81 @@ def test_unsolicited_frames_from_a_member_are_logged_a_few_lines_at_a_time(serve
                ABUSE_INTERVAL_S + 5, message="a summary of the suppressed lines")
     logged = server.log_path.read_text(errors="replace").count("sent an unsolicited") - log_before
     assert 1 <= logged <= ABUSE_LINES * intervals
+
+
+AUTHENTICATION_TIMEOUT_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def secured_server(zk_ensemble, tmp_path_factory) -> Iterator:
+    """A server requiring authentication on both listeners (SASL PLAIN at
+    its broker), with a short deadline to authenticate by."""
+    directory = tmp_path_factory.mktemp("limits-auth")
+    secret = directory / "broker-pw"
+    write_private(secret, "broker-pw\n")
+    with cluster_in_chroot(zk_ensemble.connect_string, directory, "lauth") as cluster:
+        cluster: LocalCluster
+        for name in ("alice", "broker"):
+            store.set_user(cluster.zk, name, f"{name}-pw")
+        cluster.server_args = (
+            *SERVER_ARGS, "--metrics-port", "0", "--authentication-required", "--sasl-mechanism", "PLAIN",
+            "--super-user", "User:broker", "--bridge-user", "broker", "--bridge-password-file", str(secret),
+            "--bridge-password-without-tls",  # this server speaks no TLS
+            "--authentication-timeout-ms", str(int(AUTHENTICATION_TIMEOUT_S * 1000)))
+        (process,) = cluster.start_servers(1)
+        cluster.wait_for_coordinator()
+        yield process
+
+
+@pytest.mark.parametrize("listener", sorted(LISTENERS))
+def test_a_connection_that_never_logs_in_is_closed_at_its_deadline(secured_server, listener):
+    port = port_of(secured_server, listener)
+    before = refusals(secured_server, listener, "authentication_deadline")
+    idle = connect(port)
+    began = time.monotonic()
+    try:
+        assert closed_by_server(idle, timeout=AUTHENTICATION_TIMEOUT_S + 5), "an idle connection was kept"
+        idle_for = time.monotonic() - began
+    finally:
+        idle.close()
+    # Requests allowed before a login (ClusterMetadata, ApiVersions) keep nothing open.
+    chatty = connect(port)
+    began = time.monotonic()
+    asked = 0
+    try:
+        while answered(chatty, valid_frame(listener, asked + 1)):
+            asked += 1
+            assert time.monotonic() - began < AUTHENTICATION_TIMEOUT_S + 5, "a chatty connection was kept"
+            time.sleep(0.05)  # the requests' pace, not a synchronisation
+        chatty_for = time.monotonic() - began
+    finally:
+        chatty.close()
+    assert AUTHENTICATION_TIMEOUT_S * 0.9 <= idle_for <= AUTHENTICATION_TIMEOUT_S + 1.5, idle_for
+    assert asked >= 2 and chatty_for <= AUTHENTICATION_TIMEOUT_S + 1.5, (asked, chatty_for)
+    wait_until(lambda: refusals(secured_server, listener, "authentication_deadline") >= before + 2, 5,
+               message="both closes counted")
+    assert "did not authenticate within 1 s of connecting" in secured_server.log_path.read_text(errors="replace")
+
+
+def test_a_registered_member_outlives_the_deadline(secured_server):
+    channel = Channel.connect("127.0.0.1", secured_server.port, IO_TIMEOUT_S)
+    try:
+        registered = channel.request(wire.RegisterConsumerRequest(
+            group_id="limits-auth", consumer_id="member", topics=("limits-topic",), session_timeout_ms=30_000,
+            user="alice", password="alice-pw"), IO_TIMEOUT_S)
+        assert registered.error_code == 0, registered
+        assert not closed_by_server(channel.sock, timeout=3 * AUTHENTICATION_TIMEOUT_S), "a member was cut off"
+    finally:
+        channel.close()
+
+
+def test_a_client_logged_in_at_the_broker_outlives_the_deadline(secured_server):
+    sock = connect(secured_server.broker_port)
+    try:
+        assert answered(sock, kafka_frame(1, SaslHandshakeRequest[1](mechanism="PLAIN")))
+        assert answered(sock, kafka_frame(2, SaslAuthenticateRequest[0](auth_bytes=b"\0alice\0alice-pw")))
+        assert not closed_by_server(sock, timeout=2 * AUTHENTICATION_TIMEOUT_S), "a logged-in client was cut off"
+        # Answered: a request only a logged-in client may make.
+        assert answered(sock, kafka_frame(3, MetadataRequest[0](topics=[])))
+    finally:
+        sock.close()

@@ -2,15 +2,18 @@
 event loop (a member keeps its lease, metadata is answered promptly);
 failed logins are answered late and, past their allowance, refused with
 the reason, at the coordinator and at the broker alike (one allowance per
-process); a remembered check stops matching once the password changes."""
+process); a guesser elsewhere who uses up the allowance of the servers' own
+user does not hold up the bridge's registrations of stock members; a
+remembered check stops matching once the password changes."""
 
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import time
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer as KafkaConsumer, KafkaError, Producer
 
 from tests.e2e.conftest import SERVER_ARGS
 from tests.e2e.test_security import refusal
@@ -18,15 +21,18 @@ from zkcoord import wire
 from zkcoord.channel import Channel
 from zkcoord.consumer.consumer import Consumer
 from zkcoord.security import scram, store
+from zkcoord.security.secrets import write_private
 from zkcoord.testing.waiting import wait_until
 
 TOPIC = "logins"
 _ids = itertools.count()
 
 
-def register(server, user: str, password: str, group: str = "g-logins") -> tuple[wire.Message, float]:
-    """The coordinator's answer to one RegisterConsumer (version 3) as ``user``, and the seconds it took."""
-    channel = Channel.connect("127.0.0.1", server.port, 10)
+def register(server, user: str, password: str, group: str = "g-logins",
+             source: str = "127.0.0.1") -> tuple[wire.Message, float]:
+    """The coordinator's answer to one RegisterConsumer (version 3) as
+    ``user``, sent from the loopback address ``source``, and the seconds it took."""
+    channel = Channel(socket.create_connection(("127.0.0.1", server.port), 10, source_address=(source, 0)))
     try:
         began = time.monotonic()
         answer = channel.request(wire.RegisterConsumerRequest(group_id=group, consumer_id=f"c-{next(_ids)}", topics=(TOPIC,),
@@ -146,3 +152,65 @@ def test_a_changed_password_stops_matching_a_remembered_check(cluster_factory, z
     assert register(server, "alice", "new-pw")[0].error_code == wire.ErrorCode.NONE
     store.delete_user(zk, "alice")
     assert register(server, "alice", "new-pw")[0].error_code == wire.ErrorCode.AUTHENTICATION_FAILED
+
+
+# Guessers on other machines: loopback addresses other than the one the
+# cluster's server is registered at (127.0.0.1), from which its bridge registers.
+GUESSERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
+
+
+def test_a_flood_of_wrong_passwords_for_the_servers_own_user_does_not_hold_up_a_stock_members_join(
+        cluster_factory, zk, tmp_path):
+    for name in ("alice", "broker"):
+        store.set_user(zk, name, f"{name}-pw")
+    secret = tmp_path / "broker-pw"
+    write_private(secret, "broker-pw\n")
+    cluster = cluster_factory(1, server_args=SERVER_ARGS + (
+        "--metrics-port", "0", "--authentication-required", "--sasl-mechanism", "SCRAM-SHA-512",
+        "--super-user", "User:broker", "--bridge-user", "broker", "--bridge-password-file", str(secret),
+        "--bridge-password-without-tls"))  # this cluster speaks no TLS
+    server = cluster.servers[1]
+    cluster.create_topic(TOPIC, 2)
+    cluster.wait_for_coordinator()
+    stop = threading.Event()
+    refused = []
+
+    def flood(source: str) -> None:  # no credential needed: a name and a new wrong password each time
+        while not stop.is_set():
+            answer, _ = register(server, "broker", f"wrong-{next(_ids)}", source=source)
+            refused.append(answer.error_code == wire.ErrorCode.AUTHENTICATION_FAILED)
+
+    def limited_elsewhere() -> bool:
+        """Whether a login as the bridge's user from an address with no failures is refused unchecked."""
+        answer, _ = register(server, "broker", "wrong", source="127.0.0.9")
+        return "too many failed logins for user 'broker'" in answer.error_message
+
+    flooders = [threading.Thread(target=flood, args=(source,), daemon=True) for source in GUESSERS for _ in range(3)]
+    for thread in flooders:
+        thread.start()
+    consumer = None
+    try:
+        wait_until(limited_elsewhere, timeout=20, message="the flood to use up the allowance of user 'broker'")
+        joined, errors = [], []
+        consumer = KafkaConsumer({
+            "bootstrap.servers": cluster.broker_list, "group.id": "g-stock", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "alice-pw",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "error_cb": errors.append})
+        began = time.monotonic()
+        consumer.subscribe([TOPIC], on_assign=lambda _consumer, partitions: joined.append(time.monotonic()))
+        wait_until(lambda: consumer.poll(0.1) is None and joined, timeout=20,
+                   message="the stock member to join through the bridge")
+        took = joined[0] - began
+        print(f"joined in {took * 1000:.0f} ms during the flood ({len(refused)} guesses refused so far)")
+        # About 1.3 s here without a flood; not while it lasted when the bridge's registrations were refused.
+        assert took < 3.0, took
+        assert not errors, errors
+        assert limited_elsewhere(), "the flood's user is still limited"
+    finally:
+        stop.set()
+        for thread in flooders:
+            thread.join(30)
+        if consumer is not None:
+            consumer.close()
+    assert refused and all(refused), "every guess refused"
+    assert server.scrape().value("zkcoord_logins_total", outcome="limited") >= len(GUESSERS)

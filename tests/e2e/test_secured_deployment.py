@@ -20,6 +20,7 @@ from zkcoord import wire
 from zkcoord.consumer.consumer import Consumer
 from zkcoord.security import acl, certs, store
 from zkcoord.security.config import TlsConfig, librdkafka_settings
+from zkcoord.security.secrets import write_private
 from zkcoord.testing import LocalCluster, wait_until
 from zkcoord.zk import layout
 from zkcoord.zk.ensemble import LocalEnsemble
@@ -38,7 +39,7 @@ def deployment(tmp_path_factory):
         ca = certs.make_ca(directory / "pki")
         server = certs.issue(ca, directory / "pki", "server")
         bridge_password = directory / "bridge-password"
-        bridge_password.write_text("broker-pw\n")
+        write_private(bridge_password, "broker-pw\n")
         args = (*SERVER_ARGS, "--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-ca", str(ca.cert),
                 "--authentication-required", "--authorizer", "on", "--sasl-mechanism", "SCRAM-SHA-512",
                 "--super-user", "User:admin", "--super-user", "User:broker",
@@ -112,7 +113,7 @@ def test_zkcoord_consume_as_a_stock_member_logs_in_with_its_user(deployment, tmp
     that user (a broker requiring authentication answers nothing else)."""
     store.add_acls(deployment.zk, acl.group("secure-cli"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
     secret = tmp_path / "alice-pw"
-    secret.write_text("alice-pw\n")
+    write_private(secret, "alice-pw\n")
     member = deployment.add_consumer("secure-cli", [TOPIC], kafka_brokers=deployment.broker_list, extra=[
         "--tls-ca", deployment.tls.ca, "--user", "alice", "--password-file", str(secret)])
     try:
@@ -156,7 +157,7 @@ def test_the_operator_commands_reach_the_secured_cluster(deployment, tmp_path):
     def zkcoord(*args):
         return subprocess.run(zkcoord_command(*args), capture_output=True, text=True, timeout=60)
 
-    secret.write_text("dave-pw\n")
+    write_private(secret, "dave-pw\n")
     assert zkcoord("users", "add", *zk, "--user", "dave", "--password-file", str(secret)).returncode == 0
     added = zkcoord("acls", "add", *zk, "--group", "secure", "--principal", "User:dave", "--operation", "Describe")
     assert added.returncode == 0, added.stderr
@@ -165,7 +166,7 @@ def test_the_operator_commands_reach_the_secured_cluster(deployment, tmp_path):
                         str(secret))
     assert anonymous.returncode != 0 and "ZooKeeper" in anonymous.stderr, anonymous.stderr
 
-    secret.write_text("admin-pw\n")
+    write_private(secret, "admin-pw\n")
     client = ("--tls-ca", deployment.tls.ca, "--user", "admin", "--password-file", str(secret))
     described = zkcoord("groups", "describe", *zk, "--group", "secure", "--output", "json", *client)
     assert described.returncode == 0, described.stderr

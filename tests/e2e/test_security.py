@@ -21,6 +21,7 @@ from tests.e2e.conftest import SERVER_ARGS
 from zkcoord import wire
 from zkcoord.consumer.consumer import Consumer
 from zkcoord.security import acl, store
+from zkcoord.security.secrets import write_private
 from zkcoord.testing.waiting import wait_until
 
 TOPIC = "events"
@@ -42,7 +43,7 @@ def secured(zk_ensemble, tmp_path_factory):
 
     directory = tmp_path_factory.mktemp("secured")
     bridge_password = directory / "bridge-password"
-    bridge_password.write_text("broker-pw\n")
+    write_private(bridge_password, "broker-pw\n")
     with fresh_chroot(zk_ensemble.connect_string, "sec") as (connect, zk):
         for name in ("alice", "bob", "carol", "mallory", "admin", "broker"):
             store.set_user(zk, name, f"{name}-pw")
@@ -127,7 +128,7 @@ def test_a_server_requiring_authentication_refuses_an_anonymous_member(cluster_f
     store.set_user(zk, "alice", "alice-pw")
     store.set_user(zk, "broker", "broker-pw")
     secret = tmp_path / "broker-pw"
-    secret.write_text("broker-pw\n")
+    write_private(secret, "broker-pw\n")
     cluster = cluster_factory(1, server_args=SERVER_ARGS + ("--authentication-required", "--super-user", "User:broker",
                                                             "--bridge-user", "broker", "--bridge-password-file",
                                                             str(secret), "--bridge-password-without-tls"))
@@ -147,7 +148,7 @@ def test_consume_with_a_credential_reads_the_topic(secured, tmp_path):
     import sys
 
     secret = tmp_path / "alice-pw"
-    secret.write_text("alice-pw\n")
+    write_private(secret, "alice-pw\n")
     out = tmp_path / "records.jsonl"
     done = subprocess.run([sys.executable, "-m", "zkcoord.cli", "consume", "--bootstrap", ",".join(secured.bootstrap),
                            "--topic", TOPIC, "--group", "g-cli", "--user", "alice", "--password-file", str(secret),
@@ -171,7 +172,7 @@ def test_consume_takes_the_password_from_a_file_or_the_environment_only(tmp_path
     assert missing.returncode == 2 and "--user alice needs a password: --password-file PATH or $ZKCOORD_PASSWORD" \
         in missing.stderr, missing.stderr
     empty = tmp_path / "empty"
-    empty.write_text("\n")
+    write_private(empty, "\n")
     refused = consume("--user", "alice", "--password-file", str(empty))
     assert refused.returncode == 2 and "no password: the first line of" in refused.stderr, refused.stderr
     orphan = consume("--password-file", str(empty))
@@ -184,7 +185,7 @@ def test_an_offset_reset_asks_describe_to_look_and_delete_to_execute(secured, tm
 
     def reset(user, *args):
         secret = tmp_path / f"{user}-pw"
-        secret.write_text(f"{user}-pw\n")
+        write_private(secret, f"{user}-pw\n")
         return subprocess.run([sys.executable, "-m", "zkcoord.cli", "groups", "reset-offsets", "--bootstrap",
                                ",".join(secured.bootstrap), "--group", "g-reset", "--topic", TOPIC, "--to-earliest",
                                "--user", user, "--password-file", str(secret), "--password-without-tls", *args],

@@ -20,6 +20,7 @@ from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Id, Permissio
 
 from tests.e2e.checks import assert_nodes_owned_by, run_a_group
 from tests.e2e.conftest import SERVER_ARGS
+from zkcoord.security.secrets import write_private
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.options import parse_options
 from zkcoord.testing import LocalCluster, wait_until, zkcoord_command
@@ -109,7 +110,7 @@ def test_refused_missing_or_broken_credentials_are_clear_errors_at_once(sasl_tls
     assert zkcoord("groups", "list", "--zookeeper", sasl_tls.connect_string, *good).returncode == 0
 
     wrong = tmp_path / "wrong.password"
-    wrong.write_text("not-the-password\n")
+    write_private(wrong, "not-the-password\n")
     began = time.monotonic()
     refused = zkcoord("groups", "list", "--zookeeper", sasl_tls.connect_string,
                       *command_line(sasl_tls.client_security(zk_password_file=wrong)))

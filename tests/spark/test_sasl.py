@@ -16,6 +16,7 @@ from tests.spark.sinks import read_sink, stream_to_parquet
 from tests.spark.test_batch import records
 from zkcoord.security import acl, certs, scram, store
 from zkcoord.security.config import TlsConfig, librdkafka_settings
+from zkcoord.security.secrets import write_private
 from zkcoord.spark import PYTHON_SOURCE_NAME
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.login import Login
@@ -35,7 +36,7 @@ def _topic() -> str:
 
 def password_file(directory, user: str, password: str) -> str:
     path = directory / f"{user}.password"
-    path.write_text(password + "\n")
+    write_private(path, password + "\n")
     return str(path)
 
 

@@ -8,6 +8,7 @@ from typing import Iterator
 import pytest
 
 from tests.spark.conftest import SparkCluster
+from zkcoord.security.secrets import write_private
 from zkcoord.zk.ensemble import LocalEnsemble
 
 
@@ -43,7 +44,7 @@ def test_a_batch_read_through_a_zookeeper_with_sasl_and_tls(spark, secured, tmp_
 
         # A wrong password is refused by name when the driver plans the read.
         wrong = tmp_path / "wrong.password"
-        wrong.write_text("not-the-password\n")
+        write_private(wrong, "not-the-password\n")
         with pytest.raises(Exception, match="ZooKeeper refused sasl \\(DIGEST-MD5\\) user 'zkcoord'"):
             read(**{"zookeeper.auth": "sasl", "zookeeper.user": "zkcoord", "zookeeper.passwordFile": str(wrong),
                     "zookeeper.caFile": str(security.zk_ca_file)}).collect()

@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from zkcoord import limits, wire
-from zkcoord.channel import Channel, FrameRefused
+from zkcoord.channel import Channel, FrameRefused, NotAuthenticated
 from zkcoord.errors import ConfigError
 from zkcoord.limits import AbuseLog, AddressCounter, ByteBudget, ConnectionLimits, FrameAccount, Guard, LimitExceeded
 
@@ -109,6 +109,41 @@ def test_a_completed_frame_ends_its_deadline_and_the_next_has_its_own():
     assert frame.remaining() is None
 
 
+def test_a_connection_that_must_authenticate_has_its_deadline_from_then_whatever_it_sends():
+    clock = Clock()
+    frame = FrameAccount(ConnectionLimits(frame_timeout_ms=1000, authentication_timeout_ms=3000), ByteBudget(10_000),
+                         "10.0.0.7:5555", clock)
+    assert frame.read_timeout(60.0) == (60.0, True)  # nothing to authenticate by: the idle limit
+    frame.must_authenticate()
+    assert frame.read_timeout(60.0) == (3.0, False)
+    assert frame.read_timeout(None) == (3.0, False)
+    clock.now += 1.0
+    frame.progress(True, 10)  # a frame begun: its own deadline, but never past the connection's
+    assert frame.read_timeout(60.0) == (pytest.approx(1.0), False)
+    frame.progress(False, 0, completed=True)
+    clock.now += 1.5
+    assert frame.read_timeout(0.2) == (0.2, True)  # the idle limit, when it comes first
+    frame.check()
+    clock.now += 0.5
+    for step in (frame.check, lambda: frame.progress(True, 4)):  # complete frames keep nothing alive
+        with pytest.raises(LimitExceeded) as refused:
+            step()
+        assert refused.value.kind == limits.AUTHENTICATION_DEADLINE
+        assert str(refused.value) == "10.0.0.7:5555 did not authenticate within 3 s of connecting"
+    assert frame.read_timeout(60.0) == (0.0, False)
+
+
+def test_once_authenticated_a_connection_has_no_such_deadline():
+    clock = Clock()
+    frame = FrameAccount(ConnectionLimits(authentication_timeout_ms=3000), ByteBudget(10_000), "peer", clock)
+    frame.must_authenticate()
+    clock.now += 2.0
+    frame.authenticated()
+    clock.now += 3600
+    frame.check()
+    assert frame.read_timeout(60.0) == (60.0, True) and frame.remaining() is None
+
+
 def test_partial_frames_share_the_budget_and_one_over_it_is_refused_leaving_the_others():
     first, budget, _ = account(cap=1000)
     second = FrameAccount(ConnectionLimits(), budget, "other")
@@ -127,6 +162,8 @@ def test_partial_frames_share_the_budget_and_one_over_it_is_refused_leaving_the_
 def test_limits_are_checked():
     with pytest.raises(ConfigError):
         ConnectionLimits(frame_timeout_ms=0)
+    with pytest.raises(ConfigError):
+        ConnectionLimits(authentication_timeout_ms=0)
     with pytest.raises(ConfigError):
         ConnectionLimits(max_connections_per_address=0)
 
@@ -170,6 +207,44 @@ def test_a_channel_waits_the_idle_timeout_between_frames():
         theirs.sendall(wire.encode(wire.ClusterMetadataRequest(), 7))
         assert channel.receive(timeout=5.0).correlation_id == 7
         assert channel.receive(timeout=0.2) is None  # longer than the frame timeout, and no frame refused
+    finally:
+        channel.close()
+        theirs.close()
+
+
+def test_a_channel_that_must_authenticate_is_refused_at_its_deadline_even_while_it_chats():
+    refusals = []
+    limits_ = ConnectionLimits(authentication_timeout_ms=300)
+    guard = Guard(limits_, lambda listener, kind: refusals.append(kind))
+    ours, theirs = tcp_pair()
+    channel = Channel(ours, guard=guard.listener("coordinator"))
+    clock = Clock()
+    channel.account = FrameAccount(limits_, guard.budget, channel.peer, clock)
+    channel.account.must_authenticate()
+    try:
+        theirs.sendall(wire.encode(wire.ClusterMetadataRequest(), 1))
+        assert channel.receive(timeout=5.0).correlation_id == 1
+        clock.now += 0.3
+        theirs.sendall(wire.encode(wire.ClusterMetadataRequest(), 2))  # answered or not, no login
+        with pytest.raises(NotAuthenticated) as refused:
+            channel.receive(timeout=5.0)
+        assert refused.value.code == wire.ErrorCode.AUTHENTICATION_FAILED
+        assert str(refused.value).endswith("did not authenticate within 0.3 s of connecting")
+        channel.report_refusal(refused.value)
+        assert refusals == [limits.AUTHENTICATION_DEADLINE]
+    finally:
+        channel.close()
+        theirs.close()
+
+
+def test_a_channel_that_must_authenticate_waits_no_longer_than_its_deadline():
+    guard = Guard(ConnectionLimits(authentication_timeout_ms=200))
+    ours, theirs = tcp_pair()
+    channel = Channel(ours, guard=guard.listener("coordinator"))
+    channel.account.must_authenticate()
+    try:
+        with pytest.raises(NotAuthenticated):
+            channel.receive(timeout=30.0)  # the idle timeout is long; the deadline cuts it short
     finally:
         channel.close()
         theirs.close()

@@ -1,5 +1,6 @@
 """LoginChecks against a ZooKeeper stand-in: what a full queue of password
-checks answers, for a known user and an unknown one alike."""
+checks answers, for a known user and an unknown one alike; the servers' own
+hosts log in while a guesser elsewhere has used up their user's allowance."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from kazoo.exceptions import NoNodeError
 
 from zkcoord.security import scram
-from zkcoord.security.checks import ChecksBusy, LoginChecks
+from zkcoord.security.checks import ChecksBusy, LoginChecks, LoginRefused
 from zkcoord.security.config import SecurityConfig
 from zkcoord.zk.layout import security as sec
 
@@ -49,4 +50,19 @@ def test_a_full_queue_refuses_an_unknown_user_as_busy_as_a_known_one(monkeypatch
         holder.get(timeout=10)  # the held check itself succeeds
     finally:
         release.set()
+        checks.close()
+
+
+def test_the_clusters_own_hosts_log_in_as_a_user_a_guesser_elsewhere_used_up():
+    checks = LoginChecks(Users(), SecurityConfig(login_failures_burst=3), cluster_hosts={"10.0.0.1"})
+    try:
+        for n in range(6):
+            with pytest.raises(scram.AuthenticationFailed):
+                checks.check_password(f"10.0.0.{7 + n % 2}", KNOWN, f"guess-{n}")
+        with pytest.raises(LoginRefused, match=f"too many failed logins for user '{KNOWN}'"):
+            checks.check_password("10.0.0.6", KNOWN, "secret")
+        checks.check_password("10.0.0.1", KNOWN, "secret")  # a server's own: checked, and accepted
+        with pytest.raises(scram.AuthenticationFailed, match="unknown user or wrong password"):
+            checks.check_password("10.0.0.1", KNOWN, "guess")  # checked, not waved through
+    finally:
         checks.close()

@@ -49,6 +49,27 @@ def test_the_user_is_limited_from_every_address_and_the_address_for_every_user()
     assert "from address 10.0.0.9" in limiter.refusal("10.0.0.9", None)  # before a user is named
 
 
+def test_a_user_used_up_elsewhere_is_not_refused_from_the_clusters_own_hosts():
+    clock = Clock()
+    limiter = FailureLimiter(burst=2, refill_s=1.0, clock=clock)
+    for guesser in ("10.0.0.7", "10.0.0.8", "10.0.0.9"):  # a guesser elsewhere names the servers' user
+        limiter.failed(guesser, "broker")
+    asked = []
+
+    def own_host(address):
+        return lambda: asked.append(address) or address == "10.0.0.1"
+
+    assert limiter.refusal("10.0.0.1", "broker", own_host("10.0.0.1")) is None  # a server's bridge
+    assert "for user 'broker'" in limiter.refusal("10.0.0.6", "broker", own_host("10.0.0.6"))
+    assert asked == ["10.0.0.1", "10.0.0.6"]
+    assert limiter.refusal("10.0.0.1", "alice", own_host("10.0.0.1")) is None
+    assert asked == ["10.0.0.1", "10.0.0.6"]  # asked only when the user's allowance is used up
+    # Its own failures count as anyone's: a guesser on a server's host has that address's allowance.
+    limiter.failed("10.0.0.1", "broker")
+    limiter.failed("10.0.0.1", "broker")
+    assert "from address 10.0.0.1" in limiter.refusal("10.0.0.1", "broker", own_host("10.0.0.1"))
+
+
 def test_a_full_allowance_comes_back_and_no_more():
     clock = Clock()
     limiter = FailureLimiter(burst=2, refill_s=1.0, clock=clock)

@@ -15,7 +15,7 @@ from zkcoord.consumer.membership import GroupMembership
 from zkcoord.coordinator.config import ServerConfig
 from zkcoord.security import certs
 from zkcoord.security.config import SecurityConfig, TlsConfig
-from zkcoord.security.secrets import PasswordWithoutTls, refuse_password_without_tls
+from zkcoord.security.secrets import PasswordWithoutTls, refuse_password_without_tls, write_private
 
 
 def member(**settings) -> GroupMembership:
@@ -57,7 +57,7 @@ def test_a_server_whose_bridge_would_send_its_password_without_tls_does_not_star
                                                                    "--to-earliest"]])
 def test_the_commands_refuse_before_they_connect(tmp_path, command):
     secret = tmp_path / "pw"
-    secret.write_text("alice-pw\n")
+    write_private(secret, "alice-pw\n")
     done = subprocess.run([sys.executable, "-m", "zkcoord.cli", *command, "--bootstrap", "127.0.0.1:1",
                            "--group", "g", "--user", "alice", "--password-file", str(secret)],
                           capture_output=True, text=True, timeout=60, env=dict(os.environ))

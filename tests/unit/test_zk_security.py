@@ -14,6 +14,8 @@ from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Id, Permissio
 
 from zkcoord import settings
 from zkcoord.errors import ConfigError
+from zkcoord.security import certs
+from zkcoord.security.secrets import ALLOW_READABLE_ENV, ReadableSecret, write_private
 from zkcoord.spark.errors import SourceOptionError
 from zkcoord.spark.metadata import ClusterView
 from zkcoord.spark.options import parse_options, zookeeper_options
@@ -23,7 +25,7 @@ from zkcoord.zk.security import ZkSecurity, acl_policy, client_options, command_
 
 def password_file(tmp_path, text="s3cret\n"):
     path = tmp_path / "zk.password"
-    path.write_text(text)
+    write_private(path, text)
     return path
 
 
@@ -58,6 +60,25 @@ def test_the_password_comes_from_a_file_or_the_environment_and_never_empty(tmp_p
     missing = ZkSecurity(zk_auth="digest", zk_user="u", zk_password_file=tmp_path / "nope")
     with pytest.raises(ConfigError, match="cannot read the ZooKeeper password file .*nope: No such file"):
         client_options(missing)
+
+
+def test_zookeepers_password_key_and_keytab_files_others_can_read_are_refused(tmp_path, fresh_kerberos_login,
+                                                                              monkeypatch):
+    monkeypatch.delenv(ALLOW_READABLE_ENV, raising=False)
+    readable = password_file(tmp_path)
+    os.chmod(readable, 0o644)
+    with pytest.raises(ReadableSecret, match=rf"^--zk-password-file {readable} can be read by its group and every "
+                                             rf"other user \(mode 0644\)"):
+        client_options(ZkSecurity(zk_auth="digest", zk_user="u", zk_password_file=readable))
+    ca = certs.make_ca(tmp_path)
+    client = certs.issue(ca, tmp_path, "zkcoord")
+    os.chmod(client.key, 0o640)
+    with pytest.raises(ReadableSecret, match=rf"^--zk-key-file {client.key} can be read by its group \(mode 0640\)"):
+        client_options(ZkSecurity(zk_ca_file=ca.cert, zk_cert_file=client.cert, zk_key_file=client.key))
+    security = kerberos_security(tmp_path)
+    os.chmod(security.zk_keytab, 0o604)
+    with pytest.raises(ReadableSecret, match=r"^--zk-keytab .*zkcoord.keytab can be read by every other user"):
+        client_options(security)
 
 
 def test_without_credentials_every_node_is_open_as_before():
@@ -98,7 +119,7 @@ def test_a_security_passes_to_a_command_as_the_options_it_came_from(tmp_path):
 
 
 def kerberos_security(tmp_path, keytab="zkcoord.keytab") -> ZkSecurity:
-    (tmp_path / keytab).write_bytes(b"\x05\x02")
+    write_private(tmp_path / keytab, b"\x05\x02")
     (tmp_path / "krb5.conf").write_text("[libdefaults]\n")
     return ZkSecurity(zk_auth="sasl", zk_sasl_mechanism="GSSAPI", zk_user="zkcoord@EXAMPLE.COM",
                       zk_keytab=tmp_path / keytab, zk_krb5_conf=tmp_path / "krb5.conf")

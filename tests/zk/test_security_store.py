@@ -12,6 +12,7 @@ import pytest
 
 from zkcoord.security import acl, scram, store
 from zkcoord.security.principal import user
+from zkcoord.security.secrets import write_private
 from zkcoord.testing import wait_until
 
 
@@ -24,7 +25,7 @@ def test_users_command_round_trip_in_kafkas_layout(zk, zk_connect, tmp_path):
     added = zkcoord("users", "add", "--zookeeper", zk_connect, "--user", "alice", stdin="s3cret\n")
     assert added.returncode == 0, added.stderr
     secret = tmp_path / "pw"
-    secret.write_text("other\n")
+    write_private(secret, "other\n")
     assert zkcoord("users", "add", "--zookeeper", zk_connect, "--user", "bob", "--mechanism", "SCRAM-SHA-512",
                    "--password-file", str(secret)).returncode == 0
     node = json.loads(zk.get("/config/users/alice")[0])

@@ -6,9 +6,10 @@ Requests on one connection are handled in order, one at a time, as a Kafka
 broker does. A frame that cannot be served closes the connection; nothing a
 client sends can stop the broker or touch a log it did not validate. What a
 client may hold is bounded (zkcoord.limits): its idle time between requests,
-a request's time from its first byte to its last, its address's connections,
-and the bytes of partial requests the process keeps (grown as they arrive,
-not taken at once from the size a client announces).
+a request's time from its first byte to its last, its time to authenticate
+(where authentication is required), its address's connections, and the
+bytes of partial requests the process keeps (grown as they arrive, not taken
+at once from the size a client announces).
 """
 
 from __future__ import annotations
@@ -321,12 +322,16 @@ class Broker:
             peer = Peer(address[0], self._sasl_session(address[0]), principal=tls.principal_of(sock))
             if peer.principal != ANONYMOUS:
                 log.info("%s is %s by its TLS certificate", peer_name, peer.principal)
+            elif self.config.security.authentication_required:
+                account.must_authenticate()  # with SASL
             while not self._stopping:
                 frame = self._read_request(sock, account, peer_name, self._request_limit(peer))
                 if peer.sasl is not None and peer.sasl.raw:
                     parts = self._sasl_token(frame, peer)
                 else:
                     parts = self._handle(frame, peer)
+                if peer.authenticated:
+                    account.authenticated()
                 if peer.closing:
                     # As Kafka (connection.failed.authentication.delay.ms): the
                     # refusal is answered late, so a password guesser is slowed down.
@@ -616,17 +621,17 @@ class Broker:
 
 def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> int:
     """recv_into ``view``: before a frame has begun within ``idle_s`` (a
-    socket.timeout past it), within it within what is left of its deadline
-    (LimitExceeded past it)."""
+    socket.timeout past it), within it within what is left of its deadline,
+    and, before the connection has authenticated where it must, within that
+    deadline (LimitExceeded past either)."""
     while True:
-        left = account.remaining()
-        if left is not None:
-            account.check()
-        sock.settimeout(idle_s if left is None else left)
+        account.check()
+        wait, idle = account.read_timeout(idle_s)
+        sock.settimeout(wait)
         try:
             n = sock.recv_into(view)
         except socket.timeout:
-            if left is None:
+            if idle:
                 raise
             continue  # the check above refuses it
         if n == 0:

@@ -71,7 +71,8 @@ from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, SessionTimeoutWitness,
 log = logging.getLogger(__name__)
 
 # How long a connection may sit between requests before it registers (a
-# request begun has the frame timeout, zkcoord.limits, for the rest of it).
+# request begun has the frame timeout, zkcoord.limits, for the rest of it;
+# where authentication is required, the authentication timeout bounds both).
 IDLE_TIMEOUT_S = 60.0
 # The longest a ClusterMetadata answer is held for a newer coordinator.
 MAX_METADATA_WAIT_S = 5.0
@@ -736,6 +737,8 @@ class Server:
         channel.principal = tls.principal_of(sock)
         if channel.principal != ANONYMOUS:
             log.info("%s is %s by its TLS certificate", channel.peer, channel.principal)
+        elif self.config.security.authentication_required:
+            channel.account.must_authenticate()  # with the credential of a RegisterConsumer or ResetOffsets
         try:
             while self._running:
                 frame = channel.receive(timeout=IDLE_TIMEOUT_S)
@@ -749,6 +752,7 @@ class Server:
                     # Requests for the group's coordinator, which then owns the connection.
                     try:
                         principal = self._admit(channel, message)
+                        channel.account.authenticated()
                     except wire.WireError as exc:
                         abuse_log.log(REFUSED_REGISTRATION, logging.INFO, "refused %s from %s: %s",
                                       type(message).__name__, channel.peer, exc)

@@ -19,13 +19,13 @@ directory, readable by its owner only, and removed when the drill ends.
 from __future__ import annotations
 
 import dataclasses
-import os
 import secrets
 import shutil
 from pathlib import Path
 
 from zkcoord.security import acl, certs, store
 from zkcoord.security.config import TlsConfig, librdkafka_settings
+from zkcoord.security.secrets import write_private
 
 SECRETS_DIR = "secrets"
 # The ZooKeeper ensemble's security, as `zkcoord zk up` takes it.
@@ -56,8 +56,7 @@ class DrillSecrets:
         made = cls(directory, certs.issue(ca, directory, "server"))
         for user in USERS:
             path = made.password_file(user)
-            path.write_text(secrets.token_urlsafe(18) + "\n")
-            os.chmod(path, 0o600)
+            write_private(path, secrets.token_urlsafe(18) + "\n")
         return made
 
     def password_file(self, user: str) -> Path:

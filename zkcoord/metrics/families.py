@@ -69,7 +69,8 @@ class ZooKeeperMetrics:
 
 class ListenerMetrics:
     """What the process's listeners refused (zkcoord.limits): by listener
-    (coordinator, broker) and kind (malformed, frame_deadline, per_address, buffer_cap, tls_handshake)."""
+    (coordinator, broker) and kind (malformed, frame_deadline, per_address, buffer_cap, tls_handshake,
+    authentication_deadline)."""
 
     def __init__(self, registry: CollectorRegistry):
         self._refused = Counter(PREFIX + "listener_refusals_total",
@@ -77,7 +78,8 @@ class ListenerMetrics:
                                 "malformed (not a valid frame), frame_deadline (not whole within the frame "
                                 "timeout), per_address (over the connections one address may hold), buffer_cap "
                                 "(over the bytes the process keeps for partial frames), tls_handshake (a TLS "
-                                "handshake refused or not done within its timeout)",
+                                "handshake refused or not done within its timeout), authentication_deadline "
+                                "(where authentication is required, not done within its timeout)",
                                 ["listener", "kind"], registry=registry)
 
     def refused(self, listener: str, kind: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
-import os
 from pathlib import Path
 from typing import Sequence
 
@@ -19,6 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from zkcoord.security.secrets import write_private
 
 VALID_DAYS = 365
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
@@ -38,9 +39,8 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-    os.chmod(path, 0o600)
+    write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:

@@ -12,14 +12,18 @@ thousands of members with one user costs one derivation.
 
 One :class:`LoginChecks` serves both listeners of a process, so a guesser
 has one allowance of failures per address and per user, not one per port.
+A login from an address the cluster's own servers or brokers are registered
+at (:class:`ClusterHosts`) is not refused for its user's failures elsewhere
+(zkcoord.security.logins says why).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, Container, Optional
 
 import gevent.threadpool
 
@@ -28,6 +32,7 @@ from zkcoord.security import scram
 from zkcoord.security import store as security_store
 from zkcoord.security.config import SecurityConfig
 from zkcoord.security.logins import CheckCache, FailureLimiter, check_key
+from zkcoord.zk.nodes import read_brokers, read_servers
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +52,60 @@ def unknown_or_wrong(name: str) -> scram.AuthenticationFailed:
     return scram.AuthenticationFailed(f"authentication failed for user {name!r}: unknown user or wrong password")
 
 
-class LoginChecks:
-    """``metrics``: a zkcoord.metrics.families.LoginMetrics, or None."""
+def _ip(host: Optional[str]) -> Optional[str]:
+    """``host`` as a peer's address reads, if it is an IP address (a name is never resolved here)."""
+    try:
+        return str(ipaddress.ip_address(host)) if host else None
+    except ValueError:
+        return None
 
-    def __init__(self, zk, config: SecurityConfig, metrics=None, clock: Callable[[], float] = time.monotonic):
+
+class ClusterHosts:
+    """The IP addresses the cluster's servers (/zkcoord/servers) and brokers
+    (/brokers/ids) are registered at: where the servers' own logins come
+    from. Read from ZooKeeper when first asked and again once a watch says
+    they changed; while they cannot be read, no address is one of them (a
+    login from it is limited as any other)."""
+
+    def __init__(self, zk):
+        self._zk = zk
+        self._hosts: Optional[frozenset[str]] = None
+        self._changes = 0  # a read that a change overtook is not kept
+
+    def _changed(self, _event=None) -> None:
+        self._changes += 1
+        self._hosts = None
+
+    def __contains__(self, address: object) -> bool:
+        hosts = self._hosts
+        if hosts is None:
+            changes = self._changes
+            try:
+                servers = read_servers(self._zk, watch=self._changed, watch_data=True)
+                brokers = read_brokers(self._zk, watch=self._changed, watch_data=True)
+            except Exception as exc:  # kazoo's errors: no session, no answer
+                log.info("cannot read where the cluster's servers and brokers are: %s", exc)
+                return False
+            found = {_ip(server.host) for server in servers.values()}
+            for broker in brokers.values():
+                found |= {_ip(broker.host)} | {_ip(endpoint.host) for endpoint in broker.endpoints}
+            hosts = frozenset(found - {None})
+            if changes == self._changes:
+                self._hosts = hosts
+        return address in hosts
+
+
+class LoginChecks:
+    """``metrics``: a zkcoord.metrics.families.LoginMetrics, or None;
+    ``cluster_hosts``: where the cluster's own servers and brokers are
+    (default: as registered in ZooKeeper, :class:`ClusterHosts`)."""
+
+    def __init__(self, zk, config: SecurityConfig, metrics=None, clock: Callable[[], float] = time.monotonic,
+                 cluster_hosts: Optional[Container[str]] = None):
         self._zk = zk
         self.config = config
         self._metrics = metrics
+        self.cluster_hosts = ClusterHosts(zk) if cluster_hosts is None else cluster_hosts
         self.limiter = FailureLimiter(config.login_failures_burst, config.login_failure_refill_ms / 1000, clock)
         self.cache = CheckCache(config.login_cache_size, config.login_cache_ms / 1000, clock)
         self._secret = os.urandom(32)  # the cache's keys mean nothing outside this process
@@ -66,7 +118,7 @@ class LoginChecks:
 
     def admit(self, address: str, name: Optional[str]) -> None:
         """Raise LoginRefused if ``address`` or ``name`` may not try to log in now."""
-        reason = self.limiter.refusal(address, name)
+        reason = self.limiter.refusal(address, name, own_host=lambda: address in self.cluster_hosts)
         if reason is not None:
             self._count("limited")
             raise LoginRefused(f"login {'as ' + repr(name) + ' ' if name else ''}refused: {reason}")

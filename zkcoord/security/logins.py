@@ -6,9 +6,13 @@ memory of successful password checks (:class:`CheckCache`) keyed by
 A failed login costs its sender a token of a bucket, one for its address and
 one for the user it named; a bucket refills one token per interval up to its
 burst, and while either of a login's buckets is empty the login is refused
-without a check. A successful check is remembered under a keyed hash of the
-user, the stored credential it matched and the password offered, so a
-changed or deleted credential is never matched again and no password is kept.
+without a check. A login from the cluster's own hosts is refused for its
+address's bucket only: there the servers log in as their own user (a
+broker's bridge registering stock members, a coordinator asking for log
+ends), and a guesser elsewhere who empties that user's bucket must not lock
+them out. A successful check is remembered under a keyed hash of the user,
+the stored credential it matched and the password offered, so a changed or
+deleted credential is never matched again and no password is kept.
 """
 
 from __future__ import annotations
@@ -46,12 +50,25 @@ class FailureLimiter:
         tokens, at = self._buckets.get(key, (self.burst, now))
         return min(float(self.burst), tokens + (now - at) / self.refill_s)
 
-    def refusal(self, address: str, user: Optional[str]) -> Optional[str]:
-        """Why a login from ``address`` as ``user`` is refused now, or None: it may be checked."""
+    def refusal(self, address: str, user: Optional[str],
+                own_host: Callable[[], bool] = lambda: False) -> Optional[str]:
+        """Why a login from ``address`` as ``user`` is refused now, or None: it may be checked.
+
+        ``own_host`` says (asked only when ``user``'s bucket is empty) whether
+        ``address`` is one of the cluster's own servers or brokers: then the
+        user's failures elsewhere do not refuse it, its address's own do.
+        Whether a login is waived so depends on where it comes from, never on
+        the password it offers: accepting a good password before the limit
+        would tell a limited guesser which of its guesses is right, and so
+        unlimit the guessing of exactly the credentials in use, the servers'
+        own (a super user's) first. A guesser on a server's host is limited
+        by that address's allowance, as any one address is."""
         now = self._clock()
         for key in self._keys(address, user):
             tokens = self._tokens(key, now)
             if tokens < 1:
+                if key[0] == "user" and own_host():
+                    continue
                 wait = (1 - tokens) * self.refill_s
                 return (f"too many failed logins {_describe(key)} ({self.burst} allowed in a row, then one "
                         f"per {self.refill_s:g} s): try again in {wait:.1f} s")

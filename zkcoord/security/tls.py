@@ -17,6 +17,7 @@ from typing import Optional
 from zkcoord.errors import ConfigError, TlsError
 from zkcoord.security.config import CLIENT_AUTH, CLIENT_TLS, PLAIN, TlsConfig, librdkafka_settings
 from zkcoord.security.principal import ANONYMOUS, Principal, from_peer_certificate
+from zkcoord.security.secrets import check_private
 
 _VERIFY_MODES = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 # TLS 1.2 is the oldest Kafka's clients still negotiate by default.
@@ -25,6 +26,8 @@ MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2
 
 def _load(context: ssl.SSLContext, config: TlsConfig) -> ssl.SSLContext:
     context.minimum_version = MINIMUM_VERSION
+    if config.key is not None:
+        check_private(config.key, "--tls-key")
     try:
         if config.ca is not None:
             context.load_verify_locations(cafile=config.ca)

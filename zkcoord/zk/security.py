@@ -26,6 +26,7 @@ from typing import Callable, Optional
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl_credential
 
 from zkcoord.errors import ConfigError, ZkcoordError
+from zkcoord.security.secrets import check_private
 from zkcoord.settings import check, setting
 
 AUTH_SCHEMES = ("none", "digest", "sasl")
@@ -132,6 +133,7 @@ class ZkSecurity:
     def password(self) -> str:
         """The password, read now from its file or environment variable."""
         if self.zk_password_file is not None:
+            check_private(self.zk_password_file, "--zk-password-file")
             try:
                 text = Path(self.zk_password_file).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -211,6 +213,7 @@ def _check_tls_files(security: ZkSecurity) -> None:
         raise ConfigError(f"cannot use the ZooKeeper CA file {security.zk_ca_file}: "
                           f"{getattr(exc, 'strerror', None) or exc}") from None
     if security.zk_cert_file is not None:
+        check_private(security.zk_key_file, "--zk-key-file")
         try:
             context.load_cert_chain(str(security.zk_cert_file), str(security.zk_key_file))
         except (OSError, ssl.SSLError) as exc:
@@ -246,6 +249,7 @@ def _use_kerberos(security: ZkSecurity) -> None:
     if security.zk_krb5_conf is not None:
         wanted["KRB5_CONFIG"] = _readable(security.zk_krb5_conf, "the Kerberos configuration")
     if security.zk_keytab is not None:
+        check_private(security.zk_keytab, "--zk-keytab")  # a keytab logs in as its principal, as a password does
         wanted["KRB5_CLIENT_KTNAME"] = "FILE:" + _readable(security.zk_keytab, "the keytab")
         wanted["KRB5CCNAME"] = KEYTAB_CCACHE
     for name, value in wanted.items():
