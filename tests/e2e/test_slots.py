@@ -20,6 +20,7 @@ from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
 from tests.e2e.checks import delivered_values, wait_whole
 from tests.e2e.conftest import SERVER_ARGS
 from tests.e2e.test_rebalancing import Production, exactly_once
+from zkcoord.security.secrets import write_private
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel
@@ -257,7 +258,7 @@ def test_a_slot_whose_only_seeker_fails_its_takeovers_is_taken_by_a_healthy_serv
     fails. Server 2, at its share with slot 0, takes slot 1 back once
     server 1 has withdrawn from it."""
     password = "a-password"
-    (tmp_path / "zk-password").write_text(password + "\n")
+    write_private(tmp_path / "zk-password", password + "\n")  # a secret: owner-only, or servers refuse it
     healthy = ("--no-broker", "--zk-auth", "digest", "--zk-user", "healthy",
                "--zk-password-file", str(tmp_path / "zk-password"), "--zk-state-readable")
     # Everything open, as a server without credentials writes it, but slot 1's epoch.
