@@ -734,3 +734,22 @@ def test_a_group_with_a_generation_gets_the_plain_debounce():
     h.register("a", "a")
     h.advance(0.15, serve=("a",))
     assert h.requests("a", wire.StartRequest)
+
+
+def test_a_registration_is_checked_against_each_list_of_strategies_once(monkeypatch):
+    from zkcoord.coordinator import core as core_module
+
+    h = CoreHarness()
+    for n in range(300):
+        h.register(f"c{n}", f"m{n}", assignment_strategies=("range",))
+    h.register("s", "sticky-one", assignment_strategies=("sticky", "range"))
+    checked = []
+    choose = core_module.choose_strategy
+    monkeypatch.setattr(core_module, "choose_strategy", lambda lists: checked.append(len(lists)) or choose(lists))
+    h.register("x", "roundrobin-only", assignment_strategies=("roundrobin",))
+    (refusal, _), = h.sent["x"]
+    assert refusal.error_code == wire.ErrorCode.NO_COMMON_STRATEGY and "x" in h.closed
+    # Not 302 lists for a group of 301: one per list its members offer.
+    assert checked == [3]
+    h.register("y", "sticky-two", assignment_strategies=("sticky", "range"))
+    assert h.sent["y"][0][0] == wire.RegisterConsumerResponse(coordinator_epoch=1)
