@@ -89,6 +89,9 @@ def validate_base_port(base_port: int) -> int:
     return base_port
 
 
+DEFAULT_HEAP_MB = 256
+
+
 @dataclasses.dataclass(frozen=True)
 class EnsembleConfig:
     """A local ensemble's shape: how many nodes, their ports and their tick."""
@@ -109,6 +112,11 @@ class EnsembleConfig:
                                      flag="--user", non_empty=True)
     tls: bool = setting(False, "clients connect over TLS only, with a CA and certificates generated into the "
                                "ensemble's tls/ directory")
+    # Small for the tests' ensembles. A group of 20,000 members writes
+    # several MB a round, and ZooKeeper keeps its last 500 transactions in
+    # memory: 256 MB ran out (bench/RESULTS.md, "big group").
+    heap_mb: int = setting(DEFAULT_HEAP_MB, "each node's Java heap, in MB (ZooKeeper's own scripts give 1000)",
+                           minimum=64, maximum=65_536)
 
     def __post_init__(self) -> None:
         check(self)
@@ -184,7 +192,7 @@ class LocalEnsemble:
 
     def __init__(self, directory: Path, nodes: int, base_port: int, tick_ms: int, pids: dict[int, int],
                  auth: str = "none", users: tuple[str, ...] = (), tls: bool = False,
-                 sasl_mechanism: str = default(ZkSecurity, "zk_sasl_mechanism")):
+                 sasl_mechanism: str = default(ZkSecurity, "zk_sasl_mechanism"), heap_mb: int = DEFAULT_HEAP_MB):
         self.directory = Path(directory).resolve()
         self.nodes = validate_size(nodes)
         self.base_port = validate_base_port(base_port)
@@ -196,6 +204,7 @@ class LocalEnsemble:
         self.users = tuple(users) if auth != "none" else ()
         self.tls = tls
         self.sasl_mechanism = sasl_mechanism
+        self.heap_mb = heap_mb
 
     # -- creation and persistence -------------------------------------------------
 
@@ -216,7 +225,7 @@ class LocalEnsemble:
         if base_port is None:
             base_port = find_free_base_port(nodes)
         ensemble = cls(directory, nodes, base_port, tick_ms, pids={}, auth=config.auth, users=config.users,
-                       tls=config.tls, sasl_mechanism=config.sasl_mechanism)
+                       tls=config.tls, sasl_mechanism=config.sasl_mechanism, heap_mb=config.heap_mb)
         ensemble._write_credentials()
         ensemble._write_configs()
         ensemble._save()
@@ -244,6 +253,7 @@ class LocalEnsemble:
                 users=tuple(str(u) for u in state.get("users", ())),
                 tls=bool(state.get("tls", False)),
                 sasl_mechanism=str(state.get("sasl_mechanism", default(ZkSecurity, "zk_sasl_mechanism"))),
+                heap_mb=int(state.get("heap_mb", DEFAULT_HEAP_MB)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EnsembleError(f"{path} is damaged: {exc!r}") from None
@@ -260,6 +270,7 @@ class LocalEnsemble:
             "users": list(self.users),
             "tls": self.tls,
             "sasl_mechanism": self.sasl_mechanism,
+            "heap_mb": self.heap_mb,
         }
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
@@ -465,7 +476,7 @@ class LocalEnsemble:
         return [
             java,
             "-Xms32m",
-            "-Xmx256m",
+            f"-Xmx{self.heap_mb}m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",  # faster start; these nodes are small
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
