@@ -80,7 +80,8 @@ class Generator:
              "--topic", TOPIC, "--groups", str(args.groups), "--prefix", GROUP_PREFIX,
              "--first", str(first), "--last", str(last),
              "--session-timeout-ms", str(args.session_timeout_ms), "--max-s", str(args.max_s),
-             "--start-over-s", str(args.ramp_s)],
+             "--start-over-s", str(args.ramp_s),
+             *(f"--strategy={strategy}" for strategy in getattr(args, "strategies", ()))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             cwd=str(Path(__file__).resolve().parent.parent), start_new_session=True)
         self.status: dict = {}

@@ -60,6 +60,11 @@ class FakeZooKeeper:
         reads = (actions.ProveOffice, actions.ReadLogEnds, actions.ReadOwners, actions.ReadOffsets)
         return None if isinstance(op, reads) else self.refuse_writes
 
+    def answer(self, op) -> tuple[object, Optional[BaseException]]:
+        """ZooKeeper's answer to ``op``: its result and None, or None and the error."""
+        error = self.refusal(op)
+        return (None, error) if error is not None else (self.apply(op), None)
+
     def apply(self, op):
         if isinstance(op, actions.ProveOffice):
             return None
@@ -191,23 +196,22 @@ class CoreHarness:
             if not tokens:
                 return
             token = min(tokens)
-            op = self.operations.pop(token)
-            error = self.zk.refusal(op)
-            result = None if error is not None else self.zk.apply(op)
+            result, error = self.zk.answer(self.operations.pop(token))
             self.apply(self.core.done(token, self.now, result, error))
 
     # -- members ----------------------------------------------------------------------------------
 
     def register(self, conn, member_id: str, group: str = "g", topics=("t",), is_static: bool = False,
                  offsets=(), session_timeout_ms: int = T_MS, principal: Principal = ANONYMOUS,
-                 incarnation: Optional[str] = None, **kwargs) -> wire.Message:
-        """Register ``member_id`` on ``conn``, with its default incarnation
-        (incarnation_of) unless told otherwise: the same process throughout."""
+                 incarnation: Optional[str] = None, host: str = "", **kwargs) -> wire.Message:
+        """Register ``member_id`` on ``conn`` (connected from ``host``), with
+        its default incarnation (incarnation_of) unless told otherwise: the
+        same process throughout."""
         request = wire.RegisterConsumerRequest(
             group_id=group, consumer_id=member_id, topics=tuple(topics), is_static=is_static,
             session_timeout_ms=session_timeout_ms, offsets=tuple(offsets),
             incarnation=incarnation_of(member_id) if incarnation is None else incarnation, **kwargs)
-        self.apply(self.core.register(conn, request, 99, self.now, principal=principal))
+        self.apply(self.core.register(conn, request, 99, self.now, host=host, principal=principal))
         return request
 
     def unanswered(self, conn) -> list:

@@ -755,3 +755,22 @@ def test_a_machine_seen_paused_ends_the_office_until_round_trips_begun_after_it_
     h.prove_office = True  # the session did survive: two round trips begun after it bring the office back
     h.advance(RENEWAL + 1.0, serve=("a", "b"))
     assert h.core.active and h.last_request_at("a") > h.now - RENEWAL - 1.0
+
+
+def test_a_registration_is_checked_against_each_list_of_strategies_once(monkeypatch):
+    from zkcoord.coordinator import core as core_module
+
+    h = CoreHarness()
+    for n in range(300):
+        h.register(f"c{n}", f"m{n}", assignment_strategies=("range",))
+    h.register("s", "sticky-one", assignment_strategies=("sticky", "range"))
+    checked = []
+    choose = core_module.choose_strategy
+    monkeypatch.setattr(core_module, "choose_strategy", lambda lists: checked.append(len(lists)) or choose(lists))
+    h.register("x", "roundrobin-only", assignment_strategies=("roundrobin",))
+    (refusal, _), = h.sent["x"]
+    assert refusal.error_code == wire.ErrorCode.NO_COMMON_STRATEGY and "x" in h.closed
+    # Not 302 lists for a group of 301: one per list its members offer.
+    assert checked == [3]
+    h.register("y", "sticky-two", assignment_strategies=("sticky", "range"))
+    assert h.sent["y"][0][0] == wire.RegisterConsumerResponse(coordinator_epoch=1)

@@ -3,6 +3,7 @@ is refused with a typed error and leaves the group as it was."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -82,3 +83,18 @@ def test_subscriptions_and_interest():
     assert group.interested_in("t") and group.interested_in("w-9")
     assert not group.interested_in("u")
     assert a.session_timeout == 3.0
+
+
+def test_a_group_counts_the_lists_of_strategies_its_members_offer():
+    sub = Subscription(frozenset({"t"}))
+    a, b = _member("a", sub), dataclasses.replace(_member("b", sub), strategies=("sticky", "range"))
+    group = Group("g", members={"a": a})
+    assert group.strategy_lists == {("range",): 1}
+    group.add_member(b)
+    group.add_member(_member("c", sub))
+    assert group.strategy_lists == {("range",): 2, ("sticky", "range"): 1}
+    group.add_member(_member("b", sub))  # b again, in place of the first b
+    assert group.strategy_lists == {("range",): 3} and len(group.members) == 3
+    for member_id in ("a", "b", "c", "c"):
+        group.remove_member(member_id)
+    assert group.strategy_lists == {} and not group.members

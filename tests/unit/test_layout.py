@@ -7,6 +7,7 @@ differently; we write the 2.13 order and read both).
 
 import dataclasses
 import json
+import zlib
 from functools import partial
 
 import pytest
@@ -24,6 +25,7 @@ from zkcoord.zk.layout import (
     ServerInfo,
     TopicAssignment,
 )
+from zkcoord.zk.layout import zkcoord_nodes
 from zkcoord.zk.layout.names import _ZK_BAD_CHARS
 
 PLAIN = "PLAINTEXT"
@@ -519,6 +521,152 @@ def test_bad_group_state_is_a_layout_error(data):
         L.decode_group_state(data, "/zkcoord/groups/g/state")
 
 
+# --- a group state split into chunks (version 3) ------------------------------
+
+
+def big_state(members: int = 40, generation: int = 5) -> GroupState:
+    """A state of ``members`` members, one partition each, one of them still
+    stopping a partition another now has, each with its client and proof."""
+    ids = [f"member-{n:03d}" for n in range(members)]
+    assignment = {m: (("t", n),) for n, m in enumerate(ids)}
+    running = {**assignment, ids[0]: (("t", 0), ("t", 1))}
+    del running[ids[1]]  # it runs nothing yet
+    return GroupState(generation, "sticky", assignment, lease_ms=6000, running=running,
+                      clients={m: L.MemberClient("10.0.0.1") for m in ids}, proofs={m: "ab" * 32 for m in ids})
+
+
+def split(state: GroupState, node_bytes: int = 1000, chunk_bytes: int = 1000) -> L.GroupStateNodes:
+    return L.encode_group_state_nodes(state, node_bytes=node_bytes, chunk_bytes=chunk_bytes)
+
+
+def read_back(nodes: L.GroupStateNodes) -> GroupState:
+    node = L.decode_group_state_node(nodes.state)
+    return node if isinstance(node, GroupState) else L.assemble_group_state(node, nodes.chunks)
+
+
+def test_a_state_that_fits_one_node_is_written_as_version_2_alone():
+    state = big_state()
+    nodes = split(state, node_bytes=len(L.encode_group_state(state)))
+    assert nodes == L.GroupStateNodes(L.encode_group_state(state), {}) and read_back(nodes) == state
+
+
+def test_a_state_larger_than_a_node_is_a_manifest_and_chunks_that_read_back_whole():
+    state = big_state()
+    nodes = split(state)
+    manifest = L.decode_group_state_node(nodes.state)
+    assert manifest == L.GroupStateManifest(5, "sticky", 6000, tuple(nodes.chunks))
+    assert nodes.state == (b'{"version":3,"generation":5,"strategy":"sticky","lease_ms":6000,"chunks":["'
+                           + '","'.join(nodes.chunks).encode() + b'"]}')
+    assert len(nodes.chunks) > 1 and all(len(chunk) <= 1000 for chunk in nodes.chunks.values())
+    assert all(L.chunk_name(chunk) == name for name, chunk in nodes.chunks.items())
+    assert read_back(nodes) == state
+    # A chunk is version 2's member fields for its members alone.
+    holding = next(chunk for chunk in nodes.chunks.values() if b'"member-000"' in chunk)
+    assert holding.startswith(b'{"version":3,"assignment":{') and b'"running":{' in holding
+    assert b'"member-000":{"t":[0,1]}' in holding and b'"clients":{' in holding and b'"proofs":{' in holding
+    with pytest.raises(LayoutError, match="split into"):
+        L.decode_group_state(nodes.state)  # a reader of whole states does not take a manifest for one
+
+
+def test_a_member_keeps_its_chunk_so_a_change_rewrites_only_that_chunk():
+    before = big_state()
+    member = "member-007"
+    running = dict(before.running)
+    del running[member]
+    after = dataclasses.replace(before, generation=6, assignment={**before.assignment, member: ()}, running=running)
+    old, new = split(before), split(after)
+    assert len(set(new.chunks) - set(old.chunks)) == 1 and len(new.chunks) == len(old.chunks)
+    assert member.encode() in new.chunks[(set(new.chunks) - set(old.chunks)).pop()]
+
+
+def test_a_member_too_big_for_a_chunk_gets_one_of_its_own():
+    state = GroupState(1, "range", {"huge": tuple(("t", p) for p in range(400)), "small": (("u", 0),)})
+    nodes = split(state, node_bytes=500, chunk_bytes=500)
+    sizes = sorted((len(chunk), b'"huge"' in chunk) for chunk in nodes.chunks.values())
+    assert len(sizes) == 2 and sizes[-1][0] > 500 and sizes[-1][1] and read_back(nodes) == state
+
+
+def test_many_members_split_into_even_chunks():
+    state = GroupState(1, "range", {f"c-{n:05d}": (("events", n),) for n in range(5000)})
+    whole = len(L.encode_group_state(state))
+    nodes = split(state, node_bytes=whole - 1, chunk_bytes=16 * 1024)
+    sizes = [len(chunk) for chunk in nodes.chunks.values()]
+    # Half full on average at most, so that uneven buckets still fit.
+    assert max(sizes) <= 16 * 1024 and 16 * 1024 / 4 < sum(sizes) / len(sizes) <= 16 * 1024 / 2
+    assert read_back(nodes) == state
+
+
+def _with_chunks(nodes: L.GroupStateNodes, chunks: dict) -> GroupState:
+    return L.assemble_group_state(L.decode_group_state_node(nodes.state), chunks, "/zkcoord/groups/g/state")
+
+
+def test_a_manifest_is_read_only_with_every_chunk_it_names_as_it_was_written():
+    nodes = split(big_state())
+    first = next(iter(nodes.chunks))
+    with pytest.raises(LayoutError, match=f"/zkcoord/groups/g/state: chunk {first} is missing"):
+        _with_chunks(nodes, {**nodes.chunks, first: None})
+    other = nodes.chunks[first].replace(b'"t":[', b'"u":[', 1)
+    with pytest.raises(LayoutError, match="does not hold the bytes it was named by"):
+        _with_chunks(nodes, {**nodes.chunks, first: other})
+    # Chunks the manifest does not name (a later write that never reached
+    # its manifest) change nothing.
+    later = split(big_state(generation=6))
+    assert _with_chunks(nodes, {**later.chunks, **nodes.chunks}) == big_state()
+
+
+def _manifest_of(*chunks: bytes) -> tuple[bytes, dict]:
+    named = {L.chunk_name(c): c for c in chunks}
+    return (b'{"version":3,"generation":2,"strategy":"range","lease_ms":0,"chunks":'
+            + json.dumps(list(named)).replace(" ", "").encode() + b"}"), named
+
+
+@pytest.mark.parametrize("chunks, problem", [
+    ((b'{"version":3,"assignment":{"a":{"t":[0]}}}', b'{"version":3,"assignment":{"a":{"t":[1]}}}'),
+     "names member"),
+    ((b'{"version":3,"assignment":{"a":{"t":[0]}}}', b'{"version":3,"assignment":{"b":{"t":[0]}}}'),
+     "assigned twice"),
+    ((b'{"version":3,"assignment":{},"proofs":{"a":"x"}}', b'{"version":3,"assignment":{},"running":{"a":{"t":[0]}}}'),
+     "names member"),
+    ((b'{"version":2,"generation":1,"strategy":"range","assignment":{}}',), "of a chunk must be 3"),
+    ((b'{"version":3}',), "'assignment' is missing"),
+    ((b'{"version":3,"assignment":{"a":[["t",0]]}}',), "must be {topic: \\[partition, ...\\]}"),
+])
+def test_chunks_that_do_not_add_up_to_one_state_are_refused(chunks, problem):
+    manifest, named = _manifest_of(*chunks)
+    with pytest.raises(LayoutError, match=problem):
+        L.assemble_group_state(L.decode_group_state_node(manifest), named)
+
+
+@pytest.mark.parametrize("data", [
+    b'{"version":3,"generation":1,"strategy":"range","lease_ms":0}',
+    b'{"version":3,"generation":1,"strategy":"range","lease_ms":0,"chunks":"x"}',
+    b'{"version":3,"generation":1,"strategy":"range","lease_ms":0,"chunks":["ABC"]}',
+    b'{"version":3,"generation":1,"strategy":"range","lease_ms":0,"chunks":["' + b"a" * 32 + b'","' + b"a" * 32
+    + b'"]}',
+    b'{"version":3,"generation":1,"strategy":"range","chunks":[]}',
+    b'{"version":4,"generation":1,"strategy":"range","lease_ms":0,"chunks":[]}',
+])
+def test_a_bad_manifest_is_a_layout_error(data):
+    with pytest.raises(LayoutError):
+        L.decode_group_state_node(data)
+
+
+def test_old_whole_states_read_as_they_did():
+    v1 = (b'{"version":1,"generation":7,"strategy":"range","assignment":{"c-1":[["t",0]]},"lease_ms":6000}')
+    v2 = L.encode_group_state(big_state())
+    assert L.decode_group_state_node(v1) == L.decode_group_state(v1)
+    assert L.decode_group_state_node(v2) == L.decode_group_state(v2) == big_state()
+
+
+def test_chunk_paths():
+    name = "0123456789abcdef" * 2
+    assert L.group_state_chunks_path("g") == "/zkcoord/groups/g/chunks"
+    assert L.group_state_chunk_path("g", name) == f"/zkcoord/groups/g/chunks/{name}"
+    for bad in ("0123", name.upper(), name + "0", "../state", 7):
+        with pytest.raises(LayoutError):
+            L.group_state_chunk_path("g", bad)
+
+
 def test_server_coordinator_and_epoch_nodes():
     info = ServerInfo("s1", "127.0.0.1", 9400)
     assert L.encode_server(info) == b'{"version":1,"host":"127.0.0.1","port":9400}'
@@ -646,6 +794,30 @@ def test_group_state_round_trip(generation, strategy, owned, members):
         assert L.decode_group_state(L.encode_group_state(state)) == state
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(topic_names, st.integers(0, 100)), unique=True, max_size=60),
+    st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=30, unique=True),
+    st.integers(60, 400),
+    st.booleans(),
+)
+def test_a_split_group_state_round_trip(owned, members, chunk_bytes, partly):
+    assignment = {m: tuple(sorted(owned[i:: len(members)])) for i, m in enumerate(members)}
+    running = {m: pairs[: len(pairs) // 2] if partly else pairs for m, pairs in assignment.items()}
+    state = GroupState(3, "range", assignment, lease_ms=100, running={m: p for m, p in running.items() if p},
+                       clients={m: L.MemberClient("h", m) for m in members[::2]},
+                       proofs={m: "p" for m in members[1::2]})
+    nodes = L.encode_group_state_nodes(state, node_bytes=0, chunk_bytes=chunk_bytes)
+    assert read_back(nodes) == state
+    # Members are never split across chunks: each over the size holds one,
+    # unless its members' hashes agree in every bit the most chunks can use.
+    most = zkcoord_nodes._MAX_CHUNKS
+    for chunk in nodes.chunks.values():
+        if len(chunk) > chunk_bytes:
+            names = set().union(*(json.loads(chunk).get(f, {}) for f in ("assignment", "running", "clients", "proofs")))
+            assert len(names) == 1 or len({zlib.crc32(n.encode()) & (most - 1) for n in names}) == 1
+
+
 SAMPLES = [b[1] for b in BROKERS] + [t[1] for t in TOPICS] + [p[0] for p in PARTITION_STATES]
 DECODERS = [
     lambda d: L.decode_broker(1, d),
@@ -654,6 +826,8 @@ DECODERS = [
     L.decode_offset,
     L.decode_owner,
     L.decode_group_state,
+    L.decode_group_state_node,
+    lambda d: L.assemble_group_state(L.GroupStateManifest(1, "range", 0, (L.chunk_name(d),)), {L.chunk_name(d): d}),
     lambda d: L.decode_server("s", d),
     L.decode_coordinator,
     L.decode_coordinator_epoch,

@@ -52,3 +52,31 @@ def test_a_holder_ran_its_partitions_last_until_someone_is_started_on_them_howev
     assert fences.last_ran_by("m1") == {A} and fences.last_ran_by("m2") == frozenset()
     fences.release("m1")
     assert fences.last_ran_by("m1") == frozenset()
+
+
+class CountedId(str):
+    """A member id that counts how often it is looked up."""
+
+    lookups = 0
+
+    def __hash__(self):
+        CountedId.lookups += 1
+        return str.__hash__(self)
+
+
+def test_a_member_back_is_looked_up_among_its_own_partitions_only():
+    # A successor fences every partition of a group it takes over; each of
+    # 20,000 members registering again must not go through 20,000 of them
+    # (400 million steps, minutes of the coordinator's only thread).
+    fences = Fences()
+    for n in range(10_000):
+        fences.fence(f"m{n}", {("t", n)}, until=10.0)
+    me = CountedId("m7")
+    assert fences.last_ran_by(me) == {("t", 7)}
+    fences.release(me)
+    assert CountedId.lookups < 20
+    assert fences.last_ran_by("m7") == frozenset() and fences.until(now=0.0, partitions=[("t", 7)]) is None
+    assert fences.until(now=0.0) == 10.0 and len(fences.holders()) == 9_999
+    # The index forgets holders whose fences and traces have all gone.
+    fences.claimed([("t", n) for n in range(10_000)])
+    assert fences.until(now=11.0) is None and not fences._named_on

@@ -387,3 +387,13 @@ def test_a_secured_ensemble_is_laid_out_with_private_credentials_and_remembered(
     plain = LocalEnsemble.create(tmp_path / "plain", nodes=1)
     assert (plain.auth, plain.users, plain.tls) == ("none", (), False)
     assert f"clientPort={plain.client_port(1)}" in plain.config_path(1).read_text().splitlines()
+
+
+def test_a_node_s_heap_is_set_and_remembered(tmp_path):
+    # The tests' ensembles are small; a benchmark of a big group asks for
+    # ZooKeeper's own default, which it needs (bench/bench_big_group.py).
+    assert "-Xmx256m" in LocalEnsemble.create(tmp_path / "small", nodes=1)._java_command(1)
+    LocalEnsemble.create(tmp_path / "big", nodes=1, heap_mb=1000)
+    assert "-Xmx1000m" in LocalEnsemble.load(tmp_path / "big")._java_command(1)
+    with pytest.raises(ConfigError):
+        LocalEnsemble.create(tmp_path / "tiny", nodes=1, heap_mb=16)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from zkcoord.admin.groups import group_state
 from zkcoord.coordinator import store as store_module
 from zkcoord.coordinator.actions import Deposed
-from zkcoord.coordinator.store import MAX_MULTI_BYTES, MAX_NODE_BYTES, CoordinatorStore, NodeTooLarge, split_operations
+from zkcoord.coordinator.store import (
+    MAX_MULTI_BYTES, MAX_NODE_BYTES, STATE_CHUNK_BYTES, CoordinatorStore, NodeTooLarge, split_operations,
+)
 from zkcoord.testing import wait_until
 from zkcoord.zk import layout
+from zkcoord.zk.nodes import read_group_state
 
 PARTITIONS = 20_000
 MEMBERS = 100
@@ -41,15 +47,141 @@ def test_a_20000_partition_group_is_written_although_one_request_could_not_hold_
     assert store.group_states()["big"] == state
 
 
-def test_a_group_state_too_big_for_one_request_is_refused_before_it_is_sent(store, zk):
-    # One node cannot be split; sent, it would cost the connection.
-    # A topic each, with long names, and all of it moving from n to m.
-    partitions = tuple((f"a-topic-with-a-rather-long-name-{p:05d}", 0) for p in range(PARTITIONS))
-    state = layout.GroupState(3, "range", {"m": partitions}, lease_ms=10_000, running={"n": partitions})
-    assert len(layout.encode_group_state(state)) > MAX_NODE_BYTES
+def test_a_member_whose_partitions_alone_are_too_big_for_one_request_is_refused_before_it_is_sent(store, zk):
+    # A state is split between members, never within one; sent, the node
+    # would cost the connection. One member, a topic each with a long name.
+    partitions = tuple((f"a-topic-with-a-rather-long-name-{p:05d}", 0) for p in range(30_000))
+    state = layout.GroupState(3, "range", {"m": partitions}, lease_ms=10_000)
     with pytest.raises(NodeTooLarge, match="more than ZooKeeper takes"):
         store.write_group_state("huge", state, exists=False)
     assert zk.connected and not zk.exists(layout.group_state_path("huge"))
+    assert not zk.exists(layout.group_state_chunks_path("huge"))
+
+
+def huge_group(members: int = PARTITIONS, generation: int = 3) -> layout.GroupState:
+    """A group of ``members`` thin consumers, one partition of 20,000 each,
+    with what the core persists of each: where it connected from, the proof
+    of its incarnation."""
+    ids = [f"host-{n % 97:02d}-{n * 7919 % 16**12:012x}" for n in range(members)]
+    assignment = {m: (("events", n),) for n, m in enumerate(ids)}
+    return layout.GroupState(generation, "sticky", assignment, lease_ms=10_000, running=assignment,
+                             clients={m: layout.MemberClient(f"10.1.{n // 250}.{n % 250}") for n, m in enumerate(ids)},
+                             proofs={m: f"{n:064x}" for n, m in enumerate(ids)})
+
+
+def chunks_of(zk, group: str) -> set[str]:
+    return set(zk.get_children(layout.group_state_chunks_path(group)))
+
+
+def test_a_group_of_20000_members_is_written_in_chunks_and_read_back_whole(store, zk):
+    state = huge_group()
+    assert len(layout.encode_group_state(state)) > 3 * MAX_NODE_BYTES  # as one node: refused
+    store.write_group_state("big", state, exists=False)
+    manifest = layout.decode_group_state_node(zk.get(layout.group_state_path("big"))[0])
+    assert isinstance(manifest, layout.GroupStateManifest) and manifest.generation == 3
+    assert chunks_of(zk, "big") == set(manifest.chunks)
+    sizes = [zk.exists(layout.group_state_chunk_path("big", name)).dataLength for name in manifest.chunks]
+    assert max(sizes) <= STATE_CHUNK_BYTES and sum(sizes) > 3 * MAX_NODE_BYTES
+    assert store.group_states()["big"] == state
+    assert group_state(zk, "big") == ("PreparingRebalance", state)  # what `zkcoord groups describe` reads
+    # A successor reads it whole.
+    successor = CoordinatorStore(zk, server_id=2)
+    successor.claim_epoch()
+    assert successor.group_states() == {"big": state}
+    # The next generation: a member leaves, its partition goes to another.
+    gone, heir = sorted(state.assignment)[:2]
+    assignment = {**state.assignment, heir: state.assignment[gone] + state.assignment[heir]}
+    del assignment[gone]
+    proofs, clients = dict(state.proofs), dict(state.clients)
+    del proofs[gone], clients[gone]
+    after = dataclasses.replace(state, generation=4, assignment=assignment, running=assignment, proofs=proofs,
+                                clients=clients)
+    written = []
+    fenced = successor._fenced
+    successor._fenced = lambda chunk: (written.extend(chunk), fenced(chunk))
+    successor.write_group_state("big", after, exists=True)
+    assert successor.group_states()["big"] == after
+    # Only the chunks of those two members are written again; those the
+    # previous generation alone named are gone.
+    manifest = layout.decode_group_state_node(zk.get(layout.group_state_path("big"))[0])
+    assert chunks_of(zk, "big") == set(manifest.chunks)
+    creates = [path for op, path, _ in written if op == "create"]
+    assert 1 <= len(creates) <= 2 and len([op for op, _, _ in written if op == "delete"]) == len(creates)
+
+
+def test_a_state_written_half_way_leaves_the_previous_one_whole_for_a_successor(store, zk):
+    before = huge_group(generation=3)
+    store.write_group_state("big", before, exists=False)
+    named = chunks_of(zk, "big")
+    # Every member's partition moves, so that every chunk is new; a
+    # successor is elected once the first multi-operation is through.
+    ids = sorted(before.assignment)
+    moved = {m: before.assignment[ids[(n + 1) % len(ids)]] for n, m in enumerate(ids)}
+    after = dataclasses.replace(before, generation=4, assignment=moved, running=before.assignment)
+    multis = []
+    fenced = store._fenced
+
+    def successor_elected_after_the_first_multi(chunk):
+        multis.append(chunk)
+        if len(multis) == 2:
+            CoordinatorStore(zk, server_id=2).claim_epoch()
+        fenced(chunk)
+
+    store._fenced = successor_elected_after_the_first_multi
+    with pytest.raises(Deposed):
+        store.write_group_state("big", after, exists=True)
+    left = chunks_of(zk, "big") - named
+    assert left and named <= chunks_of(zk, "big")  # chunks of the new state, named by no manifest
+    successor = CoordinatorStore(zk, server_id=3)
+    successor.claim_epoch()
+    assert successor.group_states()["big"] == before  # whole, as it was
+    # The successor's own write of the same members takes the chunks left
+    # over as they are (their names say their bytes) and deletes the rest.
+    successor.write_group_state("big", dataclasses.replace(after, generation=5), exists=True)
+    manifest = layout.decode_group_state_node(zk.get(layout.group_state_path("big"))[0])
+    assert successor.group_states()["big"] == dataclasses.replace(after, generation=5)
+    assert left <= chunks_of(zk, "big") == set(manifest.chunks) and not chunks_of(zk, "big") & named
+
+
+def test_a_successor_fences_a_group_whose_chunks_do_not_add_up(store, zk):
+    store.write_group_state("big", huge_group(members=8000), exists=False)
+    store.write_group_state("small", layout.GroupState(2, "range", {"a": (("t", 0),)}), exists=False)
+    first, second = sorted(chunks_of(zk, "big"))[:2]
+    zk.delete(layout.group_state_chunk_path("big", first))
+    assert store.group_states() == {"big": None, "small": layout.GroupState(2, "range", {"a": (("t", 0),)})}
+    with pytest.raises(layout.LayoutError, match=f"chunk {first} is missing"):
+        read_group_state(zk, "big")  # tools are told why
+    # Bytes that are not those the chunk was named by: the same.
+    zk.create(layout.group_state_chunk_path("big", first), zk.get(layout.group_state_chunk_path("big", second))[0])
+    assert store.group_states()["big"] is None
+    # core.load fences a group read as None whole: nobody is started on any
+    # of its partitions for the longest session timeout (test_core_takeover_fences.py).
+
+
+def test_forgetting_a_split_group_deletes_its_chunks(store, zk):
+    store.write_group_state("big", huge_group(members=8000), exists=False)
+    store.forget_group("big")
+    assert not zk.exists(layout.group_state_path("big").rsplit("/", 1)[0]) and "big" not in store.group_states()
+
+
+def test_old_single_nodes_are_read_and_replaced_by_the_first_write(store, zk):
+    v1 = (b'{"version":1,"generation":7,"strategy":"range","assignment":{"c-1":[["t",0],["t",1]]},'
+          b'"lease_ms":6000,"running":{"c-1":[["t",0],["t",1]]}}')
+    v2 = b'{"version":2,"generation":7,"strategy":"range","assignment":{"c-1":{"t":[0,1]}},"lease_ms":6000,"running":{}}'
+    expected = layout.GroupState(7, "range", {"c-1": (("t", 0), ("t", 1))}, lease_ms=6000,
+                                 running={"c-1": (("t", 0), ("t", 1))})
+    for group, data in (("one", v1), ("two", v2)):
+        zk.create(layout.group_state_path(group), data, makepath=True)
+    assert store.group_states() == {"one": expected, "two": expected}
+    # Grown past one node: the manifest takes the old node's place.
+    store.write_group_state("two", huge_group(members=8000, generation=8), exists=True)
+    assert store.group_states()["two"] == huge_group(members=8000, generation=8)
+    assert chunks_of(zk, "two")
+    # Shrunk back: one node of version 2 again, and no chunk left.
+    small = layout.GroupState(9, "range", {"c-1": (("t", 0),)}, lease_ms=6000)
+    store.write_group_state("two", small, exists=True)
+    assert zk.get(layout.group_state_path("two"))[0] == layout.encode_group_state(small)
+    assert store.group_states()["two"] == small and not chunks_of(zk, "two")
 
 
 def test_every_part_of_a_split_write_is_fenced(store, zk):

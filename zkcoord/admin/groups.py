@@ -23,7 +23,7 @@ from kazoo.exceptions import NoNodeError
 from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import read_brokers, read_offsets, read_owners, read_servers
+from zkcoord.zk.nodes import read_brokers, read_group_state, read_offsets, read_owners, read_servers
 
 
 def list_groups(client) -> list[str]:
@@ -81,7 +81,7 @@ def state_name(state: Optional[layout.GroupState], owners: dict, failure: Option
 def group_state(client, group: str) -> tuple[str, Optional[layout.GroupState]]:
     """The group's state as Kafka's tool names it (state_name), and the
     coordinator's persisted state (None: never written)."""
-    state = _read(client, layout.group_state_path(group), layout.decode_group_state)
+    state = read_group_state(client, group)
     failure = _read(client, layout.group_failure_path(group), layout.decode_group_failure)
     return state_name(state, read_owners(client, group), failure, bool(read_offsets(client, group))), state
 
@@ -94,7 +94,7 @@ def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -
     slot, slots, server, epoch = group_coordinator(client, group)
     servers = read_servers(client)
     endpoint = servers.get(server) if server is not None else None
-    state = _read(client, layout.group_state_path(group), layout.decode_group_state)
+    state = read_group_state(client, group)
     failure = _read(client, layout.group_failure_path(group), layout.decode_group_failure)
     owners, offsets = read_owners(client, group), read_offsets(client, group)
     assignment = dict(state.assignment) if state is not None else {}

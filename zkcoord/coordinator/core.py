@@ -691,7 +691,7 @@ class CoordinatorCore:
                 f"{self.config.max_session_timeout_ms} ms"
             )
         group = self.groups.get(request.group_id)
-        others = [m.strategies for m in group.members.values()] if group else []
+        others = list(group.strategy_lists) if group else []  # whether one is common: each list once will do
         try:
             choose_strategy(others + [tuple(request.assignment_strategies)])
         except NoCommonStrategyError as exc:
@@ -840,7 +840,7 @@ class CoordinatorCore:
             # under the id (ids are no secret), or a static id's new process,
             # waits for the fences to run out.
             group.fences.release(member.member_id)
-        group.members[member.member_id] = member
+        group.add_member(member)
         self._members[member.connection] = member
         self.schedule.add(member, member.session_timeout / 3, now)
         self._arm_ping()
@@ -916,7 +916,7 @@ class CoordinatorCore:
         current = group is not None and group.members.get(member.member_id) is member
         if current:
             self._fence(group, member, now)
-            del group.members[member.member_id]
+            group.remove_member(member.member_id)
             log.info("%s member %s removed: %s", group.describe(), member.member_id, why)
             # Before its requests fail: the round they belong to then knows
             # that another one follows.

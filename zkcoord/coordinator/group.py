@@ -7,6 +7,7 @@ through :meth:`Group.transition`, which refuses moves the design does not have.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -122,11 +123,31 @@ class Group:
     forming_since: Optional[float] = None
     # Its nodes are being deleted (no members, no offsets, past its retention): nobody joins meanwhile.
     forgetting: bool = False
+    # How many members offer each list of assignment strategies (kept by
+    # add_member and remove_member): a registration is checked against each
+    # list once, not against each of the thousands of members a group may have.
+    strategy_lists: Counter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.strategy_lists = Counter(m.strategies for m in self.members.values())
 
     def transition(self, phase: GroupPhase) -> None:
         if phase not in _ALLOWED[self.phase]:
             raise IllegalTransition(f"group {self.name}: {self.phase.value} -> {phase.value} is not allowed")
         self.phase = phase
+
+    def add_member(self, member: Member) -> None:
+        """``member`` joins, in place of any member of the same id."""
+        self.remove_member(member.member_id)
+        self.members[member.member_id] = member
+        self.strategy_lists[member.strategies] += 1
+
+    def remove_member(self, member_id: str) -> None:
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self.strategy_lists[member.strategies] -= 1
+            if not self.strategy_lists[member.strategies]:
+                del self.strategy_lists[member.strategies]
 
     def subscriptions(self) -> dict[str, Subscription]:
         return {m.member_id: m.subscription for m in self.members.values()}

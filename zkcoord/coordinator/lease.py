@@ -91,6 +91,11 @@ class Fences:
         self._proofs: dict[str, str] = {}
         # A fence on every partition of the group, whoever holds it (-inf: none).
         self._whole_until = float("-inf")
+        # Per holder, every partition it is named on above (and perhaps some
+        # it no longer is: they are dropped with the holder), so that a
+        # member that registers again is looked up among its own partitions,
+        # not among the 20,000 a group taken over may have fenced.
+        self._named_on: dict[str, set[TopicPartition]] = {}
 
     def fence(self, holder: str, partitions: Iterable[TopicPartition], until: float, proof: str = "") -> None:
         """``holder`` may fetch ``partitions`` until ``until``; ``proof`` is
@@ -102,6 +107,7 @@ class Fences:
             holders = self._until.setdefault(tp, {})
             holders[holder] = max(until, holders.get(holder, until))
             self._last_ran.setdefault(tp, set()).add(holder)
+        self._named_on.setdefault(holder, set()).update(partitions)
         # The latest incarnation fenced under the id: an earlier one then
         # proves nothing (safe: its fences run out instead of lifting).
         self._proofs[holder] = proof
@@ -119,7 +125,7 @@ class Fences:
         handed over or reported what it had consumed of them."""
         if partitions is None:
             self._proofs.pop(holder, None)
-        for tp in (set(self._until) | set(self._last_ran)) if partitions is None else partitions:
+        for tp in self._named_on.pop(holder, ()) if partitions is None else partitions:
             holders = self._until.get(tp)
             if holders is not None:
                 holders.pop(holder, None)
@@ -141,7 +147,7 @@ class Fences:
     def last_ran_by(self, holder: str) -> frozenset[TopicPartition]:
         """Partitions ``holder`` was fenced on, nobody having been started on
         them since (whether or not its fence still holds): it ran them last."""
-        return frozenset(tp for tp, holders in self._last_ran.items() if holder in holders)
+        return frozenset(tp for tp in self._named_on.get(holder, ()) if holder in self._last_ran.get(tp, ()))
 
     def until(self, now: float, partitions: Optional[Iterable[TopicPartition]] = None) -> Optional[float]:
         """The instant all of ``partitions`` (all fenced ones if None) are free,
@@ -160,6 +166,8 @@ class Fences:
             known.update(h for holders in self._until.values() for h in holders)
             for holder in [h for h in self._proofs if h not in known]:
                 del self._proofs[holder]
+            for holder in [h for h in self._named_on if h not in known]:
+                del self._named_on[holder]
         else:
             partitions = list(partitions)
         wanted = self._until if partitions is None else [tp for tp in partitions if tp in self._until]

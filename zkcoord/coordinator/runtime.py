@@ -446,22 +446,28 @@ class Coordinator:
             self._event(lambda now: self.core.done(action.token, now, result, error))
 
     def _carry_out(self, operation):
-        store = self.store
-        if isinstance(operation, actions.ReadOwners):
-            return store.owners(operation.group)
-        if isinstance(operation, actions.ReadOffsets):
-            return store.offsets(operation.group, operation.partitions)
-        if isinstance(operation, actions.WriteGroupState):
-            exists = operation.exists
-            if exists is None:
-                exists = store.zk.exists(layout.group_state_path(operation.group)) is not None
-            return store.write_group_state(operation.group, operation.state, exists)
-        if isinstance(operation, actions.WriteOffsets):
-            return store.write_offsets(operation.group, operation.offsets, operation.existing)
-        if isinstance(operation, actions.WriteOwners):
-            return store.write_owners(operation.group, operation.owners, operation.previous)
-        if isinstance(operation, actions.WriteGroupFailure):
-            return store.write_group_failure(operation.group, operation.failure)
-        if isinstance(operation, actions.ForgetGroup):
-            return store.forget_group(operation.group, operation.offsets)
-        raise TypeError(f"unknown ZooKeeper operation {operation!r}")
+        return carry_out(self.store, operation)
+
+
+def carry_out(store: CoordinatorStore, operation):
+    """Carry out one of the core's ZooKeeper operations on ``store`` and
+    return its result; its errors are raised, for the caller to hand to the
+    core. The tests that run the core on a real ZooKeeper use it too."""
+    if isinstance(operation, actions.ReadOwners):
+        return store.owners(operation.group)
+    if isinstance(operation, actions.ReadOffsets):
+        return store.offsets(operation.group, operation.partitions)
+    if isinstance(operation, actions.WriteGroupState):
+        exists = operation.exists
+        if exists is None:
+            exists = store.zk.exists(layout.group_state_path(operation.group)) is not None
+        return store.write_group_state(operation.group, operation.state, exists)
+    if isinstance(operation, actions.WriteOffsets):
+        return store.write_offsets(operation.group, operation.offsets, operation.existing)
+    if isinstance(operation, actions.WriteOwners):
+        return store.write_owners(operation.group, operation.owners, operation.previous)
+    if isinstance(operation, actions.WriteGroupFailure):
+        return store.write_group_failure(operation.group, operation.failure)
+    if isinstance(operation, actions.ForgetGroup):
+        return store.forget_group(operation.group, operation.offsets)
+    raise TypeError(f"unknown ZooKeeper operation {operation!r}")

@@ -31,8 +31,7 @@ from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import read_offsets, read_owners
-from zkcoord.zk.reads import KEEP, read_nodes
+from zkcoord.zk.nodes import read_group_states, read_offsets, read_owners
 from zkcoord.zk.session import session_id
 
 log = logging.getLogger(__name__)
@@ -45,10 +44,14 @@ log = logging.getLogger(__name__)
 # relearned) and the owners too.
 MAX_MULTI_BYTES = 512 * 1024
 # A single node cannot be split: one larger than this is refused here, with
-# a clear error, before it can cost the connection. Only a group's state
-# grows that big: about 660 KB for 20,000 partitions of a topic named
-# "events", more with longer topic names.
+# a clear error, before it can cost the connection. A group's state grows
+# past it (1 MB at about 5,700 members with their clients and proofs), so it
+# is then split into chunks of members (write_group_state); only a member
+# whose own partitions take that much is still refused.
 MAX_NODE_BYTES = 1_000_000
+# The largest a chunk of a split group state is made, but for a member that
+# takes more alone: two chunks go in one multi-operation.
+STATE_CHUNK_BYTES = 256 * 1024
 # What ZooKeeper adds to a path and its data per operation of a multi (header, lengths, version, ACL).
 MULTI_OP_OVERHEAD_BYTES = 64
 # An election node's data version: created with its data, never set.
@@ -163,12 +166,12 @@ class CoordinatorStore:
         return read_offsets(self.zk, group, partitions, strict=False, multi_read=True)
 
     def group_states(self) -> dict[str, Optional[layout.GroupState]]:
-        """Every persisted state of this slot's groups (None: unreadable, the
-        group starts afresh), read in bounded parallel: a takeover may find thousands."""
-        paths = {name: layout.group_state_path(name) for name in sorted(self._children(layout.GROUPS))
-                 if self.slots == 1 or slot_of(name, self.slots) == self.slot}
-        return read_nodes(self.zk, paths, lambda _name, data: layout.decode_group_state(data), "group state",
-                          unreadable=KEEP)
+        """Every persisted state of this slot's groups (None: unreadable, or
+        split into chunks that do not add up: the core fences such a group
+        whole), read in bounded parallel: a takeover may find thousands."""
+        return read_group_states(self.zk, [name for name in sorted(self._children(layout.GROUPS))
+                                           if self.slots == 1 or slot_of(name, self.slots) == self.slot],
+                                 strict=False)
 
     def _children(self, path: str) -> list[str]:
         try:
@@ -299,7 +302,26 @@ class CoordinatorStore:
         self.commit(ops)
 
     def write_group_state(self, group: str, state: layout.GroupState, exists: bool) -> None:
-        self.commit([self.upsert(layout.group_state_path(group), layout.encode_group_state(state), exists)])
+        """Write ``state`` as one node while it fits, else as chunks and a
+        manifest naming them (layout.encode_group_state_nodes), ``exists``
+        saying whether the state's node does.
+
+        A split state outgrows one multi-operation, so it cannot be written
+        atomically; the manifest is what makes it so for a reader. The
+        chunks go first, each under the digest of its bytes, so none that a
+        manifest names is ever overwritten with other bytes; the node at
+        the state's path, last, switches readers from the whole previous
+        state to the whole new one; then the chunks it no longer names are
+        deleted. A write cut short (a failure, a successor's fence) leaves
+        the previous state whole, and chunks nobody names, which the next
+        write deletes. A chunk the previous state shares is not written again."""
+        nodes = layout.encode_group_state_nodes(state, node_bytes=MAX_NODE_BYTES, chunk_bytes=STATE_CHUNK_BYTES)
+        chunks = layout.group_state_chunks_path(group)
+        present = set(self._children(chunks))
+        self.commit([("create", layout.group_state_chunk_path(group, name), data)
+                     for name, data in nodes.chunks.items() if name not in present]
+                    + [self.upsert(layout.group_state_path(group), nodes.state, exists)]
+                    + [("delete", f"{chunks}/{name}", None) for name in sorted(present - set(nodes.chunks))])
 
     def forget_group(self, group: str, offsets: bool = False) -> None:
         """Delete, fenced and children first, what the coordinator wrote of a

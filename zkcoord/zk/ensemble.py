@@ -134,6 +134,9 @@ def validate_base_port(base_port: int) -> int:
     return base_port
 
 
+DEFAULT_HEAP_MB = 256
+
+
 @dataclasses.dataclass(frozen=True)
 class EnsembleConfig:
     """A local ensemble's shape: how many nodes, their ports and their tick."""
@@ -155,6 +158,11 @@ class EnsembleConfig:
                                      flag="--user", non_empty=True)
     tls: bool = setting(False, "clients connect over TLS only, with a CA and certificates generated into the "
                                "ensemble's tls/ directory")
+    # Small for the tests' ensembles. A group of 20,000 members writes
+    # several MB a round, and ZooKeeper keeps its last 500 transactions in
+    # memory: 256 MB ran out (bench/RESULTS.md, "big group").
+    heap_mb: int = setting(DEFAULT_HEAP_MB, "each node's Java heap, in MB (ZooKeeper's own scripts give 1000)",
+                           minimum=64, maximum=65_536)
 
     def __post_init__(self) -> None:
         check(self)
@@ -264,7 +272,8 @@ class LocalEnsemble:
 
     def __init__(self, directory: Path, nodes: int, base_port: int, tick_ms: int, pids: dict[int, int],
                  auth: str = "none", users: tuple[str, ...] = (), tls: bool = False,
-                 sasl_mechanism: str = default(ZkSecurity, "zk_sasl_mechanism"), ports_chosen: bool = False):
+                 sasl_mechanism: str = default(ZkSecurity, "zk_sasl_mechanism"), ports_chosen: bool = False,
+                 heap_mb: int = DEFAULT_HEAP_MB):
         self.directory = Path(directory).resolve()
         self.nodes = validate_size(nodes)
         self.base_port = validate_base_port(base_port)
@@ -282,6 +291,7 @@ class LocalEnsemble:
         self.users = tuple(users) if auth != "none" else ()
         self.tls = tls
         self.sasl_mechanism = sasl_mechanism
+        self.heap_mb = heap_mb
 
     # -- creation and persistence -------------------------------------------------
 
@@ -301,7 +311,8 @@ class LocalEnsemble:
                 )
         ensemble = cls(directory, nodes, base_port if base_port is not None else find_free_base_port(nodes),
                        tick_ms, pids={}, auth=config.auth, users=config.users, tls=config.tls,
-                       sasl_mechanism=config.sasl_mechanism, ports_chosen=base_port is None)
+                       sasl_mechanism=config.sasl_mechanism, ports_chosen=base_port is None,
+                       heap_mb=config.heap_mb)
         ensemble._write_credentials()
         ensemble._write_configs()
         ensemble._save()
@@ -330,6 +341,7 @@ class LocalEnsemble:
                 tls=bool(state.get("tls", False)),
                 sasl_mechanism=str(state.get("sasl_mechanism", default(ZkSecurity, "zk_sasl_mechanism"))),
                 ports_chosen=bool(state.get("ports_chosen", False)),
+                heap_mb=int(state.get("heap_mb", DEFAULT_HEAP_MB)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EnsembleError(f"{path} is damaged: {exc!r}") from None
@@ -347,6 +359,7 @@ class LocalEnsemble:
             "users": list(self.users),
             "tls": self.tls,
             "sasl_mechanism": self.sasl_mechanism,
+            "heap_mb": self.heap_mb,
         }
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
@@ -562,7 +575,7 @@ class LocalEnsemble:
         return [
             java,
             "-Xms32m",
-            "-Xmx256m",
+            f"-Xmx{self.heap_mb}m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",  # faster start; these nodes are small
             "-Dorg.slf4j.simpleLogger.showDateTime=true",

@@ -1,8 +1,10 @@
 """The ZooKeeper nodes that several parts of zkcoord read, one reader each:
 the live brokers (/brokers/ids), the zkcoord servers (/zkcoord/servers), a
 group's owners and committed offsets in Kafka 0.8's layout
-(/consumers/<group>/owners and /offsets), and the cluster id (/cluster/id,
-which the first broker or server to start creates).
+(/consumers/<group>/owners and /offsets), the cluster id (/cluster/id,
+which the first broker or server to start creates), and the groups' states
+the coordinators persist (/zkcoord/groups/<group>/state, with its chunks
+when it is split).
 
 Each reader owns what every caller must meet alike. A parent that does not
 exist yet reads as empty. A node listed but gone before it is read is left
@@ -13,7 +15,8 @@ owners and offsets take ``strict`` instead: True (the default, for tools and
 the Spark source) raises the LayoutError, since a committed offset that
 cannot be read must not quietly read as none (its partition would start
 over from the reset policy); the coordinator passes False and carries on
-with the rest of the group.
+with the rest of the group. A group's state takes ``strict`` too: the
+coordinator keeps one it cannot read as None, and fences that group whole.
 
 The readers use only kazoo's client calls, so they serve a threaded client
 (the Spark driver, tools, tests) and a gevent one (servers, brokers) alike.
@@ -190,6 +193,45 @@ def _partitions_under(zk: KazooClient, root: str, branch: Callable[[str], str],
             except layout.LayoutError as exc:
                 _misfit(path, exc, strict)
     return paths
+
+
+# -- /zkcoord/groups/<group>/state ------------------------------------------------------
+
+
+def read_group_states(zk: KazooClient, groups: Iterable[str], *,
+                      strict: bool = True) -> dict[str, Optional[layout.GroupState]]:
+    """The persisted state of each of ``groups`` that has one. A state
+    written whole (versions 1 and 2) is its node; a split one (version 3)
+    is its manifest and the chunks the manifest names, and only those:
+    chunks of a write that did not reach its manifest, or that its writer
+    has not deleted yet, are not read. A state that cannot be read (a
+    node or chunk that does not decode, a chunk missing or not holding the
+    bytes it is named by, a member in two chunks) raises LayoutError if
+    ``strict``; otherwise it is logged and given the value None, which the
+    coordinator takes as a group to fence whole (core.load)."""
+    paths = {group: layout.group_state_path(group) for group in groups}
+    unreadable = RAISE if strict else KEEP
+    states = read_nodes(zk, paths, lambda group, data: layout.decode_group_state_node(data, paths[group]),
+                        "group state", unreadable=unreadable)
+    split = {group: node for group, node in states.items() if isinstance(node, layout.GroupStateManifest)}
+    chunks = read_nodes(zk, {(group, name): layout.group_state_chunk_path(group, name)
+                             for group, manifest in split.items() for name in manifest.chunks},
+                        lambda _key, data: data, "group state chunk")
+    for group, manifest in split.items():
+        try:
+            states[group] = layout.assemble_group_state(
+                manifest, {name: chunks.get((group, name)) for name in manifest.chunks}, paths[group])
+        except layout.LayoutError as exc:
+            if strict:
+                raise
+            log.error("group state of %s unreadable: %s", group, exc)
+            states[group] = None
+    return states
+
+
+def read_group_state(zk: KazooClient, group: str) -> Optional[layout.GroupState]:
+    """``group``'s persisted state, None if it has none; LayoutError if it cannot be read."""
+    return read_group_states(zk, [group]).get(group)
 
 
 # -- listing --------------------------------------------------------------------------

@@ -82,6 +82,17 @@ def validate_group_id(group: object) -> str:
     return _validate_segment(group, "group id", InvalidGroupId)
 
 
+# A group state's chunk is named by the digest of its bytes
+# (zkcoord_nodes.chunk_name): 32 lowercase hex digits.
+_CHUNK_NAME = re.compile(r"[0-9a-f]{32}")
+
+
+def _validate_chunk_name(name: object) -> str:
+    if not isinstance(name, str) or not _CHUNK_NAME.fullmatch(name):
+        raise LayoutError(f"a group state chunk is named by 32 lowercase hex digits, not {name!r}")
+    return name
+
+
 def _validate_partition(partition: object) -> int:
     if not _is_int(partition) or not 0 <= partition <= _INT32_MAX:
         raise LayoutError(f"partition must be an integer in [0, {_INT32_MAX}], got {partition!r}")

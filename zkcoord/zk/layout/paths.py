@@ -11,6 +11,7 @@ from zkcoord.zk.layout.names import (
     InvalidName,
     _check_broker_id,
     _check_slot,
+    _validate_chunk_name,
     _validate_partition,
     _validate_segment,
     validate_group_id,
@@ -102,3 +103,13 @@ def group_state_path(group: str) -> str:
     # the 0.8 consumer layout never meet a child they do not know.
     group_path(group)
     return f"{GROUPS}/{group}/state"
+
+
+def group_state_chunks_path(group: str) -> str:
+    """Where the chunks of a group's state live when it is split (version 3)."""
+    group_path(group)
+    return f"{GROUPS}/{group}/chunks"
+
+
+def group_state_chunk_path(group: str, name: str) -> str:
+    return f"{group_state_chunks_path(group)}/{_validate_chunk_name(name)}"

@@ -4,12 +4,18 @@ fetch fences of stock members.
 
 Except the seed design's /consumers/coordinator (a bare server id), each is a
 small JSON object with a ``version`` field, read with :func:`decode_versioned`.
+A group's state is one such node while it fits in one; a larger one is split
+into a manifest and chunks of members (version 3, :func:`encode_group_state_nodes`,
+:func:`assemble_group_state`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
 from zkcoord.zk.layout.json_codec import _Fields, _load, _prefix_errors, encode_json
 from zkcoord.zk.layout.names import (
@@ -18,6 +24,7 @@ from zkcoord.zk.layout.names import (
     InvalidName,
     LayoutError,
     _is_int,
+    _validate_chunk_name,
     _validate_partition,
     _validate_segment,
     validate_topic_name,
@@ -164,12 +171,7 @@ class GroupState:
     proofs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not _is_int(self.generation) or not 0 <= self.generation <= _INT32_MAX:
-            raise LayoutError(f"generation must be an integer in [0, {_INT32_MAX}], got {self.generation!r}")
-        if not isinstance(self.strategy, str) or not self.strategy:
-            raise LayoutError(f"strategy must be a non-empty string, got {self.strategy!r}")
-        if not _is_int(self.lease_ms) or not 0 <= self.lease_ms <= _INT32_MAX:
-            raise LayoutError(f"lease_ms must be an integer in [0, {_INT32_MAX}], got {self.lease_ms!r}")
+        _check_state_head(self.generation, self.strategy, self.lease_ms)
         owned: set[tuple[str, int]] = set()
         for member, pairs in dict(self.assignment).items():
             _validate_member_partitions(member, pairs)
@@ -188,6 +190,16 @@ class GroupState:
                     or len(proof) > _MAX_PROOF_CHARS:
                 raise LayoutError(f"proof of member {member!r} must be a non-empty string of at most "
                                   f"{_MAX_PROOF_CHARS} characters, got {proof!r}")
+
+
+def _check_state_head(generation, strategy, lease_ms) -> None:
+    """The fields of a state that are not keyed by member (a whole state's, a manifest's)."""
+    if not _is_int(generation) or not 0 <= generation <= _INT32_MAX:
+        raise LayoutError(f"generation must be an integer in [0, {_INT32_MAX}], got {generation!r}")
+    if not isinstance(strategy, str) or not strategy:
+        raise LayoutError(f"strategy must be a non-empty string, got {strategy!r}")
+    if not _is_int(lease_ms) or not 0 <= lease_ms <= _INT32_MAX:
+        raise LayoutError(f"lease_ms must be an integer in [0, {_INT32_MAX}], got {lease_ms!r}")
 
 
 # A proof is a SHA-256 digest in hex; longer is refused, not stored.
@@ -209,35 +221,160 @@ def _validate_member_partitions(member, pairs) -> None:
 # 20,000 partitions, all running as assigned, takes about 110 KB instead of
 # the 660 KB of version 1, which listed every (topic, partition) twice.
 GROUP_STATE_VERSION = 2
+# Version 3 is a state split over several nodes: a manifest at the state's
+# path, naming chunks of members that live beside it. It is written only for
+# a state whose version 2 node would be larger than a node may be (ZooKeeper
+# takes 1 MB in one request: about 5,700 members with their clients and
+# proofs), so that a server that knows only version 2 still reads every
+# state it could have written itself.
+SPLIT_GROUP_STATE_VERSION = 3
+# Chunks are buckets of members by a hash of their id, so that a member
+# stays in its chunk from one generation to the next and a chunk whose
+# members did not change is not written again. Hash buckets are uneven:
+# their count is chosen for chunks half the size asked for on average, and
+# doubled while one of several members is still over it. The count is
+# capped, so that members whose ids hash alike cannot make it double for
+# ever: a chunk over the size asked for is only a larger node, and one too
+# large for ZooKeeper is refused by the store.
+_MAX_CHUNKS = 4096
 
 
-def _by_topic(pairs: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+def _by_topic(pairs: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
+    if len(pairs) == 1:  # most members of a big group hold one partition: spare it the sort
+        return {pairs[0][0]: [pairs[0][1]]}
     grouped: dict[str, list[int]] = {}
     for topic, partition in sorted(pairs):
         grouped.setdefault(topic, []).append(partition)
     return grouped
 
 
+@dataclass(frozen=True)
+class _MemberFields:
+    """The fields of a state that are keyed by member, as the JSON values
+    version 2 writes: ``running`` only for members that do not run exactly
+    their assignment."""
+
+    assignment: dict
+    running: dict
+    clients: dict
+    proofs: dict
+
+    @classmethod
+    def of(cls, state: GroupState) -> "_MemberFields":
+        running = {m: pairs for m, pairs in state.running.items() if pairs}
+        assigned = state.assignment
+        # Equal tuples (the core sorts both) are the same sets, without building them.
+        differs = {m: running.get(m, ()) for m in set(assigned) | set(running)
+                   if running.get(m, ()) != assigned.get(m, ())
+                   and set(running.get(m, ())) != set(assigned.get(m, ()))}
+        return cls({m: _by_topic(pairs) for m, pairs in state.assignment.items()},
+                   {m: _by_topic(differs[m]) for m in sorted(differs)},
+                   {m: {"host": c.host, "client_id": c.client_id} for m, c in sorted(state.clients.items())},
+                   dict(sorted(state.proofs.items())))
+
+    def members(self) -> set[str]:
+        return set(self.assignment) | set(self.running) | set(self.clients) | set(self.proofs)
+
+    def only(self, members: list[str]) -> "_MemberFields":
+        """The fields of ``members`` alone, in the order of ``members``."""
+        return _MemberFields(*({m: values[m] for m in members if m in values}
+                               for values in (self.assignment, self.running, self.clients, self.proofs)))
+
+    def add_optional(self, node: dict) -> bytes:
+        """``node`` encoded with ``clients`` and ``proofs`` added where
+        there are any: readers that do not know them pass them by, and a
+        state without them reads the same to every server."""
+        if self.clients:
+            node["clients"] = self.clients
+        if self.proofs:
+            node["proofs"] = self.proofs
+        return encode_json(node)
+
+
 def encode_group_state(state: GroupState) -> bytes:
-    """Version 2 (decode_group_state reads 1 and 2). ``clients`` is an
-    optional field of version 2, written only when there is one: readers that
-    do not know it pass it by, so old and new servers read each other's states."""
-    running = {m: pairs for m, pairs in state.running.items() if pairs}
-    differs = {m: running.get(m, ()) for m in set(state.assignment) | set(running)
-               if set(running.get(m, ())) != set(state.assignment.get(m, ()))}
-    node = {
-        "version": GROUP_STATE_VERSION,
-        "generation": state.generation,
-        "strategy": state.strategy,
-        "assignment": {m: _by_topic(pairs) for m, pairs in state.assignment.items()},
-        "lease_ms": state.lease_ms,
-        "running": {m: _by_topic(differs[m]) for m in sorted(differs)},
-    }
-    if state.clients:
-        node["clients"] = {m: {"host": c.host, "client_id": c.client_id} for m, c in sorted(state.clients.items())}
-    if state.proofs:  # optional as ``clients``: older servers pass it by
-        node["proofs"] = dict(sorted(state.proofs.items()))
-    return encode_json(node)
+    """The state as one node of version 2 (decode_group_state reads 1 and 2)."""
+    return _encode_whole(state, _MemberFields.of(state))
+
+
+def _encode_whole(state: GroupState, fields: _MemberFields) -> bytes:
+    return fields.add_optional({"version": GROUP_STATE_VERSION, "generation": state.generation,
+                                "strategy": state.strategy, "assignment": fields.assignment,
+                                "lease_ms": state.lease_ms, "running": fields.running})
+
+
+def chunk_name(data: bytes) -> str:
+    """A chunk's name: the digest of its bytes. A chunk written again with
+    other members is another node, so a manifest names exactly the bytes it
+    was written with, whatever was written or left half-written beside it."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class GroupStateManifest:
+    """The node at a split state's path (version 3): what is not keyed by
+    member, and the names of the chunks that hold the members."""
+
+    generation: int
+    strategy: str
+    lease_ms: int
+    chunks: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _check_state_head(self.generation, self.strategy, self.lease_ms)
+        if not isinstance(self.chunks, tuple) or len(set(self.chunks)) != len(self.chunks):
+            raise LayoutError(f"chunks must be a tuple of distinct names, got {self.chunks!r}")
+        for name in self.chunks:
+            _validate_chunk_name(name)
+
+
+@dataclass(frozen=True)
+class GroupStateNodes:
+    """The nodes a state is written as: ``state`` at the state's path (a
+    whole state of version 2, or a manifest of version 3) and the
+    ``chunks`` it names, by name (none for a whole state)."""
+
+    state: bytes
+    chunks: Mapping[str, bytes]
+
+
+def encode_group_state_nodes(state: GroupState, *, node_bytes: int, chunk_bytes: int) -> GroupStateNodes:
+    """``state`` as one node of version 2 if that takes at most
+    ``node_bytes``, else as a manifest and chunks of version 3 of about
+    ``chunk_bytes`` at most each (a chunk holding one member may be larger).
+
+    >>> assignment = {f"m{i}": (("t", i),) for i in range(9)}
+    >>> state = GroupState(1, "range", assignment, lease_ms=6000, running=assignment)
+    >>> nodes = encode_group_state_nodes(state, node_bytes=100, chunk_bytes=100)
+    >>> nodes.state[:63]
+    b'{"version":3,"generation":1,"strategy":"range","lease_ms":6000,'
+    >>> len(nodes.chunks), nodes.chunks[chunk_name(b'{"version":3,"assignment":{"m0":{"t":[0]}},"running":{}}')]
+    (8, b'{"version":3,"assignment":{"m0":{"t":[0]}},"running":{}}')
+    >>> assemble_group_state(decode_group_state_node(nodes.state), nodes.chunks) == state
+    True
+    """
+    fields = _MemberFields.of(state)
+    whole = _encode_whole(state, fields)
+    if len(whole) <= node_bytes:
+        return GroupStateNodes(whole, {})
+    members = sorted(fields.members())
+    hashes = {m: zlib.crc32(m.encode()) for m in members}
+    count = 1 << max(1, math.ceil(2 * len(whole) / chunk_bytes) - 1).bit_length()
+    while True:
+        buckets: dict[int, list[str]] = {}
+        for member in members:
+            buckets.setdefault(hashes[member] & (count - 1), []).append(member)
+        chunks = {}
+        for bucket in sorted(buckets):
+            part = fields.only(buckets[bucket])
+            data = part.add_optional({"version": SPLIT_GROUP_STATE_VERSION, "assignment": part.assignment,
+                                      "running": part.running})
+            chunks[chunk_name(data)] = (data, len(buckets[bucket]))
+        if count >= _MAX_CHUNKS or all(len(data) <= chunk_bytes or held == 1 for data, held in chunks.values()):
+            break
+        count *= 2
+    manifest = {"version": SPLIT_GROUP_STATE_VERSION, "generation": state.generation, "strategy": state.strategy,
+                "lease_ms": state.lease_ms, "chunks": list(chunks)}
+    return GroupStateNodes(encode_json(manifest), {name: data for name, (data, _) in chunks.items()})
 
 
 def _clients(fields: _Fields) -> dict[str, MemberClient]:
@@ -250,11 +387,10 @@ def _clients(fields: _Fields) -> dict[str, MemberClient]:
     return clients
 
 
-def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
-    """A group's state, of version 1 or 2. ``running`` comes back without
-    members that run nothing (the same to every reader)."""
-    fields = decode_versioned(data, where, GROUP_STATE_VERSION, ("generation", "strategy", "assignment"))
-    version = fields.integer("version")
+def _decode_members(fields: _Fields, version: int) -> tuple[dict, dict, dict, dict]:
+    """The fields keyed by member of a whole state (version 1 or 2) or a
+    chunk (version 3, written as version 2): assignment, running, clients
+    and proofs. ``running`` comes back without members that run nothing."""
 
     def partitions_by_member(name: str) -> dict[str, tuple[tuple[str, int], ...]]:
         result = {}
@@ -278,14 +414,79 @@ def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
     if version >= 2:  # members left out run exactly their assignment
         running = {**{m: pairs for m, pairs in assignment.items() if m not in running}, **running}
     running = {m: pairs for m, pairs in running.items() if pairs}
-    # The fields are read first: their errors name the node already.
-    lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
     clients = _clients(fields) if fields.has("clients") else {}
     proofs = fields.mapping("proofs") if fields.has("proofs") else {}
+    return assignment, running, clients, proofs
+
+
+def decode_group_state_node(data: bytes, where: str = "group state") -> GroupState | GroupStateManifest:
+    """The node at a group state's path: a whole state (version 1 or 2), or
+    the manifest of a split one (version 3), whose chunks
+    :func:`assemble_group_state` reads."""
+    fields = decode_versioned(data, where, SPLIT_GROUP_STATE_VERSION, ("generation", "strategy"))
+    version = fields.integer("version")
+    if version == SPLIT_GROUP_STATE_VERSION:
+        chunks = fields.get("chunks")
+        if not isinstance(chunks, list):
+            raise fields.fail("chunks", f"must be a list of chunk names, got {chunks!r}")
+        lease_ms = fields.integer("lease_ms", 0)
+        generation, strategy = fields.integer("generation", 0), fields.string("strategy")
+        with _prefix_errors(where):
+            return GroupStateManifest(generation, strategy, lease_ms, tuple(chunks))
+    fields.get("assignment")
+    assignment, running, clients, proofs = _decode_members(fields, version)
+    # The fields are read first: their errors name the node already.
+    lease_ms = fields.integer("lease_ms", 0) if fields.has("lease_ms") else 0
     generation, strategy = fields.integer("generation", 0), fields.string("strategy")
     with _prefix_errors(where):
         return GroupState(generation, strategy, assignment, lease_ms=lease_ms, running=running, clients=clients,
                           proofs=proofs)
+
+
+def decode_group_state(data: bytes, where: str = "group state") -> GroupState:
+    """A group's state written as one node, of version 1 or 2. ``running``
+    comes back without members that run nothing (the same to every reader).
+    A split state's manifest (version 3) is refused: its members are in its
+    chunks (zk/nodes.py reads both)."""
+    node = decode_group_state_node(data, where)
+    if isinstance(node, GroupStateManifest):
+        raise LayoutError(f"{where}: a state split into {len(node.chunks)} chunk(s), not a whole one")
+    return node
+
+
+def assemble_group_state(manifest: GroupStateManifest, chunks: Mapping[str, Optional[bytes]],
+                         where: str = "group state") -> GroupState:
+    """The state a manifest describes, from ``chunks`` (its chunks' bytes by
+    name; None or absent: not found). Every chunk it names must be there,
+    hold the bytes its name is the digest of, and name members no other
+    chunk names; the whole must be a valid state. Anything else is a
+    LayoutError: a reader cannot tell what the group's members run, and
+    fences the whole group."""
+    assignment: dict = {}
+    running: dict = {}
+    clients: dict = {}
+    proofs: dict = {}
+    seen: set[str] = set()
+    for name in manifest.chunks:
+        data = chunks.get(name)
+        if data is None:
+            raise LayoutError(f"{where}: chunk {name} is missing")
+        if chunk_name(bytes(data)) != name:
+            raise LayoutError(f"{where}: chunk {name} does not hold the bytes it was named by")
+        fields = decode_versioned(data, f"{where} chunk {name}", SPLIT_GROUP_STATE_VERSION, ("assignment",))
+        if fields.integer("version") != SPLIT_GROUP_STATE_VERSION:
+            raise fields.fail("version", f"of a chunk must be {SPLIT_GROUP_STATE_VERSION}")
+        parts = _decode_members(fields, SPLIT_GROUP_STATE_VERSION)
+        named = set().union(*parts)
+        twice = seen & named
+        seen |= named
+        if twice:
+            raise LayoutError(f"{where}: chunk {name} names member(s) another chunk names: {sorted(twice)[:3]}")
+        for merged, part in zip((assignment, running, clients, proofs), parts):
+            merged.update(part)
+    with _prefix_errors(where):
+        return GroupState(manifest.generation, manifest.strategy, assignment, lease_ms=manifest.lease_ms,
+                          running=running, clients=clients, proofs=proofs)
 
 
 GROUP_FAILURE_VERSION = 1
