@@ -59,6 +59,9 @@ def _up(args: argparse.Namespace) -> int:
     ensemble.start(timeout=args.timeout)
     _print_status(ensemble)
     if ensemble.users or ensemble.tls:
+        if ensemble.users:
+            print(f"sessions: each authenticates ({ensemble.auth}); the root: only "
+                  f"{ensemble.users[0]} creates or deletes top-level nodes")
         # What a zkcoord command needs to use this ensemble, ready to paste.
         print("client settings: " + " ".join(command_line(ensemble.client_security())))
     print(ensemble.connect_string)  # last, as scripts take it

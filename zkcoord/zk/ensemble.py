@@ -19,6 +19,11 @@ node that could not bind a port says so in its log, and stops (at once, or
 after retrying for seconds); :meth:`LocalEnsemble.start` then moves an
 ensemble whose ports it chose to a fresh block, a bounded number of times,
 and otherwise raises :class:`PortInUse` naming the port.
+
+An ensemble with users requires every session to authenticate as one of them
+(ZooKeeper's ``enforce.auth``) and closes its root to all but zkcoord's
+principal; with TLS and no users, a client certificate is what admits a
+client.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from zkcoord.errors import ConfigError, EnsembleError
 from zkcoord.settings import check, default, of, setting
 from zkcoord.zk.kerberos import LocalRealm
-from zkcoord.zk.security import AUTH_SCHEMES, SASL_MECHANISMS, ZkSecurity
+from zkcoord.zk.security import AUTH_SCHEMES, ROOT, SASL_MECHANISMS, ZkSecurity
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is used: gevent patches it first in servers
     import ssl
@@ -81,6 +86,14 @@ PORT_RANGE = (21000, 32000)
 PORT_STEP = 7
 # Fresh blocks start() tries when a node finds a port of its chosen block taken.
 PORT_ATTEMPTS = 5
+# The four-letter words a node answers: those zkcoord's own checks send, srvr
+# (a node's mode; the server's version, before multiRead is used) and conf (the
+# node's data directory, which tells it from another server on its port). The
+# others show strangers the sessions and their ephemeral nodes (dump, cons),
+# the environment (envi), or reset the statistics (srst).
+FOUR_LETTER_WORDS = ("srvr", "conf")
+# The nodes every ZooKeeper makes, open to all (its configuration node is read-only already).
+ZOOKEEPER_OWN_NODES = ("/zookeeper", "/zookeeper/quota")
 # What a node's log says when a port of its is taken, and how it names a port.
 BIND_FAILURE = "java.net.BindException"
 LOGGED_ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")
@@ -470,6 +483,11 @@ class LocalEnsemble:
         lines = []
         if self.auth == "sasl":
             lines.append("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+        if self.users:
+            # Every session authenticates (ZooKeeper 3.7+): a client that has
+            # not is answered SESSIONCLOSEDREQUIRESASLAUTH and its session
+            # closed at its first request, so no ACL's world:anyone reaches it.
+            lines += ["enforce.auth.enabled=true", f"enforce.auth.schemes={self.auth}"]
         if self.tls:
             lines += [
                 # Only the Netty connection factory serves a secure client port.
@@ -478,9 +496,11 @@ class LocalEnsemble:
                 "ssl.keyStore.type=PEM",
                 f"ssl.trustStore.location={self.tls_dir / 'ca.pem'}",
                 "ssl.trustStore.type=PEM",
-                # A client certificate is welcome, not required: clients prove who
-                # they are with SASL or digest; TLS keeps the wire private.
-                "ssl.clientAuth=want",
+                # With users, a client certificate is welcome, not required:
+                # clients prove who they are with SASL or digest (required
+                # above); TLS keeps the wire private. Without users the
+                # certificate is all that tells a client from a stranger.
+                f"ssl.clientAuth={'want' if self.users else 'need'}",
             ]
             if self.nodes > 1:  # the nodes talk TLS among themselves too, with the same certificate
                 lines += [
@@ -534,7 +554,7 @@ class LocalEnsemble:
                 # Sessions from 2 ticks (fast expiry in drills) to 120 ticks.
                 f"minSessionTimeout={2 * self.tick_ms}",
                 f"maxSessionTimeout={120 * self.tick_ms}",
-                "4lw.commands.whitelist=*",
+                f"4lw.commands.whitelist={','.join(FOUR_LETTER_WORDS)}",
                 "admin.enableServer=false",
                 "autopurge.purgeInterval=1",
             ]
@@ -653,6 +673,8 @@ class LocalEnsemble:
                 self.start_node(node)
             try:
                 self.wait_until_whole(max(0.0, deadline - time.monotonic()))
+                if self.users:
+                    self._close_root(max(1.0, deadline - time.monotonic()))
                 return
             except PortInUse as exc:
                 for node in self.node_ids:
@@ -663,6 +685,23 @@ class LocalEnsemble:
                 self._move_to_free_ports()
                 log.warning("%s; ensemble in %s moved to ports from %d (block %d of at most %d)",
                             exc, self.directory, self.base_port, attempt + 1, PORT_ATTEMPTS)
+
+    def _close_root(self, timeout: float) -> None:
+        """Give the root the ACL zkcoord's policy gives it: only zkcoord's
+        principal (the first user) creates or deletes top-level nodes, so no
+        other user plants one that zkcoord would adopt; anyone may list them.
+        ZooKeeper's own nodes, which it makes open to all, get the same: no
+        other user fills them with nodes or sets quotas."""
+        from zkcoord.zk import client as zk_client  # loads ssl: not at import, before a server's gevent patches it
+
+        client = zk_client.open_client(self.connect_string, self.client_security())
+        try:
+            zk_client.start(client, timeout=timeout)
+            for path in (ROOT, *ZOOKEEPER_OWN_NODES):
+                client.set_acls(path, client.acl_for(ROOT))
+        finally:
+            client.stop()
+            client.close()
 
     def _move_to_free_ports(self) -> None:
         """Another block of ports for a stopped ensemble, in its configuration and state."""
