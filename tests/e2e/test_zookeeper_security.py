@@ -6,11 +6,14 @@ policy's ACL; a client without credentials gets no session, and another
 principal reads Kafka's nodes only where the operator opened them to lag
 monitors, and changes nothing; nobody but zkcoord's principal makes a node
 at the root, and a node others may change is refused rather than used;
-refused or broken credentials are clear errors at once."""
+refused or broken credentials are clear errors at once; what ZooKeeper and
+the server keep on disk is their owner's alone."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -61,10 +64,17 @@ def every_node(client) -> list[str]:
 def test_a_group_runs_on_sasl_and_tls_and_what_it_wrote_only_zkcoord_may_change(sasl_tls, tmp_path):
     security = sasl_tls.client_security()
     cluster = LocalCluster(sasl_tls.connect_string, tmp_path / "cluster", SERVER_ARGS, zk_security=security)
+    # A data directory another user could read, as an operator may have made it: the server closes it.
+    data_dir = tmp_path / "cluster" / "server-1" / "data"
+    data_dir.mkdir(parents=True)
+    data_dir.chmod(0o755)
     try:
         run_a_group(cluster)
         owner = ACL(Permissions.ALL, Id("sasl", "zkcoord"))
         assert_nodes_owned_by(cluster.zk, owner)  # Kafka's nodes too: no lag monitor was let in
+        assert mode(data_dir) == 0o700 and any(data_dir.iterdir())  # the partition logs are in it
+        assert f"{data_dir} holds the broker's partition logs and was open to others (mode 0755): now its " \
+               f"owner's alone (0700)" in cluster.servers[1].log_tail(100_000)
 
         # The Spark source's driver finds the topic with the same settings, given as its options.
         options = parse_options({"zookeeper": sasl_tls.connect_string, "subscribe": "t", "zookeeper.auth": "sasl",
@@ -130,6 +140,10 @@ def assert_changes_nothing(client, offset: str) -> None:
                     lambda: client.set_acls("/", list(OPEN_ACL_UNSAFE))):
         with pytest.raises(NoAuthError):
             refused()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_refused_missing_or_broken_credentials_are_clear_errors_at_once(sasl_tls, tmp_path, monkeypatch):
@@ -259,16 +273,20 @@ def test_zk_up_with_digest_and_tls_serves_admin_commands_and_zk_secure_takes_an_
         zkcoord("zk", "down", "--dir", str(directory), "--purge")
 
 
-def test_zk_up_with_sasl_and_tls_admits_only_authenticated_sessions(tmp_path):
+def test_zk_up_with_sasl_and_tls_admits_only_authenticated_sessions_and_keeps_its_data_private(tmp_path):
     """Review findings: the README's `zk up --auth sasl --tls`
     gave a session to a client with no credentials, whose nodes at the root
-    a broker then took as its own; and it answered every four-letter word."""
+    a broker then took as its own; its directories and ZooKeeper's
+    transaction log, which holds the users' SCRAM credentials, were readable
+    by every local user; and it answered every four-letter word."""
     directory = tmp_path / "zk"
     up = zkcoord("zk", "up", "--dir", str(directory), "--nodes", "1", "--tick-ms", "250", "--auth", "sasl",
                  "--user", "zkcoord", "--user", "other", "--tls")
     try:
         assert up.returncode == 0, up.stderr
         ensemble = LocalEnsemble.load(directory)
+        assert (f"data: in {directory}, this user's alone (directories 0700, ZooKeeper's files 0600)"
+                in up.stdout), up.stdout
         tls_dir = ensemble.tls_dir
         ca = str(tls_dir / "ca.pem")
         certificate = {"certfile": str(tls_dir / "client.pem"), "keyfile": str(tls_dir / "client-key.pem")}
@@ -298,9 +316,24 @@ def test_zk_up_with_sasl_and_tls_admits_only_authenticated_sessions(tmp_path):
                 with pytest.raises(NoAuthError):
                     refused()
             assert owner.exists(layout.CONSUMERS) is not None
+
+            # What ZooKeeper keeps, a user's SCRAM credential among it, is this user's alone.
+            password = tmp_path / "alice.password"
+            password.write_text("alice-secret\n")
+            added = zkcoord("users", "add", "--zookeeper", ensemble.connect_string, *client_settings(up),
+                            "--user", "alice", "--password-file", str(password))
+            assert added.returncode == 0, added.stderr
         finally:
             owner.stop()
             other.stop()
+        transaction_logs = list((ensemble.data_dir(1) / "version-2").glob("log.*"))
+        assert any(b"stored_key" in log.read_bytes() for log in transaction_logs)
+        for place, directories, files in os.walk(directory):
+            for name in directories:
+                assert mode(Path(place) / name) == 0o700, Path(place) / name
+        assert mode(directory) == 0o700
+        for private in [*(ensemble.data_dir(1) / "version-2").iterdir(), ensemble.log_path(1)]:
+            assert mode(private) == 0o600, private
 
         # The four-letter words: those zkcoord's own checks send, and no others.
         port, tls = ensemble.client_port(1), ensemble._client_tls_context()

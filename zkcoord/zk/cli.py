@@ -59,6 +59,8 @@ def _up(args: argparse.Namespace) -> int:
     ensemble.start(timeout=args.timeout)
     _print_status(ensemble)
     if ensemble.users or ensemble.tls:
+        print(f"data: in {ensemble.directory}, this user's alone (directories 0700, ZooKeeper's files 0600): "
+              f"its transaction log holds every node, users' SCRAM credentials among them")
         if ensemble.users:
             print(f"sessions: each authenticates ({ensemble.auth}); the root: only "
                   f"{ensemble.users[0]} creates or deletes top-level nodes")

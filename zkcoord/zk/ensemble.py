@@ -23,7 +23,8 @@ and otherwise raises :class:`PortInUse` naming the port.
 An ensemble with users requires every session to authenticate as one of them
 (ZooKeeper's ``enforce.auth``) and closes its root to all but zkcoord's
 principal; with TLS and no users, a client certificate is what admits a
-client.
+client. Its directories are its owner's alone, and so are ZooKeeper's files:
+the transaction log holds every node, the users' SCRAM credentials among them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from zkcoord.errors import ConfigError, EnsembleError
+from zkcoord.filemodes import OWNER_ONLY_UMASK, open_private_log, private_directory
 from zkcoord.settings import check, default, of, setting
 from zkcoord.zk.kerberos import LocalRealm
 from zkcoord.zk.security import AUTH_SCHEMES, ROOT, SASL_MECHANISMS, ZkSecurity
@@ -94,6 +96,8 @@ PORT_ATTEMPTS = 5
 FOUR_LETTER_WORDS = ("srvr", "conf")
 # The nodes every ZooKeeper makes, open to all (its configuration node is read-only already).
 ZOOKEEPER_OWN_NODES = ("/zookeeper", "/zookeeper/quota")
+# What a node holds, as a warning about an open directory names it.
+NODE_DATA = "a ZooKeeper node's snapshots and transaction log (every node, users' SCRAM credentials among them)"
 # What a node's log says when a port of its is taken, and how it names a port.
 BIND_FAILURE = "java.net.BindException"
 LOGGED_ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")
@@ -305,6 +309,7 @@ class LocalEnsemble:
         config = of(EnsembleConfig, config, settings)
         nodes, base_port, tick_ms = config.nodes, config.base_port, config.tick_ms
         directory = Path(directory)
+        private_directory(directory, "a ZooKeeper ensemble (its nodes' data, passwords, keys)")
         if (directory / STATE_FILE).exists():
             existing = cls.load(directory)
             if existing.running_nodes():
@@ -447,7 +452,7 @@ class LocalEnsemble:
             self._write_kerberos()
         for user in self.users if not self.kerberos else ():
             path = self.password_file(user)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(path.parent, "the ensemble's users' passwords")
             path.write_text(secrets.token_urlsafe(18) + "\n")
             os.chmod(path, 0o600)
         if self.auth == "sasl" and not self.kerberos:
@@ -458,6 +463,7 @@ class LocalEnsemble:
                 f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required {entries};\n}};\n")
             os.chmod(self.jaas_path, 0o600)
         if self.tls:
+            private_directory(self.tls_dir, "the ensemble's CA and keys")
             ca = make_ca(self.tls_dir, common_name="zkcoord ZooKeeper CA")
             server = issue(ca, self.tls_dir, "zookeeper")
             # ZooKeeper's PEM key store is one file: the key, then the certificate.
@@ -540,8 +546,7 @@ class LocalEnsemble:
 
     def _write_configs(self) -> None:
         for node in self.node_ids:
-            data_dir = self.data_dir(node)
-            data_dir.mkdir(parents=True, exist_ok=True)
+            data_dir = self._private_node_directories(node)
             (data_dir / "myid").write_text(f"{node}\n")
             lines = [
                 f"tickTime={self.tick_ms}",
@@ -565,6 +570,11 @@ class LocalEnsemble:
                     election = self.base_port + ELECTION_PORT_OFFSET + peer - 1
                     lines.append(f"server.{peer}=127.0.0.1:{quorum}:{election}")
             self.config_path(node).write_text("\n".join(lines) + "\n")
+
+    def _private_node_directories(self, node: int) -> Path:
+        """Node ``node``'s directory and data directory, its owner's alone; returns the data directory."""
+        private_directory(self.node_dir(node), NODE_DATA)
+        return private_directory(self.data_dir(node), NODE_DATA)
 
     # -- processes -----------------------------------------------------------------------
 
@@ -603,7 +613,8 @@ class LocalEnsemble:
             return self._pids[node]
         if not self.config_path(node).exists():
             raise EnsembleError(f"node {node} has no configuration in {self.node_dir(node)}")
-        with open(self.log_path(node), "ab") as log:
+        self._private_node_directories(node)  # an ensemble laid out before they were
+        with open(open_private_log(self.log_path(node)), "ab") as log:
             self._log_starts[node] = log.tell()
             proc = subprocess.Popen(
                 self._java_command(node),
@@ -612,6 +623,7 @@ class LocalEnsemble:
                 stderr=subprocess.STDOUT,
                 cwd=self.node_dir(node),
                 start_new_session=True,  # outlives `zkcoord zk up`
+                umask=OWNER_ONLY_UMASK,  # ZooKeeper's snapshots and logs: its owner's alone
             )
         self._pids[node] = proc.pid
         self._procs[node] = proc
