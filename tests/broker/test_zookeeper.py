@@ -298,12 +298,52 @@ def test_producer_ids_are_claimed_from_the_empty_node_kafkas_brokers_create(zk):
     all: every idempotent producer was answered COORDINATOR_NOT_AVAILABLE.
     As Kafka's brokers: an empty node holds no block yet; the first is
     written over it, conditionally."""
-    from zkcoord.broker.zkstate import ZkState
-
     zk.create(layout.PRODUCER_ID_BLOCK_PATH)  # as Kafka's createTopLevelPaths leaves it: no data
-    registration = layout.BrokerRegistration(broker_id=3, host="127.0.0.1", port=9092,
-                                             endpoints=(layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),))
-    state = ZkState(zk, registration, wake=lambda: None)
+    state = broker_state(zk, 3)
     assert state.claim_producer_ids() == layout.ProducerIdBlock(3, 0, layout.PRODUCER_ID_BLOCK_SIZE - 1)
     assert state.claim_producer_ids().first == layout.PRODUCER_ID_BLOCK_SIZE
     assert json.loads(zk.get(layout.PRODUCER_ID_BLOCK_PATH)[0])["block_start"] == str(layout.PRODUCER_ID_BLOCK_SIZE)
+
+
+def broker_state(client, broker_id: int):
+    """A broker's side of ZooKeeper through ``client``, with no broker around it."""
+    from zkcoord.broker.zkstate import ZkState
+
+    registration = layout.BrokerRegistration(broker_id=broker_id, host="127.0.0.1", port=9092,
+                                             endpoints=(layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),))
+    return ZkState(client, registration, wake=lambda: None)
+
+
+def test_a_producer_id_block_others_may_change_is_refused_and_left_as_it_is(zk, zk_connect, tmp_path):
+    """Review finding: a broker with credentials wrote its next
+    block into a /latest_producer_id_block made by someone else, open to
+    all, so anyone who reached ZooKeeper could rewind it and have the same
+    producer ids handed out twice. A broker that authenticates claims only
+    from a node its principal alone may change."""
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    from zkcoord.zk import client as zk_client
+    from zkcoord.zk.security import ZkSecurity, ZooKeeperNodeOpen
+
+    password = tmp_path / "zk.password"
+    password.write_text("broker-secret\n")
+    client = zk_client.open_client(zk_connect, ZkSecurity(zk_auth="digest", zk_user="zkcoord",
+                                                          zk_password_file=password))
+    zk_client.start(client, timeout=15)
+    try:
+        rewound = layout.encode_producer_id_block(layout.ProducerIdBlock(0, 0, layout.PRODUCER_ID_BLOCK_SIZE - 1))
+        zk.create(layout.PRODUCER_ID_BLOCK_PATH, rewound)  # by a client without credentials: open to all
+        state = broker_state(client, 3)
+        with pytest.raises(ZooKeeperNodeOpen, match="/latest_producer_id_block in ZooKeeper is not digest:zkcoord:"
+                                                    ".*'s alone \\(world:anyone may write, create, delete, admin\\)"):
+            state.claim_producer_ids()
+        assert zk.get(layout.PRODUCER_ID_BLOCK_PATH)[0] == rewound
+        assert zk.get_acls(layout.PRODUCER_ID_BLOCK_PATH)[0] == list(OPEN_ACL_UNSAFE)
+
+        zk.delete(layout.PRODUCER_ID_BLOCK_PATH)  # the operator removes it: the broker makes its own
+        assert state.claim_producer_ids() == layout.ProducerIdBlock(3, 0, layout.PRODUCER_ID_BLOCK_SIZE - 1)
+        assert state.claim_producer_ids().first == layout.PRODUCER_ID_BLOCK_SIZE
+    finally:
+        client.delete(layout.PRODUCER_ID_BLOCK_PATH)  # its principal's alone: the chroot's clean-up has none
+        client.stop()
+        client.close()

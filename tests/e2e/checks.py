@@ -48,11 +48,15 @@ def run_a_group(cluster: LocalCluster) -> None:
                message="the offsets committed")
 
 
-def assert_nodes_owned_by(zk, owner, world_read) -> None:
+def assert_nodes_owned_by(zk, owner, kafka_readers=()) -> None:
     """Every node below / (the group's among them) is ``owner``'s alone,
-    and Kafka's nodes (all but zkcoord's state) are ``world_read`` too."""
+    and Kafka's nodes (all but zkcoord's state) also carry ``kafka_readers``;
+    the root lets anyone list it and only ``owner`` change it."""
+    from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions
+
+    assert sorted(zk.get_acls("/")[0]) == sorted([owner, ACL(Permissions.READ, ANYONE_ID_UNSAFE)])
     nodes = [path for path in zk_client.walk(zk, "/") if path != "/"]
     assert layout.group_state_path("g") in nodes and layout.offset_path("g", "t", 0) in nodes
     for path in nodes:
         kafka = not path.startswith(layout.ZKCOORD_ROOT)
-        assert sorted(zk.get_acls(path)[0]) == sorted([owner, world_read] if kafka else [owner]), path
+        assert sorted(zk.get_acls(path)[0]) == sorted([owner, *kafka_readers] if kafka else [owner]), path

@@ -162,9 +162,11 @@ def test_the_operator_commands_reach_the_secured_cluster(deployment, tmp_path):
     added = zkcoord("acls", "add", *zk, "--group", "secure", "--principal", "User:dave", "--operation", "Describe")
     assert added.returncode == 0, added.stderr
     assert "User:dave" in zkcoord("acls", "list", *zk, "--group", "secure").stdout
-    anonymous = zkcoord("users", "add", "--zookeeper", deployment.zookeeper, "--user", "eve", "--password-file",
-                        str(secret))
-    assert anonymous.returncode != 0 and "ZooKeeper" in anonymous.stderr, anonymous.stderr
+    anonymous = zkcoord("users", "add", "--zookeeper", deployment.zookeeper, "--zk-ca-file",
+                        str(deployment.zk_security.zk_ca_file), "--user", "eve", "--password-file", str(secret))
+    assert anonymous.returncode != 0, anonymous.stderr
+    assert "ZooKeeper closed the session: it requires every session to authenticate" in anonymous.stderr, \
+        anonymous.stderr
 
     write_private(secret, "admin-pw\n")
     client = ("--tls-ca", deployment.tls.ca, "--user", "admin", "--password-file", str(secret))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pickle
 import sys
@@ -88,19 +89,25 @@ def test_without_credentials_every_node_is_open_as_before():
     assert set(client_options(ZkSecurity())) == {"acl_for"}  # no auth, no TLS: kazoo's plain client
 
 
-def test_the_policy_opens_kafkas_nodes_to_readers_and_keeps_zkcoords_own(tmp_path):
+def test_the_policy_keeps_every_node_to_zkcoord_and_opens_kafkas_to_readers_only_when_asked(tmp_path):
     security = ZkSecurity(zk_auth="digest", zk_user="zk", zk_password_file=password_file(tmp_path))
     owner = make_digest_acl("zk", "s3cret", all=True)
     world_read = ACL(Permissions.READ, ANYONE_ID_UNSAFE)
+    kafkas = ("/consumers", "/consumers/g/offsets/t/0", "/consumers/g/owners/t/0", "/brokers/ids/1",
+              "/brokers/topics/t/partitions/0/state", "/cluster/id", "/config/topics/t")
+    zkcoords = ("/zkcoord", "/zkcoord/groups/g/state", "/zkcoord/servers/1", "/consumersX", "/brokersX/ids")
+    secrets = ("/config/users", "/config/users/alice")  # users' SCRAM credentials: never world-readable
     policy = acl_policy(security)
-    for path in ("/consumers", "/consumers/g/offsets/t/0", "/consumers/g/owners/t/0", "/brokers/ids/1",
-                 "/brokers/topics/t/partitions/0/state", "/cluster/id", "/config/topics/t"):
-        assert policy(path) == [owner, world_read], path
-    for path in ("/zkcoord", "/zkcoord/groups/g/state", "/zkcoord/servers/1", "/consumersX", "/brokersX/ids",
-                 "/config/users", "/config/users/alice"):  # users' SCRAM credentials: never world-readable
+    for path in kafkas + zkcoords + secrets:  # by default: a group's offsets are no stranger's business
         assert policy(path) == [owner], path
-    opened = acl_policy(ZkSecurity(zk_auth="sasl", zk_user="zk", zk_password_env="X", zk_state_readable=True,
-                                   zk_kafka_readable=False))
+    # The root: anyone lists it, only zkcoord creates or deletes in it.
+    assert policy("/") == [owner, world_read]
+    for_lag_monitors = acl_policy(dataclasses.replace(security, zk_kafka_readable=True))
+    for path in kafkas:
+        assert for_lag_monitors(path) == [owner, world_read], path
+    for path in zkcoords + secrets:
+        assert for_lag_monitors(path) == [owner], path
+    opened = acl_policy(ZkSecurity(zk_auth="sasl", zk_user="zk", zk_password_env="X", zk_state_readable=True))
     sasl_owner = ACL(Permissions.ALL, Id("sasl", "zk"))
     assert opened("/zkcoord/groups/g/state") == [sasl_owner, world_read]
     assert opened("/consumers/g/offsets/t/0") == [sasl_owner]
@@ -111,7 +118,7 @@ def test_a_security_passes_to_a_command_as_the_options_it_came_from(tmp_path):
     parser = argparse.ArgumentParser()
     settings.add_options(parser, ZkSecurity)
     security = ZkSecurity(zk_auth="sasl", zk_user="zk", zk_password_file=password_file(tmp_path),
-                          zk_ca_file=tmp_path / "ca.pem", zk_state_readable=True, zk_kafka_readable=False)
+                          zk_ca_file=tmp_path / "ca.pem", zk_state_readable=True, zk_kafka_readable=True)
     args = command_line(security)
     assert "s3cret" not in " ".join(args)  # a file's name, never the password, is on a command line
     assert settings.from_args(ZkSecurity, parser.parse_args(args)) == security
@@ -174,9 +181,9 @@ def test_the_spark_source_takes_the_same_settings_as_options_and_never_ships_a_p
 
 def test_a_security_passes_to_the_spark_source_as_the_options_it_came_from(tmp_path):
     security = ZkSecurity(zk_auth="digest", zk_user="zk", zk_password_env="ZK_PW", zk_ca_file=tmp_path / "ca.pem",
-                          zk_kafka_readable=False)
+                          zk_kafka_readable=True)
     options = zookeeper_options(security)
     assert options == {"zookeeper.auth": "digest", "zookeeper.user": "zk", "zookeeper.passwordEnv": "ZK_PW",
-                       "zookeeper.caFile": str(tmp_path / "ca.pem"), "zookeeper.kafkaReadable": "false"}
+                       "zookeeper.caFile": str(tmp_path / "ca.pem"), "zookeeper.kafkaReadable": "true"}
     assert parse_options({"zookeeper": "h", "subscribe": "t", **options}, streaming=True).zk_security == security
     assert zookeeper_options(ZkSecurity()) == {}

@@ -334,6 +334,8 @@ def test_cli_kill_of_a_node_outside_the_ensemble_is_refused(tmp_path):
 
 
 def test_a_tls_ensemble_serves_tls_only_and_its_nodes_talk_tls_among_themselves(tmp_path):
+    import ssl
+
     from zkcoord.zk import client as zk_client
     from zkcoord.zk.ensemble import four_letter_word
 
@@ -342,6 +344,10 @@ def test_a_tls_ensemble_serves_tls_only_and_its_nodes_talk_tls_among_themselves(
         ensemble.start(timeout=60)
         assert sorted(s.mode for s in ensemble.status()) == ["follower", "follower", "leader"]  # asked over TLS
         assert not (four_letter_word(ensemble.client_port(1), "srvr") or "").startswith("Zookeeper version")
+        # With no users, the certificate is what admits a client: without one, not even a four-letter word.
+        no_certificate = ssl.create_default_context(cafile=str(ensemble.client_security().zk_ca_file))
+        no_certificate.check_hostname = False
+        assert four_letter_word(ensemble.client_port(1), "srvr", tls=no_certificate) is None
         written = zk_client.open_client(f"127.0.0.1:{ensemble.client_port(1)}", ensemble.client_security())
         zk_client.start(written, timeout=15)
         read = zk_client.open_client(f"127.0.0.1:{ensemble.client_port(3)}", ensemble.client_security())
@@ -367,6 +373,8 @@ def test_a_secured_ensemble_is_laid_out_with_private_credentials_and_remembered(
     assert f"secureClientPort={ensemble.client_port(2)}" in config
     assert not any(line.startswith("clientPort=") for line in config)  # nothing left in plaintext
     assert "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider" in config
+    assert {"enforce.auth.enabled=true", "enforce.auth.schemes=sasl", "ssl.clientAuth=want",
+            "4lw.commands.whitelist=srvr,conf"} <= set(config)  # each session authenticates, by SASL
     assert "sslQuorum=true" in config
     jaas = ensemble.jaas_path.read_text()
     for user in ("zkcoord", "ops"):

@@ -68,7 +68,6 @@ def run(args) -> int:
     import gevent.event
     from zkcoord.zk import client as zk_client
     from zkcoord.zk.gevent_handler import GeventHandler
-    from zkcoord.zk import layout
     from zkcoord.zk.security import ZkSecurity
 
     from zkcoord import settings
@@ -102,7 +101,7 @@ def run(args) -> int:
         print(f"zkcoord broker: cannot reach ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
     try:
-        zk_client.check_ownership(client, zk_security, layout.BROKER_IDS)
+        zk_client.check_adopted_nodes(client, zk_security)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         client.stop()

@@ -46,6 +46,7 @@ from zkcoord.security.checks import LoginChecks, PeerLogins
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import TlsError, ZkcoordError, describe
+from zkcoord.filemodes import private_directory
 from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, REFUSED_AUTHORIZATION, TLS_HANDSHAKE, FrameAccount,
                             Guard, LimitExceeded, abuse_log)
 from zkcoord.metrics.families import BrokerMetrics
@@ -122,7 +123,8 @@ class Broker:
     def start(self) -> None:
         if self._server is not None:
             raise BrokerError("broker already started")
-        os.makedirs(self.config.data_dir, exist_ok=True)
+        # Its owner's alone: the partition logs hold every record, whatever the topics' ACLs say.
+        private_directory(self.config.data_dir, "the broker's partition logs")
         self._server = gevent.server.StreamServer((self.config.host, self.config.port), self._serve,
                                                   spawn=self._pool, backlog=256)
         try:

@@ -21,8 +21,10 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from zkcoord.admin import topics as topic_admin
 from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.errors import ZkcoordError
+from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import cluster_id, ensure_topic_id, read_brokers
+from zkcoord.zk.security import ZkSecurity
 from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, delete_if_owned
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ class ZkState:
         self.broker_id = registration.broker_id
         self._wake = wake
         self._path = layout.broker_path(self.broker_id)
+        # The client's credentials say whose nodes are to be trusted (none: every node is open).
+        self._security = getattr(client, "security", None) or ZkSecurity()
 
     def _watch(self, _event=None) -> None:
         self._wake()
@@ -110,12 +114,19 @@ class ZkState:
     def claim_producer_ids(self) -> layout.ProducerIdBlock:
         """Claim the next block of producer ids for this broker, as Kafka's
         brokers do: a conditional write of the block after the last one
-        claimed by anyone, retried when another broker claims one first."""
+        claimed by anyone, retried when another broker claims one first.
+
+        With credentials, only from a node zkcoord's principal alone may
+        change: a block others could rewind would hand out ids twice.
+        Otherwise :class:`~zkcoord.zk.security.ZooKeeperNodeOpen`, and the node stays as it is."""
         path = layout.PRODUCER_ID_BLOCK_PATH
         try:
             while True:
                 try:
                     data, stat = self.client.get(path)
+                    checked = zk_client.check_ownership(self.client, self._security, path)
+                    if checked is not None and checked.czxid != stat.czxid:
+                        continue  # deleted and made again between the two reads: look at the new one
                     # Kafka's brokers create the node empty at their first start (a top-level path).
                     current = layout.decode_producer_id_block(data) if data else None
                     version = stat.version

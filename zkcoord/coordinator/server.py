@@ -221,8 +221,7 @@ class Server:
             raise ServerError(f"cannot reach ZooKeeper at {self.config.zookeeper}: {detail}") from None
         try:
             check_multi_read(self.zk)
-            for root in (layout.ZKCOORD_ROOT, layout.CONSUMERS):
-                zk_client.check_ownership(self.zk, self.config.zk_security, root)
+            zk_client.check_adopted_nodes(self.zk, self.config.zk_security)
             self._count = self._agree_slot_count()
             self.slots = self._count.slots
             cluster_id(self.zk)  # the first broker or server to start creates it, as Kafka's first broker does

@@ -59,6 +59,11 @@ def _up(args: argparse.Namespace) -> int:
     ensemble.start(timeout=args.timeout)
     _print_status(ensemble)
     if ensemble.users or ensemble.tls:
+        print(f"data: in {ensemble.directory}, this user's alone (directories 0700, ZooKeeper's files 0600): "
+              f"its transaction log holds every node, users' SCRAM credentials among them")
+        if ensemble.users:
+            print(f"sessions: each authenticates ({ensemble.auth}); the root: only "
+                  f"{ensemble.users[0]} creates or deletes top-level nodes")
         # What a zkcoord command needs to use this ensemble, ready to paste.
         print("client settings: " + " ".join(command_line(ensemble.client_security())))
     print(ensemble.connect_string)  # last, as scripts take it

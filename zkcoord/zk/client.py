@@ -1,5 +1,13 @@
 """The one way zkcoord opens a ZooKeeper client: credentials, TLS and per-path ACLs from a
-:class:`~zkcoord.zk.security.ZkSecurity`, and the start, ownership check and ACL migration that go with it."""
+:class:`~zkcoord.zk.security.ZkSecurity`, and the start, ownership check and ACL migration that go with it.
+
+With credentials, zkcoord uses a node only if its principal alone may change
+it. A node others may write, or create and delete under, could have been
+planted by anyone who reached ZooKeeper before zkcoord made it (a rewound
+producer-id block, a group's offsets, an ACL granting a stranger a group), so
+zkcoord refuses it, naming the node and who else may change it, and leaves it
+as it is: only an operator can tell a tree zkcoord wrote before it had
+credentials (``zkcoord zk secure`` takes that) from one a stranger wrote."""
 
 from __future__ import annotations
 
@@ -7,13 +15,31 @@ import time
 from typing import Callable, Iterator, Optional
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNodeError
+from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNodeError, SessionClosedRequireSaslError
 from kazoo.hosts import collect_hosts
-from kazoo.protocol.states import KazooState, KeeperState
-from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions
+from kazoo.protocol.states import KazooState, KeeperState, ZnodeStat
+from kazoo.security import ACL, ANYONE_ID_UNSAFE, Id, Permissions
 
+from zkcoord.zk import layout
 from zkcoord.zk.kerberos import SERVICE as KERBEROS_SERVICE
-from zkcoord.zk.security import ZOOKEEPER_ROOT, ZkSecurity, ZooKeeperAuthError, ZooKeeperTLSError, client_options
+from zkcoord.zk.layout.security import ACL_CHANGES, ACLS, CONFIG_CHANGES, CONFIG_USERS
+from zkcoord.zk.security import (ROOT, ZOOKEEPER_ROOT, ZkSecurity, ZooKeeperAuthError, ZooKeeperNodeOpen,
+                                 ZooKeeperTLSError, client_options)
+
+# What lets a principal change a node or what lies under it: its data, its
+# children (creating or deleting them), or its ACL, which grants the rest.
+CHANGES = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Permissions.ADMIN
+PERMISSION_NAMES = ((Permissions.WRITE, "write"), (Permissions.CREATE, "create"), (Permissions.DELETE, "delete"),
+                    (Permissions.ADMIN, "admin"))
+
+# Every node a server or broker uses that may exist before it starts, down to
+# those whose children only zkcoord makes: the top-level nodes, the
+# containers below them, and the nodes whose content it takes as found (the
+# cluster id, the last producer-id block). The root comes last, so that a
+# wrong principal is told about zkcoord's own nodes first.
+ADOPTED_NODES = (layout.ZKCOORD_ROOT, layout.CONSUMERS, "/brokers", layout.BROKER_IDS, layout.BROKER_TOPICS,
+                 "/cluster", layout.CLUSTER_ID_PATH, "/config", CONFIG_USERS, CONFIG_CHANGES, ACLS, ACL_CHANGES,
+                 layout.PRODUCER_ID_BLOCK_PATH, ROOT)
 
 
 class _Transaction(TransactionRequest):
@@ -32,6 +58,20 @@ class ZooKeeperClient(KazooClient):
         super().__init__(*args, **kwargs)
         self.security = security
         self.acl_for = acl_for
+        exchange = self._connection._authenticate_with_sasl
+
+        def authenticate_with_sasl(*args, **kwargs):
+            # A ZooKeeper that requires authentication (enforce.auth) answers
+            # refused SASL credentials SESSIONCLOSEDREQUIRESASLAUTH, not
+            # AUTH_FAILED. kazoo handles only the latter: the former killed its
+            # connection thread, and the client waited out its time-out. Both
+            # say the same: these credentials were refused.
+            try:
+                return exchange(*args, **kwargs)
+            except SessionClosedRequireSaslError:
+                raise AuthFailedError("SASL credentials refused, and the session closed") from None
+
+        self._connection._authenticate_with_sasl = authenticate_with_sasl
 
     def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False, makepath=False,
                      include_data=False):
@@ -90,6 +130,9 @@ def start(client: KazooClient, timeout: float) -> None:
                 except AuthFailedError:
                     _give_up(client, watch)
                     raise _refusal(client) from None
+                except SessionClosedRequireSaslError:
+                    _give_up(client, watch)
+                    raise _unauthenticated(client) from None
                 except ConnectionLoss:
                     probe = None
         else:
@@ -180,31 +223,77 @@ def _refusal(client: KazooClient) -> ZooKeeperAuthError:
     return ZooKeeperAuthError(f"ZooKeeper refused {who}: wrong user or password?")
 
 
+def _unauthenticated(client: KazooClient) -> ZooKeeperAuthError:
+    """What ZooKeeper's enforce.auth (every session authenticates, with the
+    schemes it names) means when it closes a session at its first request."""
+    security = getattr(client, "security", None)
+    if security is None or not security.authenticated:
+        why = "this one has no credentials (give zkcoord's: --zk-auth, --zk-user, --zk-password-file)"
+    else:
+        why = (f"it takes no {security.zk_auth} credentials (its enforce.auth.schemes names those it takes: "
+               f"--zk-auth)")
+    return ZooKeeperAuthError(f"ZooKeeper closed the session: it requires every session to authenticate, and {why}")
+
+
 def _give_up(client: KazooClient, watch) -> None:
     client.remove_listener(watch)
     client.stop()  # the caller closes it, as after any failed start
 
 
-def check_ownership(client: KazooClient, security: ZkSecurity, path: str) -> None:
-    """Refuse to go on when ``path`` exists and belongs to another principal
-    (with digest, ZooKeeper accepts any password and refuses only the writes:
-    a mistyped password shows here, named, rather than as NoAuth later)."""
+def check_ownership(client: KazooClient, security: ZkSecurity, path: str) -> Optional[ZnodeStat]:
+    """Refuse to go on when ``path`` exists and is not zkcoord's alone: when
+    it belongs to another principal (with digest, ZooKeeper accepts any
+    password and refuses only the writes: a mistyped password shows here,
+    named, rather than as NoAuth later), :class:`ZooKeeperAuthError`; when
+    another principal may change it too (``world:anyone`` above all),
+    :class:`ZooKeeperNodeOpen`. Returns the stat of the node checked, None
+    when it does not exist or zkcoord has no credentials (every node is open then)."""
     if not security.authenticated:
-        return
+        return None
     ours = security.owner_id()
-    as_whom = (f"not to {ours.scheme}:{ours.id}, as which zkcoord authenticates ({security.zk_auth} user "
+    as_whom = (f"not to {_named(ours)}, as which zkcoord authenticates ({security.zk_auth} user "
                f"{security.zk_user!r}): wrong user or password?")
     try:
-        acls, _ = client.get_acls(path)
+        acls, stat = client.get_acls(path)
     except NoNodeError:
-        return
+        return None
     except NoAuthError:  # reading ACLs takes READ or ADMIN: not even those
         raise ZooKeeperAuthError(f"{path} in ZooKeeper belongs to another principal, {as_whom}") from None
-    writers = [acl.id for acl in acls if acl.perms & Permissions.WRITE]
-    if any(w == ours or w == ANYONE_ID_UNSAFE for w in writers):
-        return
-    names = ", ".join(f"{w.scheme}:{w.id}" for w in writers) or "nobody"
-    raise ZooKeeperAuthError(f"{path} in ZooKeeper belongs to another principal (writable by {names}), {as_whom}")
+    ours_writes = any(acl.id == ours and acl.perms & Permissions.WRITE for acl in acls)
+    others = [acl for acl in acls if acl.id != ours and acl.perms & CHANGES]
+    if others and (ours_writes or any(acl.id == ANYONE_ID_UNSAFE for acl in others)):
+        raise ZooKeeperNodeOpen(_open_node(path, others, ours))
+    if not ours_writes:
+        writers = ", ".join(_named(acl.id) for acl in acls if acl.perms & Permissions.WRITE) or "nobody"
+        raise ZooKeeperAuthError(f"{path} in ZooKeeper belongs to another principal (writable by {writers}), "
+                                 f"{as_whom}")
+    return stat
+
+
+def check_adopted_nodes(client: KazooClient, security: ZkSecurity) -> None:
+    """:func:`check_ownership` of every node in :data:`ADOPTED_NODES`: what a
+    server or broker checks before it uses any. Below a node only zkcoord may
+    change, only zkcoord made the children; the root's check keeps anyone
+    from planting a top-level node later."""
+    for path in ADOPTED_NODES:
+        check_ownership(client, security, path)
+
+
+def _named(who: Id) -> str:
+    return f"{who.scheme}:{who.id}"
+
+
+def _open_node(path: str, others: list[ACL], ours: Id) -> str:
+    granted = "; ".join(f"{_named(acl.id)} may "
+                        + ", ".join(name for perm, name in PERMISSION_NAMES if acl.perms & perm) for acl in others)
+    if path == ROOT:
+        return (f"the root of zkcoord's tree in ZooKeeper (its chroot, or / without one) is not {_named(ours)}'s "
+                f"alone ({granted}): anyone so allowed could plant a node zkcoord would take as its own; refused. "
+                f"Give zkcoord a chroot of its own (HOST:PORT/zkcoord, which zkcoord makes as its own), or "
+                f"close the root to others with `zkcoord zk secure`")
+    return (f"{path} in ZooKeeper is not {_named(ours)}'s alone ({granted}): what it holds may be anyone's, so "
+            f"zkcoord will not use it, and leaves it as it is. If zkcoord wrote it before it had credentials, "
+            f"`zkcoord zk secure` makes it zkcoord's; otherwise find out who made it, and delete it")
 
 
 def refused_by_acl(security: ZkSecurity, connect: str) -> str:
@@ -215,8 +304,9 @@ def refused_by_acl(security: ZkSecurity, connect: str) -> str:
         hint = "the nodes belong to another principal (another user, or a wrong digest password)"
     else:
         who = "a client without credentials"
-        hint = ("zkcoord's nodes are written only by its principal, and those under /zkcoord are read only by it: "
-                "give zkcoord's credentials (--zk-auth, --zk-user, --zk-password-file)")
+        hint = ("zkcoord's nodes are written only by its principal, and read only by it unless its servers open "
+                "them (--zk-kafka-readable, --zk-state-readable): give zkcoord's credentials (--zk-auth, --zk-user, "
+                "--zk-password-file)")
     return f"ZooKeeper at {connect} refused an operation to {who}, which the node's ACL does not allow: {hint}"
 
 
@@ -235,13 +325,13 @@ def walk(client: KazooClient, path: str = "/") -> Iterator[str]:
         pending.extend(sorted((node.rstrip("/") + "/" + child for child in children), reverse=True))
 
 
-def secure_tree(client: ZooKeeperClient, root: str = "/") -> int:
+def secure_tree(client: ZooKeeperClient, root: str = ROOT) -> int:
     """Set the policy's ACL on every node from ``root`` down (as Kafka's
-    zookeeper-security-migration does); returns how many nodes were set."""
+    zookeeper-security-migration does); returns how many nodes were set.
+    From the root, the root too (the chroot's node, or ZooKeeper's root):
+    zkcoord refuses a root others may create or delete in."""
     count = 0
     for path in walk(client, root):
-        if path == "/":
-            continue  # the root belongs to whoever runs ZooKeeper (or is the chroot's)
         try:
             client.set_acls(path, client.acl_for(path))
         except NoNodeError:
@@ -254,4 +344,5 @@ def secure_tree(client: ZooKeeperClient, root: str = "/") -> int:
     return count
 
 
-__all__ = ["ZooKeeperClient", "check_kerberos_login", "check_ownership", "open_client", "refused_by_acl", "secure_tree", "start", "walk"]
+__all__ = ["ADOPTED_NODES", "ZooKeeperClient", "check_adopted_nodes", "check_kerberos_login", "check_ownership",
+           "open_client", "refused_by_acl", "secure_tree", "start", "walk"]

@@ -19,6 +19,12 @@ node that could not bind a port says so in its log, and stops (at once, or
 after retrying for seconds); :meth:`LocalEnsemble.start` then moves an
 ensemble whose ports it chose to a fresh block, a bounded number of times,
 and otherwise raises :class:`PortInUse` naming the port.
+
+An ensemble with users requires every session to authenticate as one of them
+(ZooKeeper's ``enforce.auth``) and closes its root to all but zkcoord's
+principal; with TLS and no users, a client certificate is what admits a
+client. Its directories are its owner's alone, and so are ZooKeeper's files:
+the transaction log holds every node, the users' SCRAM credentials among them.
 """
 
 from __future__ import annotations
@@ -39,9 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from zkcoord.errors import ConfigError, EnsembleError
+from zkcoord.filemodes import OWNER_ONLY_UMASK, open_private_log, private_directory
 from zkcoord.settings import check, default, of, setting
 from zkcoord.zk.kerberos import LocalRealm
-from zkcoord.zk.security import AUTH_SCHEMES, SASL_MECHANISMS, ZkSecurity
+from zkcoord.zk.security import AUTH_SCHEMES, ROOT, SASL_MECHANISMS, ZkSecurity
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is used: gevent patches it first in servers
     import ssl
@@ -81,6 +88,16 @@ PORT_RANGE = (21000, 32000)
 PORT_STEP = 7
 # Fresh blocks start() tries when a node finds a port of its chosen block taken.
 PORT_ATTEMPTS = 5
+# The four-letter words a node answers: those zkcoord's own checks send, srvr
+# (a node's mode; the server's version, before multiRead is used) and conf (the
+# node's data directory, which tells it from another server on its port). The
+# others show strangers the sessions and their ephemeral nodes (dump, cons),
+# the environment (envi), or reset the statistics (srst).
+FOUR_LETTER_WORDS = ("srvr", "conf")
+# The nodes every ZooKeeper makes, open to all (its configuration node is read-only already).
+ZOOKEEPER_OWN_NODES = ("/zookeeper", "/zookeeper/quota")
+# What a node holds, as a warning about an open directory names it.
+NODE_DATA = "a ZooKeeper node's snapshots and transaction log (every node, users' SCRAM credentials among them)"
 # What a node's log says when a port of its is taken, and how it names a port.
 BIND_FAILURE = "java.net.BindException"
 LOGGED_ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")
@@ -302,6 +319,7 @@ class LocalEnsemble:
         config = of(EnsembleConfig, config, settings)
         nodes, base_port, tick_ms = config.nodes, config.base_port, config.tick_ms
         directory = Path(directory)
+        private_directory(directory, "a ZooKeeper ensemble (its nodes' data, passwords, keys)")
         if (directory / STATE_FILE).exists():
             existing = cls.load(directory)
             if existing.running_nodes():
@@ -447,7 +465,7 @@ class LocalEnsemble:
             self._write_kerberos()
         for user in self.users if not self.kerberos else ():
             path = self.password_file(user)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(path.parent, "the ensemble's users' passwords")
             path.write_text(secrets.token_urlsafe(18) + "\n")
             os.chmod(path, 0o600)
         if self.auth == "sasl" and not self.kerberos:
@@ -458,6 +476,7 @@ class LocalEnsemble:
                 f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required {entries};\n}};\n")
             os.chmod(self.jaas_path, 0o600)
         if self.tls:
+            private_directory(self.tls_dir, "the ensemble's CA and keys")
             ca = make_ca(self.tls_dir, common_name="zkcoord ZooKeeper CA")
             server = issue(ca, self.tls_dir, "zookeeper")
             # ZooKeeper's PEM key store is one file: the key, then the certificate.
@@ -483,6 +502,11 @@ class LocalEnsemble:
         lines = []
         if self.auth == "sasl":
             lines.append("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+        if self.users:
+            # Every session authenticates (ZooKeeper 3.7+): a client that has
+            # not is answered SESSIONCLOSEDREQUIRESASLAUTH and its session
+            # closed at its first request, so no ACL's world:anyone reaches it.
+            lines += ["enforce.auth.enabled=true", f"enforce.auth.schemes={self.auth}"]
         if self.tls:
             lines += [
                 # Only the Netty connection factory serves a secure client port.
@@ -491,9 +515,11 @@ class LocalEnsemble:
                 "ssl.keyStore.type=PEM",
                 f"ssl.trustStore.location={self.tls_dir / 'ca.pem'}",
                 "ssl.trustStore.type=PEM",
-                # A client certificate is welcome, not required: clients prove who
-                # they are with SASL or digest; TLS keeps the wire private.
-                "ssl.clientAuth=want",
+                # With users, a client certificate is welcome, not required:
+                # clients prove who they are with SASL or digest (required
+                # above); TLS keeps the wire private. Without users the
+                # certificate is all that tells a client from a stranger.
+                f"ssl.clientAuth={'want' if self.users else 'need'}",
             ]
             if self.nodes > 1:  # the nodes talk TLS among themselves too, with the same certificate
                 lines += [
@@ -533,8 +559,7 @@ class LocalEnsemble:
 
     def _write_configs(self) -> None:
         for node in self.node_ids:
-            data_dir = self.data_dir(node)
-            data_dir.mkdir(parents=True, exist_ok=True)
+            data_dir = self._private_node_directories(node)
             (data_dir / "myid").write_text(f"{node}\n")
             lines = [
                 f"tickTime={self.tick_ms}",
@@ -547,7 +572,7 @@ class LocalEnsemble:
                 # Sessions from 2 ticks (fast expiry in drills) to 120 ticks.
                 f"minSessionTimeout={2 * self.tick_ms}",
                 f"maxSessionTimeout={120 * self.tick_ms}",
-                "4lw.commands.whitelist=*",
+                f"4lw.commands.whitelist={','.join(FOUR_LETTER_WORDS)}",
                 "admin.enableServer=false",
                 "autopurge.purgeInterval=1",
             ]
@@ -558,6 +583,11 @@ class LocalEnsemble:
                     election = self.base_port + ELECTION_PORT_OFFSET + peer - 1
                     lines.append(f"server.{peer}=127.0.0.1:{quorum}:{election}")
             self.config_path(node).write_text("\n".join(lines) + "\n")
+
+    def _private_node_directories(self, node: int) -> Path:
+        """Node ``node``'s directory and data directory, its owner's alone; returns the data directory."""
+        private_directory(self.node_dir(node), NODE_DATA)
+        return private_directory(self.data_dir(node), NODE_DATA)
 
     # -- processes -----------------------------------------------------------------------
 
@@ -596,7 +626,8 @@ class LocalEnsemble:
             return self._pids[node]
         if not self.config_path(node).exists():
             raise EnsembleError(f"node {node} has no configuration in {self.node_dir(node)}")
-        with open(self.log_path(node), "ab") as log:
+        self._private_node_directories(node)  # an ensemble laid out before they were
+        with open(open_private_log(self.log_path(node)), "ab") as log:
             self._log_starts[node] = log.tell()
             proc = subprocess.Popen(
                 self._java_command(node),
@@ -605,6 +636,7 @@ class LocalEnsemble:
                 stderr=subprocess.STDOUT,
                 cwd=self.node_dir(node),
                 start_new_session=True,  # outlives `zkcoord zk up`
+                umask=OWNER_ONLY_UMASK,  # ZooKeeper's snapshots and logs: its owner's alone
             )
         self._pids[node] = proc.pid
         self._procs[node] = proc
@@ -666,6 +698,8 @@ class LocalEnsemble:
                 self.start_node(node)
             try:
                 self.wait_until_whole(max(0.0, deadline - time.monotonic()))
+                if self.users:
+                    self._close_root(max(1.0, deadline - time.monotonic()))
                 return
             except PortInUse as exc:
                 for node in self.node_ids:
@@ -676,6 +710,23 @@ class LocalEnsemble:
                 self._move_to_free_ports()
                 log.warning("%s; ensemble in %s moved to ports from %d (block %d of at most %d)",
                             exc, self.directory, self.base_port, attempt + 1, PORT_ATTEMPTS)
+
+    def _close_root(self, timeout: float) -> None:
+        """Give the root the ACL zkcoord's policy gives it: only zkcoord's
+        principal (the first user) creates or deletes top-level nodes, so no
+        other user plants one that zkcoord would adopt; anyone may list them.
+        ZooKeeper's own nodes, which it makes open to all, get the same: no
+        other user fills them with nodes or sets quotas."""
+        from zkcoord.zk import client as zk_client  # loads ssl: not at import, before a server's gevent patches it
+
+        client = zk_client.open_client(self.connect_string, self.client_security())
+        try:
+            zk_client.start(client, timeout=timeout)
+            for path in (ROOT, *ZOOKEEPER_OWN_NODES):
+                client.set_acls(path, client.acl_for(ROOT))
+        finally:
+            client.stop()
+            client.close()
 
     def _move_to_free_ports(self) -> None:
         """Another block of ports for a stopped ensemble, in its configuration and state."""

@@ -8,11 +8,12 @@ opens the same plain client as before and writes nodes open to all, as
 ZooKeeper does.
 
 With credentials, every node zkcoord creates is writable only by its
-principal; the nodes Kafka's tools and lag monitors read (``/consumers``,
-``/brokers``, ``/cluster``, ``/config``...) stay readable by anyone, and
-zkcoord's own state (``/zkcoord``) is readable by its principal alone unless
-the operator opens it (:func:`acl_policy` is the policy; ``zkcoord zk secure`` applies it to a
-tree written before).
+principal, and readable by it alone unless the operator opens Kafka's nodes
+(``/consumers``, ``/brokers``, ``/cluster``, ``/config``...) to the lag
+monitors that read them, or zkcoord's own state (``/zkcoord``) to anyone; the
+root (the chroot, or ``/``) lets anyone list it and only zkcoord's principal
+create or delete in it (:func:`acl_policy` is the policy; ``zkcoord zk secure``
+applies it to a tree written before).
 """
 
 from __future__ import annotations
@@ -44,10 +45,17 @@ KAFKA_ROOTS = ("/consumers", "/brokers", "/cluster", "/config", "/admin", "/cont
 SECRET_ROOTS = ("/config/users",)
 # ZooKeeper's own subtree (quotas, config): never ours to change.
 ZOOKEEPER_ROOT = "/zookeeper"
+# The root as a client sees it: the chroot's node, or ZooKeeper's own root.
+ROOT = "/"
 
 
 class ZooKeeperAuthError(ZkcoordError):
     """ZooKeeper refused zkcoord's credentials, or the nodes are another principal's."""
+
+
+class ZooKeeperNodeOpen(ZooKeeperAuthError):
+    """A node zkcoord would use may be changed by a principal other than
+    zkcoord's own: what it holds, or what is planted under it, may be anyone's."""
 
 
 class ZooKeeperTLSError(ZkcoordError):
@@ -84,8 +92,12 @@ class ZkSecurity:
                                                "giving it connects over TLS (to ZooKeeper's secureClientPort)")
     zk_cert_file: Optional[Path] = setting(None, "client certificate (PEM) for ZooKeeper's TLS port")
     zk_key_file: Optional[Path] = setting(None, "the client certificate's private key (PEM, unencrypted)")
-    zk_kafka_readable: bool = setting(True, "let anyone read the nodes Kafka's tools read (/consumers, "
-                                            "/brokers, /cluster, /config) when zkcoord authenticates")
+    # Closed by default: these nodes hold every group's offsets and owners,
+    # which the broker describes only to principals with Describe on the group.
+    zk_kafka_readable: bool = setting(False, "let every ZooKeeper client read the nodes Kafka's tools read "
+                                             "(/consumers, /brokers, /cluster, /config but users' credentials) "
+                                             "when zkcoord authenticates: for lag monitors that read ZooKeeper "
+                                             "(Burrow...), which then see every group's offsets and owners")
     zk_state_readable: bool = setting(False, "let anyone read zkcoord's own nodes (/zkcoord) when zkcoord "
                                              "authenticates")
 
@@ -192,6 +204,10 @@ def acl_policy(security: ZkSecurity) -> Callable[[str], list[ACL]]:
     world_read = ACL(Permissions.READ, ANYONE_ID_UNSAFE)
 
     def acl_for(path: str) -> list[ACL]:
+        if path == ROOT:
+            # Only zkcoord creates or deletes top-level nodes, so nobody plants
+            # one zkcoord would adopt; a listing of them tells no secret.
+            return [owner, world_read]
         if any(_under(path, root) for root in SECRET_ROOTS):
             return [owner]
         kafka = any(_under(path, root) for root in KAFKA_ROOTS)
@@ -283,5 +299,5 @@ def client_options(security: ZkSecurity) -> dict:
     return options
 
 
-__all__ = ["AUTH_SCHEMES", "KAFKA_ROOTS", "ZkSecurity", "ZooKeeperAuthError", "ZooKeeperTLSError", "acl_policy", "client_options",
-           "command_line"]
+__all__ = ["AUTH_SCHEMES", "KAFKA_ROOTS", "ROOT", "ZkSecurity", "ZooKeeperAuthError", "ZooKeeperNodeOpen",
+           "ZooKeeperTLSError", "acl_policy", "client_options", "command_line"]
