@@ -18,6 +18,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from tests.broker.batches import make_batch, read_values
 from tests.broker.test_clients import confluent_read
 from tests.broker.test_protocol import Raw, fetch, produce
+from zkcoord.security.secrets import write_private
 from zkcoord.testing import ClusterError, wait_until
 from zkcoord.admin import topics as admin
 from zkcoord.zk import layout
@@ -326,7 +327,7 @@ def test_a_producer_id_block_others_may_change_is_refused_and_left_as_it_is(zk, 
     from zkcoord.zk.security import ZkSecurity, ZooKeeperNodeOpen
 
     password = tmp_path / "zk.password"
-    password.write_text("broker-secret\n")
+    write_private(password, "broker-secret\n")
     client = zk_client.open_client(zk_connect, ZkSecurity(zk_auth="digest", zk_user="zkcoord",
                                                           zk_password_file=password))
     zk_client.start(client, timeout=15)

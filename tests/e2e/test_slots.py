@@ -15,18 +15,17 @@ import itertools
 import json
 import time
 
-from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
+from kazoo.security import ACL, ANYONE_ID_UNSAFE, Id, Permissions
 
 from tests.e2e.checks import delivered_values, wait_whole
 from tests.e2e.conftest import SERVER_ARGS
 from tests.e2e.test_rebalancing import Production, exactly_once
-from zkcoord.security.secrets import write_private
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel
 from zkcoord.coordinator.server import FAILED_ROUND_S
 from zkcoord.coordinator.slots import FAILURES_TO_WITHDRAW, slot_of
-from zkcoord.testing import ClusterError, group_is_whole, partitions_of, wait_until
+from zkcoord.testing import ClusterError, ProxiedEnsemble, group_is_whole, partitions_of, wait_until
 from zkcoord.zk import layout
 
 SETTLE_S = 30
@@ -252,43 +251,44 @@ def test_a_changed_slot_count_gives_each_group_one_coordinator_once_the_old_ones
 
 
 def test_a_slot_whose_only_seeker_fails_its_takeovers_is_taken_by_a_healthy_server_within_the_bound(
-        cluster_factory, zk, zk_connect, tmp_path):
+        cluster_factory, zk, zk_ensemble, zk_connect):
     """Server 1 may not write slot 1's epoch node (a ZooKeeper ACL grants it
-    to server 2's credentials only), so each of its takeovers of slot 1
-    fails. Server 2, at its share with slot 0, takes slot 1 back once
-    server 1 has withdrawn from it."""
-    password = "a-password"
-    write_private(tmp_path / "zk-password", password + "\n")  # a secret: owner-only, or servers refuse it
-    healthy = ("--no-broker", "--zk-auth", "digest", "--zk-user", "healthy",
-               "--zk-password-file", str(tmp_path / "zk-password"), "--zk-state-readable")
-    # Everything open, as a server without credentials writes it, but slot 1's epoch.
+    to clients connecting from 127.0.0.1 only, and server 1's connections
+    come from 127.0.0.2), so each of its takeovers of slot 1 fails. Server 2,
+    at its share with slot 0, takes slot 1 back once server 1 has withdrawn
+    from it. (Two principals would do as well, but a server with credentials
+    refuses a tree another principal may change.)"""
+    # Everything open, as servers without credentials write it, but slot 1's epoch.
     for path in (layout.SERVERS, layout.GROUPS, layout.CONSUMERS, f"{layout.SLOTS}/1"):
         zk.ensure_path(path)
     zk.set(layout.SLOTS, layout.encode_slot_count(2))
     zk.create(layout.COORDINATOR_EPOCH_PATH, layout.encode_coordinator_epoch(0))
     zk.create(layout.slot_epoch_path(1), layout.encode_coordinator_epoch(0),
-              acl=[make_digest_acl("healthy", password, all=True), ACL(Permissions.READ, ANYONE_ID_UNSAFE)])
+              acl=[ACL(Permissions.ALL, Id("ip", "127.0.0.1")), ACL(Permissions.READ, ANYONE_ID_UNSAFE)])
+    elsewhere = ProxiedEnsemble([zk_ensemble.client_port(k) for k in zk_ensemble.node_ids],
+                                zk_connect[zk_connect.index("/"):], source_host="127.0.0.2")
     cluster = cluster_factory(0)
     try:
-        _slot_1_taken_back(cluster, zk, healthy)
+        _slot_1_taken_back(cluster, zk, faulty_zookeeper=elsewhere.connect_string)
     finally:
         cluster.close()
-        _open_to_all(zk_connect, "healthy", password)  # so that the test's chroot can be deleted
+        elsewhere.close()
 
 
-def _slot_1_taken_back(cluster, zk, healthy: tuple[str, ...]) -> None:
+def _slot_1_taken_back(cluster, zk, faulty_zookeeper: str) -> None:
     cluster.add_broker(101)
     wait_until(lambda: zk.exists(layout.broker_path(101)), timeout=SETTLE_S, message="the broker registered")
     create_topic(zk, "t", 2)
     partitions = partitions_of(zk, ["t"])
-    cluster.add_server(2, extra=healthy)
+    cluster.add_server(2, extra=("--no-broker",))
     assert shared_fairly(zk, 2, {2}) == {0: 2, 1: 2}
     group = group_in_slot(1, 2)
     members = [cluster.add_consumer(group, topics=["t"]) for _ in range(2)]
     wait_whole(zk, group, members, partitions, timeout=SETTLE_S)
     epoch = slot_epoch(zk, 1)
 
-    cluster.add_server(1, extra=("--no-broker",))  # server 2 hands slot 1 over to it: it held two of two
+    # Server 2 hands slot 1 over to it: it held two of two.
+    cluster.add_server(1, zookeeper=faulty_zookeeper, extra=("--no-broker",))
     joined = time.monotonic()
     wait_until(lambda: holders(zk, 2).get(1) == 2 and slot_epoch(zk, 1) > epoch, timeout=SETTLE_S,
                message="slot 1 taken back by server 2")
@@ -301,21 +301,3 @@ def _slot_1_taken_back(cluster, zk, healthy: tuple[str, ...]) -> None:
     assert shared_fairly(zk, 2, {1, 2}) == {0: 1, 1: 2}
     wait_whole(zk, group, members, partitions, timeout=SETTLE_S)
     assert {registered_with(member, group) for member in members} == {"2 (slot 1 of 2"}
-
-
-def _open_to_all(connect: str, user: str, password: str) -> None:
-    """Every node under ``connect`` open to all again, as ``user``, who wrote some for itself."""
-    from kazoo.client import KazooClient
-    from kazoo.security import OPEN_ACL_UNSAFE
-
-    from zkcoord.zk.client import walk
-
-    client = KazooClient(hosts=connect, auth_data=[("digest", f"{user}:{password}")])
-    client.start(timeout=15)
-    try:
-        for path in walk(client, "/"):
-            if path != "/" and client.get_acls(path)[0] != OPEN_ACL_UNSAFE:
-                client.set_acls(path, OPEN_ACL_UNSAFE)
-    finally:
-        client.stop()
-        client.close()

@@ -320,7 +320,7 @@ def test_zk_up_with_sasl_and_tls_admits_only_authenticated_sessions_and_keeps_it
 
             # What ZooKeeper keeps, a user's SCRAM credential among it, is this user's alone.
             password = tmp_path / "alice.password"
-            password.write_text("alice-secret\n")
+            write_private(password, "alice-secret\n")
             added = zkcoord("users", "add", "--zookeeper", ensemble.connect_string, *client_settings(up),
                             "--user", "alice", "--password-file", str(password))
             assert added.returncode == 0, added.stderr

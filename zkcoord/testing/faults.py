@@ -6,7 +6,10 @@ forwards bytes both ways until told to ``drop()`` (close every connection: the
 client sees a disconnect and reconnects, its session intact) or to ``cut()``
 (hold every connection open but forward nothing, and accept new ones the same
 way: a network partition, after which the session expires once the server's
-session timeout passes). ``heal()`` undoes a cut.
+session timeout passes). ``heal()`` undoes a cut. With ``source_host`` (any
+address of 127.0.0.0/8: Linux routes them all to the loopback), its
+connections to ZooKeeper come from there, so that ZooKeeper's ``ip`` ACLs
+tell the proxied client from others on the same machine.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Iterable
+from typing import Iterable, Optional
 
 from kazoo.client import KazooClient
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", source_host: Optional[str] = None):
         self.target = (target_host, target_port)
+        self.source = (source_host, 0) if source_host else None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -82,7 +86,7 @@ class TcpProxy:
         except OSError:
             return
         try:
-            upstream = socket.create_connection(self.target, timeout=2)
+            upstream = socket.create_connection(self.target, timeout=2, source_address=self.source)
         except OSError:
             _close(client)
             return
@@ -118,8 +122,8 @@ def _close(sock: socket.socket) -> None:
 class ProxiedEnsemble:
     """One ``TcpProxy`` per ZooKeeper node, and a connect string through them."""
 
-    def __init__(self, client_ports: Iterable[int], chroot: str = ""):
-        self.proxies = [TcpProxy(port) for port in client_ports]
+    def __init__(self, client_ports: Iterable[int], chroot: str = "", source_host: Optional[str] = None):
+        self.proxies = [TcpProxy(port, source_host=source_host) for port in client_ports]
         self.connect_string = ",".join(f"127.0.0.1:{p.port}" for p in self.proxies) + chroot
 
     def drop(self) -> None:
