@@ -13,7 +13,10 @@ from __future__ import annotations
 import logging
 import re
 import resource
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -25,7 +28,7 @@ from zkcoord.zk.gevent_handler import GeventHandler
 
 from zkcoord.consumer.config import MemberConfig
 from zkcoord.consumer.membership import GroupMembership
-from zkcoord.testing import LocalCluster, start_ensemble, wait_until
+from zkcoord.testing import LocalCluster, exit_on_signal, start_ensemble, wait_until
 from zkcoord.zk import layout
 from zkcoord.zk.ensemble import LocalEnsemble
 
@@ -216,6 +219,22 @@ def quiet_logs() -> None:
     member_log.addHandler(MEMBER_WARNINGS)
     member_log.propagate = False
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+
+
+def run_in_scratch(prefix: str, run, args) -> int:
+    """A fleet benchmark's main: SIGTERM as Ctrl-C, members' chatter quiet,
+    ``run(args, work)`` in a scratch directory (kept with ``args.keep``),
+    and its last line printed."""
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    quiet_logs()
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        line = run(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(line, flush=True)
+    return 0
 
 
 def raise_fd_limit() -> int:

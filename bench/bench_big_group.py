@@ -41,10 +41,7 @@ monkey.patch_all()
 import argparse  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -52,9 +49,9 @@ from types import SimpleNamespace  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import STABLE_LINE, ZK_TICK_MS, quiet_logs  # noqa: E402
+from _common import STABLE_LINE, ZK_TICK_MS, run_in_scratch  # noqa: E402
 from bench_scale import GROUP_PREFIX, TOPIC, Fleet, Generator  # noqa: E402
-from zkcoord.testing import LocalCluster, exit_on_signal, start_ensemble, wait_until  # noqa: E402
+from zkcoord.testing import LocalCluster, start_ensemble, wait_until  # noqa: E402
 from zkcoord.testing.loadgen import group_name  # noqa: E402
 from zkcoord.zk import client as zk_client  # noqa: E402
 from zkcoord.zk import layout  # noqa: E402
@@ -223,16 +220,7 @@ def main() -> int:
     if args.members < 1 or args.partitions < 1 or args.per_generator < 1 or args.ramp_s < 0:
         parser.error("--members, --partitions and --per-generator must be positive, --ramp-s not negative")
     args.max_s = args.ramp_s + args.join_timeout_s * (2 if args.failover else 1) + 120
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    quiet_logs()
-    work = Path(tempfile.mkdtemp(prefix="zkcoord-bench-big-group-"))
-    try:
-        line = run(args, work)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(line, flush=True)
-    return 0
+    return run_in_scratch("zkcoord-bench-big-group-", run, args)
 
 
 if __name__ == "__main__":

@@ -42,11 +42,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Optional  # noqa: E402
@@ -56,10 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gevent  # noqa: E402
 
-from _common import Harness, quiet_logs  # noqa: E402
+from _common import Harness, run_in_scratch  # noqa: E402
 from zkcoord.coordinator.slots import slot_of, validate_slot_count  # noqa: E402
 from zkcoord.errors import ConfigError  # noqa: E402
-from zkcoord.testing import cpu_seconds, exit_on_signal, wait_until  # noqa: E402
+from zkcoord.testing import cpu_seconds, wait_until  # noqa: E402
 from zkcoord.testing.loadgen import group_name  # noqa: E402
 from zkcoord.zk import layout  # noqa: E402
 
@@ -335,16 +332,7 @@ def main() -> int:
     except ConfigError as exc:
         parser.error(str(exc))
     args.max_s = args.ramp_s + args.join_timeout_s * (3 if args.failover else 1) + args.steady_s + 120
-    signal.signal(signal.SIGTERM, exit_on_signal)
-    quiet_logs()
-    work = Path(tempfile.mkdtemp(prefix="zkcoord-bench-scale-"))
-    try:
-        line = run(args, work)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(line, flush=True)
-    return 0
+    return run_in_scratch("zkcoord-bench-scale-", run, args)
 
 
 if __name__ == "__main__":
