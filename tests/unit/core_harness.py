@@ -100,9 +100,9 @@ def incarnation_of(member_id: str) -> str:
     return f"{member_id}'s incarnation"
 
 
-def proofs(*member_ids: str) -> dict:
+def proofs(*member_ids: str, principal: Principal = ANONYMOUS) -> dict:
     """What a persisted state holds of those members' default incarnations."""
-    return {m: incarnation_proof(incarnation_of(m)) for m in member_ids}
+    return {m: incarnation_proof(incarnation_of(m), principal) for m in member_ids}
 
 
 class CoreHarness:

@@ -774,3 +774,15 @@ def test_a_registration_is_checked_against_each_list_of_strategies_once(monkeypa
     assert checked == [3]
     h.register("y", "sticky-two", assignment_strategies=("sticky", "range"))
     assert h.sent["y"][0][0] == wire.RegisterConsumerResponse(coordinator_epoch=1)
+
+
+def test_a_pause_seen_while_loading_leaves_the_office_to_round_trips_begun_after_it():
+    # From review: load() dated the office from a round trip begun before a
+    # pause the runtime had seen meanwhile.
+    from zkcoord.coordinator.core import CoordinatorCore
+
+    core = CoordinatorCore(CONFIG, 1, ZK_SESSION_MS)
+    core.machine_paused(30.0, 1.0)
+    core.load({}, proven_at=0.5, now=1.0)
+    core.start(1.0)
+    assert core.state is CoordinatorState.SUSPENDED

@@ -159,3 +159,39 @@ def test_a_proof_is_forgotten_once_nothing_it_could_lift_is_left():
     assert 999 not in h.zk.offsets["g"].values()
     assert not any(isinstance(op, actions.WriteOffsets) and P[2] in op.offsets and op.offsets[P[2]] == 999
                    for op in h.zk.writes)
+
+
+def test_a_static_registration_under_a_dropped_dynamic_id_hands_over_nothing():
+    # From review: a static registration was taken for proof enough, so a
+    # stranger naming itself static under b's id set b's offsets at will.
+    h = two_members()
+    drop_b_on_our_side(h)
+    h.register("x", "b", is_static=True, incarnation="", offsets=wire.offset_entries({P[2]: 999, P[3]: 999}))
+    h.advance(8.0, serve=("a", "x"))
+    assert 999 not in h.zk.offsets["g"].values()
+
+
+def test_a_secret_replayed_by_another_principal_lifts_nothing():
+    # The secret crosses the link: captured where there is no TLS, it must
+    # not lift the fences of the principal that drew it.
+    h = CoreHarness()
+    h.register("a", "a", principal=user("alice"))
+    h.register("b", "b", principal=user("bob"))
+    h.stable(["a", "b"])
+    lease_from = drop_b_on_our_side(h)
+    h.register("x", "b", principal=user("mallory"), offsets=wire.offset_entries({P[2]: 999}))  # b's secret
+    h.advance(8.0, serve=("a", "x"))
+    assert 999 not in h.zk.offsets["g"].values()
+    assert h.first_start_elsewhere({P[2], P[3]}, "b") >= lease_from + T + MARGIN - 1e-9
+
+
+def test_two_incarnations_fenced_under_one_id_leave_neither_a_proof():
+    from zkcoord.coordinator.lease import Fences
+
+    fences = Fences()
+    fences.fence("b", [P[2]], 10.0, "first process")
+    fences.fence("b", [P[3]], 12.0, "second process")  # a stranger admitted under b, dropped in turn
+    assert not fences.proves("b", "first process") and not fences.proves("b", "second process")
+    fences.fence("c", [P[0]], 10.0, "same")
+    fences.fence("c", [P[1]], 11.0, "same")  # one process fenced twice keeps its proof
+    assert fences.proves("c", "same")

@@ -79,3 +79,15 @@ def test_the_dead_members_partitions_run_again_within_the_cap_once_writes_are_ba
     h.advance(CAP + 1.0, serve=("a",))
     started = [t for t, c, m in h.log if c == "a" and isinstance(m, wire.StartRequest) and t >= fixed_at]
     assert started and started[0] - fixed_at <= CAP + MARGIN
+
+
+def test_a_backoff_of_zero_still_waits_between_failed_rounds():
+    # From review: doubling a zero backoff retried a failing write without
+    # pause, for ever (one ZooKeeper write per round trip, per group).
+    import dataclasses
+
+    h = CoreHarness(dataclasses.replace(CONFIG, rebalance_backoff_ms=0))
+    h.register("a", "a")
+    h.zk.refuse_writes = NoAuth("not authorized")
+    h.advance(10.0, serve=("a",))
+    assert h.core.groups["g"].attempts <= 10.0 / 0.1 + 1

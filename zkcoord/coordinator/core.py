@@ -75,6 +75,8 @@ FLUSH_TIMER = ("flush",)
 OFFICE_TIMER = ("office",)
 # After a lapse, the second office round trip (the first does not bring the office back).
 SECOND_PROOF_TIMER = ("second-proof",)
+# The least wait before a failed round is tried again.
+MIN_RETRY_BACKOFF_MS = 100
 # A group due to be forgotten but busy (a flush, a round, a fence) is looked
 # at again after this, or its retention if shorter.
 FORGET_RETRY_S = 60.0
@@ -386,8 +388,10 @@ class CoordinatorCore:
         now. A state that cannot be read (corrupt, or written by a newer
         version) says neither who runs what nor for how long: the whole group
         is fenced for the longest lease a member may hold. ``proven_at``:
-        when the office round trip that preceded the reads began."""
-        self._office_proven_from(proven_at)
+        when the office round trip that preceded the reads began (it proves
+        nothing if a pause was seen since, machine_paused)."""
+        if proven_at >= self._void_before:
+            self._office_proven_from(proven_at)
         longest_lease_ms = self.config.max_session_timeout_ms
         for name, state in states.items():
             group = self._group(name)
@@ -721,7 +725,7 @@ class CoordinatorCore:
     def _same_incarnation(existing: Member, request: wire.RegisterConsumerRequest, principal: Principal) -> bool:
         """Is ``request`` the dynamic member ``existing`` back, on a new connection?"""
         return (not existing.is_static and not request.is_static and existing.principal == principal
-                and bool(existing.proof) and existing.proof == incarnation_proof(request.incarnation))
+                and bool(existing.proof) and existing.proof == incarnation_proof(request.incarnation, principal))
 
     def register(self, conn: Hashable, request: wire.RegisterConsumerRequest, correlation_id: int,
                  now: float, *, host: str = "", client_id: str = "", principal: Principal = ANONYMOUS) -> list:
@@ -751,7 +755,7 @@ class CoordinatorCore:
             host=host,
             client_id=client_id,
             principal=principal,
-            proof=incarnation_proof(request.incarnation),
+            proof=incarnation_proof(request.incarnation, principal),
         )
         group = self._group(request.group_id)
         try:
@@ -1333,11 +1337,15 @@ class CoordinatorCore:
             self._schedule_round(group, now)  # its timer fired during the round
 
     def _retry_backoff(self, attempts: int) -> float:
-        """Seconds before the next try of a round that failed ``attempts`` + 1 times in a row."""
-        backoff_ms = self.config.rebalance_backoff_ms * 2 ** min(attempts, 32)
+        """Seconds before the next try of a round that failed ``attempts`` + 1
+        times in a row: doubling from the backoff (at least MIN_RETRY_BACKOFF_MS,
+        or a backoff of 0 would retry a failing write without pause, for ever)."""
+        base_ms = max(self.config.rebalance_backoff_ms, MIN_RETRY_BACKOFF_MS)
+        backoff_ms = base_ms * 2 ** min(attempts, 32)
         return min(backoff_ms, self.config.max_rebalance_backoff_ms) / 1000.0
 
     def _succeeded(self, group: Group) -> None:
+        group.attempts = 0
         if group.failures:
             self._zk(partial(WriteGroupFailure, group=group.name, failure=None), self._failure_recorded)
         group.failures = 0
@@ -1423,9 +1431,10 @@ class CoordinatorCore:
         them the handover would be lost. The member keeps it and registers
         again once the round has ended."""
         # Only the incarnation that ran them knows what it consumed: offsets
-        # from anyone else under the id are ignored (a static id's new
-        # process is its principal's, which may commit them anyway).
-        proven = member.is_static or group.fences.proves(member.member_id, member.proof)
+        # from anyone else under the id are ignored, a static registration's
+        # among them (a new process of a static id has none to hand over, and
+        # a static registration may name a dropped dynamic member's id).
+        proven = group.fences.proves(member.member_id, member.proof)
         owned = group.fences.last_ran_by(member.member_id) if proven else frozenset()
         previous = group.members.get(member.member_id)
         if previous is not None:  # a static member or this incarnation back (validated): what it ran

@@ -46,13 +46,16 @@ from zkcoord.records import TopicPartition
 WHOLE_GROUP = "<unknown members of an unreadable state>"
 
 
-def incarnation_proof(incarnation: str) -> str:
+def incarnation_proof(incarnation: str, principal: object) -> str:
     """What the coordinator keeps (and persists) of a member's incarnation
-    secret: a digest, so that ZooKeeper and memory never hold the secret
-    itself. "" for no incarnation: nothing then proves it."""
+    secret: a digest of it and of the principal that registered it, so that
+    ZooKeeper and memory never hold the secret itself, and a secret replayed
+    by another principal (captured on a link without TLS, say) proves
+    nothing. "" for no incarnation: nothing then proves it."""
     if not incarnation:
         return ""
-    return hashlib.sha256(b"zkcoord incarnation\0" + incarnation.encode("utf-8")).hexdigest()
+    return hashlib.sha256(b"zkcoord incarnation\0" + str(principal).encode("utf-8") + b"\0"
+                          + incarnation.encode("utf-8")).hexdigest()
 
 
 def lease_end(last_sent: float, session_timeout_ms: int, margin_ms: int) -> float:
@@ -108,9 +111,11 @@ class Fences:
             holders[holder] = max(until, holders.get(holder, until))
             self._last_ran.setdefault(tp, set()).add(holder)
         self._named_on.setdefault(holder, set()).update(partitions)
-        # The latest incarnation fenced under the id: an earlier one then
-        # proves nothing (safe: its fences run out instead of lifting).
-        self._proofs[holder] = proof
+        # Two incarnations fenced under one id (a stranger admitted under it,
+        # dropped in turn): release() would lift both processes' fences, so
+        # neither proves anything any more; their fences run out.
+        known = self._proofs.get(holder)
+        self._proofs[holder] = proof if known is None or known == proof else ""
 
     def fence_whole_group(self, until: float) -> None:
         """Nobody is started on anything before ``until``: who may be fetching what is not known."""

@@ -248,9 +248,12 @@ class Coordinator:
         """Prove the office, load what a predecessor left, watch the topics,
         and go (seed section 3)."""
         proven_at = self.clock()
+        self._apply(self._watch_for_pause(proven_at))  # the first reading: a pause from here on is seen
         self.store.prove_office()
         states = self.store.group_states()
-        self._apply(self.core.load(states, proven_at, self.clock()))
+        now = self.clock()
+        self._apply(self._watch_for_pause(now))
+        self._apply(self.core.load(states, proven_at, now))
         if self.deposed:  # stopped while it loaded (its session ended, say): watch nothing
             return
         self.topics.subscribe(self._partitions_changed)
@@ -345,9 +348,7 @@ class Coordinator:
         A handler that raises is a bug: the coordinator steps down, loudly,
         rather than run on with half a decision."""
         try:
-            now = self.clock()
-            gained = self._pauses.observe(now, self.wall_clock())
-            todo = self.core.machine_paused(gained, now) if gained else []
+            todo = self._watch_for_pause(self.clock())
             todo += handler(*args, self.clock())
         except Exception:
             log.exception("the coordinator's core failed in %s; stepping down", getattr(handler, "__name__", handler))
@@ -363,6 +364,12 @@ class Coordinator:
                 self._apply(self.core.fail(self.clock()))
             except Exception:
                 log.exception("stepping down failed too")
+
+    def _watch_for_pause(self, now: float) -> list:
+        """Read the wall clock beside the lease clock's ``now``; what the core
+        decides if they show a pause the lease clock did not count."""
+        gained = self._pauses.observe(now, self.wall_clock())
+        return self.core.machine_paused(gained, now) if gained else []
 
     def _apply(self, todo: list) -> None:
         for action in todo:
