@@ -461,10 +461,9 @@ class CoordinatorCore:
             log.warning("coordinator epoch %d: ZooKeeper now grants the session %d ms (was %d ms): the office "
                         "is dated from the smaller", self.epoch, granted_ms, self.zk_session_timeout_ms)
             self.zk_session_timeout_ms = granted_ms
-            if self._proven_at >= self._void_before:
-                self.office_until = office_end(self._proven_at, granted_ms)
-            else:
-                self.office_until = min(self.office_until, office_end(self._proven_at, granted_ms))
+            # The office rests on the latest proof, now dated by the smaller
+            # timeout (and never longer than a pause seen since left it).
+            self.office_until = min(self.office_until, office_end(self._proven_at, granted_ms))
         if self.state is not CoordinatorState.LOADING:
             self._prove_office(now)
         self._resume(now)

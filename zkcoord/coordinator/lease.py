@@ -169,10 +169,9 @@ class Fences:
         if partitions is None:
             known = {h for holders in self._last_ran.values() for h in holders}
             known.update(h for holders in self._until.values() for h in holders)
-            for holder in [h for h in self._proofs if h not in known]:
-                del self._proofs[holder]
-            for holder in [h for h in self._named_on if h not in known]:
+            for holder in [h for h in self._named_on if h not in known]:  # every proof's holder is named on
                 del self._named_on[holder]
+                self._proofs.pop(holder, None)
         else:
             partitions = list(partitions)
         wanted = self._until if partitions is None else [tp for tp in partitions if tp in self._until]
