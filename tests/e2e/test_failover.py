@@ -128,7 +128,7 @@ def test_members_surviving_a_coordinator_crash_redeliver_nothing(cluster, zk):
     """The killed coordinator hosts none of the topic's partitions, so the
     data stays reachable: then the members' handover of their final offsets
     to the new coordinator makes the failover exactly once."""
-    from tests.e2e.test_rebalancing import Production, exactly_once
+    from tests.e2e.test_rebalancing import Production, delivered_exactly_once, more_deliveries
 
     old = coordinator_id(zk)
     brokers = sorted(s for s in cluster.servers if s != old)
@@ -143,13 +143,8 @@ def test_members_surviving_a_coordinator_crash_redeliver_nothing(cluster, zk):
     cluster.servers[old].kill()
     wait_until(lambda: coordinator_id(zk) != old, timeout=FAILOVER_S, message="a new coordinator")
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
-    mark = len(delivered_values(consumers))
-    wait_until(lambda: len(delivered_values(consumers)) > mark + 300, timeout=FAILOVER_S,
-               message="deliveries under the new coordinator")
-    produced = production.stop()
-    wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=FAILOVER_S,
-               message=f"{produced} deliveries")
-    exactly_once(consumers, produced)
+    more_deliveries(consumers, 300, FAILOVER_S, "deliveries under the new coordinator")
+    delivered_exactly_once(consumers, production.stop(), FAILOVER_S)
 
 
 def test_a_server_cut_off_from_zookeeper_for_long_comes_back_by_itself(cluster_factory, zk_proxies, zk):

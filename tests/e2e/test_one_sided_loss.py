@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.checks import delivered_values, wait_whole
-from tests.e2e.test_rebalancing import Production, exactly_once
+from tests.e2e.test_rebalancing import Production, delivered_exactly_once, more_deliveries
 from zkcoord.admin.topics import create_topic
 from zkcoord.testing import netns, partitions_of, wait_until
 
@@ -61,13 +61,8 @@ def test_a_member_whose_connection_is_lost_one_way_takes_its_place_back_and_rede
                    message="the cut-off member to take its place back")
         wait_until(lambda: set(cut_off.assignment()) == held, timeout=SETTLE_S,
                    message="the member running its partitions again")
-        mark = len(delivered_values(consumers))
-        wait_until(lambda: len(delivered_values(consumers)) > mark + 300, timeout=SETTLE_S,
-                   message="deliveries after it came back")
-        produced = production.stop()
-        wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=SETTLE_S,
-                   message=f"{produced} deliveries")
-        exactly_once(consumers, produced)
+        more_deliveries(consumers, 300, SETTLE_S, "deliveries after it came back")
+        delivered_exactly_once(consumers, production.stop(), SETTLE_S)
         assert "already registered" not in coordinator.log_tail(200_000)
     finally:
         namespace.remove()

@@ -47,6 +47,19 @@ def exactly_once(consumers, produced: int) -> None:
     assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
 
 
+def more_deliveries(consumers, more: int, timeout: float, message: str) -> None:
+    """Wait until ``consumers`` have delivered ``more`` records beyond what they have now."""
+    mark = len(delivered_values(consumers))
+    wait_until(lambda: len(delivered_values(consumers)) > mark + more, timeout=timeout, message=message)
+
+
+def delivered_exactly_once(consumers, produced: int, timeout: float = SETTLE_S, where: str = "") -> None:
+    """Wait until ``consumers`` have delivered ``produced`` records, then check each was delivered once."""
+    wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=timeout,
+               message=f"{produced} deliveries{where}")
+    exactly_once(consumers, produced)
+
+
 def test_planned_joins_and_leaves_deliver_every_message_exactly_once(cluster, zk):
     create_topic(zk, "t", 20)
     partitions = partitions_of(zk, ["t"])
@@ -74,10 +87,7 @@ def test_planned_joins_and_leaves_deliver_every_message_exactly_once(cluster, zk
     wait_until(lambda: group_is_whole(zk, "g", consumers, partitions) and consumers[-1].assignment(),
                timeout=SETTLE_S, message="the last joiner settled")
 
-    produced = production.stop()
-    wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=SETTLE_S,
-               message=f"{produced} deliveries")
-    exactly_once(consumers, produced)
+    delivered_exactly_once(consumers, production.stop())
 
 
 def test_a_static_member_bounced_five_times_revokes_nothing_from_the_others(cluster, zk):

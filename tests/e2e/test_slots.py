@@ -19,7 +19,7 @@ from kazoo.security import ACL, ANYONE_ID_UNSAFE, Id, Permissions
 
 from tests.e2e.checks import delivered_values, wait_whole
 from tests.e2e.conftest import SERVER_ARGS
-from tests.e2e.test_rebalancing import Production, exactly_once
+from tests.e2e.test_rebalancing import Production, delivered_exactly_once, more_deliveries
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel
@@ -125,9 +125,7 @@ def _kill_and_check(cluster, zk, slots, held, victim, groups, members, partition
                timeout=SETTLE_S, message="every group delivering after the kill")
     produced = production.stop()
     for group, consumers in members.items():
-        wait_until(lambda: len(delivered_values(consumers)) >= produced, timeout=SETTLE_S,
-                   message=f"{produced} deliveries in {group}")
-        exactly_once(consumers, produced)
+        delivered_exactly_once(consumers, produced, SETTLE_S, where=f" in {group}")
     assert all(slot_epoch(zk, slot) == epochs[slot] for slot in held if slot not in moved)
     for group in calm:  # not one Stop or Start, nor a new registration, in the survivors' slots
         assert [len(events(c)) for c in members[group]] == before[group], group
@@ -233,14 +231,10 @@ def test_a_changed_slot_count_gives_each_group_one_coordinator_once_the_old_ones
         for slot in range(3):  # every slot elected under the new count, each above every epoch of the old
             assert zk.exists(layout.slot_coordinator_path(slot)).czxid > changed, slot
             assert slot_epoch(zk, slot) > old_epochs, slot
-        mark = len(delivered_values(members))
-        wait_until(lambda: len(delivered_values(members)) > mark + 100, timeout=SETTLE_S,
-                   message="deliveries under the new count")
+        more_deliveries(members, 100, SETTLE_S, "deliveries under the new count")
     finally:
         produced = production.stop()
-    wait_until(lambda: len(delivered_values(members)) >= produced, timeout=SETTLE_S,
-               message=f"{produced} deliveries")
-    exactly_once(members, produced)  # never two coordinators handing out one partition
+    delivered_exactly_once(members, produced, SETTLE_S)  # never two coordinators handing out one partition
     for server in (1, 2):  # each stepped down from what it held under two slots
         log = cluster.servers[server].log_tail(1_000_000)
         assert "the cluster's slot count changed to 3 (was 2)" in log

@@ -118,16 +118,7 @@ def test_a_state_written_half_way_leaves_the_previous_one_whole_for_a_successor(
     ids = sorted(before.assignment)
     moved = {m: before.assignment[ids[(n + 1) % len(ids)]] for n, m in enumerate(ids)}
     after = dataclasses.replace(before, generation=4, assignment=moved, running=before.assignment)
-    multis = []
-    fenced = store._fenced
-
-    def successor_elected_after_the_first_multi(chunk):
-        multis.append(chunk)
-        if len(multis) == 2:
-            CoordinatorStore(zk, server_id=2).claim_epoch()
-        fenced(chunk)
-
-    store._fenced = successor_elected_after_the_first_multi
+    elect_a_successor_after_the_first_multi(store, zk)
     with pytest.raises(Deposed):
         store.write_group_state("big", after, exists=True)
     left = chunks_of(zk, "big") - named
@@ -184,18 +175,25 @@ def test_old_single_nodes_are_read_and_replaced_by_the_first_write(store, zk):
     assert store.group_states()["two"] == small and not chunks_of(zk, "two")
 
 
-def test_every_part_of_a_split_write_is_fenced(store, zk):
-    offsets = {("events", p): 5 for p in range(PARTITIONS)}
-    chunks = []
+def elect_a_successor_after_the_first_multi(store, zk) -> list:
+    """Make ``store``'s next split write elect a successor once its first
+    multi-operation is through; returns the multis, as they are tried."""
+    multis = []
     fenced = store._fenced
 
-    def successor_elected_after_the_first_chunk(chunk):
-        chunks.append(chunk)
-        if len(chunks) == 2:
+    def successor_elected_after_the_first_multi(chunk):
+        multis.append(chunk)
+        if len(multis) == 2:
             CoordinatorStore(zk, server_id=2).claim_epoch()
         fenced(chunk)
 
-    store._fenced = successor_elected_after_the_first_chunk
+    store._fenced = successor_elected_after_the_first_multi
+    return multis
+
+
+def test_every_part_of_a_split_write_is_fenced(store, zk):
+    offsets = {("events", p): 5 for p in range(PARTITIONS)}
+    chunks = elect_a_successor_after_the_first_multi(store, zk)
     with pytest.raises(Deposed):
         store.write_offsets("big", offsets, existing=set())
     first, second = chunks
