@@ -380,3 +380,19 @@ def test_a_stock_member_with_a_bad_broker_list_is_refused_at_once(tmp_path):
                             capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert result.returncode == 2 and "'nonsense' is not host:port" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_zkcoord_consume_members_of_every_client_share_a_group_preferring_sticky(group_cluster):
+    """`zkcoord consume` preferring sticky then range, as the drill runs it:
+    the thin member, a confluent-kafka one (given cooperative-sticky) and a
+    kafka-python one (eager only, given sticky) share a protocol, so each is
+    served partitions; none is refused for want of a common strategy."""
+    strategies = ("--strategy", "sticky", "--strategy", "range")
+    members = [group_cluster.add_consumer("mixed", topics=[TOPIC], extra=strategies)]
+    for client in ("confluent-kafka", "kafka-python"):
+        members.append(group_cluster.add_consumer("mixed", topics=[TOPIC], kafka_brokers=group_cluster.broker_list,
+                                                  extra=(*strategies, "--kafka-client", client)))
+    wait_until(lambda: all(m.assignment() for m in members)
+               and sorted(tp for m in members for tp in m.assignment()) == sorted(read_owners(group_cluster.zk,
+                                                                                               "mixed")),
+               timeout=60, message="every member holding partitions")

@@ -13,8 +13,8 @@ end-to-end tests and drills:
 - ``--slow-ms`` with SIGUSR1 makes the member slow on purpose: a Start or
   Stop within SLOW_ARMED_S of a SIGUSR1 takes that long to handle on the
   network thread (a fetcher slow to start or stop, a metadata lookup), so its
-  answer is that late; the arming lapses after that, so an unused one cannot
-  bite later;
+  answer is that late; the arming lapses after that, or at a SIGUSR2, so an
+  unused one cannot bite later;
 - ``--process-ms`` makes the application slow: after writing a batch's lines
   it takes that long before it polls again, as if processing the batch (a
   kill -9 meanwhile is a crash in the middle of a batch).
@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     on_stop(stop.set)
     signal.signal(signal.SIGUSR1, lambda *_: _slow_armed_at.update(t=time.monotonic()))
+    signal.signal(signal.SIGUSR2, lambda *_: _slow_armed_at.update(t=None))
     out = _open_for_append(args.output) if args.output else sys.stdout
 
     if args.kafka_brokers:
@@ -313,28 +314,29 @@ class _StockMember:
 
 def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     """The member as a stock Kafka client; same output, status and events."""
-    from zkcoord.broker.groups.classic import ASSIGNOR_FOR_STRATEGY
     from zkcoord.consumer.membership import parse_bootstrap
 
     brokers = ",".join(f"{host}:{port}" for host, port in parse_bootstrap(args.kafka_brokers))
     config = config_from(args)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # --slow-ms is a thin consumer's fault
+    for armed_by in (signal.SIGUSR1, signal.SIGUSR2):  # --slow-ms is a thin consumer's fault
+        signal.signal(armed_by, signal.SIG_IGN)
+    topics = list(config.topics) or ["^" + config.pattern]
+    if args.kafka_client == "kafka-python":
+        return _run_kafka_python(args, config, brokers, topics, out, stop)
+    return _run_confluent(args, config, brokers, topics, out, stop)
+
+
+def _run_confluent(args, config, brokers: str, topics: list[str], out, stop: threading.Event) -> int:
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    from zkcoord.broker.groups.classic import ASSIGNOR_FOR_STRATEGY
+
+    from zkcoord.security.config import librdkafka_settings
+
     assignors = [ASSIGNOR_FOR_STRATEGY[s] for s in config.assignment_strategies if s in ASSIGNOR_FOR_STRATEGY]
     # A client speaks one rebalance style: the first assignor's.
     cooperative = bool(assignors) and assignors[0] == "cooperative-sticky"
     assignors = [a for a in assignors if (a == "cooperative-sticky") == cooperative] or ["range"]
-    topics = list(config.topics) or ["^" + config.pattern]
-    if args.kafka_client == "kafka-python":
-        return _run_kafka_python(args, config, brokers, assignors, topics, out, stop)
-    return _run_confluent(args, config, brokers, assignors, topics, out, stop)
-
-
-def _run_confluent(args, config, brokers: str, assignors: list[str], topics: list[str], out,
-                   stop: threading.Event) -> int:
-    from confluent_kafka import Consumer as KafkaConsumer
-
-    from zkcoord.security.config import librdkafka_settings
-
     settings = {
         "bootstrap.servers": brokers, "group.id": config.group, "client.id": _stock_client_id(),
         "session.timeout.ms": config.session_timeout_ms,
@@ -370,8 +372,7 @@ def _run_confluent(args, config, brokers: str, assignors: list[str], topics: lis
     return member.run(out, stop, poll, consumer.close)
 
 
-def _run_kafka_python(args, config, brokers: str, assignors: list[str], topics: list[str], out,
-                      stop: threading.Event) -> int:
+def _run_kafka_python(args, config, brokers: str, topics: list[str], out, stop: threading.Event) -> int:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
@@ -383,7 +384,10 @@ def _run_kafka_python(args, config, brokers: str, assignors: list[str], topics: 
         raise ConfigError("--kafka-client kafka-python runs without TLS or SASL; use confluent-kafka")
     known = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
              "sticky": StickyPartitionAssignor}
-    chosen = tuple(known[a] for a in assignors if a in known) or (RangePartitionAssignor,)
+    # kafka-python rebalances eagerly only: each of our strategies by its eager
+    # assignor (the cooperative-sticky the other clients are given for sticky
+    # would leave it sharing no protocol with them).
+    chosen = tuple(known[s] for s in config.assignment_strategies if s in known) or (RangePartitionAssignor,)
     options = dict(
         bootstrap_servers=brokers.split(","), group_id=config.group, client_id=_stock_client_id(),
         session_timeout_ms=config.session_timeout_ms,

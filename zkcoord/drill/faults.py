@@ -158,6 +158,10 @@ class DrillCluster:
         """A member gone: its session timeout, debounce and one rebalance."""
         return self.timing.consumer_session_s + DEBOUNCE_S + REBALANCE_SLACK_S
 
+    def bound_for(self, consumer) -> float:
+        """The bound for ``consumer`` gone: a stock member's is longer (below)."""
+        return self.stock_member_bound() if consumer.stock else self.member_bound()
+
     def stock_member_bound(self) -> float:
         """A stock member gone unheard: the bridge waits its session for it,
         then the registration's fence holds up to a session more."""
@@ -271,7 +275,7 @@ def consumer_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     if consumer is None:
         return skipped(fault, "no consumer running")
     routed_around = fault.hold_s > ctx.timing.consumer_session_s
-    return _held(ctx, fault, consumer.name, ctx.member_bound(), consumer.pause, consumer.resume, routed_around)
+    return _held(ctx, fault, consumer.name, ctx.bound_for(consumer), consumer.pause, consumer.resume, routed_around)
 
 
 def _past_zk_session(ctx: DrillCluster, fault: PlannedFault) -> tuple[bool, int]:
@@ -325,7 +329,7 @@ def consumer_partition(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     if consumer is None:
         return skipped(fault, "no consumer running in a namespace")
     routed_around = fault.hold_s > ctx.timing.consumer_session_s
-    return _held(ctx, fault, consumer.name, ctx.member_bound(), consumer.netns.cut, consumer.netns.heal,
+    return _held(ctx, fault, consumer.name, ctx.bound_for(consumer), consumer.netns.cut, consumer.netns.heal,
                  routed_around)
 
 
@@ -410,7 +414,7 @@ def consumer_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
         return skipped(fault, "no consumer running")
     injected = time.time()
     consumer.kill()
-    bound = ctx.member_bound()
+    bound = ctx.bound_for(consumer)
     whole_at = ctx.wait_whole(_wait_bound(bound))
     consumer.start()  # a new process: a new member
     restored = time.time()
@@ -433,7 +437,10 @@ def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     joiner.terminate()
     restored = time.time()
     rejoined_at = ctx.wait_whole(_wait_bound(bound))
-    # The arming lapses by itself; say when the rebalance gave the member nothing to be slow about.
+    # Disarm: an arming the rebalances left unused would otherwise bite in the
+    # next fault, whose planned change would then be blamed for its duplicates.
+    if slow.alive:
+        slow.signal(signal.SIGUSR2)
     bit = any(e["ts"] >= injected for e in read_json_lines(slow.events_path))
     return _record(fault, f"{slow.name} (joined by {joiner.name})", injected, restored, injected, whole_at,
                    rejoined_at, bound, note="" if bit else "the slow member was sent no Start or Stop")
