@@ -85,3 +85,26 @@ def test_a_persisted_member_that_never_comes_back_keeps_the_group_waiting_no_lon
     h.register("c", "c")
     h.advance(returned_by(3.0) + 1.0, serve=("c",))
     assert returned_by(3.0) - 1e-9 <= first_start(h) < returned_by(3.0) + 0.5 and h.running("c") == set(P)
+
+
+def test_a_slot_just_taken_over_is_not_settled_until_its_fences_have_run_out():
+    # The server hands a slot over to balance only once it is settled: a
+    # second takeover while these fences run would make the group wait twice.
+    state = layout.GroupState(3, "range", {"a": tuple(P)}, lease_ms=3000, proofs=proofs("a"))
+    h = CoreHarness(states={"g": state})
+    h.register("c", "c")
+    h.advance(returned_by(3.0) - 0.1, serve=("c",))
+    assert not h.core.settled(h.now)
+    h.advance(1.0, serve=("c",))
+    assert h.running("c") == set(P) and h.core.settled(h.now)
+
+
+def test_a_settled_coordinator_is_unsettled_by_a_change_until_its_round_ends():
+    h = CoreHarness()
+    h.register("a", "a")
+    h.advance(1.0, serve=("a",))
+    assert h.core.settled(h.now)
+    h.register("b", "b")
+    assert not h.core.settled(h.now)
+    h.advance(1.0, serve=("a", "b"))
+    assert h.running("a") and h.running("b") and h.core.settled(h.now)

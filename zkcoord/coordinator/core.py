@@ -606,6 +606,16 @@ class CoordinatorCore:
     def flushing(self) -> bool:
         return bool(self._flushes)
 
+    def settled(self, now: float) -> bool:
+        """Whether every group is at rest: active, none mid-round or waiting
+        for one, none waiting out a fence. Handing a slot over costs its groups
+        a takeover's fences; handed over while a takeover's fences still run,
+        they would pay twice."""
+        return self.active and all(
+            group.phase is not GroupPhase.REBALANCING and not group.rebalance_pending
+            and group.fences.until(now) is None
+            for group in self.groups.values())
+
     def step_down(self, now: float) -> list:
         """Leave office: close every member's connection and do nothing more."""
         if not self.deposed:

@@ -242,6 +242,9 @@ class Coordinator:
     def describe_groups(self) -> dict:
         return self.core.describe_groups()
 
+    def settled(self) -> bool:
+        return self.core.settled(self.clock())
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -563,7 +563,11 @@ class Server:
         release = slot_to_release(self.coordinators, count.slots, len(servers), withdrawn)
         # Hand over only once the last vacant slot has been taken (a slot
         # every server has withdrawn from waits for one to stand again).
-        if release is not None and not [slot for slot in vacant if withdrawn[slot] < len(servers)]:
+        # And only once its groups are at rest: a slot just taken over still
+        # waits out its predecessor's leases, and a second takeover would
+        # make its groups wait them out again.
+        if (release is not None and not [slot for slot in vacant if withdrawn[slot] < len(servers)]
+                and self.coordinators[release].settled()):
             log.info("server %d hands slot %d over: it holds %d of %d slots with %d servers up",
                      self.config.server_id, release, len(self.coordinators), count.slots, len(servers))
             self._resign(release)
