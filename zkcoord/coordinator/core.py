@@ -534,9 +534,12 @@ class CoordinatorCore:
             # heartbeat on late, just before the session expires (DESIGN.md).
             # Only a second round trip, begun S/4 after this one ended (half a
             # tick and more), shows that the session outlived it; the office
-            # is dated from the first.
+            # is dated from the first. A first whose office would have run
+            # out before this one began belongs to an earlier lapse (the link
+            # went dark again before its second): this one is the first after
+            # the lapse under way, never paired with that older one.
             first = self._first_after_lapse
-            if first is None:
+            if first is None or began >= office_end(first[0], self.zk_session_timeout_ms):
                 self._first_after_lapse = (began, now)
                 self._emit(SetTimer(SECOND_PROOF_TIMER, now + self._renewal_interval()))
                 log.info("coordinator epoch %d: office round trip after a lapse succeeded; a second one in %.1fs "
