@@ -190,6 +190,23 @@ def test_an_abandoned_member_stays_fenced_until_its_client_joins_afresh(bridge):
     assert last_fences(bridge) == {}
 
 
+def test_a_member_silent_past_its_session_is_fenced_on_what_its_client_held(bridge):
+    """Cut off from this broker only (or paused), the client may fetch on
+    from the other leaders: taken as gone for its silence, its member is
+    fenced like one abandoned for keeping a revoked partition. From review:
+    the expiry took the member as gone (holding nothing) before the bridge
+    dropped it, so nothing was fenced, and the partitions were served to it
+    once started elsewhere."""
+    bridged = holding_member(bridge)
+    registration = bridged.membership
+    for _ in range(25):  # the expiry loop's ticks over its 6 s session; the registration's lease stays renewed
+        bridge.test_clock.now += 0.25
+        registration.protocol.lease_deadline = bridge.test_clock() + 6.0
+        bridge._expire(bridge.test_clock())
+    assert bridged.member.gone and bridged.membership is None and bridged.left is False
+    assert last_fences(bridge) == {("g", "m-1"): {A, B}}
+
+
 def test_a_member_that_leaves_cleanly_is_not_fenced(bridge):
     bridged = holding_member(bridge)
     bridged.member.join(None, bridge.test_clock())  # an eager client let everything go

@@ -149,7 +149,8 @@ class _MemberListener:
             now = self.clock()
             if not self.bridge.judging_silence(now):
                 continue
-            if member.expire(now) is not None or (now >= give_up_at and partitions & member.revoking):
+            # Dropped while it still holds what it held (_drop fences that), not after taking it as gone.
+            if member.expired(now) or (now >= give_up_at and partitions & member.revoking):
                 self.bridge._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
         if member.gone and not self.bridged.left:
             # Abandoned: the registration's connection is closed already, so
@@ -664,17 +665,20 @@ class GroupBridge:
     def _expire_loop(self) -> None:
         while True:
             gevent.sleep(EXPIRY_CHECK_S)
-            now = self.clock()
-            judging = self.judging_silence(now)
-            for members in list(self._groups.values()):
-                for bridged in list(members.values()):
-                    if bridged.member.gone or (judging and bridged.member.expire(now) is not None):
-                        self._drop(bridged, "it did not answer in time")
-                    elif bridged.membership is not None and bridged.membership.closed is False \
-                            and bridged.membership.error is not None:
-                        self._drop(bridged, f"its registration failed: {bridged.membership.error}")
-                    elif bridged.membership is not None:
-                        self._watch_lease(bridged, now)
+            self._expire(self.clock())
+
+    def _expire(self, now: float) -> None:
+        """Drop the members gone silent; watch the others' leases."""
+        judging = self.judging_silence(now)
+        for members in list(self._groups.values()):
+            for bridged in list(members.values()):
+                if bridged.member.gone or (judging and bridged.member.expired(now)):
+                    self._drop(bridged, "it did not answer in time")  # fenced on what its client held
+                elif bridged.membership is not None and bridged.membership.closed is False \
+                        and bridged.membership.error is not None:
+                    self._drop(bridged, f"its registration failed: {bridged.membership.error}")
+                elif bridged.membership is not None:
+                    self._watch_lease(bridged, now)
 
     def _watch_lease(self, bridged: _Bridged, now: float) -> None:
         """A thin consumer stops when its lease runs out; a stock client needs
