@@ -83,6 +83,30 @@ def test_a_short_drill_of_random_faults_passes(tmp_path):
     assert processes_under(directory) == {}
 
 
+@pytest.mark.timeout(300)
+def test_a_big_group_joins_and_goes_without_breaking_an_invariant(tmp_path):
+    # Seed 2 draws a crowd that leaves cleanly (a planned change), then one killed with -9.
+    directory = tmp_path / "drill"
+    result = drill("--faults", "2", "--seed", "2", "--kinds", "big-group", "--big-group-members", "120",
+                   "--dir", str(directory), timeout=240)
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    report = json.loads((directory / "report.json").read_text())
+    assert report["ok"] and report["summary"] == lines[-1]
+    faults = report["faults"]
+    assert [(f["planned"], f["target"].endswith("all left cleanly")) for f in faults] == [(True, True),
+                                                                                       (False, False)]
+    assert all(f["target"].startswith("120 members from one process (120 registered") for f in faults), faults
+    # The crowds' members took partitions and delivered: the checker judged them with the consumers.
+    for index in (1, 2):
+        crowd = directory / f"consumer-crowd-{index}"
+        started = {json.loads(line)["member"] for line in (crowd / "events.jsonl").read_text().splitlines()}
+        delivered = {json.loads(line)["member"] for line in (crowd / "records.jsonl").read_text().splitlines()
+                     if line.endswith("}")}
+        assert started and delivered and delivered <= started
+    assert processes_under(directory) == {}
+
+
 # The secured drill's faults: each one makes processes connect, sign in and
 # be authorized again (servers, members, ZooKeeper sessions over TLS). Seed
 # 20261141 draws six different ones of them.
@@ -122,6 +146,8 @@ def test_a_short_secured_drill_passes_and_leaves_no_secret_behind(tmp_path):
     (["--faults", "0"], "--faults must be at least 1"),
     (["--faults", "-2"], "--faults must be at least 1"),
     (["--consumers", "0"], "--consumers must be at least 1"),
+    (["--big-group-members", "0"], "--big-group-members must be at least 1"),
+    (["--big-group-members", "1001"], "--big-group-members must be at most 1000"),
     (["--consumers", "2", "--stock-members", "3"], "--stock-members (3) cannot exceed --consumers (2)"),
     (["--zookeeper", "127.0.0.1:1"], "both --zookeeper and --bootstrap"),
     (["--zookeeper", "127.0.0.1:1", "--bootstrap", "nonsense"], "not host:port"),

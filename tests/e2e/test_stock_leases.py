@@ -10,6 +10,8 @@ session runs out unheard; both mark the coordinator unknown and fetch on.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.e2e.conftest import SERVER_ARGS
@@ -25,6 +27,9 @@ PARTITIONS = 4
 SESSION_MS = 3000
 SETTLE_S = 40
 KAFKA_PYTHON = ("--kafka-client", "kafka-python")
+# A gone member's fence lapses once no broker has refused its client a fetch for this long.
+FENCE_IDLE_MS = 3000
+SHORT_IDLE_ARGS = (*SERVER_ARGS, "--fetch-fence-idle-ms", str(FENCE_IDLE_MS))
 
 
 def _stale_polls(cluster, member) -> dict:
@@ -92,7 +97,7 @@ def test_a_stock_member_cut_off_from_its_group_broker_only_fetches_nothing_start
     silent for its session, its partitions go to another member after the
     registration's fence, and meanwhile every broker refuses its fetches:
     it hands out at most the answers it had been sent before."""
-    cluster = cluster_factory(2, server_args=SERVER_ARGS)
+    cluster = cluster_factory(2, server_args=SHORT_IDLE_ARGS)
     cluster.create_topic(TOPIC, PARTITIONS)
     group_broker = cluster.servers[int(group_coordinator(cluster.zk, "g")[2] or cluster.wait_for_coordinator())]
     namespace = netns.NetworkNamespace(1).create()
@@ -109,6 +114,11 @@ def test_a_stock_member_cut_off_from_its_group_broker_only_fetches_nothing_start
                    message="its partitions started elsewhere")
         before = len(other.records())
         wait_until(lambda: len(other.records()) > before + 300, timeout=SETTLE_S, message="the other delivering")
+        # It fetches on, refused: its fence is kept however long that lasts, past the idle time many times.
+        fenced_at = time.monotonic()
+        wait_until(lambda: not _fenced(cluster) or time.monotonic() - fenced_at > 3 * FENCE_IDLE_MS / 1000,
+                   timeout=SETTLE_S, message="three idle times")
+        assert _fenced(cluster)
         namespace.heal()
         wait_until(lambda: cut.assignment() and other.assignment() and not _fenced(cluster), timeout=SETTLE_S,
                    message="the member back in the group")
@@ -117,3 +127,30 @@ def test_a_stock_member_cut_off_from_its_group_broker_only_fetches_nothing_start
         namespace.remove()
     stale = _stale_polls(cluster, cut)
     assert _at_most_one_poll_each(stale), stale
+
+
+def test_a_gone_stock_member_whose_client_never_returns_is_fenced_no_longer_than_the_idle_time(cluster_factory):
+    """kill -9 of a stock member holding partitions: the bridge abandons it
+    and fences what it held; its client never fetches again, so the fence
+    lapses the idle time later instead of lasting as long as the broker."""
+    cluster = cluster_factory(1, server_args=SHORT_IDLE_ARGS)
+    cluster.create_topic(TOPIC, PARTITIONS)
+    production = Production(cluster, TOPIC)
+    try:
+        dead = cluster.add_consumer("g", topics=[TOPIC], session_timeout_ms=SESSION_MS,
+                                    kafka_brokers=cluster.broker_list, extra=KAFKA_PYTHON)
+        wait_until(lambda: len(dead.assignment()) == PARTITIONS and len(dead.records()) > 100, timeout=SETTLE_S,
+                   message="the member consuming")
+        other = cluster.add_consumer("g", topics=[TOPIC], session_timeout_ms=SESSION_MS,
+                                     kafka_brokers=cluster.broker_list)
+        dead.kill()
+        wait_until(lambda: _fenced(cluster), timeout=SETTLE_S, message="the dead member abandoned and fenced")
+        fenced_at = time.monotonic()
+        wait_until(lambda: not _fenced(cluster), timeout=SETTLE_S, message="its fence lapsed")
+        # The idle time, a check interval of the broker's (a quarter of it) and the bridge's tick.
+        assert time.monotonic() - fenced_at <= 2 * FENCE_IDLE_MS / 1000 + 1.0
+        before = len(other.records())
+        wait_until(lambda: len(other.assignment()) == PARTITIONS and len(other.records()) > before + 100,
+                   timeout=SETTLE_S, message="the other member consuming everything")
+    finally:
+        production.stop()

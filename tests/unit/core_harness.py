@@ -54,11 +54,15 @@ class FakeZooKeeper:
     # (NoAuth after an ACL mistake, a quota); reads and the office's round
     # trips still succeed.
     refuse_writes: Optional[BaseException] = None
+    # The writes refused while ``refuse_writes`` is set (None: all of them).
+    refused_kinds: Optional[tuple[type, ...]] = None
 
     def refusal(self, op) -> Optional[BaseException]:
         """The error ZooKeeper answers ``op`` with, if any."""
         reads = (actions.ProveOffice, actions.ReadLogEnds, actions.ReadOwners, actions.ReadOffsets)
-        return None if isinstance(op, reads) else self.refuse_writes
+        if isinstance(op, reads) or (self.refused_kinds is not None and not isinstance(op, self.refused_kinds)):
+            return None
+        return self.refuse_writes
 
     def answer(self, op) -> tuple[object, Optional[BaseException]]:
         """ZooKeeper's answer to ``op``: its result and None, or None and the error."""

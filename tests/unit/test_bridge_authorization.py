@@ -26,7 +26,7 @@ def bridge():
         return principal in (ALICE, MALLORY) and resource == acl.group("g")  # both may read group g
 
     bridge = GroupBridge(1, None, lambda: {}, lambda: {}, heartbeat_interval_ms=3000, session_timeout_ms=10000,
-                         authorize=authorize)
+                         fence_idle_ms=600_000, authorize=authorize)
     member = ClassicMember(member_id="m-alice", topics=("t",), session_timeout_ms=10000, rebalance_timeout_ms=10000,
                            instance_id="s1", principal=ALICE)
     bridge._add(member, "g")

@@ -50,7 +50,7 @@ def test_every_bridged_member_registers_with_the_brokers_one_context(monkeypatch
     monkeypatch.setattr(bridge_module, "GroupMembership", Recorded)
     monkeypatch.setattr(bridge_module, "read_servers", lambda _zk: {"1": ServerInfo("1", "127.0.0.1", 1)})
     bridge = GroupBridge(1, None, lambda: {}, lambda: {}, heartbeat_interval_ms=3000, session_timeout_ms=10000,
-                         tls_context=shared)
+                         fence_idle_ms=600_000, tls_context=shared)
     try:
         for n in range(3):
             member = ClassicMember(member_id=f"m-{n}", topics=("t",), session_timeout_ms=10000,

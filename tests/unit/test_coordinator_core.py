@@ -457,6 +457,30 @@ def test_after_a_lapse_the_office_is_dated_from_the_first_of_the_two_round_trips
     assert h.core.office_until == pytest.approx(first_began + OFFICE)
 
 
+def test_a_first_round_trip_whose_office_ran_out_meanwhile_is_not_paired_with_a_later_one():
+    # A first round trip after a lapse, then the link dark again (no second
+    # one) until the office that first one would date has run out: that is a
+    # lapse of its own. The next success is the first after *this* lapse;
+    # paired with the old first, it dated an office already over, was spent
+    # for nothing, and the office came back a round trip later than it should.
+    h = two_members()
+    h.apply(h.core.session_suspended(h.now))
+    h.advance(OFFICE + 1.0, serve=("a", "b"))
+    h.prove_office = False
+    h.apply(h.core.session_resumed(h.now))
+    h.complete(actions.ProveOffice)  # the first after the lapse
+    h.apply(h.core.session_suspended(h.now))  # dark again before the second
+    h.advance(OFFICE + 0.5, serve=("a", "b"))
+    first_after_this_lapse = h.now
+    h.apply(h.core.session_resumed(h.now))
+    h.complete(actions.ProveOffice)
+    assert h.core.state is CoordinatorState.SUSPENDED  # one round trip after a lapse is not enough
+    h.advance(RENEWAL + 0.01, serve=("a", "b"))
+    h.complete(actions.ProveOffice)  # the second, S/4 on: the office is back, dated from this lapse's first
+    assert h.core.active
+    assert h.core.office_until == pytest.approx(first_after_this_lapse + OFFICE)
+
+
 def test_a_smaller_session_timeout_granted_on_reconnect_dates_the_office():
     # kazoo reconnects the same session through another server, which grants
     # it less: ZooKeeper expires it after the smaller timeout.

@@ -5,6 +5,7 @@ capped backoff; an owner node nobody can decode is replaced, not kept."""
 from __future__ import annotations
 
 from zkcoord import wire
+from zkcoord.coordinator import actions
 from zkcoord.coordinator.group import GroupPhase
 from zkcoord.zk import layout
 
@@ -38,6 +39,37 @@ def test_a_failed_group_is_retried_until_the_fault_ends_without_any_change():
     h.advance(CAP + 1.0, serve=("a",))
     assert group.phase is GroupPhase.STABLE and h.running("a") == set(P)
     assert h.zk.failures.get("g") is None
+
+
+def test_a_failed_group_writes_its_failure_only_when_the_failure_changes():
+    # Only the group's state is refused (a quota on its node): every retry
+    # fails the same way, and the failure node, which can be written, says so once.
+    h = CoreHarness()
+    h.register("a", "a")
+    h.register("b", "b")
+    h.stable(["a", "b"])
+    h.zk.refused_kinds = (actions.WriteGroupState,)
+    h.zk.refuse_writes = NoAuth("quota exceeded")
+
+    def failures_written() -> list:
+        return [op.failure for op in h.zk.writes if isinstance(op, actions.WriteGroupFailure)]
+
+    h.advance(11.0 + T + 4 * CAP, serve=("a",))  # b dies; FAILED, then four more retries at the cap
+    group = h.core.groups["g"]
+    assert group.phase is GroupPhase.FAILED and group.attempts >= CONFIG.max_rebalance_retries + 4
+    assert len(failures_written()) == 1 and "quota exceeded" in failures_written()[0].error
+    h.zk.refuse_writes = NoAuth("not authorized")  # another fault: the failure changes, and is written
+    h.advance(2 * CAP, serve=("a",))
+    assert [f.error.rsplit(": ", 1)[-1] for f in failures_written()] == ["quota exceeded", "not authorized"]
+    h.zk.refuse_writes = None
+    h.advance(CAP + 1.0, serve=("a",))
+    assert group.phase is GroupPhase.STABLE and failures_written()[-1] is None and len(failures_written()) == 3
+    h.zk.refuse_writes = NoAuth("quota exceeded")  # one failed round, short of giving up, then success
+    h.register("c", "c")
+    h.advance(0.3, serve=("a", "c"))
+    h.zk.refuse_writes = None
+    h.advance(CAP, serve=("a", "c"))
+    assert group.phase is GroupPhase.STABLE and len(failures_written()) == 3  # nothing recorded, nothing to clear
 
 
 def test_retries_back_off_up_to_the_cap():

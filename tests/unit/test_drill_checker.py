@@ -4,6 +4,7 @@ edge (a poll that straddles another member's Start)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -256,3 +257,28 @@ def test_one_drop_of_a_committed_offset_is_one_regression_however_long_it_stays(
 def test_a_history_with_nothing_in_it_proves_nothing():
     verdict = check(history())
     assert verdict.violations["empty history (nothing produced or sampled)"] == 1 and not verdict.ok
+
+
+def test_the_members_of_a_big_group_crowd_are_judged_with_the_consumers(tmp_path):
+    """A crowd (many members in one process, the big-group fault) writes its
+    records and events under consumer-crowd-F/: a consumer delivering a
+    partition after a crowd member was started on it is double ownership."""
+    def write(directory, name, lines):
+        (tmp_path / directory).mkdir(exist_ok=True)
+        (tmp_path / directory / name).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    def event(member, ts, kind):
+        return {"ts": ts, "member": member, "event": kind, "partitions": [["t", 0]], "epoch": 1, "generation": 1}
+
+    def record(member, offset, ts):
+        return {"topic": "t", "partition": 0, "offset": offset, "value": "", "member": member, "ts": ts,
+                "te": ts + 0.01}
+
+    write("consumer-1", "events.jsonl", [event("a", 1.0, "start")])
+    write("consumer-1", "records.jsonl", [record("a", 0, 2.0), record("a", 1, 6.0)])
+    write("consumer-crowd-2", "events.jsonl", [event("crowd-member", 5.0, "start")])
+    write("consumer-crowd-2", "records.jsonl", [record("crowd-member", 1, 5.5)])
+    loaded = History.load(tmp_path)
+    assert {d.member for d in loaded.deliveries} == {"a", "crowd-member"}
+    verdict = check(loaded)
+    assert [(w.member, w.superseded_by, w.start) for w in verdict.double_ownership] == [("a", "crowd-member", 5.0)]

@@ -36,6 +36,17 @@ def test_long_and_short_holds_straddle_the_timeouts():
         assert 0.5 <= f.settle_s <= 1.5
 
 
+def test_a_big_group_stays_two_sessions_and_is_planned_exactly_when_it_leaves_cleanly():
+    schedule = plan(5, 200, list(KINDS), TIMING)
+    crowds = [f for f in schedule if f.kind == "big-group"]
+    assert {f.clean for f in crowds} == {True, False}  # both ends are drawn
+    for f in crowds:
+        assert f.hold_s > 2 * TIMING.consumer_session_s + 0.9
+        assert f.clean == (f.pick % 2 == 1) and f.planned == f.clean
+    # No other kind ends either way: their planned flag is their kind's.
+    assert all(not f.clean and f.planned == KINDS[f.kind].planned for f in schedule if f.kind != "big-group")
+
+
 @pytest.mark.parametrize("count", [0, -3])
 def test_a_fault_count_that_is_not_positive_is_refused(count):
     with pytest.raises(ConfigError, match="must be positive"):

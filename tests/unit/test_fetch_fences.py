@@ -22,6 +22,7 @@ from zkcoord.records import TopicPartition
 A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
 HOST, CLIENT = "10.0.0.7", "app-1"
 TIE = Tie(HOST, CLIENT)
+IDLE_MS = 60_000  # a gone member's fence lapses after this long with no fetch of its client refused
 
 
 # -- the pure halves ------------------------------------------------------------------------------
@@ -69,6 +70,27 @@ def test_a_fence_set_to_nothing_is_gone():
     assert not fences.set("g", "m-1", TIE, ())
 
 
+def test_a_fence_is_idle_from_its_last_change_or_the_last_fetch_refused_to_its_client():
+    now = [0.0]
+    fences = BridgeFences(lambda: now[0])
+    fences.set("g", "m-1", TIE, {A, B})
+    fences.set("g", "m-2", Tie(HOST, "app-2"), {C})
+    now[0] = 30.0
+    fences.fetched("g", "m-1")  # a broker refused m-1's client: it still fetches
+    fences.narrow("g", "m-2", {C})  # unchanged: no news of its client
+    now[0] = 60.0
+    assert fences.idle(60.0) == [("g", "m-2")]
+    assert fences.lift("g", "m-2") and not fences.lift("g", "m-2")
+    fences.fetched("g", "m-2")  # lifted: nothing to keep
+    now[0] = 89.0
+    assert fences.idle(60.0) == [] and fences.fenced("g", "m-1") == {A, B}
+    fences.set("g", "m-1", TIE, {A})  # a change counts as news
+    now[0] = 148.0
+    assert fences.idle(60.0) == []
+    now[0] = 149.0
+    assert fences.idle(60.0) == [("g", "m-1")]
+
+
 def test_a_refused_partition_gets_not_leader_and_no_records():
     from kafka.protocol.consumer import FetchRequest
 
@@ -112,7 +134,7 @@ def bridge():
     clock = Clock()
     published = []
     bridge = GroupBridge(1, None, lambda: {}, lambda: {}, heartbeat_interval_ms=3000, session_timeout_ms=10000,
-                         clock=clock, publish_fences=published.append)
+                         fence_idle_ms=IDLE_MS, clock=clock, publish_fences=published.append)
     bridge.test_clock, bridge.published = clock, published
     yield bridge
     bridge.close()
@@ -188,6 +210,47 @@ def test_an_abandoned_member_stays_fenced_until_its_client_joins_afresh(bridge):
     bridge._register = lambda bridged, strategies: 0  # no coordinator here: registered at once
     assert bridge.join_group(_join(""), HOST).error_code == 0
     assert last_fences(bridge) == {}
+
+
+def test_a_member_silent_past_its_session_is_fenced_on_what_its_client_held(bridge):
+    """Cut off from this broker only (or paused), the client may fetch on
+    from the other leaders: taken as gone for its silence, its member is
+    fenced like one abandoned for keeping a revoked partition. From review:
+    the expiry took the member as gone (holding nothing) before the bridge
+    dropped it, so nothing was fenced, and the partitions were served to it
+    once started elsewhere."""
+    bridged = holding_member(bridge)
+    registration = bridged.membership
+    for _ in range(25):  # the expiry loop's ticks over its 6 s session; the registration's lease stays renewed
+        bridge.test_clock.now += 0.25
+        registration.protocol.lease_deadline = bridge.test_clock() + 6.0
+        bridge._expire(bridge.test_clock())
+    assert bridged.member.gone and bridged.membership is None and bridged.left is False
+    assert last_fences(bridge) == {("g", "m-1"): {A, B}}
+
+
+def test_a_gone_member_whose_client_fetches_nothing_for_the_idle_time_is_fenced_no_more(bridge):
+    """Its client never comes back (it died, or its host did): the fence
+    does not outlive it by more than the idle time."""
+    stale = holding_member(bridge)
+    bridge._drop(stale, "it did not answer in time")
+    bridge.test_clock.now += IDLE_MS / 1000.0 - 1.0
+    bridge.fence_fetched(("g", "m-1"))  # a broker refused it a fetch: it still runs
+    bridge.test_clock.now += IDLE_MS / 1000.0 - 1.0
+    bridge._lapse_idle_fences()
+    assert last_fences(bridge) == {("g", "m-1"): {A, B}}
+    bridge.test_clock.now += 1.0
+    bridge._lapse_idle_fences()
+    assert last_fences(bridge) == {}
+
+
+def test_a_live_member_s_fence_follows_its_lease_however_idle(bridge):
+    bridged = holding_member(bridge)
+    bridge.test_clock.now += 9.0  # within its warning: fenced while it lets go
+    bridge._watch_lease(bridged, bridge.test_clock())
+    bridge.test_clock.now += IDLE_MS / 1000.0
+    bridge._lapse_idle_fences()
+    assert last_fences(bridge) == {("g", "m-1"): {A, B}}
 
 
 def test_a_member_that_leaves_cleanly_is_not_fenced(bridge):

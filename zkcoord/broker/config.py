@@ -62,6 +62,10 @@ class BrokerConfig:
                                                               "protocol heartbeat", minimum=1)
     group_consumer_session_timeout_ms: int = setting(45_000, "how long a member speaking KIP-848's group "
                                                              "protocol may go without a heartbeat", minimum=1)
+    fetch_fence_idle_ms: int = setting(600_000, "a stock member gone from its group is refused the fetches of "
+                                                "what it held until its client shows it let go, or until no "
+                                                "broker has refused it a fetch for this long (the same on every "
+                                                "broker)", minimum=1000)
     # Kafka's connections.max.idle.ms.
     idle_timeout_ms: int = setting(600_000, "close a connection that sends nothing for this long", minimum=1)
     # One listener, TLS or plaintext: a cluster's clients all reach its

@@ -9,6 +9,12 @@ They go with the writer's session: a broker that dies takes its fences with
 it (its clients then find the group's new broker, which refuses their old
 member, and they let go).
 
+A broker that refused a fenced client's fetch lately writes the client's
+nodes again, the same bytes, at most once per check interval: a node's
+version moving is how the writer learns that the client still fetches
+somewhere, and a gone member's fence lapses once it has not moved for the
+idle time (groups/fences.py).
+
 Runs on gevent, like the broker: each side is one greenlet that a watch or a
 change only wakes, and that reads or writes whole on each wake-up.
 """
@@ -23,7 +29,7 @@ import gevent.event
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from zkcoord.broker.groups.fences import FenceIndex
+from zkcoord.broker.groups.fences import FenceIndex, Tie
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 
@@ -34,17 +40,27 @@ RETRY_S = 0.5
 REREAD_S = 5.0
 
 
+def check_interval(idle_ms: int) -> float:
+    """How often a reader says which fenced clients it refused, and a writer
+    looks: a few times within the idle time, and at least every REREAD_S."""
+    return min(REREAD_S, idle_ms / 1000.0 / 4)
+
+
 def _failed(what: str, exc: BaseException) -> None:
     log.warning("fetch fences: %s failed (%s); retrying", what, exc)
 
 
 class FencePublisher:
-    """Keeps the fences one bridge wants as nodes in ZooKeeper."""
+    """Keeps the fences one bridge wants as nodes in ZooKeeper, and calls
+    ``on_fetched(key)`` when a reader says the fence's client still fetches."""
 
-    def __init__(self, zk) -> None:
+    def __init__(self, zk, idle_ms: int, on_fetched=lambda key: None) -> None:
         self.zk = zk
+        self.on_fetched = on_fetched
+        self._check_s = check_interval(idle_ms)
         self._wanted: dict = {}
         self._written: dict = {}  # key -> (path, fence)
+        self._versions: dict = {}  # key -> its node's version when last looked at
         self._wake = gevent.event.Event()
         self._session_lost = False
         zk.add_listener(self._on_state)
@@ -67,14 +83,23 @@ class FencePublisher:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            self._wake.wait(timeout=self._check_s if self._written else None)
             self._wake.clear()
             try:
                 self._write()
+                self._look_for_fetches()
             except (KazooException, ZkcoordError, self.zk.handler.timeout_exception) as exc:
                 _failed("writing", exc)
                 gevent.sleep(RETRY_S)
                 self._wake.set()
+
+    def _look_for_fetches(self) -> None:
+        """Each node a reader wrote again since the last look: its client still fetches."""
+        for key, (path, _) in list(self._written.items()):
+            stat = self.zk.exists(path)
+            if stat is not None and stat.version != self._versions.get(key):
+                self._versions[key] = stat.version
+                self.on_fetched(key)
 
     def _write(self) -> None:
         if self._session_lost:
@@ -90,9 +115,11 @@ class FencePublisher:
             path = self.zk.create(layout.FETCH_FENCE_PREFIX, layout.encode_fetch_fence(fence), ephemeral=True,
                                   sequence=True)
             self._written[key] = (path, fence)
+            self._versions[key] = 0  # as created
             if old is not None:
                 self._delete(old[0])
         for key in [k for k in self._written if k not in wanted]:
+            self._versions.pop(key, None)
             self._delete(self._written.pop(key)[0])
 
     def _delete(self, path: str) -> None:
@@ -103,18 +130,24 @@ class FencePublisher:
 
 
 class FenceReader:
-    """Every bridge's fences, read from ZooKeeper and kept current."""
+    """Every bridge's fences, read from ZooKeeper and kept current; the
+    clients it refused, told to their fences' writers."""
 
-    def __init__(self, zk) -> None:
+    def __init__(self, zk, idle_ms: int) -> None:
         self.zk = zk
         self.index = FenceIndex()
+        self._check_s = check_interval(idle_ms)
         self._known: dict = {}  # node name -> FetchFence (nodes never change)
+        self._refused: set[Tie] = set()  # ties refused a fetch since the writers were last told
         self._wake = gevent.event.Event()
         zk.add_listener(self._on_state)
         self._greenlet = gevent.spawn(self._run)
 
     def refused(self, host: str, client_id: Optional[str]) -> frozenset:
-        return self.index.refused(host, client_id)
+        refused = self.index.refused(host, client_id)
+        if refused:
+            self._refused.add(Tie(host, client_id or ""))
+        return refused
 
     def close(self) -> None:
         self._greenlet.kill(block=False)
@@ -131,12 +164,23 @@ class FenceReader:
         while True:
             try:
                 self._read()
+                self._tell_writers()
             except (KazooException, ZkcoordError, self.zk.handler.timeout_exception) as exc:
                 _failed("reading", exc)
                 gevent.sleep(RETRY_S)
                 continue
-            self._wake.wait(timeout=REREAD_S)
+            self._wake.wait(timeout=self._check_s)
             self._wake.clear()
+
+    def _tell_writers(self) -> None:
+        """Write the nodes of every client refused since last time again, unchanged."""
+        refused, self._refused = self._refused, set()
+        for name, fence in self._known.items():
+            if Tie(fence.host, fence.client_id) in refused:
+                try:
+                    self.zk.set(f"{layout.FETCH_FENCES}/{name}", layout.encode_fetch_fence(fence))
+                except NoNodeError:
+                    pass  # lifted meanwhile
 
     def _read(self) -> None:
         try:

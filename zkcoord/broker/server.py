@@ -168,12 +168,14 @@ class Broker:
             self.acls = security_store.AclCache(
                 self.zk, self.config.security.acl_change_expiration_ms).start()
         # Every broker refuses what any bridge fences; this one's bridge fences its own members.
-        self.fence_reader = FenceReader(self.zk)
-        self._fence_publisher = FencePublisher(self.zk)
+        idle_ms = self.config.fetch_fence_idle_ms
+        self.fence_reader = FenceReader(self.zk, idle_ms)
+        self._fence_publisher = FencePublisher(self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key))
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
-            session_timeout_ms=self.config.group_consumer_session_timeout_ms, log_end=self._log_end,
+            session_timeout_ms=self.config.group_consumer_session_timeout_ms, fence_idle_ms=idle_ms,
+            log_end=self._log_end,
             tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
             credential=security.own_credential, password_without_tls=security.bridge_password_without_tls,
             publish_fences=self._fence_publisher.want)

@@ -53,10 +53,6 @@ STOCK_CLIENTS = ("confluent-kafka", "kafka-python")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from zkcoord import settings
-    from zkcoord.consumer.config import ConsumerConfig
-    from zkcoord.security.config import CLIENT_TLS, TlsConfig
-
     p = subparsers.add_parser("consume", help="consume a topic as a member of a group")
     member = p.add_mutually_exclusive_group(required=True)
     member.add_argument("--bootstrap", help="zkcoord servers, host:port[,host:port...]")
@@ -66,23 +62,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --kafka-brokers, the client library: librdkafka's (which revokes by itself when "
                         "its session ends unheard) or kafka-python (which, like Java's classic consumer, "
                         "keeps fetching when it loses its group coordinator)")
-    which = p.add_mutually_exclusive_group(required=True)
-    settings.add_options(which, ConsumerConfig, only=("topics", "pattern"))
-    # Offsets are always auto-committed here (see above).
-    settings.add_options(p, ConsumerConfig, exclude=("topics", "pattern", "auto_commit"))
-    settings.add_options(p, TlsConfig, only=CLIENT_TLS)
+    add_member_options(p)
     p.add_argument("--max-messages", type=int, default=0, help="stop after this many (0: never)")
     p.add_argument("--output", type=Path, default=None, help="append records here as JSON lines (default stdout)")
     p.add_argument("--status", type=Path, default=None, help="keep the member's assignment in this JSON file")
     p.add_argument("--events", type=Path, default=None,
                    help="append every Start and Stop obeyed here as JSON lines")
-    p.add_argument("--password-file", default=None, metavar="PATH",
-                   help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
     p.add_argument("--slow-ms", type=int, default=0,
                    help="after SIGUSR1, take this long over the next Start or Stop (fault drills)")
     p.add_argument("--process-ms", type=int, default=0,
                    help="take this long over each batch, after writing it, before polling again")
     p.set_defaults(func=run)
+
+
+def add_member_options(p: argparse.ArgumentParser) -> None:
+    """A member's settings as options (what config_from reads back): its
+    subscription, its terms with the coordinator, TLS and its credential.
+    Offsets are always auto-committed (see above)."""
+    from zkcoord import settings
+    from zkcoord.consumer.config import ConsumerConfig
+    from zkcoord.security.config import CLIENT_TLS, TlsConfig
+
+    which = p.add_mutually_exclusive_group(required=True)
+    settings.add_options(which, ConsumerConfig, only=("topics", "pattern"))
+    settings.add_options(p, ConsumerConfig, exclude=("topics", "pattern", "auto_commit"))
+    settings.add_options(p, TlsConfig, only=CLIENT_TLS)
+    p.add_argument("--password-file", default=None, metavar="PATH",
+                   help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
 
 
 def config_from(args: argparse.Namespace):
@@ -103,7 +109,7 @@ SLOW_ARMED_S = 10.0
 _slow_armed_at = {"t": None}  # monotonic time of the last SIGUSR1, until a Start or Stop uses it
 
 
-def _open_for_append(path: Path):
+def open_for_append(path: Path):
     """Open a JSON-lines file to add to, after a line a killed predecessor left
     torn, so the first new line stands on its own."""
     out = open(path, "a+", buffering=1)
@@ -114,12 +120,12 @@ def _open_for_append(path: Path):
     return out
 
 
-def _append_event(path: Path, member: str, event: str, partitions, epoch: int = -1, generation: int = -1) -> None:
+def append_event(path: Path, member: str, event: str, partitions, epoch: int = -1, generation: int = -1) -> None:
     """One line per Start or Stop obeyed, written before the coordinator hears the answer."""
     line = json.dumps({"ts": time.time(), "member": member, "event": event,
                        "partitions": sorted([t, p] for t, p in partitions),
                        "epoch": epoch, "generation": generation})
-    with _status_lock, _open_for_append(path) as events:
+    with _status_lock, open_for_append(path) as events:
         events.write(line + "\n")
 
 
@@ -143,7 +149,7 @@ def _write_status(path: Path, member: str, registered: bool, assignment, epoch: 
         tmp.replace(path)
 
 
-def _record_line(topic: str, partition: int, offset: int, value, member: str, began: float,
+def record_line(topic: str, partition: int, offset: int, value, member: str, began: float,
                  returned: float) -> str:
     """One delivered record as an output line: the record, who delivered it,
     and the poll that returned it (began, returned)."""
@@ -175,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     on_stop(stop.set)
     signal.signal(signal.SIGUSR1, lambda *_: _slow_armed_at.update(t=time.monotonic()))
     signal.signal(signal.SIGUSR2, lambda *_: _slow_armed_at.update(t=None))
-    out = _open_for_append(args.output) if args.output else sys.stdout
+    out = open_for_append(args.output) if args.output else sys.stdout
 
     if args.kafka_brokers:
         return _run_stock(args, out, stop)
@@ -185,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             _revoked["count"] += len(partitions)
         membership = consumer.membership
         if args.events is not None:
-            _append_event(args.events, consumer.consumer_id, event, partitions, membership.epoch,
+            append_event(args.events, consumer.consumer_id, event, partitions, membership.epoch,
                           membership.generation)
         if args.status is not None:
             _write_status(args.status, consumer.consumer_id, membership.registered.is_set(),
@@ -223,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
             last_status[0] = current
 
     try:
-        _deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None,
+        deliver(out, stop, args.max_messages, poll, keep_status if args.status is not None else None,
                  args.process_ms)
     finally:
         out.flush()
@@ -231,19 +237,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deliver(out, stop: threading.Event, max_messages: int, poll: Callable[[], list],
-             keep_status: Optional[Callable[[], None]], process_ms: int = 0) -> None:
+def deliver(out, stop: threading.Event, max_messages: int, poll: Callable[[], list],
+             keep_status: Optional[Callable[[], None]], process_ms: int = 0, between_polls_s: float = 0.0) -> None:
     """Either kind of member's loop: write each record ``poll()`` returns,
     as (topic, partition, offset, value, member), dated by that poll; keep
-    the status file after each; take ``process_ms`` over each batch; stop on
-    ``stop`` or after ``max_messages``."""
+    the status file after each; take ``process_ms`` over each batch, and
+    ``between_polls_s`` after every poll (for a ``poll()`` that does not wait
+    for records itself); stop on ``stop`` or after ``max_messages``."""
     consumed = 0
     while not stop.is_set():
         began = time.time()
         records = poll()
         returned = time.time()
         for topic, partition, offset, value, member in records:
-            out.write(_record_line(topic, partition, offset, value, member, began, returned))
+            out.write(record_line(topic, partition, offset, value, member, began, returned))
         consumed += len(records)
         if keep_status is not None:
             keep_status()
@@ -252,6 +259,8 @@ def _deliver(out, stop: threading.Event, max_messages: int, poll: Callable[[], l
         if records and process_ms:
             out.flush()  # what the application holds is on record before it works on it
             stop.wait(process_ms / 1000.0)
+        if between_polls_s:
+            stop.wait(between_polls_s)
 
 
 def _stock_client_id() -> str:
@@ -286,7 +295,7 @@ class _StockMember:
             self.held.difference_update(tps)
             _revoked["count"] += len(tps)
         if self.args.events is not None:
-            _append_event(self.args.events, self.label, event, tps)
+            append_event(self.args.events, self.label, event, tps)
         if self.args.status is not None:
             _write_status(self.args.status, self.name(), True, self.held)
 
@@ -304,7 +313,7 @@ class _StockMember:
         try:
             if self.args.status is not None:
                 self.keep_status()
-            _deliver(out, stop, self.args.max_messages, poll,
+            deliver(out, stop, self.args.max_messages, poll,
                      self.keep_status if self.args.status is not None else None, self.args.process_ms)
         finally:
             out.flush()

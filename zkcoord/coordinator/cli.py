@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-broker", action="store_true", help="run without the embedded broker")
     # The embedded broker shares the server's id and host.
     settings.add_options(p, BrokerConfig, only=("port", "data_dir", "group_consumer_heartbeat_interval_ms",
-                                                "group_consumer_session_timeout_ms"),
+                                                "group_consumer_session_timeout_ms", "fetch_fence_idle_ms"),
                          flags={"port": "--broker-port"}, optional=("data_dir",))
     settings.add_options(p, LogConfig)
     settings.add_options(p, MetricsConfig)

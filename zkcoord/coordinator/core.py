@@ -45,7 +45,7 @@ from zkcoord.coordinator.actions import (
 )
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.group import Group, GroupPhase, IllegalTransition, Member
+from zkcoord.coordinator.group import UNKNOWN_FAILURE, Group, GroupPhase, IllegalTransition, Member
 from zkcoord.coordinator.lease import OFFICE_RENEWAL_SHARE, incarnation_proof, lease_end, office_end
 from zkcoord.coordinator.planner import (
     HandoffPlan, Subscription, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
@@ -534,9 +534,12 @@ class CoordinatorCore:
             # heartbeat on late, just before the session expires (DESIGN.md).
             # Only a second round trip, begun S/4 after this one ended (half a
             # tick and more), shows that the session outlived it; the office
-            # is dated from the first.
+            # is dated from the first. A first whose office would have run
+            # out before this one began belongs to an earlier lapse (the link
+            # went dark again before its second): this one is the first after
+            # the lapse under way, never paired with that older one.
             first = self._first_after_lapse
-            if first is None:
+            if first is None or began >= office_end(first[0], self.zk_session_timeout_ms):
                 self._first_after_lapse = (began, now)
                 self._emit(SetTimer(SECOND_PROOF_TIMER, now + self._renewal_interval()))
                 log.info("coordinator epoch %d: office round trip after a lapse succeeded; a second one in %.1fs "
@@ -1356,23 +1359,36 @@ class CoordinatorCore:
     def _succeeded(self, group: Group) -> None:
         group.attempts = 0
         if group.failures:
-            self._zk(partial(WriteGroupFailure, group=group.name, failure=None), self._failure_recorded)
+            self._record_failure(group, None)
         group.failures = 0
         group.last_error = None
 
     def _give_up(self, group: Group) -> None:
+        """The group is FAILED (again: each retry's round takes it out of
+        FAILED while it runs); its failure node says why, rewritten only
+        when that changes, not at every retry."""
         group.transition(GroupPhase.FAILED)
         attempts = self.config.max_rebalance_retries + 1
-        log.error("%s rebalance FAILED after %d attempts (tried again every %.0fs at most): %s", group.describe(),
-                  attempts, self.config.max_rebalance_backoff_ms / 1000.0, group.last_error)
         # Visible to `zkcoord groups describe` until a retry succeeds.
         failure = layout.GroupFailure.of(group.generation, attempts, group.last_error or "unknown")
-        self._zk(partial(WriteGroupFailure, group=group.name, failure=failure), self._failure_recorded)
+        if failure != group.recorded_failure:
+            log.error("%s rebalance FAILED after %d attempts (tried again every %.0fs at most): %s",
+                      group.describe(), attempts, self.config.max_rebalance_backoff_ms / 1000.0, group.last_error)
+            self._record_failure(group, failure)
+
+    def _record_failure(self, group: Group, failure: Optional[layout.GroupFailure]) -> None:
+        """Write ``failure`` to the group's failure node (None: clear it), unless it holds that already."""
+        if failure == group.recorded_failure:
+            return
+        group.recorded_failure = failure
+        self._zk(partial(WriteGroupFailure, group=group.name, failure=failure),
+                 partial(self._failure_recorded, group))
 
     @staticmethod
-    def _failure_recorded(_result, error, _now) -> None:
+    def _failure_recorded(group: Group, _result, error, _now) -> None:
         if error is not None:  # logged either way
-            log.warning("could not record a group's rebalance failure: %s", error)
+            group.recorded_failure = UNKNOWN_FAILURE  # written again next time, whatever it is then
+            log.warning("%s could not record its rebalance failure: %s", group.describe(), error)
 
     def _group(self, name: str) -> Group:
         group = self.groups.get(name)

@@ -18,6 +18,11 @@ from zkcoord.records import TopicPartition
 from zkcoord.security.principal import ANONYMOUS, Principal
 
 
+# What a group's failure node holds when the coordinator cannot tell: a
+# predecessor's may be there, or a write of it failed.
+UNKNOWN_FAILURE = "unknown"
+
+
 class IllegalTransition(ZkcoordError):
     """A group was asked to move between phases that do not connect."""
 
@@ -119,6 +124,9 @@ class Group:
     # this differs from the members, so the node never names one that has gone.
     persisted_members: Optional[frozenset[str]] = frozenset()
     attempts: int = 0  # rebalance rounds failed in a row since the last change asked for one
+    # What its failure node holds, as this coordinator wrote it (a
+    # GroupFailure; None: none) or UNKNOWN_FAILURE: written only when that changes.
+    recorded_failure: Any = UNKNOWN_FAILURE
     # When the first member of a new group joined, while its first round waits for the others.
     forming_since: Optional[float] = None
     # Its nodes are being deleted (no members, no offsets, past its retention): nobody joins meanwhile.

@@ -13,6 +13,10 @@ from zkcoord.settings import check, setting
 from zkcoord.zk.security import ZkSecurity
 
 
+# The most members a big-group fault adds: a server's default cap on connections per address (ConnectionLimits).
+BIG_GROUP_MAX_MEMBERS = 1000
+
+
 def _positive(value: float) -> None:
     if value <= 0:
         raise ConfigError(f"max_minutes must be positive, not {value!r}")
@@ -28,6 +32,8 @@ class DrillSettings:
     consumers: int = setting(4, "consumer processes in the group", minimum=1)
     stock_members: int = setting(0, "how many of the consumers are stock Kafka clients (confluent-kafka), "
                                     "members through the brokers' group APIs", minimum=0)
+    big_group_members: int = setting(200, "members the big-group fault adds to the group at once, all thin "
+                                           "consumers in one process", minimum=1, maximum=BIG_GROUP_MAX_MEMBERS)
     partitions: int = setting(12, "partitions of the drill's topic", minimum=1)
     rate: int = setting(300, "records produced per second", minimum=1)
     consumer_session_ms: int = setting(3000, "consumers' session timeout", minimum=500,
@@ -77,14 +83,19 @@ class DrillSettings:
                 "--rebalance-timeout-ms", str(self.rebalance_timeout_ms), "--rebalance-backoff-ms", "200",
                 "--offset-flush-interval-ms", "200", "--coordinator-slots", str(self.coordinator_slots))
 
+    def member_args(self) -> tuple[str, ...]:
+        """Every thin member's options: the big-group fault's crowd as well as the consumer processes."""
+        return ("--strategy", "sticky", "--strategy", "range", "--max-poll-records", "100")
+
     def consumer_args(self) -> tuple[str, ...]:
         # A slow member outlasts the rebalance timeout by a second.
-        return ("--strategy", "sticky", "--strategy", "range", "--max-poll-records", "100",
-                "--slow-ms", str(self.rebalance_timeout_ms + 1000))
+        return (*self.member_args(), "--slow-ms", str(self.rebalance_timeout_ms + 1000))
 
     def shown(self) -> dict:
         return {"faults": self.faults, "seed": self.seed, "kinds": ",".join(self.kinds),
-                "consumers": self.consumers, "stock members": self.stock_members, "partitions": self.partitions,
+                "consumers": self.consumers, "stock members": self.stock_members,
+                **({"big group members": self.big_group_members} if "big-group" in self.kinds else {}),
+                "partitions": self.partitions,
                 "rate": self.rate,
                 "consumer session ms": self.consumer_session_ms, "zk session ms": self.zk_session_ms,
                 "coordinator slots": self.coordinator_slots if self.own_cluster else "the cluster's",

@@ -11,8 +11,10 @@ forwarding again).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import signal
+import sys
 import time
 from typing import Callable, Optional, Sequence
 
@@ -20,8 +22,8 @@ from zkcoord import wire
 from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
 from zkcoord.drill.secure import DrillSecrets
-from zkcoord.testing import (ConsumerProcess, LocalCluster, OwnershipViolation, ProxiedEnsemble, WaitTimeout,
-                             group_is_whole, partitions_of, read_json_lines, wait_until)
+from zkcoord.testing import (ConsumerProcess, LocalCluster, ManagedProcess, OwnershipViolation, ProxiedEnsemble,
+                             WaitTimeout, group_is_whole, partitions_of, read_json_lines, wait_until)
 from zkcoord.testing.netns import NetworkNamespace
 from zkcoord.zk.ensemble import LocalEnsemble
 
@@ -31,6 +33,7 @@ DEBOUNCE_S = 0.1          # the servers' --rebalance-delay-ms
 RECONNECT_S = wire.MEMBER_RETRY_MAX_S  # a member's longest reconnect backoff
 REBALANCE_SLACK_S = 3.0   # a few round trips and ZooKeeper writes, on a loaded 2-core machine
 MAX_PARTITIONS = 24       # add-partitions stops growing the topic here
+CROWD_LEAVE_S = 30.0      # a crowd's clean leave takes at most this long before it is killed
 
 
 @dataclasses.dataclass
@@ -52,6 +55,9 @@ class DrillCluster:
     stock_wanted: int = 0
     kafka_brokers: Optional[str] = None
     secrets: Optional[DrillSecrets] = None  # a secured drill's: every member signs in with its credential
+    # The big-group fault's crowd: this many thin members with these options.
+    big_group_members: int = 0
+    crowd_args: Sequence[str] = ()
     namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
 
     # -- the group ----------------------------------------------------------------------------------
@@ -59,8 +65,10 @@ class DrillCluster:
     def live_consumers(self) -> list[ConsumerProcess]:
         return [c for c in self.cluster.consumers if c.reachable]
 
-    def _member_args(self, stock: bool) -> tuple[str, ...]:
-        return (*self.consumer_args, *(self.secrets.member_args(stock) if self.secrets is not None else ()))
+    def member_options(self, stock: bool, options: Optional[Sequence[str]] = None) -> tuple[str, ...]:
+        """``options`` (by default ``consumer_args``) and, in a secured drill, the member's credential."""
+        return (*(self.consumer_args if options is None else options),
+                *(self.secrets.member_args(stock) if self.secrets is not None else ()))
 
     def add_consumer(self, start: bool = True) -> ConsumerProcess:
         netns = None
@@ -79,11 +87,11 @@ class DrillCluster:
             extra = ("--kafka-client", "kafka-python") if len(stock) % 2 and self.secrets is None else ()
             return self.cluster.add_consumer(
                 self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-                extra=(*self._member_args(stock=True), *extra), start=start, kafka_brokers=self.kafka_brokers,
+                extra=(*self.member_options(stock=True), *extra), start=start, kafka_brokers=self.kafka_brokers,
                 netns=netns)
         return self.cluster.add_consumer(
             self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-            extra=self._member_args(stock=False), bootstrap=self.bootstrap, start=start, netns=netns)
+            extra=self.member_options(stock=False), bootstrap=self.bootstrap, start=start, netns=netns)
 
     def remove_namespaces(self) -> None:
         for netns in self.namespaces:
@@ -446,6 +454,57 @@ def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
                    rejoined_at, bound, note="" if bit else "the slow member was sent no Start or Stop")
 
 
+def big_group(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    """A crowd of thin members (:mod:`~zkcoord.drill.crowd`, one process)
+    joins the group and stays for the hold, then crashes all at once (kill
+    -9) or, when the fault is clean, leaves all at once (a planned change:
+    not one record may be delivered twice). Its members write what they
+    deliver and their Starts and Stops beside the consumers', so the checker
+    judges them with the rest. The group must be whole without them within
+    a member's bound of the kill or the leave."""
+    count = ctx.big_group_members
+    directory = ctx.cluster.directory / f"{ConsumerProcess.DIRECTORY_PREFIX}crowd-{fault.index}"
+    bootstrap = ",".join(ctx.bootstrap or ctx.cluster.bootstrap)
+    session_ms = int(ctx.timing.consumer_session_s * 1000)
+    bound = ctx.member_bound()
+    crowd = ManagedProcess(f"crowd of fault {fault.index}", directory, [
+        sys.executable, "-m", "zkcoord.drill.crowd", "--bootstrap", bootstrap, "--group", ctx.group,
+        "--topic", ctx.topic, "--session-timeout-ms", str(session_ms),
+        *ctx.member_options(stock=False, options=ctx.crowd_args), "--members", str(count),
+        "--directory", str(directory),
+        # Gone by itself should the drill die without stopping it.
+        "--max-s", str(round(fault.hold_s + CROWD_LEAVE_S + _wait_bound(bound)))])
+    injected = time.time()
+    crowd.start()
+    try:
+        _hold(fault.hold_s)
+        status = _last_status(crowd)
+    finally:
+        restored = time.time()  # the SIGTERM or the kill: the time to whole counts from here
+        if fault.clean:
+            crowd.terminate(timeout=CROWD_LEAVE_S)
+        else:
+            crowd.kill()
+    whole_at = ctx.wait_whole(_wait_bound(bound))
+    target = (f"{count} members from one process ({status.get('registered', 0)} registered, "
+              f"{status.get('holding', 0)} holding partitions), then "
+              + ("all left cleanly" if fault.clean else "kill -9"))
+    note = "" if status.get("registered") else "no member of the crowd registered in the hold"
+    return _record(fault, target, injected, restored, restored, whole_at, whole_at, bound, note=note)
+
+
+def _last_status(crowd: ManagedProcess) -> dict:
+    """The last status line a crowd printed (empty: none yet)."""
+    for line in reversed(crowd.log_tail(4000).splitlines()):
+        try:
+            status = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(status, dict):
+            return status
+    return {}
+
+
 def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callable[[], None]) -> FaultRecord:
     """A planned change: made at once, then the wait for a whole group."""
     injected = time.time()
@@ -510,6 +569,7 @@ ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {
     "member-join": member_join,
     "member-leave": member_leave,
     "add-partitions": add_partitions,
+    "big-group": big_group,
 }
 assert set(ACTIONS) == set(KINDS), "every kind has an action"
 

@@ -10,6 +10,8 @@ local drill shares one clock):
   application, with the member and the poll() that returned it (``ts`` when it
   began, ``te`` when it returned);
 - ``consumer-K/events.jsonl``: each Start and Stop a member obeyed;
+- ``consumer-crowd-F/``: the same two files for the members of the big group
+  of fault F, all in one process (:mod:`~zkcoord.drill.crowd`);
 - ``samples.jsonl``: the owners and committed offsets in ZooKeeper, every ~200 ms;
 - ``faults.jsonl``: each fault, when it was injected and restored, and when
   the group was whole again.

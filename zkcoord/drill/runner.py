@@ -233,7 +233,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap,
         use_netns=any(KINDS[k].netns for k in kinds),
         stock_wanted=settings.stock_members, kafka_brokers=_broker_list(cluster) if settings.stock_members else None,
-        secrets=resources.secrets)
+        secrets=resources.secrets, big_group_members=settings.big_group_members, crowd_args=settings.member_args())
     if ctx.use_netns:
         for stale in netns.remove_stale():
             progress.say(f"drill: removed network namespace {stale}, left by a drill that died")

@@ -23,6 +23,8 @@ class Kind:
     own_cluster: bool = True   # needs servers or ZooKeeper the drill started
     planned: bool = False
     netns: bool = False        # needs network namespaces (root, ip, iptables)
+    # Ends by undoing itself cleanly on odd picks (then a planned change) and by kill -9 on even ones.
+    clean_on_odd_picks: bool = False
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
@@ -55,6 +57,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("member-join", "start one more consumer", own_cluster=False, planned=True),
     Kind("member-leave", "stop a consumer cleanly (SIGTERM)", own_cluster=False, planned=True),
     Kind("add-partitions", "add two partitions to the topic", own_cluster=False, planned=True),
+    Kind("big-group", "many more thin members (--big-group-members, from one process) join the group for two "
+         "session timeouts, then all crash (kill -9) or, on odd picks, all leave cleanly (planned)",
+         own_cluster=False, clean_on_odd_picks=True),
 )}
 
 
@@ -81,8 +86,13 @@ class PlannedFault:
     settle_s: float
 
     @property
+    def clean(self) -> bool:
+        """A fault of a kind that ends either way ends cleanly (its pick is odd)."""
+        return KINDS[self.kind].clean_on_odd_picks and self.pick % 2 == 1
+
+    @property
     def planned(self) -> bool:
-        return KINDS[self.kind].planned
+        return KINDS[self.kind].planned or self.clean
 
 
 def parse_kinds(text: str) -> list[str]:
@@ -110,6 +120,8 @@ def hold_time(kind: str, timing: Timing, rng: random.Random) -> float:
                 "member-to-coordinator-loss", "coordinator-to-member-loss", "stock-member-pause-long",
                 "stock-member-group-cut"):
         return timing.consumer_session_s + rng.uniform(1.0, 2.5)
+    if kind == "big-group":  # long enough for the crowd to join, be given partitions and deliver
+        return 2 * timing.consumer_session_s + rng.uniform(1.0, 2.5)
     if kind == "consumer-pause-short":
         return timing.consumer_session_s / 3
     if kind in ("coordinator-pause-long", "coordinator-zk-expiry"):

@@ -149,7 +149,8 @@ class _MemberListener:
             now = self.clock()
             if not self.bridge.judging_silence(now):
                 continue
-            if member.expire(now) is not None or (now >= give_up_at and partitions & member.revoking):
+            # Dropped while it still holds what it held (_drop fences that), not after taking it as gone.
+            if member.expired(now) or (now >= give_up_at and partitions & member.revoking):
                 self.bridge._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
         if member.gone and not self.bridged.left:
             # Abandoned: the registration's connection is closed already, so
@@ -173,12 +174,14 @@ class GroupBridge:
     ``brokers`` returns the live brokers {id: (host, port)}."""
 
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
-                 session_timeout_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
+                 session_timeout_ms: int, fence_idle_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
                  authorize=None, credential: Optional[tuple[str, str]] = None, password_without_tls: bool = False,
                  publish_fences=None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
+        ``fence_idle_ms``: a gone member's fetch fence lapses once no broker
+        has refused its client a fetch for this long (fence_fetched).
         ``log_end(tp)``: the partition's log end offset if this broker leads
         it, else None (the coordinator checks those against their leader).
         ``tls_context``: the client SSLContext its members reach the coordinators
@@ -213,7 +216,8 @@ class GroupBridge:
         # Member ids of static members whose instance joined again (as many).
         self._fenced: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._closed = False
-        self._fences = BridgeFences()
+        self._fences = BridgeFences(clock)
+        self._fence_idle_s = fence_idle_ms / 1000.0
         self._publish_fences = publish_fences or (lambda fences: None)
         self._last_tick = self._grace_until = clock()
         self._expiry = gevent.spawn(self._expire_loop)
@@ -652,6 +656,22 @@ class GroupBridge:
         if changed:
             self._publish_fences(self._fences.fences())
 
+    def fence_fetched(self, key: tuple[str, str]) -> None:
+        """A broker refused the client of member ``key`` (group, member id) a fetch lately."""
+        self._fences.fetched(*key)
+
+    def _lapse_idle_fences(self) -> None:
+        """A gone member whose client no broker has refused a fetch for the
+        idle time has stopped (or stays away from every broker): its fence
+        lapses. A live member's fence follows its lease (_refence)."""
+        changed = False
+        for group, member_id in self._fences.idle(self._fence_idle_s):
+            if self._find(group, member_id) is None:
+                log.info("member %s of group %s: no fetch of its client refused for %.0fs: its fetch fence lapses",
+                         member_id, group, self._fence_idle_s)
+                changed |= self._fences.lift(group, member_id)
+        self._fences_changed(changed)
+
     def judging_silence(self, now: float) -> bool:
         """May a client's silence be held against it now? Not just after this
         process was stalled (paused, starved): the clients' requests then wait
@@ -664,17 +684,21 @@ class GroupBridge:
     def _expire_loop(self) -> None:
         while True:
             gevent.sleep(EXPIRY_CHECK_S)
-            now = self.clock()
-            judging = self.judging_silence(now)
-            for members in list(self._groups.values()):
-                for bridged in list(members.values()):
-                    if bridged.member.gone or (judging and bridged.member.expire(now) is not None):
-                        self._drop(bridged, "it did not answer in time")
-                    elif bridged.membership is not None and bridged.membership.closed is False \
-                            and bridged.membership.error is not None:
-                        self._drop(bridged, f"its registration failed: {bridged.membership.error}")
-                    elif bridged.membership is not None:
-                        self._watch_lease(bridged, now)
+            self._expire(self.clock())
+
+    def _expire(self, now: float) -> None:
+        """Drop the members gone silent; watch the others' leases; lift the fences gone idle."""
+        self._lapse_idle_fences()
+        judging = self.judging_silence(now)
+        for members in list(self._groups.values()):
+            for bridged in list(members.values()):
+                if bridged.member.gone or (judging and bridged.member.expired(now)):
+                    self._drop(bridged, "it did not answer in time")  # fenced on what its client held
+                elif bridged.membership is not None and bridged.membership.closed is False \
+                        and bridged.membership.error is not None:
+                    self._drop(bridged, f"its registration failed: {bridged.membership.error}")
+                elif bridged.membership is not None:
+                    self._watch_lease(bridged, now)
 
     def _watch_lease(self, bridged: _Bridged, now: float) -> None:
         """A thin consumer stops when its lease runs out; a stock client needs

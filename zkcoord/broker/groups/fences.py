@@ -35,13 +35,21 @@ A member of the same group with the same tie that is given a fenced
 partition lifts the fence on it: the broker cannot tell their fetches apart,
 and refusing the owner is worse than letting the stale one through.
 
+A gone member's client may never show anything again (it died, its host
+went): its fence lapses once no broker has refused the client a fetch for
+the idle time (``--fetch-fence-idle-ms``; :meth:`BridgeFences.idle`). Every
+refusal is news that the client still fetches (fence_store.py carries it to
+:meth:`BridgeFences.fetched`), so a client cut off from its group's broker
+that fetches on is refused for as long as it does.
+
 :class:`FenceIndex` is every broker's half: the fences of all bridges, as
 what to refuse to a Fetch from a tie.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Optional
+import time
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from zkcoord.zk.layout import FetchFence
 
@@ -60,8 +68,11 @@ def tie_of(member) -> Tie:
 class BridgeFences:
     """The fences one bridge's members need, by (group, member id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self._fences: dict[tuple[str, str], FetchFence] = {}
+        # When each fence was last set or changed, or its client last seen fetching.
+        self._active: dict[tuple[str, str], float] = {}
 
     def fences(self) -> dict[tuple[str, str], FetchFence]:
         return dict(self._fences)
@@ -77,12 +88,29 @@ class BridgeFences:
         key = (group, member_id)
         old = self._fences.get(key)
         if not partitions:
+            self._active.pop(key, None)
             return self._fences.pop(key, None) is not None
         fence = FetchFence(group, member_id, tie.host, tie.client_id, partitions)
         if old == fence:
             return False
         self._fences[key] = fence
+        self._active[key] = self.clock()
         return True
+
+    def lift(self, group: str, member_id: str) -> bool:
+        """No fence for this member any more. Returns whether it had one."""
+        self._active.pop((group, member_id), None)
+        return self._fences.pop((group, member_id), None) is not None
+
+    def fetched(self, group: str, member_id: str) -> None:
+        """A broker refused this member's client a fetch lately: it still fetches."""
+        if (group, member_id) in self._fences:
+            self._active[(group, member_id)] = self.clock()
+
+    def idle(self, idle_s: float) -> list[tuple[str, str]]:
+        """The fences set, changed or fetched against no later than ``idle_s`` ago."""
+        now = self.clock()
+        return [key for key, at in self._active.items() if now - at >= idle_s]
 
     def narrow(self, group: str, member_id: str, still_held: Iterable) -> bool:
         """The member's client showed it holds no more than ``still_held``:

@@ -225,9 +225,11 @@ class BridgedMember:
             return min(silent, self.rejoin_asked_at + self.rebalance_timeout_ms / 1000.0)
         return silent
 
+    def expired(self, now: float) -> bool:
+        """Is the member past its deadline at ``now``, to be taken as gone?"""
+        return not (self.gone or self.phase is Phase.JOINING or now < self.deadline())
+
     def expire(self, now: float) -> Optional[frozenset]:
         """If the member is past its deadline at ``now``, it is gone: the
         revocations that releases; else None."""
-        if self.gone or self.phase is Phase.JOINING or now < self.deadline():
-            return None
-        return self.leave()
+        return self.leave() if self.expired(now) else None
