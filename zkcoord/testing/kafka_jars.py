@@ -26,6 +26,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Iterable, Optional
 
+from zkcoord.java import java_tool
 from zkcoord.testing.process import ClusterError
 
 MAVEN_PROJECT = Path(__file__).resolve().parents[2] / "kafka"
@@ -92,15 +93,10 @@ def classpath(line: str, root: Optional[Path] = None) -> tuple[str, list[Path]]:
 
 def java() -> str:
     """The java launcher: $JAVA_HOME's, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    candidates = [Path(home) / "bin" / "java"] if home else []
-    found = shutil.which("java")
-    if found:
-        candidates.append(Path(found))
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    raise KafkaNotInstalled(f"no java found (JAVA_HOME or PATH): {INSTALL_HINT}")
+    found = java_tool("java")
+    if found is None:
+        raise KafkaNotInstalled(f"no java found (JAVA_HOME or PATH): {INSTALL_HINT}")
+    return found
 
 
 # -- fetching -------------------------------------------------------------------------------------
