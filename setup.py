@@ -56,6 +56,9 @@ setup(
             *KERBEROS,  # tests/e2e/test_zookeeper_kerberos.py
         ],
         "kerberos": KERBEROS,
+        # Apache Kafka for the harness: jars from Maven Central, which
+        # scripts/install.sh fetches (zkcoord.testing.kafka_jars); nothing from PyPI.
+        "kafka": [],
         "spark": [
             "pyspark>=4.2",
             "pyarrow>=19",  # pyarrow.concat_batches (Consumer.poll_batch)

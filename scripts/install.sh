@@ -7,7 +7,10 @@
 # a JDK too, to build the Spark source's JVM reader (zkcoord/spark/jvm); with
 # "kerberos" (or "test"), MIT Kerberos's headers, to build the binding SASL
 # GSSAPI to ZooKeeper uses; with "test", a KDC and kinit, which the Kerberos
-# tests run. Safe to run again: it installs only what is missing.
+# tests run; with "kafka" (or "test"), Maven, and through it Apache Kafka's
+# releases from Maven Central (kafka/pom.xml) into ~/.cache/zkcoord/kafka, for
+# the harness that starts real Kafka brokers (zkcoord/testing/kafka.py).
+# Safe to run again: it installs only what is missing.
 # Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +20,7 @@ debs=(zookeeper default-jre-headless kcat iproute2 iptables gcc libc6-dev python
 case ",$extras," in *,spark,*) debs+=(default-jdk-headless) ;; esac
 case ",$extras," in *,kerberos,*|*,test,*) debs+=(libkrb5-dev) ;; esac
 case ",$extras," in *,test,*) debs+=(krb5-kdc krb5-admin-server krb5-user) ;; esac
+case ",$extras," in *,kafka,*|*,test,*) debs+=(maven) ;; esac
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
@@ -32,3 +36,4 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
 case ",$extras," in *,spark,*) python3 -m zkcoord.spark.jvm >/dev/null ;; esac
+case ",$extras," in *,kafka,*|*,test,*) python3 -m zkcoord.testing.kafka_jars ;; esac

@@ -7,6 +7,9 @@ only through this package.
   started as a shell's background job would be (SIGINT ignored);
 - :mod:`~zkcoord.testing.cluster`: servers, brokers and consumers as processes;
 - :mod:`~zkcoord.testing.zookeeper`: ensembles and fresh chroots;
+- :mod:`~zkcoord.testing.kafka`: real Apache Kafka clusters as processes (Kafka 3.9 in
+  ZooKeeper mode sharing zkcoord's chroot, Kafka 4 in KRaft mode);
+- :mod:`~zkcoord.testing.kafka_jars`: Kafka's releases, fetched from Maven Central and cached;
 - :mod:`~zkcoord.testing.spark`: a Spark standalone cluster (master and workers) as processes;
 - :mod:`~zkcoord.testing.faults`: TCP proxies that drop or cut connections, session expiry;
 - :mod:`~zkcoord.testing.checks`: the invariants seen from outside;
@@ -17,6 +20,8 @@ from zkcoord.testing.checks import OwnershipViolation, group_is_whole, partition
 from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluster, ServerProcess,
                                      cluster_in_chroot, read_json_lines)
 from zkcoord.testing.faults import CpuLoad, ProxiedEnsemble, TcpProxy, expire_session
+from zkcoord.testing.kafka import KRAFT_MODE, ZOOKEEPER_MODE, KafkaBroker, KafkaCluster, KafkaSettings
+from zkcoord.testing.kafka_jars import KafkaNotInstalled
 from zkcoord.testing.process import (ClusterError, ManagedProcess, as_background_job, cpu_seconds, exit_on_signal,
                                      zkcoord_command)
 from zkcoord.testing.spark import SparkStandalone
@@ -24,9 +29,10 @@ from zkcoord.testing.waiting import WaitTimeout, wait_until
 from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, scratch_ensemble, start_ensemble
 
 __all__ = [
-    "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "LocalCluster", "ManagedProcess",
+    "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "KRAFT_MODE", "KafkaBroker",
+    "KafkaCluster", "KafkaNotInstalled", "KafkaSettings", "LocalCluster", "ManagedProcess",
     "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout",
     "as_background_job", "cluster_in_chroot", "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot",
     "group_is_whole", "partitions_of", "read_json_lines", "scratch_ensemble", "start_ensemble", "wait_until",
-    "zkcoord_command",
+    "ZOOKEEPER_MODE", "zkcoord_command",
 ]

@@ -138,6 +138,33 @@ class ConsumerProcess(ManagedProcess):
         return read_json_lines(self.output_path)
 
 
+def send_acknowledged(producer, topic: str, records, timeout: float = 30.0) -> int:
+    """Send (partition, key, value) records (partition None: the producer's
+    choice) through a confluent_kafka ``producer``; wait until every one is
+    acknowledged as the producer's ``acks`` asks. Returns how many were sent;
+    raises ClusterError naming the first failures otherwise."""
+    failures = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            failures.append(err)
+
+    count = 0
+    for partition, key, value in records:
+        while True:
+            try:
+                kwargs = {} if partition is None else {"partition": partition}
+                producer.produce(topic, value=value, key=key, on_delivery=delivered, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+    left = producer.flush(timeout)
+    if left or failures:
+        raise ClusterError(f"{left} records unacknowledged, failures: {failures[:3]}")
+    return count
+
+
 def read_json_lines(path: Path) -> list[dict]:
     """The complete lines of a JSON-lines file that a process may be appending
     to, or may have been killed while writing (a torn line is left out); none
@@ -283,26 +310,7 @@ class LocalCluster:
         if self._producer is None:
             self._producer = Producer({"bootstrap.servers": self.broker_list, "linger.ms": 5,
                                        "acks": "all", "log_level": 3, **self.client_settings})
-        failures = []
-
-        def delivered(err, _msg):
-            if err is not None:
-                failures.append(err)
-
-        count = 0
-        for partition, key, value in records:
-            while True:
-                try:
-                    kwargs = {} if partition is None else {"partition": partition}
-                    self._producer.produce(topic, value=value, key=key, on_delivery=delivered, **kwargs)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-            count += 1
-        left = self._producer.flush(timeout)
-        if left or failures:
-            raise ClusterError(f"{left} records unacknowledged, failures: {failures[:3]}")
-        return count
+        return send_acknowledged(self._producer, topic, records, timeout)
 
     # -- consumers ----------------------------------------------------------------------------------
 
@@ -380,4 +388,4 @@ def cluster_in_chroot(connect: str, directory: Path, prefix: str = "t",
 
 
 __all__ = ["BrokerProcess", "ClusterError", "ConsumerProcess", "LocalCluster", "ServerProcess", "cluster_in_chroot",
-           "read_json_lines"]
+           "read_json_lines", "send_acknowledged"]

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Optional
+
+from zkcoord.java import java_tool
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
@@ -88,15 +89,10 @@ def built_jar() -> Optional[Path]:
 
 
 def _javac() -> str:
-    home = os.environ.get("JAVA_HOME")
-    candidates = [Path(home) / "bin" / "javac"] if home else []
-    found = shutil.which("javac")
-    if found:
-        candidates.append(Path(found))
-    for candidate in candidates:
-        if candidate.is_file():
-            return str(candidate)
-    raise JvmBuildError("no javac: install a JDK (Debian's default-jdk-headless)")
+    javac = java_tool("javac")
+    if javac is None:
+        raise JvmBuildError("no javac: install a JDK (Debian's default-jdk-headless)")
+    return javac
 
 
 def build(*, force: bool = False) -> Path:

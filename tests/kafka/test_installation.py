@@ -1,0 +1,53 @@
+"""Without Java or the cached jars the harness says what to run, in a
+typed error, before starting anything; a half-copied release is not used."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkcoord.testing import kafka_jars
+from zkcoord.testing.kafka import KRAFT_MODE, ZOOKEEPER_MODE, KafkaCluster, KafkaSettings
+from zkcoord.testing.kafka_jars import KafkaNotInstalled
+
+
+@pytest.mark.parametrize("mode", [ZOOKEEPER_MODE, KRAFT_MODE])
+def test_an_empty_jar_cache_says_to_run_the_install_step(mode, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(KafkaNotInstalled, match="run scripts/install.sh kafka"):
+        KafkaCluster(tmp_path / "kafka", KafkaSettings(mode), zookeeper="127.0.0.1:2181/t")
+
+
+def test_no_java_says_to_run_the_install_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(KafkaNotInstalled, match="no java found.*run scripts/install.sh kafka"):
+        kafka_jars.java()
+
+
+def test_a_release_counts_as_cached_only_when_every_jar_listed_is_there(tmp_path):
+    release = tmp_path / "3.9.1"
+    release.mkdir()
+    (release / "classpath.txt").write_text("./kafka_2.13-3.9.1.jar:./zookeeper-3.8.4.jar")
+    (release / "kafka_2.13-3.9.1.jar").write_bytes(b"jar")
+    with pytest.raises(KafkaNotInstalled, match="no Kafka 3.9 release is cached"):
+        kafka_jars.classpath("3.9", root=tmp_path)
+
+    (release / "zookeeper-3.8.4.jar").write_bytes(b"jar")
+    version, jars = kafka_jars.classpath("3.9", root=tmp_path)
+    assert version == "3.9.1"
+    assert [jar.name for jar in jars] == ["kafka_2.13-3.9.1.jar", "zookeeper-3.8.4.jar"]
+
+
+def test_the_newest_cached_release_of_a_line_is_used():
+    assert kafka_jars.newest(["3.9.1", "3.9.10", "4.4.0", "4.10.0", "3.8.0"], "3.9") == "3.9.10"
+    assert kafka_jars.newest(["3.9.1", "4.4.0", "4.10.0"], "4") == "4.10.0"
+    assert kafka_jars.newest(["3.9.1"], "4") is None
+
+
+def test_the_maven_project_fetches_one_release_per_line():
+    assert sorted(kafka_jars.release_line(v) for v in kafka_jars.project_versions()) == ["3.9", "4"]
+
+
+def test_a_bad_cluster_size_is_refused():
+    with pytest.raises(kafka_jars.ClusterError, match="min.insync.replicas 3 must be 1 to 2"):
+        KafkaSettings(ZOOKEEPER_MODE, brokers=2, min_insync_replicas=3)
