@@ -63,6 +63,20 @@ def settled(consumers, topic: str, partitions: int) -> None:
                timeout=SETTLE_S, message=f"{topic}'s {partitions} partitions assigned")
 
 
+def without_its_leader(kafka, members, topic: str, partition: int, partitions: int, how: str, take_out) -> None:
+    """Take the leader of ``topic``-``partition`` out (``take_out(broker)``),
+    see the group deliver on, restart it and wait until it is in sync again."""
+    leader = kafka.leader_of(topic, partition)
+    take_out(kafka.brokers[leader])
+    try:
+        kafka.wait_for_leader(topic, partition, not_on={leader}, timeout=SETTLE_S)
+        more_deliveries(members, 200, SETTLE_S, f"deliveries with broker {leader} {how}")
+    finally:
+        kafka.restart(leader)
+    for p in range(partitions):
+        kafka.wait_for_isr(topic, p, set(kafka.brokers))
+
+
 def test_servers_without_brokers_share_kafkas_chroot(kafka, cluster):
     # Kafka's brokers are the only ones registered: the servers hold no partitions.
     assert kafka.live_brokers() == set(kafka.brokers)
@@ -71,7 +85,6 @@ def test_servers_without_brokers_share_kafkas_chroot(kafka, cluster):
 
 def test_a_group_delivers_exactly_once_while_kafkas_leaders_move(kafka, cluster, members):
     topic, partitions = "moving", 6
-    everyone = set(kafka.brokers)
     kafka.create_topic(topic, partitions=partitions, replication_factor=3)
     members += [cluster.add_consumer("movers", topics=[topic]) for _ in range(3)]
     settled(members, topic, partitions)
@@ -79,25 +92,9 @@ def test_a_group_delivers_exactly_once_while_kafkas_leaders_move(kafka, cluster,
     try:
         more_deliveries(members, 200, SETTLE_S, "deliveries before any fault")
 
-        killed = kafka.leader_of(topic, 0)
-        kafka.brokers[killed].kill()
-        try:
-            kafka.wait_for_leader(topic, 0, not_on={killed}, timeout=SETTLE_S)
-            more_deliveries(members, 200, SETTLE_S, f"deliveries with broker {killed} killed")
-        finally:
-            kafka.restart(killed)
-        for p in range(partitions):
-            kafka.wait_for_isr(topic, p, everyone)
-
-        stopped = kafka.leader_of(topic, 1)
-        kafka.brokers[stopped].stop()  # controlled shutdown: leadership handed over first
-        try:
-            kafka.wait_for_leader(topic, 1, not_on={stopped}, timeout=SETTLE_S)
-            more_deliveries(members, 200, SETTLE_S, f"deliveries with broker {stopped} shut down")
-        finally:
-            kafka.restart(stopped)
-        for p in range(partitions):
-            kafka.wait_for_isr(topic, p, everyone)
+        without_its_leader(kafka, members, topic, 0, partitions, "killed", lambda broker: broker.kill())
+        # A controlled shutdown: the broker hands its leaderships over first.
+        without_its_leader(kafka, members, topic, 1, partitions, "shut down", lambda broker: broker.stop())
 
         # Leaders back to their preferred replicas: some move (the restarted brokers led none).
         moved = [p for p in range(partitions) if kafka.leader_of(topic, p) != kafka.partition(topic, p).replicas[0]]
