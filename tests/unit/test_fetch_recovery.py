@@ -64,3 +64,16 @@ def test_metadata_naming_an_older_leader_epoch_is_not_taken():
     assert recovery.newer_leader(5, 6) and recovery.newer_leader(5, 5)
     assert not recovery.newer_leader(5, 4)
     assert recovery.newer_leader(NO_EPOCH, 0) and recovery.newer_leader(5, NO_EPOCH)
+
+
+def test_the_fetchers_truncation_counter_sums_its_topics():
+    from prometheus_client import CollectorRegistry
+
+    from zkcoord.metrics.families import FetcherMetrics
+
+    metrics = FetcherMetrics(CollectorRegistry())
+    assert metrics.truncations() == 0
+    metrics.truncated("a")
+    metrics.truncated("b")
+    metrics.truncated("a")
+    assert metrics.truncations() == 3
