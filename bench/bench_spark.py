@@ -207,8 +207,12 @@ def main(argv=None) -> int:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from zkcoord.testing import spark_kafka
+    from zkcoord.testing.maven import JarCacheError
 
-    kafka_jars = spark_kafka.jars()  # before any broker starts: a missing cache is a clear error at once
+    try:
+        kafka_jars = spark_kafka.jars()  # before any broker starts: a missing cache is said at once
+    except JarCacheError as exc:
+        raise SystemExit(f"bench_spark: {exc}") from None
     with broker(args) as (base, bootstrap, zookeeper, broker_name):
         topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic, args.partitions)
