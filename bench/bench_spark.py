@@ -11,7 +11,8 @@ where zkcoord sees its brokers and topics). It creates a topic of
 ``--partitions`` partitions (Kafka's CreateTopics), produces ``--records``
 records of 90-byte values into it, writes the same records as JSON lines,
 then times each read into Spark's ``noop`` sink, every read selecting the
-same seven columns (a warm-up read first, then the best of ``--rounds``).
+same seven columns (a warm-up read of each first, then the best of
+``--rounds``, each round reading every source in turn).
 
 Ours: a batch read, a streaming query with Trigger.AvailableNow, the same
 query as a member of a consumer group (the exactly-once path), and the same
@@ -290,14 +291,19 @@ def main(argv=None) -> int:
                 "kafka-stream8m": lambda: streaming(source=KAFKA_LIKE_OURS), "json": json_source}
         wall, read = {}, {}
         for name in only:
-            run = runs[name]
-            run()  # warm-up: Python workers, JIT, file cache
-            best = min((timed_read(run) for _ in range(args.rounds)), key=lambda t: t[1])
-            wall[name], read[name] = best
+            runs[name]()  # warm-up: Python workers, JIT, file cache
+        # Round after round of every read, not each read's rounds in a row: on
+        # a machine whose load drifts, every read sees the same stretches of it.
+        timings: dict[str, list[tuple[float, float]]] = {name: [] for name in only}
+        for _ in range(args.rounds):
+            for name in only:
+                timings[name].append(timed_read(runs[name]))
+        for name in only:
+            wall[name], read[name] = min(timings[name], key=lambda t: t[1])
         rate = {name: args.records / seconds for name, seconds in read.items()}
         print(f"records: {args.records:,} ({VALUE_BYTES}-byte values) in {args.partitions} partitions; broker: "
               f"{broker_name}; Spark {pyspark.__version__} local[2]; each read: {len(COLUMNS)} columns into the "
-              f"noop sink, a warm-up then best of {args.rounds}")
+              f"noop sink, a warm-up then best of {args.rounds} rounds of every read in turn")
         print(f"Spark's Kafka source {spark_kafka.source_version()} ({', '.join(Path(j).name for j in kafka_jars)}): "
               f"kafka-batch and kafka-stream with its defaults, kafka-*8m with "
               f"{', '.join(f'{k}={v}' for k, v in kafka_fetches_like_ours().items())}")
