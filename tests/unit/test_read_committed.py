@@ -131,20 +131,24 @@ def transactional_logs(draw):
     open_since: dict[int, int] = {}  # producer -> its open transaction's first offset
     pending: dict[int, list[int]] = {}  # producer -> its open transaction's offsets
     offset = 0
+
+    def end_transaction(producer: int) -> None:
+        kind = draw(st.sampled_from([COMMIT_MARKER, ABORT_MARKER]))
+        batches.append(marker(offset, producer, kind))
+        if kind == ABORT_MARKER:
+            aborted.append((producer, open_since[producer]))
+        else:
+            committed.extend(pending[producer])
+        del open_since[producer], pending[producer]
+
     for _ in range(draw(st.integers(1, 25))):
         producer = draw(st.integers(0, 3))
         n = draw(st.integers(1, 3))
         if producer == 0:
             batches.append(data(offset, 9, n, transactional=False))
-            committed += range(offset, offset + n)
+            committed.extend(range(offset, offset + n))
         elif producer in open_since and draw(st.booleans()):
-            kind = draw(st.sampled_from([COMMIT_MARKER, ABORT_MARKER]))
-            batches.append(marker(offset, producer, kind))
-            if kind == ABORT_MARKER:
-                aborted.append((producer, open_since[producer]))
-            else:
-                committed += pending[producer]
-            del open_since[producer], pending[producer]
+            end_transaction(producer)
             n = 1
         else:
             open_since.setdefault(producer, offset)
@@ -152,12 +156,7 @@ def transactional_logs(draw):
             pending.setdefault(producer, []).extend(range(offset, offset + n))
         offset += n
     for producer in sorted(open_since):
-        kind = draw(st.sampled_from([COMMIT_MARKER, ABORT_MARKER]))
-        batches.append(marker(offset, producer, kind))
-        if kind == ABORT_MARKER:
-            aborted.append((producer, open_since[producer]))
-        else:
-            committed += pending[producer]
+        end_transaction(producer)
         offset += 1
     return log(*batches), aborted, sorted(committed), offset
 
