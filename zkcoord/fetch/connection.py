@@ -26,6 +26,7 @@ from kafka.protocol.sasl import (
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
 from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 from zkcoord.fetch.records import RecordColumns, decode_batches
+from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
 from zkcoord.records import LogEnd
 from zkcoord.security import scram
 from zkcoord.security import tls as tls_
@@ -41,7 +42,9 @@ LIST_OFFSETS_ISOLATION_VERSION = 2  # the first ListOffsets with isolation_level
 # offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
 FETCH_VERSIONS = (4, 12)
 LIST_OFFSETS_VERSIONS = (1, 7)
-METADATA_VERSION = 1  # topics by name, leaders, no flexible encoding: every broker since 0.10
+# Metadata from 1 (topics by name, leaders: every broker since 0.10) to 12;
+# from 7 on it carries each partition's leader epoch, which fetches send.
+METADATA_VERSIONS = (1, 12)
 # SASL mechanisms this client speaks, the strongest first.
 PREFERRED_MECHANISMS = (scram.SCRAM_SHA_512, scram.SCRAM_SHA_256, scram.PLAIN)
 MAX_FRAME = 1 << 30  # larger than any response we ask for: a corrupt size prefix
@@ -84,13 +87,10 @@ class PartitionError(ZkcoordError):
         super().__init__(f"{topic}-{partition}: {error.__name__} (Kafka error {code})")
 
 
-# Leadership moving or not yet known: asking again (maybe elsewhere) helps.
-_RETRIABLE = {3, 5, 6, 9, 56, 74, 75, 78}
-
-
 def retriable(code: int) -> bool:
-    """Whether a partition's Kafka error ``code`` may go away if asked again."""
-    return bool(getattr(for_code(code), "retriable", False)) or code in _RETRIABLE
+    """Whether a partition's Kafka error ``code`` may go away if asked
+    again (maybe elsewhere: leadership moving or not yet known)."""
+    return bool(getattr(for_code(code), "retriable", False)) or code in LEADERSHIP_ERRORS
 
 
 def retriable_codes(highest: int = 200) -> list[int]:
@@ -104,6 +104,10 @@ class Fetched(NamedTuple):
     high_watermark: int
     log_start_offset: int
     records: memoryview  # record batches; may end in a partial batch
+    # Fetch 12+: the leader's log leaves the last fetched epoch before the
+    # fetch offset; it ends that epoch at diverging_end (-1: no divergence).
+    diverging_epoch: int = NO_EPOCH
+    diverging_end: int = -1
     last_stable_offset: int = -1  # -1: the broker did not say
     # read_committed: the aborted transactions among the records, as
     # (producer id, first offset) pairs; None when reading uncommitted.
@@ -116,6 +120,13 @@ class Fetched(NamedTuple):
         if self.aborted_transactions is not None and self.last_stable_offset >= 0:
             end = self.last_stable_offset if end is None else min(end, self.last_stable_offset)
         return decode_batches(self.records, start=start, end=end, aborted_transactions=self.aborted_transactions)
+
+
+class Leader(NamedTuple):
+    """A partition's leader as a broker's Metadata names it."""
+
+    address: str
+    epoch: int  # NO_EPOCH below Metadata 7
 
 
 class BrokerConnection:
@@ -178,6 +189,7 @@ class BrokerConnection:
             self._fetch_version = self._pick(ranges, FetchRequest.API_KEY, FETCH_VERSIONS, "Fetch")
             self._list_offsets_version = self._pick(ranges, ListOffsetsRequest.API_KEY, LIST_OFFSETS_VERSIONS,
                                                     "ListOffsets")
+            self._metadata_version = self._pick(ranges, MetadataRequest.API_KEY, METADATA_VERSIONS, "Metadata")
         except BaseException:
             self.close()
             raise
@@ -244,15 +256,19 @@ class BrokerConnection:
         return result
 
     def fetch_partitions(self, positions: dict[tuple[str, int], int], *, max_wait_ms: int,
-                         partition_max_bytes: int, max_bytes: int,
-                         min_bytes: int = 1) -> dict[tuple[str, int], Union[Fetched, PartitionError]]:
+                         partition_max_bytes: int, max_bytes: int, min_bytes: int = 1,
+                         epochs: Optional[dict[tuple[str, int], tuple[int, int]]] = None,
+                         ) -> dict[tuple[str, int], Union[Fetched, PartitionError]]:
         """One Fetch for several partitions of this broker: each partition's
-        records from its offset, or the PartitionError the broker gave it."""
+        records from its offset, or the PartitionError the broker gave it.
+        ``epochs``: a partition's (current leader epoch, last fetched epoch),
+        for the broker to check (NO_EPOCH, or a partition left out: none)."""
         version = self._fetch_version
         by_topic: dict[str, list] = {}
         for (topic, partition), offset in positions.items():
+            current, last = (epochs or {}).get((topic, partition), (NO_EPOCH, NO_EPOCH))
             by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                partition=partition, current_leader_epoch=current, fetch_offset=offset, last_fetched_epoch=last,
                 log_start_offset=-1, partition_max_bytes=partition_max_bytes))
         request = FetchRequest(
             version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
@@ -273,19 +289,26 @@ class BrokerConnection:
                     result[tp] = PartitionError(tp[0], tp[1], part.error_code)
                 else:
                     records = part.records if part.records is not None else b""
+                    diverging = part.diverging_epoch if version >= 12 else None
                     aborted = None
                     if self._isolation:
                         aborted = tuple((a.producer_id, a.first_offset) for a in part.aborted_transactions or ())
-                    result[tp] = Fetched(part.high_watermark, part.log_start_offset, memoryview(records),
-                                         part.last_stable_offset, aborted)
+                    result[tp] = Fetched(
+                        part.high_watermark, part.log_start_offset, memoryview(records),
+                        diverging_epoch=diverging.epoch if diverging else NO_EPOCH,
+                        diverging_end=diverging.end_offset if diverging else -1,
+                        last_stable_offset=part.last_stable_offset, aborted_transactions=aborted)
         missing = [tp for tp in positions if tp not in result]
         if missing:
             raise BrokerConnectionError(f"broker {self.address} answered a fetch without {sorted(missing)}")
         return result
 
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
-        """The offset for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms)."""
-        answer = self.list_offsets([(topic, partition)], timestamp)[(topic, partition)]
+    def list_offset(self, topic: str, partition: int, timestamp: int, *, high_watermark: bool = False) -> int:
+        """The offset for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a
+        time in ms). LATEST is the connection's isolation level's (reading
+        committed, the last stable offset) unless ``high_watermark``."""
+        answer = {tp: a if isinstance(a, PartitionError) else a.offset for tp, a in self._list_offsets(
+            [(topic, partition)], timestamp, committed=not high_watermark).items()}[(topic, partition)]
         if isinstance(answer, PartitionError):
             raise answer
         return answer
@@ -301,7 +324,9 @@ class BrokerConnection:
         the PartitionError its leader answered with."""
         return self._list_offsets(partitions, LATEST_TIMESTAMP)
 
-    def _list_offsets(self, partitions, timestamp: int) -> dict[tuple[str, int], Union[LogEnd, "PartitionError"]]:
+    def _list_offsets(self, partitions, timestamp: int,
+                      committed: bool = True) -> dict[tuple[str, int], Union[LogEnd, "PartitionError"]]:
+        """``committed``: at the connection's isolation level (else read uncommitted)."""
         wanted: dict[str, list[int]] = {}
         for topic, partition in partitions:
             wanted.setdefault(topic, []).append(partition)
@@ -309,7 +334,7 @@ class BrokerConnection:
         Topic = ListOffsetsRequest.ListOffsetsTopic
         request = ListOffsetsRequest(
             version=version, replica_id=-1,
-            isolation_level=self._isolation if version >= LIST_OFFSETS_ISOLATION_VERSION else 0,
+            isolation_level=self._isolation if committed and version >= LIST_OFFSETS_ISOLATION_VERSION else 0,
             topics=[Topic(name=topic, partitions=[
                 Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
                 for p in sorted(set(ps))]) for topic, ps in sorted(wanted.items())])
@@ -340,17 +365,23 @@ class BrokerConnection:
     def partitions(self, topics) -> dict[tuple[str, int], Optional[str]]:
         """Every partition of ``topics`` this broker knows (a topic it does
         not know has none), with its leader's address (None: no leader now)."""
-        request = MetadataRequest(version=METADATA_VERSION,
+        return {tp: leader.address if leader is not None else None for tp, leader in self.led(topics).items()}
+
+    def led(self, topics) -> dict[tuple[str, int], Optional[Leader]]:
+        """:meth:`partitions` with each leader's epoch."""
+        version = self._metadata_version
+        request = MetadataRequest(version=version, allow_auto_topic_creation=False,
                                   topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(topics)])
-        response = self._request(request, MetadataResponse, METADATA_VERSION)
+        response = self._request(request, MetadataResponse, version)
         addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
-        known = {}
+        known: dict[tuple[str, int], Optional[Leader]] = {}
         for topic_data in response.topics:
             if topic_data.error_code != NONE:
                 continue
             for part in topic_data.partitions:
-                known[(topic_data.name, part.partition_index)] = (
-                    addresses.get(part.leader_id) if part.error_code == NONE else None)
+                address = addresses.get(part.leader_id) if part.error_code == NONE else None
+                known[(topic_data.name, part.partition_index)] = None if address is None else Leader(
+                    address, part.leader_epoch if version >= 7 else NO_EPOCH)
         return known
 
     # -- framing -----------------------------------------------------------------------------
