@@ -1,7 +1,7 @@
 """The JVM reader (zkcoord/spark/jvm) against the Python one: its record
 decoder record for record with zkcoord.fetch.records over every codec,
-control batches, compacted gaps, LogAppendTime, cut ranges, partial batches
-and damaged bytes; and whole reads of real topics on both paths of
+control batches, compacted gaps, LogAppendTime, cut ranges, partial batches,
+damaged bytes and read_committed's aborted transactions; and whole reads of real topics on both paths of
 format("zkcoord")."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_record_decoder import CODECS, Batch, Rec, batch_runs, build, damaged, simple
-from zkcoord.fetch.records import CorruptRecordsError, decode_batches
+from tests.unit.test_read_committed import data, log, marker, transactional_logs
+from zkcoord.fetch.records import ABORT_MARKER, COMMIT_MARKER, CorruptRecordsError, decode_batches
 from zkcoord.spark import PYTHON_SOURCE_NAME
 from zkcoord.spark.jvm import built_jar
 
@@ -26,15 +27,17 @@ def test_the_jvm_reader_is_built():
     assert built_jar() is not None, "zkcoord/spark/jvm's jar is not built (python -m zkcoord.spark.jvm)"
 
 
-def jvm_decode(spark, data: bytes, start: int = 0, end: int = -1, check_crcs: bool = True) -> dict:
-    return json.loads(spark._jvm.zkcoord.spark.Decoding.describe(bytearray(data), start, end, check_crcs))
+def jvm_decode(spark, data: bytes, start: int = 0, end: int = -1, check_crcs: bool = True,
+               aborted=None) -> dict:
+    return json.loads(spark._jvm.zkcoord.spark.Decoding.describe(
+        bytearray(data), start, end, check_crcs, None if aborted is None else json.dumps(aborted)))
 
 
-def python_decode(data: bytes, start: int = 0, end: int = -1, check_crcs: bool = True) -> dict:
+def python_decode(data: bytes, start: int = 0, end: int = -1, check_crcs: bool = True, aborted=None) -> dict:
     """The Python decoder's answer in Decoding.describe's form."""
     try:
         columns = decode_batches(data, start=start, end=None if end < 0 else end, check_crcs=check_crcs,
-                                 compiled=False)
+                                 aborted_transactions=aborted, compiled=False)
     except CorruptRecordsError as exc:
         return {"error": str(exc)}
     types = struct.unpack(f"<{columns.rows}i", columns.timestamp_types)
@@ -158,6 +161,28 @@ def test_any_run_of_batches_decodes_identically(spark, run, start, end, cut):
 @given(batch_runs(), st.data())
 def test_any_damage_gives_the_same_answer_or_error(spark, run, data_strategy):
     same_on_both(spark, damaged(run, data_strategy), check_crcs=False)
+
+
+def test_read_committed_leaves_out_aborted_transactions_alike(spark):
+    records = log(data(0, 1, 2), data(2, 2, 2), data(4, 1), marker(5, 2, COMMIT_MARKER), marker(6, 1, ABORT_MARKER),
+                  data(7, 9, 2, transactional=False), data(9, 1), marker(10, 1, COMMIT_MARKER))
+    answer = same_on_both(spark, records, aborted=[[1, 0]])
+    assert [row[0] for row in answer["rows"]] == [2, 3, 7, 8, 9] and answer["next"] == 11
+    assert len(same_on_both(spark, records)["rows"]) == 8
+    gzipped = log(data(0, 1), marker(1, 1, ABORT_MARKER, CODECS["gzip"]), data(2, 1), marker(3, 1, COMMIT_MARKER))
+    assert [row[0] for row in same_on_both(spark, gzipped, aborted=[[1, 0]])["rows"]] == [2]
+    malformed = log(data(0, 1), Batch(1, 0, [Rec(0, 0, b"\0", b"", [])], control=True, transactional=True,
+                                      producer_id=1))
+    assert "transaction marker is malformed" in same_on_both(spark, malformed, aborted=[[1, 0]])["error"]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(transactional_logs(), st.integers(0, 60), st.one_of(st.just(-1), st.integers(0, 60)))
+def test_any_transactional_log_reads_committed_alike(spark, case, start, end):
+    records, aborted, committed, _ = case
+    answer = same_on_both(spark, records, start=start, end=end, aborted=[list(a) for a in aborted])
+    assert [row[0] for row in answer["rows"]] == [o for o in committed if o >= start and (end < 0 or o < end)]
 
 
 # -- whole reads on both paths ----------------------------------------------------------------

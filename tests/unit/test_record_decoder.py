@@ -41,12 +41,13 @@ class Batch(NamedTuple):
     control: bool = False
     log_append_time: Optional[int] = None  # the broker's time, when LogAppendTime
     transactional: bool = False
+    producer_id: int = 7  # when transactional
 
 
 def build(batch: Batch) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=batch.codec, is_transactional=batch.transactional,
-        producer_id=7 if batch.transactional else -1, producer_epoch=0 if batch.transactional else -1,
+        producer_id=batch.producer_id if batch.transactional else -1, producer_epoch=0 if batch.transactional else -1,
         base_sequence=0 if batch.transactional else -1, batch_size=1 << 30)
     for r in batch.records:
         builder.append(r.offset_delta, timestamp=1_767_225_600_000 + r.timestamp_delta, key=r.key, value=r.value,

@@ -114,6 +114,10 @@ class RecordBuffer:
             self._sizes[tp] += len(run)
             self._count += len(run)
 
+    def holds(self, tp: TopicPartition) -> bool:
+        """Whether records of ``tp`` wait to be taken."""
+        return tp in self._queues
+
     def drop(self, partitions: Iterable[TopicPartition]) -> None:
         """Forget everything buffered for ``partitions`` (they were revoked)."""
         for tp in partitions:

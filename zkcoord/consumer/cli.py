@@ -357,7 +357,7 @@ def _run_confluent(args, config, brokers: str, topics: list[str], out, stop: thr
         "auto.offset.reset": "earliest" if config.auto_offset_reset == "smallest" else "latest",
         "enable.auto.commit": True, "auto.commit.interval.ms": 200,
         "partition.assignment.strategy": ",".join(assignors),
-        "topic.metadata.refresh.interval.ms": 1000,
+        "topic.metadata.refresh.interval.ms": 1000, "isolation.level": config.isolation_level,
     }
     if config.consumer_id:
         settings["group.instance.id"] = config.consumer_id
@@ -407,7 +407,7 @@ def _run_kafka_python(args, config, brokers: str, topics: list[str], out, stop: 
         max_poll_interval_ms=config.max_poll_interval_ms,
         auto_offset_reset="earliest" if config.auto_offset_reset == "smallest" else "latest",
         enable_auto_commit=True, auto_commit_interval_ms=200, partition_assignment_strategy=chosen,
-        metadata_max_age_ms=1000)
+        metadata_max_age_ms=1000, isolation_level=config.isolation_level)
     if config.consumer_id:
         options["group_instance_id"] = config.consumer_id
     consumer = KafkaConsumer(**options)

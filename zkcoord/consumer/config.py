@@ -13,6 +13,7 @@ from typing import Optional
 
 from zkcoord import wire
 from zkcoord.errors import ConfigError
+from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.security.config import TlsConfig
 from zkcoord.settings import check, of, setting
@@ -73,6 +74,10 @@ class ConsumerConfig(MemberConfig):
 
     # Seed 003 (max.poll.records): also what the consumer prefetches.
     max_poll_records: int = setting(500, "most records one poll() returns", minimum=1)
+    isolation_level: str = setting(READ_UNCOMMITTED, "what is read of transactional producers: every record "
+                                                     "(read_uncommitted), or only committed transactions' up to "
+                                                     "the last stable offset (read_committed); transaction "
+                                                     "markers never", choices=tuple(ISOLATION_LEVELS))
 
     @classmethod
     def of(cls, config: Optional["ConsumerConfig"] = None, **settings) -> "ConsumerConfig":

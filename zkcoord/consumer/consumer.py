@@ -46,6 +46,7 @@ from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.consumer.protocol import NO_OFFSET
 from zkcoord.errors import ZkcoordError
+from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -54,15 +55,15 @@ FETCH_SLICE_S = 0.05  # longest a poll() holds the lock while waiting for data
 
 
 def columnar_fetcher_factory(brokers: str, client_id: str, tls=None, credential=None, plain_without_tls=False,
-                             metrics=None):
+                             metrics=None, isolation_level: str = READ_UNCOMMITTED):
     """``tls``: the client SSLContext to reach the brokers with (None: plaintext);
     ``credential``: (user, password) for the brokers' SASL (None: none), sent
     with PLAIN without TLS only if ``plain_without_tls``; ``metrics``: the
-    FetcherMetrics to count in."""
+    FetcherMetrics to count in; ``isolation_level``: ConsumerConfig's."""
     from zkcoord.fetch.columnar import ColumnarFetcher
 
     return ColumnarFetcher(brokers, client_id=client_id, tls=tls, credential=credential,
-                           plain_without_tls=plain_without_tls, metrics=metrics)
+                           plain_without_tls=plain_without_tls, metrics=metrics, isolation_level=isolation_level)
 
 
 class Consumer:
@@ -196,7 +197,22 @@ class Consumer:
         runs = self._buffer.take_runs(self.config.max_poll_records)
         for run in runs:
             self._positions[run.topic_partition] = run.next_offset
+        self._pass_empty_offsets()
         return runs
+
+    def _pass_empty_offsets(self) -> None:
+        """Positions past offsets that hold no record for the application
+        (transaction markers, aborted transactions, compacted gaps): the
+        fetcher moved past them once it had handed out everything before
+        them, and where none of those records waits here either, this
+        position moves too; otherwise a partition ending in a marker would
+        never look consumed (lock held)."""
+        positions = getattr(self._fetcher, "positions", None)  # a fetcher of Records has none
+        if positions is None:
+            return
+        for tp, offset in positions().items():
+            if offset > self._positions.get(tp, offset) and not self._buffer.holds(tp):
+                self._positions[tp] = offset
 
     def _run_callbacks(self) -> None:
         """Run the callbacks owed, in order; an assign waits while the lease is
@@ -276,6 +292,8 @@ class Consumer:
                 if self.config.user:
                     extra["credential"] = (self.config.user, self.config.password)
                     extra["plain_without_tls"] = self.config.password_without_tls
+                if self.config.isolation_level != READ_UNCOMMITTED:
+                    extra["isolation_level"] = self.config.isolation_level
                 self._fetcher = self._fetcher_factory(brokers, self.consumer_id, **extra)
             added = {tp: o for tp, o in partitions.items() if tp not in self._fetcher.assignment()}
             if not added:

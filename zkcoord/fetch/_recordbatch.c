@@ -197,6 +197,91 @@ static inline uint64_t be(const unsigned char *p, int n) {
 
 enum { DONE_BATCH = 0, DONE_ALL = 1 };
 
+/* The type of a control batch's marker (0 abort, 1 commit): the int16 after
+ * the version in its first record's key; -2 with an exception set when the
+ * marker is malformed. records.py's _marker_type. */
+static int marker_type(const unsigned char *p, Py_ssize_t n, int64_t base_offset) {
+    Cursor c = {p, p + n};
+    int64_t length, ignored;
+    const char *key;
+    Py_ssize_t key_len;
+    if (read_varint(&c, 5, &length) < 0 || length < 0 || length > c.end - c.p)
+        return corrupt("a transaction marker is malformed", base_offset), -2;
+    c.end = c.p + length;
+    c.p++; /* attributes */
+    if (read_varint(&c, 10, &ignored) < 0 || read_varint(&c, 5, &ignored) < 0 ||
+        read_field(&c, &key, &key_len) < 0 || key == NULL || key_len < 4)
+        return corrupt("a transaction marker is malformed", base_offset), -2;
+    return (int16_t)be((const unsigned char *)key + 2, 2);
+}
+
+/* Which batches of a read_committed fetch are of aborted transactions:
+ * records.py's _AbortedTransactions, whose docstring has the rule. */
+typedef struct {
+    int64_t *producers; /* the aborted transactions, by first offset */
+    int64_t *firsts;
+    Py_ssize_t count;
+    Py_ssize_t next;   /* the first not yet reached */
+    int64_t *open;     /* producers whose aborted transaction is under way */
+    Py_ssize_t open_count;
+} Aborted;
+
+static void aborted_free(Aborted *a) {
+    PyMem_Free(a->producers);
+    PyMem_Free(a->firsts);
+    PyMem_Free(a->open);
+    memset(a, 0, sizeof(*a));
+}
+
+/* From a sequence of (producer id, first offset) pairs sorted by first offset. */
+static int aborted_init(Aborted *a, PyObject *pairs) {
+    memset(a, 0, sizeof(*a));
+    PyObject *seq = PySequence_Fast(pairs, "aborted transactions must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    a->producers = PyMem_Calloc(n ? n : 1, sizeof(int64_t));
+    a->firsts = PyMem_Calloc(n ? n : 1, sizeof(int64_t));
+    a->open = PyMem_Calloc(n ? n : 1, sizeof(int64_t));
+    if (!a->producers || !a->firsts || !a->open) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long producer, first;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "LL", &producer, &first)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        a->producers[i] = producer;
+        a->firsts[i] = first;
+    }
+    a->count = n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+static int aborted_skips(Aborted *a, int64_t producer, int64_t last_offset, int transactional, int abort_marker) {
+    for (; a->next < a->count && a->firsts[a->next] <= last_offset; a->next++) {
+        int known = 0;
+        for (Py_ssize_t i = 0; i < a->open_count; i++)
+            known |= a->open[i] == a->producers[a->next];
+        if (!known)
+            a->open[a->open_count++] = a->producers[a->next];
+    }
+    Py_ssize_t found = -1;
+    for (Py_ssize_t i = 0; i < a->open_count; i++)
+        if (a->open[i] == producer)
+            found = i;
+    if (abort_marker) {
+        if (found >= 0)
+            a->open[found] = a->open[--a->open_count];
+        return 0;
+    }
+    return transactional && found >= 0;
+}
+
 /* Decode the records of one batch; returns DONE_BATCH, DONE_ALL (reached
  * `end`) or -1 with an exception set. */
 static int decode_records(Columns *out, const unsigned char *p, Py_ssize_t n, int64_t count, int64_t base_offset,
@@ -266,16 +351,19 @@ static int decode_records(Columns *out, const unsigned char *p, Py_ssize_t n, in
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long start, end;
-    PyObject *decompress, *check_crc;
+    PyObject *decompress, *check_crc, *aborted_pairs;
     if (corrupt_error == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*LLOO", &view, &start, &end, &decompress, &check_crc))
+    if (!PyArg_ParseTuple(args, "y*LLOOO", &view, &start, &end, &decompress, &check_crc, &aborted_pairs))
         return NULL;
     Columns out;
+    Aborted aborted; /* read_committed only: aborted_pairs is not None */
+    int read_committed = aborted_pairs != Py_None;
     PyObject *result = NULL;
-    if (columns_init(&out) < 0)
+    memset(&aborted, 0, sizeof(aborted));
+    if (columns_init(&out) < 0 || (read_committed && aborted_init(&aborted, aborted_pairs) < 0))
         goto done;
     const unsigned char *data = view.buf;
     Py_ssize_t size = view.len, pos = 0;
@@ -335,9 +423,36 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         int codec = attributes & 0x07;
         int32_t ts_type = (attributes & 0x08) ? 1 : 0;
         int stop = DONE_BATCH;
+        int aborted_batch = 0;
+        int64_t producer = (int64_t)be(b + 43, 8);
+        if (read_committed && producer >= 0) {
+            int type = -1;
+            if (control) {
+                const unsigned char *records = b + HEADER_SIZE;
+                Py_ssize_t records_len = LOG_OVERHEAD + batch_length - HEADER_SIZE;
+                if (codec == 0) {
+                    type = marker_type(records, records_len, base_offset);
+                } else {
+                    PyObject *payload = PyMemoryView_FromMemory((char *)records, records_len, PyBUF_READ);
+                    PyObject *plain = payload ? PyObject_CallFunction(decompress, "iO", codec, payload) : NULL;
+                    Py_XDECREF(payload);
+                    Py_buffer inner;
+                    if (plain == NULL || PyObject_GetBuffer(plain, &inner, PyBUF_SIMPLE) < 0) {
+                        Py_XDECREF(plain);
+                        goto done;
+                    }
+                    type = marker_type(inner.buf, inner.len, base_offset);
+                    PyBuffer_Release(&inner);
+                    Py_DECREF(plain);
+                }
+                if (type == -2)
+                    goto done;
+            }
+            aborted_batch = aborted_skips(&aborted, producer, batch_next - 1, attributes & 0x10, type == 0);
+        }
         /* Control batches (transaction markers) hold no application records,
          * and a batch wholly below `start` needs no decompressing. */
-        if (!control && batch_next > start) {
+        if (!control && !aborted_batch && batch_next > start) {
             const unsigned char *records = b + HEADER_SIZE;
             Py_ssize_t records_len = LOG_OVERHEAD + batch_length - HEADER_SIZE;
             if (codec == 0) {
@@ -386,6 +501,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                            (long long)next_offset, pos);
 done:
     columns_free(&out);
+    aborted_free(&aborted);
     PyBuffer_Release(&view);
     return result;
 }
@@ -476,7 +592,7 @@ static PyObject *configure(PyObject *self, PyObject *error_class) {
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_VARARGS, "decode(data, start, end, decompress, check_crc) -> tuple of column buffers"},
+    {"decode", decode, METH_VARARGS, "decode(data, start, end, decompress, check_crc, aborted) -> tuple of column buffers"},
     {"records", records, METH_VARARGS, "records(record_type, topic, partition, ...column buffers, begin, end) -> list"},
     {"configure", configure, METH_O, "configure(error_class): the exception raised for corrupt records"},
     {NULL, NULL, 0, NULL},

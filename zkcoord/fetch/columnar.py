@@ -38,7 +38,8 @@ from zkcoord.fetch import recovery
 from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerConnection, BrokerConnectionError, PartitionError,
 )
-from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, decode_batches, last_batch_epoch
+from zkcoord.fetch.isolation import READ_UNCOMMITTED
+from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, last_batch_epoch
 from zkcoord.fetch.recovery import NO_EPOCH, Truncation
 from zkcoord.records import Record, TopicPartition
 
@@ -196,11 +197,18 @@ class ColumnarFetcher:
     log start rather than failing), ``latest``, or ``error``
     (OffsetOutOfRangeError from ``fetch``). A position beyond the log's end
     is a truncation, not a reset (:mod:`zkcoord.fetch.recovery`).
+
+    ``isolation_level`` (``read_uncommitted`` or ``read_committed``, see
+    zkcoord.fetch.isolation) decides what transactional producers' records
+    are handed out, and where ``latest`` is. Offsets that hold nothing to
+    hand out (transaction markers, aborted transactions, compacted gaps)
+    are passed: once everything before them was handed out, the position
+    moves past them, so a partition ending in a marker is caught up.
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest",
                  tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None,
-                 plain_without_tls: bool = False, metrics=None):
+                 plain_without_tls: bool = False, metrics=None, isolation_level: str = READ_UNCOMMITTED):
         """``tls``: a client SSLContext for the brokers (None: plaintext);
         ``credential`` (user, password): for the brokers' SASL;
         ``plain_without_tls``: may send it with PLAIN where there is no TLS;
@@ -214,6 +222,7 @@ class ColumnarFetcher:
         self._tls = tls
         self._credential = credential  # (user, password) for the brokers' SASL
         self._plain_without_tls = plain_without_tls
+        self._isolation_level = isolation_level
         self._reset = offset_reset
         self._metrics = metrics
         self._epochs = itertools.count(1)
@@ -269,6 +278,11 @@ class ColumnarFetcher:
             state = self._partitions.get(partition)
             return state.next if state is not None and state.next >= 0 else None
 
+    def positions(self) -> dict[TopicPartition, int]:
+        """:meth:`position` of every assigned partition whose start is resolved."""
+        with self._lock:
+            return {tp: state.next for tp, state in self._partitions.items() if state.next >= 0}
+
     def start_offset(self, partition: TopicPartition) -> Optional[int]:
         """Where the partition's assignment began, made exact (None if not
         assigned, or EARLIEST/LATEST not resolved yet): what to report for
@@ -298,6 +312,7 @@ class ColumnarFetcher:
                     tp = chunk.topic_partition
                     self._ready_bytes[tp] -= chunk.nbytes
                     self._partitions[tp].next = chunk.next_offset
+                    self._pass_empty_offsets(tp)
                 if out:
                     self._changed.notify_all()  # room for the fetch threads
                     # Made under the lock: nothing of a partition revoked meanwhile goes out.
@@ -322,9 +337,18 @@ class ColumnarFetcher:
         for thread in [self._leader_thread] + [thread for thread, _ in brokers]:
             thread.join(timeout=REQUEST_TIMEOUT_S)
 
+    def _pass_empty_offsets(self, tp: TopicPartition) -> None:
+        """Once nothing of ``tp`` waits to be handed out, its position moves
+        to where fetching goes on: what lies between held no record for the
+        application (markers, aborted transactions, compacted gaps). Lock held."""
+        state = self._partitions[tp]
+        if state.fetch_offset > state.next and not self._ready.holds(tp):
+            state.next = state.fetch_offset
+
     def _connect(self, address: str, timeout_s: float) -> BrokerConnection:
         return BrokerConnection(address, client_id=self._client_id, tls=self._tls, timeout_s=timeout_s,
-                                credential=self._credential, plain_without_tls=self._plain_without_tls)
+                                credential=self._credential, plain_without_tls=self._plain_without_tls,
+                                isolation_level=self._isolation_level)
 
     def _check_open(self) -> None:
         if self._failure is not None:
@@ -546,7 +570,7 @@ class ColumnarFetcher:
                 continue
             try:
                 # Never beyond the high watermark: what lies above it is not committed.
-                columns = decode_batches(result.records, start=positions[tp], end=result.high_watermark)
+                columns = result.decode(positions[tp], result.high_watermark)
                 outcomes[tp] = _Records(columns, last_batch_epoch(result.records, columns.consumed))
             except CorruptRecordsError as exc:
                 outcomes[tp] = FetchError(f"{tp[0]}-{tp[1]}: {exc}")
@@ -565,7 +589,8 @@ class ColumnarFetcher:
             return FetchError(str(error))
         try:
             log_start = self._bound(connection, tp, EARLIEST)
-            log_end = self._bound(connection, tp, LATEST)
+            # Recovery judges by the high watermark, whatever the isolation level.
+            log_end = connection.list_offset(tp[0], tp[1], LATEST_TIMESTAMP, high_watermark=True)
             decision = recovery.out_of_range(offset, log_start, log_end, self._reset, read_here, EARLIEST, LATEST)
             if isinstance(decision, recovery.Reset):
                 return _Start(self._bound(connection, tp, decision.logical))
@@ -596,6 +621,7 @@ class ColumnarFetcher:
                         self._ready_bytes[tp] = self._ready_bytes.get(tp, 0) + chunk.nbytes
                         state.turn = next(self._turns)
                     state.fetch_offset = max(state.fetch_offset, outcome.next_offset)
+                    self._pass_empty_offsets(tp)
                 elif isinstance(outcome, _Start):
                     # A new epoch: records fetched before a reset are not handed out after it.
                     state.epoch = next(self._epochs)

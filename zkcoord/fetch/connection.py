@@ -23,7 +23,9 @@ from kafka.protocol.sasl import (
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 )
 
-from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.errors import ConfigError, TlsError, ZkcoordError
+from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
+from zkcoord.fetch.records import RecordColumns, decode_batches
 from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
 from zkcoord.records import LogEnd
 from zkcoord.security import scram
@@ -33,6 +35,8 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+
+LIST_OFFSETS_ISOLATION_VERSION = 2  # the first ListOffsets with isolation_level (Kafka 0.11, as transactions)
 
 # The versions this client speaks: Fetch from 4 (record batches, log start
 # offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
@@ -104,6 +108,18 @@ class Fetched(NamedTuple):
     # fetch offset; it ends that epoch at diverging_end (-1: no divergence).
     diverging_epoch: int = NO_EPOCH
     diverging_end: int = -1
+    last_stable_offset: int = -1  # -1: the broker did not say
+    # read_committed: the aborted transactions among the records, as
+    # (producer id, first offset) pairs; None when reading uncommitted.
+    aborted_transactions: Optional[tuple[tuple[int, int], ...]] = None
+
+    def decode(self, start: int, end: Optional[int] = None) -> RecordColumns:
+        """The records from ``start`` up to ``end`` (None: no end) that the
+        fetch's isolation level delivers: reading committed, none of an
+        aborted transaction and none at or above the last stable offset."""
+        if self.aborted_transactions is not None and self.last_stable_offset >= 0:
+            end = self.last_stable_offset if end is None else min(end, self.last_stable_offset)
+        return decode_batches(self.records, start=start, end=end, aborted_transactions=self.aborted_transactions)
 
 
 class Leader(NamedTuple):
@@ -119,15 +135,24 @@ class BrokerConnection:
 
     def __init__(self, address: str, *, client_id: str = "zkcoord", timeout_s: float = 30.0,
                  tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None,
-                 plain_without_tls: bool = False):
-        """``tls``: a client SSLContext (zkcoord.security.tls.client_context);
+                 plain_without_tls: bool = False, isolation_level: str = READ_UNCOMMITTED):
+        """``isolation_level`` (ISOLATION_LEVELS) is what its Fetch and its
+        latest offsets see: read_committed fetches with isolation level 1 (the
+        aborted transactions come with the records) and takes the last
+        stable offset for the latest (ListOffsets v2 and later; an older
+        broker has no transactions, its log end is stable).
+        ``tls``: a client SSLContext (zkcoord.security.tls.client_context);
         a handshake that fails raises TlsError, not retriable when refused.
         ``credential`` (user, password): authenticate with SASL first, with
         the strongest mechanism the broker offers; a refusal raises
         BrokerAuthenticationError. Unless ``plain_without_tls``, the password
         is never sent with PLAIN over a connection without TLS (a broker that
         offers only PLAIN is refused: PlainWithoutTlsRefused)."""
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError(f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, "
+                             f"not {isolation_level!r}")
         self.address = address
+        self._isolation = ISOLATION_LEVELS[isolation_level]
         self._client_id = client_id
         self._timeout_s = timeout_s
         self._tls = tls
@@ -247,7 +272,7 @@ class BrokerConnection:
                 log_start_offset=-1, partition_max_bytes=partition_max_bytes))
         request = FetchRequest(
             version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-            max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            max_bytes=max_bytes, isolation_level=self._isolation, session_id=0, session_epoch=-1,
             topics=[FetchRequest.FetchTopic(topic=topic, partitions=parts) for topic, parts in by_topic.items()],
             forgotten_topics_data=[], rack_id="")
         response = self._request(request, FetchResponse, version)
@@ -265,16 +290,25 @@ class BrokerConnection:
                 else:
                     records = part.records if part.records is not None else b""
                     diverging = part.diverging_epoch if version >= 12 else None
-                    result[tp] = Fetched(part.high_watermark, part.log_start_offset, memoryview(records),
-                                         *((diverging.epoch, diverging.end_offset) if diverging else ()))
+                    aborted = None
+                    if self._isolation:
+                        aborted = tuple((a.producer_id, a.first_offset) for a in part.aborted_transactions or ())
+                    result[tp] = Fetched(
+                        part.high_watermark, part.log_start_offset, memoryview(records),
+                        diverging_epoch=diverging.epoch if diverging else NO_EPOCH,
+                        diverging_end=diverging.end_offset if diverging else -1,
+                        last_stable_offset=part.last_stable_offset, aborted_transactions=aborted)
         missing = [tp for tp in positions if tp not in result]
         if missing:
             raise BrokerConnectionError(f"broker {self.address} answered a fetch without {sorted(missing)}")
         return result
 
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
-        """The offset for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms)."""
-        answer = self.list_offsets([(topic, partition)], timestamp)[(topic, partition)]
+    def list_offset(self, topic: str, partition: int, timestamp: int, *, high_watermark: bool = False) -> int:
+        """The offset for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a
+        time in ms). LATEST is the connection's isolation level's (reading
+        committed, the last stable offset) unless ``high_watermark``."""
+        answer = {tp: a if isinstance(a, PartitionError) else a.offset for tp, a in self._list_offsets(
+            [(topic, partition)], timestamp, committed=not high_watermark).items()}[(topic, partition)]
         if isinstance(answer, PartitionError):
             raise answer
         return answer
@@ -290,14 +324,17 @@ class BrokerConnection:
         the PartitionError its leader answered with."""
         return self._list_offsets(partitions, LATEST_TIMESTAMP)
 
-    def _list_offsets(self, partitions, timestamp: int) -> dict[tuple[str, int], Union[LogEnd, "PartitionError"]]:
+    def _list_offsets(self, partitions, timestamp: int,
+                      committed: bool = True) -> dict[tuple[str, int], Union[LogEnd, "PartitionError"]]:
+        """``committed``: at the connection's isolation level (else read uncommitted)."""
         wanted: dict[str, list[int]] = {}
         for topic, partition in partitions:
             wanted.setdefault(topic, []).append(partition)
         version = self._list_offsets_version
         Topic = ListOffsetsRequest.ListOffsetsTopic
         request = ListOffsetsRequest(
-            version=version, replica_id=-1, isolation_level=0,
+            version=version, replica_id=-1,
+            isolation_level=self._isolation if committed and version >= LIST_OFFSETS_ISOLATION_VERSION else 0,
             topics=[Topic(name=topic, partitions=[
                 Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
                 for p in sorted(set(ps))]) for topic, ps in sorted(wanted.items())])

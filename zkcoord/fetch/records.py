@@ -20,6 +20,14 @@ What a decode returns, for records with ``start <= offset < end``:
 
 - control batches (transaction markers) yield no records, but their offsets
   count as read;
+- with ``aborted_transactions`` (a read_committed fetch: the Fetch
+  response's (producer id, first offset) pairs), the batches of aborted
+  transactions yield no records either, and count as read. The rule is the
+  Java consumer's: walking the batches in order, a producer's aborted
+  transaction begins to count once a batch of that producer reaches its
+  first offset, and ends at that producer's abort marker; a transactional
+  batch of a producer whose aborted transaction counts is skipped. Records
+  at or above the last stable offset are the caller's to keep out (``end``);
 - offsets a compaction removed are simply absent;
 - ``next_offset`` is the offset after the last batch read (every offset
   below it was either returned or does not exist), ``end`` once the run
@@ -32,13 +40,13 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from crc32c import crc32c
 
 from zkcoord.broker.formats import (
     COMPRESSION_MASK, CONTROL_FLAG, CRC_START, HEADER_SIZE, LOG_APPEND_TIME_FLAG, LOG_OVERHEAD, MAGIC,
-    CorruptBatchError, parse_header_only,
+    TRANSACTIONAL_FLAG, CorruptBatchError, parse_header_only,
 )
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import Record
@@ -46,6 +54,7 @@ from zkcoord.records import Record
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 CODEC_NAMES = {0: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
+ABORT_MARKER, COMMIT_MARKER = 0, 1  # a control record's type, in its key
 
 _INT32_MAX = 2**31 - 1
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
@@ -212,15 +221,23 @@ def arrow_schema(include_headers: bool = False):
 # -- decoding --------------------------------------------------------------------------------
 
 def decode_batches(data, *, start: int = 0, end: Optional[int] = None, check_crcs: bool = True,
+                   aborted_transactions: Optional[Iterable[tuple[int, int]]] = None,
                    compiled: Optional[bool] = None) -> RecordColumns:
     """The records with ``start <= offset < end`` in a run of record batches.
 
+    ``aborted_transactions``: None reads uncommitted (every data record);
+    (producer id, first offset) pairs, as a read_committed Fetch response
+    lists them (possibly none), leave out the aborted transactions' records.
     ``compiled`` picks the decoder: True requires the compiled one, False
     takes the pure-Python one, None (the default) the compiled one when it
     is built."""
     decoder = _pick(compiled)
+    aborted = None
+    if aborted_transactions is not None:
+        # By first offset, as both decoders walk them.
+        aborted = tuple(sorted(((int(p), int(f)) for p, f in aborted_transactions), key=lambda a: a[1]))
     return RecordColumns._make(decoder(data, start, -1 if end is None else end, decompress,
-                                      crc32c if check_crcs else None))
+                                      crc32c if check_crcs else None, aborted))
 
 
 def last_batch_epoch(data, consumed: int) -> int:
@@ -387,10 +404,51 @@ def _decode_records(out: _Columns, data, count: int, base_offset: int, first_tim
     return False
 
 
-def decode_python(data, start: int, end: int, decompress_, check_crc) -> tuple:
+def _marker_type(records, base_offset: int) -> int:
+    """The type of a control batch's marker (ABORT_MARKER, COMMIT_MARKER or
+    another): the int16 after the version in its first record's key."""
+    c = _Cursor(records, 0, len(records))
+    length = c.varint(5)
+    if length is None or length < 0 or length > c.end - c.pos:
+        raise _corrupt("a transaction marker is malformed", base_offset)
+    c.end = c.pos + length
+    c.pos += 1  # attributes
+    ok = c.varint(10) is not None and c.varint(5) is not None
+    ok, key = c.field() if ok else (False, None)
+    if not ok or key is None or len(key) < 4:
+        raise _corrupt("a transaction marker is malformed", base_offset)
+    return struct.unpack_from(">h", key, 2)[0]
+
+
+class _AbortedTransactions:
+    """Which batches of a read_committed fetch are of aborted transactions.
+
+    ``aborted``: (producer id, first offset) pairs by first offset. Fed every
+    batch with a producer id in log order (:meth:`skips`)."""
+
+    __slots__ = ("aborted", "next", "open")
+
+    def __init__(self, aborted: tuple) -> None:
+        self.aborted = aborted
+        self.next = 0  # the first pair not yet reached
+        self.open: set[int] = set()  # producers whose aborted transaction is under way
+
+    def skips(self, producer_id: int, last_offset: int, transactional: bool, abort_marker: bool) -> bool:
+        aborted = self.aborted
+        while self.next < len(aborted) and aborted[self.next][1] <= last_offset:
+            self.open.add(aborted[self.next][0])
+            self.next += 1
+        if abort_marker:
+            self.open.discard(producer_id)
+            return False
+        return transactional and producer_id in self.open
+
+
+def decode_python(data, start: int, end: int, decompress_, check_crc, aborted) -> tuple:
     """The pure-Python decoder: the compiled one's arguments and result."""
     view = memoryview(data).cast("B")
     out = _Columns()
+    transactions = _AbortedTransactions(aborted) if aborted is not None else None
     pos, size = 0, len(view)
     next_offset = start
     while size - pos >= LOG_OVERHEAD + 5:
@@ -419,9 +477,20 @@ def decode_python(data, start: int, end: int, decompress_, check_crc) -> tuple:
         ts_type = LOG_APPEND_TIME if attributes & LOG_APPEND_TIME_FLAG else CREATE_TIME
         codec = attributes & COMPRESSION_MASK
         stop = False
+        control = attributes & CONTROL_FLAG
+        aborted_batch = False
+        if transactions is not None and header.producer_id >= 0:
+            abort_marker = False
+            if control:
+                records = view[pos + HEADER_SIZE:batch_end]
+                if codec:
+                    records = memoryview(decompress_(codec, records)).cast("B")
+                abort_marker = _marker_type(records, base_offset) == ABORT_MARKER
+            aborted_batch = transactions.skips(header.producer_id, batch_next - 1,
+                                               bool(attributes & TRANSACTIONAL_FLAG), abort_marker)
         # Control batches (transaction markers) hold no application records,
         # and a batch wholly below `start` needs no decompressing.
-        if not attributes & CONTROL_FLAG and batch_next > start:
+        if not control and not aborted_batch and batch_next > start:
             records = view[pos + HEADER_SIZE:batch_end]
             if codec:
                 records = memoryview(decompress_(codec, records)).cast("B")

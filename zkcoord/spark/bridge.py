@@ -23,6 +23,7 @@ from typing import Any, Callable
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from zkcoord.fetch.connection import retriable_codes
+from zkcoord.fetch.isolation import READ_COMMITTED
 from zkcoord.spark.options import parse_options
 from zkcoord.spark.reader import FETCH_BYTES, FETCH_WAIT_MS, MAX_FETCH_BYTES, ReadTask
 
@@ -45,7 +46,8 @@ def task_to_jvm(task: ReadTask) -> dict[str, Any]:
             "leader": task.broker, "brokers": list(task.brokers), "pollTimeoutMs": task.poll_timeout_ms,
             "failOnDataLoss": task.fail_on_data_loss, "fetchBytes": FETCH_BYTES,
             "maxFetchBytes": MAX_FETCH_BYTES, "fetchWaitMs": FETCH_WAIT_MS,
-            "retriableErrors": _RETRIABLE_CODES, "tls": tls, "sasl": sasl}
+            "retriableErrors": _RETRIABLE_CODES, "tls": tls, "sasl": sasl,
+            "readCommitted": task.isolation_level == READ_COMMITTED}
 
 
 def _answer(question: Callable[[], Any]) -> str:

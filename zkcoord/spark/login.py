@@ -18,6 +18,7 @@ from typing import Optional
 from zkcoord.fetch.connection import (
     BrokerAuthenticationError, BrokerConnection, PartitionError, PlainWithoutTlsRefused,
 )
+from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.spark.errors import AuthenticationError, TopicAuthorizationError
 
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -33,16 +34,18 @@ class Login:
 
 
 def open_broker(address: str, login: Optional[Login], *, client_id: str, timeout_s: float,
-                tls: Optional[ssl.SSLContext]) -> BrokerConnection:
-    """A connection to ``address``, logged in as ``login`` (None: anonymous).
-    A refused login is an AuthenticationError, which no retry helps: the
-    callers retry a BrokerConnectionError."""
+                tls: Optional[ssl.SSLContext], isolation_level: str = READ_UNCOMMITTED) -> BrokerConnection:
+    """A connection to ``address``, logged in as ``login`` (None: anonymous),
+    that reads at ``isolation_level``. A refused login is an
+    AuthenticationError, which no retry helps: the callers retry a
+    BrokerConnectionError."""
     if login is None:
-        return BrokerConnection(address, client_id=client_id, timeout_s=timeout_s, tls=tls)
+        return BrokerConnection(address, client_id=client_id, timeout_s=timeout_s, tls=tls,
+                                isolation_level=isolation_level)
     try:
         return BrokerConnection(address, client_id=client_id, timeout_s=timeout_s, tls=tls,
                                 credential=(login.user, login.password),
-                                plain_without_tls=login.plain_without_tls)
+                                plain_without_tls=login.plain_without_tls, isolation_level=isolation_level)
     except PlainWithoutTlsRefused as exc:
         raise AuthenticationError(f"SASL authentication as user {login.user!r}: {exc}; the option "
                                   "ssl.ca.location gives TLS, sasl.passwordWithoutTls=true allows it") from None

@@ -13,6 +13,7 @@ import logging
 import threading
 from typing import Iterable, Optional
 
+from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.records import TopicPartition
 from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
@@ -29,12 +30,15 @@ KAFKA_TIMEOUT_S = 15.0
 
 class ClusterView:
     def __init__(self, zookeeper: str, *, tls: TlsConfig = PLAIN, security: Optional[ZkSecurity] = None,
-                 sasl: Optional[SaslOptions] = None):
+                 sasl: Optional[SaslOptions] = None, isolation_level: str = READ_UNCOMMITTED):
         """``tls``: how to reach the brokers (plaintext by default); ``security``:
-        ZooKeeper's credentials and TLS; ``sasl``: the brokers' (None: anonymous)."""
+        ZooKeeper's credentials and TLS; ``sasl``: the brokers' (None: anonymous);
+        ``isolation_level``: read_committed takes the last stable offset for
+        a partition's latest (:meth:`bounds`)."""
         self.zookeeper = zookeeper
         self.tls = tls
         self.sasl = sasl
+        self.isolation_level = isolation_level
         self._tls_context = None
         self._login = None  # the last login read, for the refusals' words
         self.security = security or ZkSecurity()
@@ -46,11 +50,12 @@ class ClusterView:
     # Never pickled: a reader that holds a view sends only its connect string
     # and settings (file names, never a password).
     def __getstate__(self):
-        return {"zookeeper": self.zookeeper, "tls": self.tls, "security": self.security, "sasl": self.sasl}
+        return {"zookeeper": self.zookeeper, "tls": self.tls, "security": self.security, "sasl": self.sasl,
+                "isolation_level": self.isolation_level}
 
     def __setstate__(self, state):
         self.__init__(state["zookeeper"], tls=state.get("tls", PLAIN), security=state.get("security"),
-                      sasl=state.get("sasl"))
+                      sasl=state.get("sasl"), isolation_level=state.get("isolation_level", READ_UNCOMMITTED))
 
     @property
     def zk(self):
@@ -207,7 +212,8 @@ class ClusterView:
                 self._tls_context = client_context(self.tls)
             self._login = login(self.sasl)  # read afresh: a password file may have changed
             connection = self._brokers[address] = open_broker(address, self._login, client_id="zkcoord-spark-planner",
-                                                              timeout_s=KAFKA_TIMEOUT_S, tls=self._tls_context)
+                                                              timeout_s=KAFKA_TIMEOUT_S, tls=self._tls_context,
+                                                              isolation_level=self.isolation_level)
         return connection
 
     def _drop_broker(self, address: str) -> None:

@@ -3,7 +3,8 @@
 Names follow Spark's own Kafka source where the idea is the same
 (``subscribe``, ``subscribePattern``, ``startingOffsets``, ``endingOffsets``,
 ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``,
-``kafkaConsumer.pollTimeoutMs``); TLS to the servers and brokers takes
+``kafkaConsumer.pollTimeoutMs``; ``isolationLevel`` is its
+``kafka.isolation.level``, as the thin consumer's ``isolation_level``); TLS to the servers and brokers takes
 librdkafka's PEM options (``ssl.ca.location``, ``ssl.certificate.location``,
 ``ssl.key.location``) and SASL with the brokers librdkafka's user
 (``sasl.username``), its password from a file or an environment variable
@@ -27,9 +28,10 @@ from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from zkcoord import settings
-from zkcoord.consumer.config import MemberConfig
+from zkcoord.consumer.config import ConsumerConfig, MemberConfig
 from zkcoord.consumer.membership import parse_bootstrap
 from zkcoord.errors import ConfigError
+from zkcoord.fetch.isolation import ISOLATION_LEVELS
 from zkcoord.patterns import PatternError, check_pattern, matches
 from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.security.secrets import PASSWORD_ENV, password_for
@@ -50,7 +52,7 @@ Position = Union[str, PartitionOffsets]
 _KNOWN = {
     "zookeeper", "subscribe", "subscribepattern", "startingoffsets", "endingoffsets",
     "maxoffsetspertrigger", "minpartitions", "failondataloss", "kafkaconsumer.polltimeoutms",
-    "group", "servers", "sessiontimeoutms", "handofftimeoutms",
+    "group", "servers", "sessiontimeoutms", "handofftimeoutms", "isolationlevel",
     "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
     "sasl.username", "sasl.passwordfile", "sasl.passwordenv", "sasl.passwordwithouttls",
 }
@@ -109,6 +111,7 @@ class SourceOptions:
     servers: tuple[str, ...] = ()  # coordinator endpoints; empty: read /zkcoord/servers
     session_timeout_ms: int = settings.default(MemberConfig, "session_timeout_ms")  # a group member's, as any
     handoff_timeout_ms: int = 8_000
+    isolation_level: str = settings.default(ConsumerConfig, "isolation_level")  # as a thin consumer's
     tls: TlsConfig = PLAIN  # to the servers and the brokers
     sasl: Optional[SaslOptions] = None  # None: anonymous to the brokers and the coordinator
     zk_security: ZkSecurity = dataclasses.field(default_factory=ZkSecurity)
@@ -182,6 +185,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         tls=tls,
         sasl=_sasl(opts),
         zk_security=_zk_security(opts),
+        isolation_level=_isolation_level(opts),
         **given,
     )
 
@@ -288,6 +292,18 @@ def _positive(opts: Mapping[str, str], key: str, name: str) -> Optional[int]:
         raise SourceOptionError(f"option {name!r} must be a positive integer, got {raw!r}") from None
     if value < 1:
         raise SourceOptionError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _isolation_level(opts: Mapping[str, str]) -> str:
+    """The option ``isolationLevel``: one of ISOLATION_LEVELS, in any case."""
+    raw = opts.get("isolationlevel")
+    if raw is None:
+        return settings.default(ConsumerConfig, "isolation_level")
+    value = str(raw).strip().lower()
+    if value not in ISOLATION_LEVELS:
+        raise SourceOptionError(f"option 'isolationLevel' must be one of {', '.join(ISOLATION_LEVELS)}, "
+                                f"got {raw!r}")
     return value
 
 

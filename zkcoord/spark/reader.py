@@ -21,8 +21,8 @@ from typing import Iterator, Optional
 from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, OFFSET_OUT_OF_RANGE, BrokerConnection, BrokerConnectionError, PartitionError,
 )
+from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.spark.login import Login, open_broker, refusal
-from zkcoord.fetch.records import decode_batches
 from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.security.tls import client_context
 from zkcoord.spark.errors import DataLossError, ReadTimeoutError, SparkSourceError
@@ -48,11 +48,13 @@ class ReadTask:
     brokers: tuple[str, ...] = ()
     tls: TlsConfig = PLAIN  # how to reach the brokers
     login: Optional[Login] = None  # SASL with the brokers; None: anonymous
+    isolation_level: str = READ_UNCOMMITTED  # read_committed: no aborted record, none past the stable offset
 
 
 def read_task(task: ReadTask) -> Iterator:
     """Record batches holding exactly the offsets ``[start, end)`` that exist
-    (transaction markers and compacted-away offsets leave gaps)."""
+    (transaction markers and compacted-away offsets leave gaps, and so do
+    aborted transactions when reading committed)."""
     r = task.range
     if r.start >= r.end:
         return
@@ -102,7 +104,7 @@ class _RangeReader:
                 self._lost_leader()
                 self._pause(deadline, position, last_problem)
                 continue
-            columns = decode_batches(fetched.records, start=position, end=r.end)
+            columns = fetched.decode(position, r.end)
             if columns.rows:
                 yield columns.to_arrow(r.topic, r.partition)
             if columns.next_offset > position:
@@ -117,7 +119,8 @@ class _RangeReader:
                                            f"is larger than {MAX_FETCH_BYTES} bytes")
                 self.fetch_bytes *= 2
                 continue
-            last_problem = f"the log ends at {fetched.high_watermark}"
+            last_problem = (f"the log ends at {fetched.high_watermark}" if fetched.aborted_transactions is None else
+                            f"the last stable offset is {fetched.last_stable_offset}")
             if time.monotonic() > deadline:
                 self._timeout(position, last_problem)
 
@@ -143,7 +146,7 @@ class _RangeReader:
 
     def _open(self, address: str, timeout_s: float) -> BrokerConnection:
         return open_broker(address, self.task.login, client_id="zkcoord-spark-reader", timeout_s=timeout_s,
-                           tls=self.tls)
+                           tls=self.tls, isolation_level=self.task.isolation_level)
 
     def _lost_leader(self) -> None:
         """The leader failed us: drop the connection and ask every broker

@@ -58,7 +58,8 @@ def _read(partition: InputPartition) -> Iterator:
 
 
 def _view(options: SourceOptions) -> ClusterView:
-    return ClusterView(options.zookeeper, tls=options.tls, security=options.zk_security, sasl=options.sasl)
+    return ClusterView(options.zookeeper, tls=options.tls, security=options.zk_security, sasl=options.sasl,
+                       isolation_level=options.isolation_level)
 
 
 def _tasks(view: ClusterView, options: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
@@ -68,7 +69,8 @@ def _tasks(view: ClusterView, options: SourceOptions, ranges: list[OffsetRange])
     # Read each plan: a password file may have changed. The tasks carry it to the executors.
     credential = login(options.sasl)
     return [RangePartition(ReadTask(r, leaders[(r.topic, r.partition)], options.poll_timeout_ms,
-                                    options.fail_on_data_loss, brokers, options.tls, credential)) for r in ranges]
+                                    options.fail_on_data_loss, brokers, options.tls, credential,
+                                    options.isolation_level)) for r in ranges]
 
 
 class ZkcoordDataSource(DataSource):

@@ -18,8 +18,23 @@ public final class Decoding {
    * with keys and values in base64 (null when null), or {"error": message}.
    */
   public static String describe(byte[] data, long start, long end, boolean checkCrc) {
+    return describe(data, start, end, checkCrc, null);
+  }
+
+  /**
+   * {@link #describe(byte[], long, long, boolean)} read committed when {@code aborted} is a JSON
+   * list of [producer id, first offset] pairs (null: read uncommitted).
+   */
+  public static String describe(byte[] data, long start, long end, boolean checkCrc, String aborted) {
     ObjectNode answer = Planners.JSON.createObjectNode();
     RecordBatches batches = new RecordBatches(data, 0, data.length, start, end, checkCrc);
+    if (aborted != null) {
+      try {
+        batches.readCommitted(Planners.JSON.readValue(aborted, long[][].class));
+      } catch (java.io.IOException exc) {
+        throw new IllegalArgumentException("aborted transactions: " + exc.getMessage());
+      }
+    }
     ArrayNode rows = answer.putArray("rows");
     Base64.Encoder base64 = Base64.getEncoder();
     try {

@@ -46,6 +46,8 @@ final class KafkaConnection implements Closeable {
   static final class Fetched {
     int error;
     long highWatermark;
+    long lastStableOffset; // -1: the broker did not say
+    long[][] aborted; // read committed: the aborted transactions among the records, (producer id, first offset)
     byte[] frame;
     int recordsAt;
     int recordsLength;
@@ -253,15 +255,19 @@ final class KafkaConnection implements Closeable {
     }
   }
 
-  /** Records of one partition from {@code offset}; error holds a partition's Kafka error code. */
-  Fetched fetch(String topic, int partition, long offset, int maxWaitMs, int maxBytes) throws IOException {
+  /**
+   * Records of one partition from {@code offset}; error holds a partition's Kafka error code. Read
+   * committed (isolation level 1), the answer lists the aborted transactions among them.
+   */
+  Fetched fetch(String topic, int partition, long offset, int maxWaitMs, int maxBytes, boolean readCommitted)
+      throws IOException {
     ByteArrayOutputStream body = new ByteArrayOutputStream(64);
     DataOutputStream w = new DataOutputStream(body);
     w.writeInt(-1); // replica id: a consumer
     w.writeInt(maxWaitMs);
     w.writeInt(1); // min bytes
     w.writeInt(maxBytes);
-    w.writeByte(0); // read uncommitted
+    w.writeByte(readCommitted ? 1 : 0); // isolation level
     w.writeInt(1);
     writeString(w, topic);
     w.writeInt(1);
@@ -284,14 +290,15 @@ final class KafkaConnection implements Closeable {
         int index = answer.readInt();
         f.error = answer.readShort();
         f.highWatermark = answer.readLong();
-        answer.readLong(); // last stable offset
+        f.lastStableOffset = answer.readLong();
         at += 4 + 2 + 8 + 8;
-        int aborted = answer.readInt();
+        int aborted = Math.max(answer.readInt(), 0); // -1: none
         at += 4;
-        if (aborted > 0) {
-          answer.skipBytes(aborted * 16);
-          at += aborted * 16;
+        f.aborted = new long[aborted][];
+        for (int i = 0; i < aborted; i++) {
+          f.aborted[i] = new long[] {answer.readLong(), answer.readLong()}; // producer id, first offset
         }
+        at += aborted * 16;
         int length = answer.readInt();
         at += 4;
         f.frame = frame;

@@ -27,6 +27,7 @@ final class RangePartition implements InputPartition {
   final int[] retriableErrors;
   final TlsFiles tls; // null: plaintext
   final SaslLogin sasl; // null: no SASL
+  final boolean readCommitted; // isolation level read_committed: no aborted record, none past the stable offset
 
   private RangePartition(JsonNode task) {
     topic = task.get("topic").asText();
@@ -50,6 +51,8 @@ final class RangePartition implements InputPartition {
     JsonNode t = task.get("tls");
     tls = t == null || t.isNull() ? null
         : new TlsFiles(t.get("ca").asText(), text(t.get("cert")), text(t.get("key")));
+    JsonNode committed = task.get("readCommitted");
+    readCommitted = committed != null && committed.asBoolean();
     JsonNode login = task.get("sasl");
     sasl = login == null || login.isNull() ? null
         : new SaslLogin(login.get("user").asText(), login.get("password").asText(),

@@ -103,7 +103,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
       if (connection == null) {
         connection = new KafkaConnection(leader, task.tls, task.sasl, CLIENT_ID, 30_000);
       }
-      fetched = connection.fetch(task.topic, task.partition, position, task.fetchWaitMs, fetchBytes);
+      fetched = connection.fetch(task.topic, task.partition, position, task.fetchWaitMs, fetchBytes,
+          task.readCommitted);
     } catch (IOException exc) { // the broker broke, hung or sent bytes we cannot read: retriable
       lostLeader();
       pause(exc.getMessage());
@@ -131,8 +132,15 @@ final class RangeReader implements PartitionReader<InternalRow> {
       pause(problem);
       return;
     }
+    long end = task.end;
+    if (task.readCommitted && fetched.lastStableOffset >= 0) {
+      end = Math.min(end, fetched.lastStableOffset); // nothing of a transaction still open
+    }
     batches = new RecordBatches(fetched.frame, fetched.recordsAt, fetched.recordsAt + fetched.recordsLength,
-        position, task.end, true);
+        position, end, true);
+    if (task.readCommitted) {
+      batches.readCommitted(fetched.aborted);
+    }
   }
 
   /** The last fetch's records are handed out: move on, ask for more, or wait. */
@@ -155,7 +163,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
       return;
     }
     if (System.nanoTime() > deadline) {
-      timeout("the log ends at " + fetched.highWatermark);
+      timeout(task.readCommitted ? "the last stable offset is " + fetched.lastStableOffset
+          : "the log ends at " + fetched.highWatermark);
     }
   }
 

@@ -20,7 +20,9 @@ import org.xerial.snappy.SnappyInputStream;
  * rules and the same error messages: control batches (transaction markers)
  * and compacted-away offsets leave gaps but count as read, LogAppendTime
  * gives every record the batch's time, a partial batch at the end is left
- * for the next fetch, and bad bytes raise a CorruptRecordsError. The header
+ * for the next fetch, and bad bytes raise a CorruptRecordsError. Read
+ * committed ({@link #readCommitted}), the batches of aborted transactions
+ * leave gaps too, by the rule of records.py's _AbortedTransactions. The header
  * layout's twin is zkcoord/broker/formats.py. Records are not copied: after
  * {@link #next()} the key and value are slices of {@link #keyBytes()} and
  * {@link #valueBytes()}, valid until the next call.
@@ -32,7 +34,9 @@ final class RecordBatches {
   static final int MAGIC = 2;
   static final int COMPRESSION_MASK = 0x07;
   static final int LOG_APPEND_TIME_FLAG = 0x08;
+  static final int TRANSACTIONAL_FLAG = 0x10;
   static final int CONTROL_FLAG = 0x20;
+  static final int ABORT_MARKER = 0; // a control record's type, in its key
   static final String[] CODEC_NAMES = {"none", "gzip", "snappy", "lz4", "zstd"};
   // xerial's stream header: marker, "SNAPPY", a pad byte, version 1, compatible version 1.
   private static final byte[] XERIAL_HEADER = {(byte) 0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1};
@@ -45,6 +49,12 @@ final class RecordBatches {
   private final CRC32C crc = new CRC32C();
   private byte[] inflated = new byte[0]; // a compressed batch's records, reused
   private int inflatedLength;
+
+  // Read committed: the aborted transactions, (producer id, first offset) by first offset (null:
+  // read uncommitted), the first not yet reached, and the producers whose aborted transaction is under way.
+  private long[][] aborted;
+  private int nextAborted;
+  private final java.util.HashSet<Long> openAborted = new java.util.HashSet<>();
 
   private int pos; // the next batch's first byte
   private long nextOffset; // where the next fetch begins
@@ -77,6 +87,12 @@ final class RecordBatches {
     this.end = end;
     this.checkCrc = checkCrc;
     this.nextOffset = start;
+  }
+
+  /** Leave out aborted transactions: a Fetch answer's (producer id, first offset) pairs, in any order. */
+  void readCommitted(long[][] abortedTransactions) {
+    aborted = abortedTransactions.clone();
+    Arrays.sort(aborted, (a, b) -> Long.compare(a[1], b[1]));
   }
 
   /** Moves to the next record in range; false when none is left in these bytes. */
@@ -170,9 +186,16 @@ final class RecordBatches {
       int codec = attributes & COMPRESSION_MASK;
       int batchStart = pos;
       pos = batchEnd;
+      boolean control = (attributes & CONTROL_FLAG) != 0;
+      boolean abortedBatch = false;
+      long producer = getLong(data, batchStart + 43);
+      if (aborted != null && producer >= 0) {
+        boolean abortMarker = control && markerType(codec, batchStart, batchEnd, base) == ABORT_MARKER;
+        abortedBatch = abortedSkips(producer, batchNext - 1, (attributes & TRANSACTIONAL_FLAG) != 0, abortMarker);
+      }
       // Control batches (transaction markers) hold no application records,
       // and a batch wholly below `start` needs no decompressing.
-      if ((attributes & CONTROL_FLAG) == 0 && batchNext > start) {
+      if (!control && !abortedBatch && batchNext > start) {
         baseOffset = base;
         firstTimestamp = first;
         maxTimestamp = max;
@@ -197,6 +220,39 @@ final class RecordBatches {
       nextOffset = Math.max(nextOffset, batchNext);
     }
     return false;
+  }
+
+  /** Whether a batch of {@code producer} ending at {@code lastOffset} is of an aborted transaction. */
+  private boolean abortedSkips(long producer, long lastOffset, boolean transactional, boolean abortMarker) {
+    while (nextAborted < aborted.length && aborted[nextAborted][1] <= lastOffset) {
+      openAborted.add(aborted[nextAborted++][0]);
+    }
+    if (abortMarker) {
+      openAborted.remove(producer);
+      return false;
+    }
+    return transactional && openAborted.contains(producer);
+  }
+
+  /** A control batch's marker type: the int16 after the version in its first record's key. */
+  private int markerType(int codec, int batchStart, int batchEnd, long base) {
+    records = codec == 0 ? data : decompress(codec, data, batchStart + HEADER_SIZE, batchEnd - batchStart - HEADER_SIZE);
+    int limit = codec == 0 ? batchEnd : inflatedLength;
+    cursor = codec == 0 ? batchStart + HEADER_SIZE : 0;
+    long length = varint(limit);
+    boolean ok = length != MALFORMED && length >= 0 && length <= limit - cursor;
+    if (ok) {
+      limit = cursor + (int) length;
+      cursor++; // attributes
+      varlong(limit);
+      ok = !varlongMalformed && varint(limit) != MALFORMED;
+    }
+    long keyLength = ok ? field(limit) : MALFORMED;
+    records = null;
+    if (keyLength == MALFORMED || keyLength < 4) {
+      throw corrupt("a transaction marker is malformed", base);
+    }
+    return getShort(codec == 0 ? data : inflated, cursor + 2);
   }
 
   /** Decodes the open batch's next record; true when it is in range. */
