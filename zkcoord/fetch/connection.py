@@ -1,5 +1,5 @@
 """One blocking connection to a Kafka broker, for reading: Fetch, ListOffsets
-and where a partition's leader is (Metadata).
+and what the cluster says of itself (Metadata: brokers, topics, leaders).
 
 The bytes of every request and response are kafka-python's message classes
 (the broker uses the same ones); this module only frames them, negotiates
@@ -24,6 +24,7 @@ from kafka.protocol.sasl import (
 )
 
 from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.fetch.cluster import ClusterMetadata
 from zkcoord.records import LogEnd
 from zkcoord.security import scram
 from zkcoord.security import tls as tls_
@@ -37,7 +38,11 @@ LATEST_TIMESTAMP = -1
 # offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
 FETCH_VERSIONS = (4, 12)
 LIST_OFFSETS_VERSIONS = (1, 7)
-METADATA_VERSION = 1  # topics by name, leaders, no flexible encoding: every broker since 0.10
+# Metadata from 1 (every broker since 0.10) to 12 (the last of our embedded
+# broker): from 10 on, topic ids, which tell a topic deleted and created again.
+METADATA_VERSIONS = (1, 12)
+API_VERSIONS_VERSION = 0  # every broker answers it, in version 0, whatever it speaks
+SASL_VERSION = 1  # SaslHandshake and SaslAuthenticate: tokens framed by SaslAuthenticate
 # SASL mechanisms this client speaks, the strongest first.
 PREFERRED_MECHANISMS = (scram.SCRAM_SHA_512, scram.SCRAM_SHA_256, scram.PLAIN)
 MAX_FRAME = 1 << 30  # larger than any response we ask for: a corrupt size prefix
@@ -54,6 +59,14 @@ class BrokerAuthenticationError(BrokerConnectionError):
     """The broker refused the credential (a wrong password, an unknown user),
     or this client would not send it (no mechanism in common, PLAIN without
     TLS when not allowed). No retry helps."""
+
+    retriable = False
+
+
+class BrokerTooOld(BrokerConnectionError):
+    """The broker speaks none of the versions of an API this client speaks
+    (or no ApiVersions at all): a Kafka older than this client reads. No
+    retry helps."""
 
     retriable = False
 
@@ -146,13 +159,15 @@ class BrokerConnection:
                 self._sock = None
                 raise _unless_refused(exc) from None
         try:
-            offered = self._request(ApiVersionsRequest(version=0), ApiVersionsResponse, 0)
+            offered = self._request(ApiVersionsRequest(version=API_VERSIONS_VERSION), ApiVersionsResponse,
+                                    API_VERSIONS_VERSION)
             if offered.error_code != NONE:
                 raise BrokerConnectionError(f"broker {self.address} refused ApiVersions: error {offered.error_code}")
             ranges = {api.api_key: (api.min_version, api.max_version) for api in offered.api_keys}
             self._fetch_version = self._pick(ranges, FetchRequest.API_KEY, FETCH_VERSIONS, "Fetch")
             self._list_offsets_version = self._pick(ranges, ListOffsetsRequest.API_KEY, LIST_OFFSETS_VERSIONS,
                                                     "ListOffsets")
+            self._metadata_version = self._pick(ranges, MetadataRequest.API_KEY, METADATA_VERSIONS, "Metadata")
         except BaseException:
             self.close()
             raise
@@ -160,8 +175,8 @@ class BrokerConnection:
     def _authenticate(self, user: str, password: str) -> None:
         """SASL with the strongest mechanism the broker offers: SCRAM-SHA-512,
         SCRAM-SHA-256, else PLAIN (over TLS where the password must not be seen)."""
-        offered = self._request(SaslHandshakeRequest(version=1, mechanism=PREFERRED_MECHANISMS[0]),
-                                SaslHandshakeResponse, 1)
+        offered = self._request(SaslHandshakeRequest(version=SASL_VERSION, mechanism=PREFERRED_MECHANISMS[0]),
+                                SaslHandshakeResponse, SASL_VERSION)
         mechanism = next((m for m in PREFERRED_MECHANISMS if m in offered.mechanisms), None)
         if mechanism is None:
             raise BrokerAuthenticationError(f"broker {self.address} offers no SASL mechanism this client speaks "
@@ -177,7 +192,8 @@ class BrokerConnection:
             # again, asking for the mechanism it offers.
             self.close()
             self._open()
-            handshake = self._request(SaslHandshakeRequest(version=1, mechanism=mechanism), SaslHandshakeResponse, 1)
+            handshake = self._request(SaslHandshakeRequest(version=SASL_VERSION, mechanism=mechanism),
+                                      SaslHandshakeResponse, SASL_VERSION)
             if handshake.error_code != NONE:
                 raise BrokerAuthenticationError(f"broker {self.address} refused SASL/{mechanism} "
                                                 f"(error {handshake.error_code})")
@@ -192,7 +208,8 @@ class BrokerConnection:
             raise BrokerAuthenticationError(f"broker {self.address}: {exc}") from None
 
     def _sasl_step(self, token: bytes, user: str) -> bytes:
-        answer = self._request(SaslAuthenticateRequest(version=1, auth_bytes=token), SaslAuthenticateResponse, 1)
+        answer = self._request(SaslAuthenticateRequest(version=SASL_VERSION, auth_bytes=token),
+                               SaslAuthenticateResponse, SASL_VERSION)
         if answer.error_code != NONE:
             raise BrokerAuthenticationError(f"broker {self.address} refused user {user!r}: "
                                             f"{answer.error_message or answer.error_code}")
@@ -201,9 +218,17 @@ class BrokerConnection:
     def _pick(self, offered: dict, api_key: int, ours: tuple[int, int], name: str) -> int:
         low, high = offered.get(api_key, (None, None))
         if low is None or max(low, ours[0]) > min(high, ours[1]):
-            raise BrokerConnectionError(f"broker {self.address} offers {name} versions {low}..{high}; "
-                                        f"this client speaks {ours[0]}..{ours[1]}")
+            # Below ours: a Kafka too old (Fetch 4 is Kafka 0.11's); above: one
+            # that has dropped what we speak (as Kafka 4 dropped pre-2.1 versions, KIP-896).
+            raise BrokerTooOld(f"broker {self.address} offers {name} versions {low}..{high}; "
+                               f"this client speaks {ours[0]}..{ours[1]}")
         return min(high, ours[1])
+
+    def versions(self) -> dict[str, int]:
+        """The version of each API this connection sends, as agreed with the broker."""
+        return {"ApiVersions": API_VERSIONS_VERSION, "SaslHandshake": SASL_VERSION, "SaslAuthenticate": SASL_VERSION,
+                "Fetch": self._fetch_version,
+                "ListOffsets": self._list_offsets_version, "Metadata": self._metadata_version}
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -310,18 +335,17 @@ class BrokerConnection:
     def partitions(self, topics) -> dict[tuple[str, int], Optional[str]]:
         """Every partition of ``topics`` this broker knows (a topic it does
         not know has none), with its leader's address (None: no leader now)."""
-        request = MetadataRequest(version=METADATA_VERSION,
-                                  topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(topics)])
-        response = self._request(request, MetadataResponse, METADATA_VERSION)
-        addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
-        known = {}
-        for topic_data in response.topics:
-            if topic_data.error_code != NONE:
-                continue
-            for part in topic_data.partitions:
-                known[(topic_data.name, part.partition_index)] = (
-                    addresses.get(part.leader_id) if part.error_code == NONE else None)
-        return known
+        return self.cluster(topics).leaders()
+
+    def cluster(self, topics=None) -> ClusterMetadata:
+        """What this broker knows of the cluster (Metadata): its brokers, and
+        ``topics`` (None: every topic) with their partitions' leaders."""
+        version = self._metadata_version
+        asked = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(topics)]
+        request = MetadataRequest(version=version, topics=asked, allow_auto_topic_creation=False,
+                                  include_cluster_authorized_operations=False,
+                                  include_topic_authorized_operations=False)
+        return ClusterMetadata.of(self._request(request, MetadataResponse, version))
 
     # -- framing -----------------------------------------------------------------------------
 
