@@ -58,7 +58,8 @@ def _read(partition: InputPartition) -> Iterator:
 
 
 def _view(options: SourceOptions) -> ClusterView:
-    return ClusterView(options.zookeeper, tls=options.tls, security=options.zk_security, sasl=options.sasl)
+    return ClusterView(options.zookeeper, tls=options.tls, security=options.zk_security, sasl=options.sasl,
+                       kafka_bootstrap=options.kafka_bootstrap)
 
 
 def _tasks(view: ClusterView, options: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
