@@ -43,6 +43,16 @@ LIST_OFFSETS_VERSIONS = (1, 7)
 METADATA_VERSIONS = (1, 12)
 API_VERSIONS_VERSION = 0  # every broker answers it, in version 0, whatever it speaks
 SASL_VERSION = 1  # SaslHandshake and SaslAuthenticate: tokens framed by SaslAuthenticate
+# Every request this client sends, by Kafka's name, and the versions it may
+# send it in (the one sent is the highest the broker also speaks).
+SPOKEN = {
+    "ApiVersions": (API_VERSIONS_VERSION, API_VERSIONS_VERSION),
+    "SaslHandshake": (SASL_VERSION, SASL_VERSION),
+    "SaslAuthenticate": (SASL_VERSION, SASL_VERSION),
+    "Fetch": FETCH_VERSIONS,
+    "ListOffsets": LIST_OFFSETS_VERSIONS,
+    "Metadata": METADATA_VERSIONS,
+}
 # SASL mechanisms this client speaks, the strongest first.
 PREFERRED_MECHANISMS = (scram.SCRAM_SHA_512, scram.SCRAM_SHA_256, scram.PLAIN)
 MAX_FRAME = 1 << 30  # larger than any response we ask for: a corrupt size prefix
