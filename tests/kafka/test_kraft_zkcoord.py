@@ -39,7 +39,7 @@ def zkcoord_servers(kraft_kafka: KafkaCluster, zk_ensemble, tmp_path_factory) ->
 
 
 def values(prefix: str, partitions: int, per_partition: int) -> list[tuple]:
-    return [(p, None, f"{prefix}-{p}-{i}".encode()) for p in range(partitions) for i in range(per_partition)]
+    return [(p, b"k", f"{prefix}-{p}-{i}".encode()) for p in range(partitions) for i in range(per_partition)]
 
 
 def delivered(consumers) -> Counter:
@@ -158,8 +158,14 @@ def test_the_spark_source_reads_kafka_4_on_both_paths_and_as_a_group_member(kraf
     group = "kraft-spark-group"
     query = stream_to_parquet(spark, zkcoord_servers, topic, tmp_path, group=group,
                               startingOffsets="earliest", **{"kafka.bootstrap.servers": kraft_kafka.bootstrap})
+
+    def read_everything() -> bool:
+        assert query.exception() is None, query.exception()
+        return sorted(row[4] for row in read_sink(spark, tmp_path)) == wanted
+
     try:
-        wait_until(lambda: sorted(row[4] for row in read_sink(spark, tmp_path)) == wanted, 120,
+        # Each look reads the sink with a Spark job: not too often.
+        wait_until(read_everything, 90, interval=1.0, fail_on=(AssertionError,),
                    message="the group member's query to read everything")
         owners = layout.owners_path(group, topic)
         assert zkcoord_servers.zk.get_children(owners)  # it held the partitions as a member of the group
