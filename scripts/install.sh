@@ -4,7 +4,9 @@
 # drill partitions consumers in network namespaces), a C compiler and Python's
 # headers (pip builds the compiled record decoder, zkcoord/fetch/_recordbatch.c),
 # and the project itself with its Python dependencies; with the "spark" extra,
-# a JDK too, to build the Spark source's JVM reader (zkcoord/spark/jvm); with
+# a JDK too, to build the Spark source's JVM reader (zkcoord/spark/jvm), and
+# Maven, to fetch Spark's own Kafka source from Maven Central into the user's
+# cache (the Spark benchmark and a test read with it beside ours); with
 # "kerberos" (or "test"), MIT Kerberos's headers, to build the binding SASL
 # GSSAPI to ZooKeeper uses; with "test", a KDC and kinit, which the Kerberos
 # tests run; with "kafka" (or "test"), Maven, and through it Apache Kafka's
@@ -20,7 +22,7 @@ debs=(zookeeper default-jre-headless kcat iproute2 iptables gcc libc6-dev python
 case ",$extras," in *,spark,*) debs+=(default-jdk-headless) ;; esac
 case ",$extras," in *,kerberos,*|*,test,*) debs+=(libkrb5-dev) ;; esac
 case ",$extras," in *,test,*) debs+=(krb5-kdc krb5-admin-server krb5-user) ;; esac
-case ",$extras," in *,kafka,*|*,test,*) debs+=(maven) ;; esac
+case ",$extras," in *,spark,*|*,kafka,*|*,test,*) debs+=(maven) ;; esac
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
@@ -35,5 +37,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
-case ",$extras," in *,spark,*) python3 -m zkcoord.spark.jvm >/dev/null ;; esac
+case ",$extras," in *,spark,*) python3 -m zkcoord.spark.jvm >/dev/null
+                             python3 -m zkcoord.testing.spark_kafka >/dev/null ;; esac
 case ",$extras," in *,kafka,*|*,test,*) python3 -m zkcoord.testing.kafka_jars ;; esac

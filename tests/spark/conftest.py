@@ -19,6 +19,19 @@ def configure_spark_env() -> None:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
+def kafka_source_jars() -> list[str]:
+    """Spark's own Kafka source, if the install step fetched it: only
+    test_kafka_source.py reads with it, and fails there saying why when it
+    is missing, rather than every Spark test failing here."""
+    from zkcoord.testing import spark_kafka
+    from zkcoord.testing.maven import JarCacheError
+
+    try:
+        return spark_kafka.jars()
+    except JarCacheError:
+        return []
+
+
 @pytest.fixture(scope="session")
 def spark():
     pytest.importorskip("pyspark", reason="needs pyspark (scripts/install.sh spark)")
@@ -30,7 +43,8 @@ def spark():
     session = (
         SparkSession.builder.master("local[2,3]")  # 2 cores, a failed task tried up to 3 times
         .appName("zkcoord-tests")
-        .config("spark.jars", jar())  # format("zkcoord") on the JVM path; "zkcoord-python" next to it
+        # format("zkcoord") on the JVM path ("zkcoord-python" next to it), and Spark's own format("kafka")
+        .config("spark.jars", ",".join([jar(), *kafka_source_jars()]))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")

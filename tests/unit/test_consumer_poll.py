@@ -20,7 +20,7 @@ A, B = ("t", 0), ("t", 1)
 
 
 class FakeFetcher:
-    def __init__(self, brokers, client_id):
+    def __init__(self, brokers, client_id, metrics=None):
         self.next: dict = {}
         self.log: dict = {A: list(range(100)), B: list(range(100))}
 
@@ -197,8 +197,8 @@ def test_poll_batch_hands_out_what_poll_would_as_arrow_columns(consumer):
 class LateFetcher(FakeFetcher):
     """Resolves a reset start only later (no leader answered at assign)."""
 
-    def __init__(self, brokers, client_id):
-        super().__init__(brokers, client_id)
+    def __init__(self, brokers, client_id, metrics=None):
+        super().__init__(brokers, client_id, metrics)
         self.starts: dict = {}
 
     def assign(self, positions):

@@ -282,3 +282,29 @@ def test_the_members_of_a_big_group_crowd_are_judged_with_the_consumers(tmp_path
     assert {d.member for d in loaded.deliveries} == {"a", "crowd-member"}
     verdict = check(loaded)
     assert [(w.member, w.superseded_by, w.start) for w in verdict.double_ownership] == [("a", "crowd-member", 5.0)]
+
+
+def test_a_repeat_after_a_planned_change_is_blamed_on_the_fault_that_ended_the_first_tenure():
+    # a delivered 0-2 and was cut off (fault 1, unplanned) before its commit
+    # landed; another member took over in that fault. A planned join later
+    # moves the partition again, and c repeats 1-2 from the old commit: the
+    # cut lost that commit, not the join.
+    verdict = check(history(
+        produced=produced(P0, range(3)),
+        deliveries=(delivered("a", P0, range(3), began=1.0) + delivered("b", P0, [], began=5.0)
+                    + delivered("c", P0, [1, 2], began=12.0)),
+        events=[start("a", 0.5, P0), start("b", 4.0, P0), stop("b", 11.0, P0), start("c", 11.5, P0)],
+        samples=[Sample(0.9, {P0: "a"}, {P0: 1})],
+        faults=[fault(1, "stock-member-group-cut", 1.5, 6.0), fault(2, "member-join", 10.5, 12.5, planned=True)],
+    ))
+    assert [(d.offset, d.fault, d.planned) for d in verdict.duplicates] == [(1, 1, False), (2, 1, False)]
+
+
+def test_a_tenure_that_ended_cleanly_long_after_a_fault_leaves_a_repeat_planned():
+    verdict = check(history(
+        produced=produced(P0, range(3)),
+        deliveries=delivered("a", P0, range(3), began=1.0) + delivered("b", P0, [2], began=21.0),
+        events=[start("a", 0.5, P0), stop("a", 20.0, P0), start("b", 20.5, P0)],
+        faults=[fault(1, "consumer-kill", 4.0, 6.0), fault(2, "member-leave", 19.5, 21.5, planned=True)],
+    ))
+    assert [(d.fault, d.planned) for d in verdict.duplicates] == [(2, True)]

@@ -132,10 +132,11 @@ class Clock:
 @pytest.fixture
 def bridge():
     clock = Clock()
-    published = []
+    published, lifted = [], []
     bridge = GroupBridge(1, None, lambda: {}, lambda: {}, heartbeat_interval_ms=3000, session_timeout_ms=10000,
-                         fence_idle_ms=IDLE_MS, clock=clock, publish_fences=published.append)
-    bridge.test_clock, bridge.published = clock, published
+                         fence_idle_ms=IDLE_MS, clock=clock, publish_fences=published.append,
+                         lift_fences_elsewhere=lambda group, tie: lifted.append((group, tie)))
+    bridge.test_clock, bridge.published, bridge.lifted = clock, published, lifted
     yield bridge
     bridge.close()
 
@@ -285,3 +286,17 @@ def _join(member_id: str) -> JoinGroupRequest:
                                                                                  metadata=subscription)])
     join.with_header(client_id=CLIENT)
     return join
+
+
+def test_a_client_that_joins_afresh_lifts_the_fences_other_brokers_keep_for_it(bridge):
+    # It followed its group here from another broker, which abandoned its
+    # old member once silent and fenced what it held: that broker never sees
+    # it again, so the let-go it shows here must reach that fence.
+    bridged = holding_member(bridge)
+    member = bridged.member
+    bridge.test_clock.now += 9.0
+    bridge._watch_lease(bridged, bridge.test_clock())
+    assert member.heartbeat(member.generation, bridge.test_clock()) == classic.REBALANCE_IN_PROGRESS
+    assert bridge.lifted == []
+    assert bridge.join_group(_join("m-1"), HOST).error_code == 0
+    assert bridge.lifted == [("g", Tie(HOST, CLIENT))]

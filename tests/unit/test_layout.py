@@ -961,3 +961,11 @@ def test_producer_id_blocks_follow_one_another_as_kafka_claims_them():
 def test_bad_producer_id_blocks_are_refused(data, problem):
     with pytest.raises(L.LayoutError, match=problem):
         L.decode_producer_id_block(data)
+
+
+@pytest.mark.parametrize("partitions", [{("t", 3)}, {("t", 3), ("t", 1), ("u", 0)}], ids=["one", "several"])
+def test_a_fetch_fence_round_trips_whatever_its_partition_count(partitions):
+    # A fence's partitions are a frozenset: one partition once broke the
+    # encoder's fast path (indexing), and the broker's fence writer with it.
+    fence = L.FetchFence("g", "m", "10.0.0.7", "c", frozenset(partitions))
+    assert L.decode_fetch_fence(L.encode_fetch_fence(fence), "/f") == fence

@@ -161,6 +161,7 @@ def test_every_metric_is_documented_and_every_documented_one_exists():
     families.BrokerMetrics(registry)
     families.ListenerMetrics(registry)
     families.LoginMetrics(registry)
+    families.FetcherMetrics(registry)
     registry.register(families.CoordinatorCollector(dict, lambda: 1))
     # A counter's family is named without the _total its sample has; the docs name the sample.
     exposed = {f.name + ("_total" if f.type == "counter" else "") for f in registry.collect()

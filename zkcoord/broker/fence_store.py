@@ -9,6 +9,15 @@ They go with the writer's session: a broker that dies takes its fences with
 it (its clients then find the group's new broker, which refuses their old
 member, and they let go).
 
+A client that shows at one broker that it let go (it joins a group afresh,
+or is given partitions, as the bridge's ``joined`` and ``granted`` rules
+say) shows it for the fences other brokers wrote for the same client in the
+same group too: its old broker cannot see it (the client followed its group
+to a new coordinator, and its old member is abandoned there once silent).
+That broker's reader deletes those other nodes (:meth:`FenceReader.lift`);
+their writer never rewrites a node it has written unless the fence changes,
+which takes the client back at its broker.
+
 A broker that refused a fenced client's fetch lately writes the client's
 nodes again, the same bytes, at most once per check interval: a node's
 version moving is how the writer learns that the client still fetches
@@ -70,6 +79,10 @@ class FencePublisher:
         """Make the nodes say exactly ``fences`` ({key: FetchFence}), soon."""
         self._wanted = dict(fences)
         self._wake.set()
+
+    def written(self) -> frozenset:
+        """The paths of the nodes this publisher wrote and holds."""
+        return frozenset(path for path, _fence in self._written.values())
 
     def close(self) -> None:
         self._greenlet.kill(block=False)
@@ -139,6 +152,8 @@ class FenceReader:
         self._check_s = check_interval(idle_ms)
         self._known: dict = {}  # node name -> FetchFence (nodes never change)
         self._refused: set[Tie] = set()  # ties refused a fetch since the writers were last told
+        # (group, tie, paths to keep): fences other brokers wrote, to delete.
+        self._lifts: list[tuple[str, Tie, frozenset]] = []
         self._wake = gevent.event.Event()
         zk.add_listener(self._on_state)
         self._greenlet = gevent.spawn(self._run)
@@ -148,6 +163,14 @@ class FenceReader:
         if refused:
             self._refused.add(Tie(host, client_id or ""))
         return refused
+
+    def lift(self, group: str, tie: Tie, keep: frozenset = frozenset()) -> None:
+        """The client of ``tie`` showed it let go of what it held in
+        ``group`` before: soon, delete every fence node of that client in that
+        group but those of ``keep`` (the paths this broker's own bridge wrote,
+        which its own rules narrow)."""
+        self._lifts.append((group, tie, keep))
+        self._wake.set()
 
     def close(self) -> None:
         self._greenlet.kill(block=False)
@@ -164,6 +187,7 @@ class FenceReader:
         while True:
             try:
                 self._read()
+                self._lift()
                 self._tell_writers()
             except (KazooException, ZkcoordError, self.zk.handler.timeout_exception) as exc:
                 _failed("reading", exc)
@@ -171,6 +195,20 @@ class FenceReader:
                 continue
             self._wake.wait(timeout=self._check_s)
             self._wake.clear()
+
+    def _lift(self) -> None:
+        lifts, self._lifts = self._lifts, []
+        for group, tie, keep in lifts:
+            for name, fence in self._known.items():
+                path = f"{layout.FETCH_FENCES}/{name}"
+                if fence.group == group and Tie(fence.host, fence.client_id) == tie and path not in keep:
+                    log.info("fetches from %s with client id %r: the fence of member %s of group %s is lifted: "
+                             "the client showed another broker that it let go", fence.host, fence.client_id,
+                             fence.member, fence.group)
+                    try:
+                        self.zk.delete(path)
+                    except NoNodeError:
+                        pass
 
     def _tell_writers(self) -> None:
         """Write the nodes of every client refused since last time again, unchanged."""

@@ -178,7 +178,9 @@ class Broker:
             log_end=self._log_end,
             tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
             credential=security.own_credential, password_without_tls=security.bridge_password_without_tls,
-            publish_fences=self._fence_publisher.want)
+            publish_fences=self._fence_publisher.want,
+            lift_fences_elsewhere=lambda group, tie: self.fence_reader.lift(
+                group, tie, keep=self._fence_publisher.written()))
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)

@@ -7,7 +7,8 @@ end-to-end tests and drills:
   ``ts`` and ``te``, the wall-clock times at which the poll() that returned it
   began and ended: the application had the record at some instant between;
 - ``--status`` keeps a small JSON file with the member's current assignment,
-  epoch and generation, rewritten on every change;
+  epoch and generation, and how many logs were truncated under its fetcher,
+  rewritten on every change;
 - ``--events`` appends a line for every Start and Stop the member obeyed, with
   the time, the partitions, the epoch and the generation;
 - ``--slow-ms`` with SIGUSR1 makes the member slow on purpose: a Start or
@@ -130,7 +131,7 @@ def append_event(path: Path, member: str, event: str, partitions, epoch: int = -
 
 
 def _write_status(path: Path, member: str, registered: bool, assignment, epoch: int = -1,
-                  generation: int = -1) -> None:
+                  generation: int = -1, log_truncations: int = 0) -> None:
     """Rewrite the status file. Called from the membership thread inside Stop
     and Start handling (so the file changes before the coordinator hears the
     answer) and from the poll loop for registration changes."""
@@ -142,6 +143,7 @@ def _write_status(path: Path, member: str, registered: bool, assignment, epoch: 
         "generation": generation,
         "assignment": sorted([t, p] for t, p in assignment),
         "revoked": _revoked["count"],
+        "log_truncations": log_truncations,  # logs truncated under the fetcher (zkcoord.fetch.recovery)
     }
     with _status_lock:
         tmp = path.with_suffix(path.suffix + ".tmp")
@@ -195,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
                           membership.generation)
         if args.status is not None:
             _write_status(args.status, consumer.consumer_id, membership.registered.is_set(),
-                          consumer.assignment(), membership.epoch, membership.generation)
+                          consumer.assignment(), membership.epoch, membership.generation,
+                          consumer.fetch_metrics.truncations())
 
     class SlowToObey(Consumer):
         """The fault being drilled: the network thread slow over a Start or Stop."""
@@ -223,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
 
     def keep_status():
         current = (consumer.membership.registered.is_set(), tuple(sorted(consumer.assignment())),
-                   consumer.membership.epoch, consumer.membership.generation)
+                   consumer.membership.epoch, consumer.membership.generation, consumer.fetch_metrics.truncations())
         if current != last_status[0]:
             _write_status(args.status, member, *current)
             last_status[0] = current

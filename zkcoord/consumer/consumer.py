@@ -53,14 +53,16 @@ log = logging.getLogger(__name__)
 FETCH_SLICE_S = 0.05  # longest a poll() holds the lock while waiting for data
 
 
-def columnar_fetcher_factory(brokers: str, client_id: str, tls=None, credential=None, plain_without_tls=False):
+def columnar_fetcher_factory(brokers: str, client_id: str, tls=None, credential=None, plain_without_tls=False,
+                             metrics=None):
     """``tls``: the client SSLContext to reach the brokers with (None: plaintext);
     ``credential``: (user, password) for the brokers' SASL (None: none), sent
-    with PLAIN without TLS only if ``plain_without_tls``."""
+    with PLAIN without TLS only if ``plain_without_tls``; ``metrics``: the
+    FetcherMetrics to count in."""
     from zkcoord.fetch.columnar import ColumnarFetcher
 
     return ColumnarFetcher(brokers, client_id=client_id, tls=tls, credential=credential,
-                           plain_without_tls=plain_without_tls)
+                           plain_without_tls=plain_without_tls, metrics=metrics)
 
 
 class Consumer:
@@ -85,11 +87,19 @@ class Consumer:
         on_assign: Optional[Callable[[set[TopicPartition]], None]] = None,
         on_revoke: Optional[Callable[[set[TopicPartition]], None]] = None,
         fetcher_factory: Callable[[str, str], object] = columnar_fetcher_factory,
+        metrics_registry=None,
         **settings,
     ):
         """``config``, or the settings of a :class:`ConsumerConfig` as keywords
-        (``group=``, ``topics=`` ...), which also override a given config's."""
+        (``group=``, ``topics=`` ...), which also override a given config's.
+        ``metrics_registry``: a prometheus_client registry the fetcher counts
+        in (:attr:`fetch_metrics`; default: one of the consumer's own)."""
+        from prometheus_client import CollectorRegistry
+
+        from zkcoord.metrics.families import FetcherMetrics
+
         self.config = ConsumerConfig.of(config, **settings)
+        self.fetch_metrics = FetcherMetrics(metrics_registry or CollectorRegistry())
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._fetcher_factory = fetcher_factory
@@ -261,6 +271,7 @@ class Consumer:
                     raise ZkcoordError("the cluster metadata named no broker to fetch from")
                 # TLS as to the coordinator; a factory of plaintext fetchers is never asked to.
                 extra = {"tls": self.membership.tls} if self.membership.tls is not None else {}
+                extra["metrics"] = self.fetch_metrics
                 # The member's credential serves the brokers' SASL as well.
                 if self.config.user:
                     extra["credential"] = (self.config.user, self.config.password)

@@ -9,7 +9,10 @@ What it counts:
 - **duplicates**: deliveries of an offset already delivered, each attributed
   to the change that caused it (the fault whose window holds the Start of the
   member that delivered it again or, failing that, the repeated delivery
-  itself; none: a planned change). On planned changes they must be 0; after a
+  itself; none: a planned change; but an unplanned fault in which the first
+  deliverer's tenure ended, or within a second after, its last commit perhaps
+  lost with it, takes the blame from a planned change). On planned changes
+  they must be 0; after a
   crash they must start at or above the offset committed before that Start
   (the uncommitted window), never below;
 - **double ownership**: a member delivering a partition after another member
@@ -204,6 +207,13 @@ class _Ownership:
             i += 1
         return None
 
+    def tenure_end(self, member: str, after: float, before: float) -> Optional[float]:
+        """When ``member``'s tenure running at ``after`` ended before ``before``:
+        its own Stop or another member's Start, whichever came first."""
+        other = self.other_start_between(member, after, before)
+        ends = [t for t in (self.own_stop_between(member, after, before), other and other[0]) if t is not None]
+        return min(ends, default=None)
+
     def own_stop_between(self, member: str, after: float, before: float) -> Optional[float]:
         """The first Stop of ``member`` strictly inside (after, before)."""
         stops = self.stops.get(member, [])
@@ -222,6 +232,8 @@ def _ownership_by_partition(events: list[OwnershipEvent]) -> dict[TopicPartition
 # A fault's effects can outlast the moment the group looked whole from outside
 # (a resumed member still draining what it had): its window runs this much longer.
 FAULT_GRACE_S = 2.0
+# A member's last commit may still be on its way this long after its tenure ended.
+COMMIT_IN_FLIGHT_S = 1.0
 
 
 def _fault_at(faults: list[FaultRecord], ts: float) -> Optional[FaultRecord]:
@@ -229,6 +241,15 @@ def _fault_at(faults: list[FaultRecord], ts: float) -> Optional[FaultRecord]:
     found = None
     for fault in faults:
         if fault.injected <= ts <= fault.window_end + FAULT_GRACE_S:
+            found = fault
+    return found
+
+
+def _unplanned_between(faults: list[FaultRecord], begin: float, end: float) -> Optional[FaultRecord]:
+    """The latest unplanned fault whose window (with the grace) overlaps [begin, end]."""
+    found = None
+    for fault in faults:
+        if not fault.planned and fault.injected <= end and fault.window_end + FAULT_GRACE_S >= begin:
             found = fault
     return found
 
@@ -289,13 +310,13 @@ def _staleness(d: Delivery, ownership: dict[TopicPartition, _Ownership]) -> Opti
 
 def _duplicates(deliveries: list[Delivery], ownership: dict[TopicPartition, _Ownership],
                 samples: list[Sample], faults: list[FaultRecord]) -> list[Duplicate]:
-    seen: set[tuple[TopicPartition, int]] = set()
+    first_delivered: dict[tuple[TopicPartition, int], float] = {}
     committed_index = _CommittedIndex(samples)
     result = []
     for d in deliveries:
         key = (d.tp, d.offset)
-        if key not in seen:
-            seen.add(key)
+        if key not in first_delivered:
+            first_delivered[key] = (d.member, d.began)
             continue
         partition = ownership.get(d.tp)
         own_start = partition.own_start(d.member, d.returned) if partition else None
@@ -308,6 +329,15 @@ def _duplicates(deliveries: list[Delivery], ownership: dict[TopicPartition, _Own
             # change that started it, or a fault still under way, whichever came later.
             candidates = [f for f in (_fault_at(faults, tenure_start), _fault_at(faults, d.began)) if f]
             fault = max(candidates, key=lambda f: f.index) if candidates else None
+        if (fault is None or fault.planned) and partition is not None:
+            # The first deliverer's tenure ended in an unplanned fault, its
+            # final commit perhaps still in flight (a paused coordinator, a
+            # membership lost): the record comes back because of that fault,
+            # whichever change moved the partition afterwards.
+            first_member, first_at = first_delivered[key]
+            ended = partition.tenure_end(first_member, first_at, d.returned)
+            if ended is not None:
+                fault = _unplanned_between(faults, ended, ended + COMMIT_IN_FLIGHT_S) or fault
         committed = committed_index.at(d.tp, tenure_start)
         result.append(Duplicate(
             tp=d.tp, offset=d.offset, member=d.member, at=d.began,

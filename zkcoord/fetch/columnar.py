@@ -14,10 +14,12 @@ tuples for those who want them.
 
 Nothing from a revoked partition is returned after ``revoke`` returns, and
 within an assignment of a partition offsets handed out only ever increase
-(unless its log no longer holds the position and the reset policy moves it
-back): every assignment and every reset of a partition gets a new epoch, and
-what was fetched under an older epoch is dropped. The methods may be called
-from several threads.
+(unless its log no longer holds the position: the reset policy, or a log
+truncated under it, moves it back): every assignment and every reset of a
+partition gets a new epoch, and what was fetched under an older epoch is
+dropped. Leaders move (replicated Kafka): what each answer of theirs calls
+for is decided in :mod:`zkcoord.fetch.recovery`. Nothing above a partition's
+high watermark is handed out. The methods may be called from several threads.
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ from typing import Iterable, NamedTuple, Optional, Union
 
 from zkcoord.consumer.buffer import RecordBuffer
 from zkcoord.errors import ZkcoordError
+from zkcoord.fetch import recovery
 from zkcoord.fetch.connection import (
-    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OFFSET_OUT_OF_RANGE, BrokerConnection, BrokerConnectionError,
-    PartitionError,
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerConnection, BrokerConnectionError, PartitionError,
 )
-from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, decode_batches
+from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, decode_batches, last_batch_epoch
+from zkcoord.fetch.recovery import NO_EPOCH, Truncation
 from zkcoord.records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -148,10 +151,28 @@ class _Start(NamedTuple):
     offset: int
 
 
+class _Records(NamedTuple):
+    """A partition's records from one answer, and the leader epoch of the last batch they came in."""
+
+    columns: RecordColumns
+    last_epoch: int
+
+
+class _Work(NamedTuple):
+    """A partition to fetch: the fetcher's epoch of it, its fetch offset,
+    its leader's epoch and the epoch of the last batch fetched (Kafka's)."""
+
+    epoch: int
+    offset: int
+    leader_epoch: int
+    last_epoch: int
+
+
 class _Partition:
     """What the fetcher knows of one assigned partition."""
 
-    __slots__ = ("epoch", "fetch_offset", "next", "start", "leader", "since", "error", "backoff_until", "turn")
+    __slots__ = ("epoch", "fetch_offset", "next", "start", "leader", "since", "error", "backoff_until", "turn",
+                 "leader_epoch", "last_epoch")
 
     def __init__(self, epoch: int, offset: int):
         self.epoch = epoch  # new on every assignment and reset: what was fetched before is dropped
@@ -159,6 +180,8 @@ class _Partition:
         self.next = offset  # the next offset to hand out
         self.start: Optional[int] = offset if offset >= 0 else None  # where the assignment began, once exact
         self.leader: Optional[str] = None
+        self.leader_epoch = NO_EPOCH  # the leader's, from Metadata: sent with each fetch
+        self.last_epoch = NO_EPOCH  # Kafka's leader epoch of the batch before fetch_offset, if known
         self.since = time.monotonic()  # when it was assigned or last led
         self.error: Optional[FetchError] = None  # raised by the next fetch()
         self.backoff_until = 0.0
@@ -171,15 +194,17 @@ class ColumnarFetcher:
     ``offset_reset`` decides what an offset outside the log becomes:
     ``earliest`` (the default: a position deleted by retention resumes at the
     log start rather than failing), ``latest``, or ``error``
-    (OffsetOutOfRangeError from ``fetch``).
+    (OffsetOutOfRangeError from ``fetch``). A position beyond the log's end
+    is a truncation, not a reset (:mod:`zkcoord.fetch.recovery`).
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, offset_reset: str = "earliest",
                  tls: Optional[ssl.SSLContext] = None, credential: Optional[tuple[str, str]] = None,
-                 plain_without_tls: bool = False):
+                 plain_without_tls: bool = False, metrics=None):
         """``tls``: a client SSLContext for the brokers (None: plaintext);
         ``credential`` (user, password): for the brokers' SASL;
-        ``plain_without_tls``: may send it with PLAIN where there is no TLS."""
+        ``plain_without_tls``: may send it with PLAIN where there is no TLS;
+        ``metrics``: a :class:`~zkcoord.metrics.families.FetcherMetrics` to count in."""
         if offset_reset not in RESETS:
             raise FetchError(f"offset_reset must be one of {', '.join(RESETS)}, not {offset_reset!r}")
         self._bootstrap = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
@@ -190,6 +215,7 @@ class ColumnarFetcher:
         self._credential = credential  # (user, password) for the brokers' SASL
         self._plain_without_tls = plain_without_tls
         self._reset = offset_reset
+        self._metrics = metrics
         self._epochs = itertools.count(1)
         self._turns = itertools.count(1)
         self._partitions: dict[TopicPartition, _Partition] = {}
@@ -406,29 +432,35 @@ class ColumnarFetcher:
     def _find_leaders(self, epochs: dict) -> None:
         try:
             with self._metadata_connection() as probe:
-                leaders = probe.leaders(list(epochs))
+                found = probe.led({topic for topic, _ in epochs})
         except BrokerConnectionError as exc:
             log.info("fetcher: no broker answers for leaders: %s", exc)
-            leaders = {}
+            found = None
         now = time.monotonic()
         with self._lock:
-            for address in leaders.values():
+            for leader in (found or {}).values():
                 # Leaders are brokers too: ask them next time if the bootstrap ones are gone.
-                if address is not None and address not in self._bootstrap:
-                    self._bootstrap.append(address)
+                if leader is not None and leader.address not in self._bootstrap:
+                    self._bootstrap.append(leader.address)
             for tp, epoch in epochs.items():
                 state = self._partitions.get(tp)
                 if state is None or state.epoch != epoch:
                     continue
-                state.leader = leaders.get(tp)
+                leader = (found or {}).get(tp)
+                if leader is not None and not recovery.newer_leader(state.leader_epoch, leader.epoch):
+                    leader = None  # a broker whose metadata lags names a deposed leader: ask again
+                state.leader = leader.address if leader is not None else None
                 if state.leader is None:
                     state.backoff_until = now + RETRY_BACKOFF * 4
-                    if now - state.since > UNKNOWN_PARTITION_S:
+                    # Known but leaderless (an election under way) is waited
+                    # out; a partition the brokers do not know is reported.
+                    if found is not None and tp not in found and now - state.since > UNKNOWN_PARTITION_S:
                         state.error = UnknownPartitionError(
                             f"{tp[0]}-{tp[1]}: no broker leads it (unknown topic or partition)")
                         state.since = now
                 else:
                     state.since = now
+                    state.leader_epoch = leader.epoch
                     if state.leader not in self._brokers and not self._closed:
                         holder: list = []
                         thread = self._start_thread(self._broker_loop, f"fetcher-{self._client_id}-{state.leader}",
@@ -461,7 +493,7 @@ class ColumnarFetcher:
                 connection.close()
 
     def _work_for(self, address: str) -> Optional[dict]:
-        """{tp: (epoch, offset)} to fetch from ``address`` now, least recently
+        """{tp: _Work} to fetch from ``address`` now, least recently
         served first; empty to wait; None once closed. Lock held."""
         if self._closed or self._failure is not None:
             return None
@@ -471,67 +503,91 @@ class ColumnarFetcher:
         states = sorted(((tp, s) for tp, s in self._partitions.items()
                          if s.leader == address and s.error is None and s.backoff_until <= now),
                         key=lambda item: item[1].turn)
-        return {tp: (s.epoch, s.fetch_offset) for tp, s in states}
+        return {tp: _Work(s.epoch, s.fetch_offset, s.leader_epoch, s.last_epoch) for tp, s in states}
 
     def _fetch_from(self, connection: BrokerConnection, partitions: dict) -> bool:
-        """One Fetch of ``partitions`` ({tp: (epoch, offset)}); False when the
+        """One Fetch of ``partitions`` ({tp: _Work}); False when the
         connection failed."""
-        # Per partition: records, a new start, an error for the consumer, or
-        # None (retriable: find the leader again).
-        outcomes: dict[TopicPartition, Union[RecordColumns, _Start, FetchError, None]] = {}
+        # Per partition: records, a new start, a truncation, an error for the
+        # consumer, or None (retriable: find the leader again).
+        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, FetchError, None]] = {}
         positions = {}
-        for tp, (_, offset) in partitions.items():
-            if offset >= 0:
-                positions[tp] = offset
+        for tp, work in partitions.items():
+            if work.offset >= 0:
+                positions[tp] = work.offset
                 continue
             try:
-                outcomes[tp] = _Start(self._bound(connection, tp, offset))
+                outcomes[tp] = _Start(self._bound(connection, tp, work.offset))
             except PartitionError as exc:
-                outcomes[tp] = self._on_partition_error(connection, tp, offset, exc)
+                outcomes[tp] = self._on_partition_error(connection, tp, work.offset, exc)
             except BrokerConnectionError as exc:
                 log.info("fetcher: %s", exc)
                 self._lost_leader(partitions)
                 return False
         try:
+            # The leader's epoch, for a deposed leader to refuse the fetch; the
+            # last fetched one, for the leader to name where its log diverges.
+            epochs = {tp: (partitions[tp].leader_epoch, partitions[tp].last_epoch) for tp in positions}
             fetched = connection.fetch_partitions(positions, max_wait_ms=FETCH_WAIT_MS,
                                                   partition_max_bytes=PARTITION_FETCH_BYTES,
-                                                  max_bytes=FETCH_BYTES) if positions else {}
+                                                  max_bytes=FETCH_BYTES, epochs=epochs) if positions else {}
         except BrokerConnectionError as exc:
             log.info("fetcher: fetch from %s failed: %s", connection.address, exc)
             self._lost_leader(partitions)
             return False
         for tp, result in fetched.items():
             if isinstance(result, PartitionError):
-                outcomes[tp] = self._on_partition_error(connection, tp, positions[tp], result)
+                outcomes[tp] = self._on_partition_error(connection, tp, positions[tp], result,
+                                                        read_here=partitions[tp].last_epoch != NO_EPOCH)
+                continue
+            truncation = recovery.diverged(positions[tp], result.diverging_epoch, result.diverging_end)
+            if truncation is not None:
+                outcomes[tp] = truncation
                 continue
             try:
-                outcomes[tp] = decode_batches(result.records, start=positions[tp])
+                # Never beyond the high watermark: what lies above it is not committed.
+                columns = decode_batches(result.records, start=positions[tp], end=result.high_watermark)
+                outcomes[tp] = _Records(columns, last_batch_epoch(result.records, columns.consumed))
             except CorruptRecordsError as exc:
                 outcomes[tp] = FetchError(f"{tp[0]}-{tp[1]}: {exc}")
         self._deliver(partitions, outcomes)
         return True
 
-    def _on_partition_error(self, connection: BrokerConnection, tp, offset: int, error: PartitionError):
-        if error.code == OFFSET_OUT_OF_RANGE:
-            if self._reset == "error":
-                return OffsetOutOfRangeError(f"{tp[0]}-{tp[1]}: offset {offset} is outside the log")
-            try:
-                return _Start(self._bound(connection, tp, EARLIEST if self._reset == "earliest" else LATEST))
-            except (BrokerConnectionError, PartitionError) as exc:
-                log.info("fetcher: cannot reset %s: %s", tp, exc)
-                return None
-        if error.retriable:
-            return None  # the leader moved or is not ready: find it again
-        return FetchError(str(error))
+    def _on_partition_error(self, connection: BrokerConnection, tp, offset: int, error: PartitionError,
+                            read_here: bool = False):
+        """What ``error`` at ``offset`` calls for (``read_here``: the fetcher
+        reached ``offset`` by reading the partition's log)."""
+        step = recovery.on_error(error.code, error.retriable)
+        if step is recovery.Step.FIND_LEADER:
+            log.info("fetcher: %s; finding its leader again", error)
+            return None
+        if step is recovery.Step.FAIL:
+            return FetchError(str(error))
+        try:
+            log_start = self._bound(connection, tp, EARLIEST)
+            log_end = self._bound(connection, tp, LATEST)
+            decision = recovery.out_of_range(offset, log_start, log_end, self._reset, read_here, EARLIEST, LATEST)
+            if isinstance(decision, recovery.Reset):
+                return _Start(self._bound(connection, tp, decision.logical))
+        except (BrokerConnectionError, PartitionError) as exc:
+            log.info("fetcher: cannot read the bounds of %s to reset it: %s", tp, exc)
+            return None
+        if isinstance(decision, recovery.OutOfRange):
+            return OffsetOutOfRangeError(f"{tp[0]}-{tp[1]}: offset {offset} is outside the log "
+                                         f"({decision.log_start} to {decision.log_end})")
+        return decision  # a Truncation, or None: fetch again from the leader
 
     def _deliver(self, partitions: dict, outcomes: dict) -> None:
         now = time.monotonic()
         with self._lock:
             for tp, outcome in outcomes.items():
                 state = self._partitions.get(tp)
-                if state is None or state.epoch != partitions[tp][0] or state.fetch_offset != partitions[tp][1]:
+                if state is None or state.epoch != partitions[tp].epoch or state.fetch_offset != partitions[tp].offset:
                     continue  # revoked, moved, or reset meanwhile
-                if isinstance(outcome, RecordColumns):
+                if isinstance(outcome, _Records):
+                    if outcome.last_epoch != NO_EPOCH:
+                        state.last_epoch = outcome.last_epoch
+                    outcome = outcome.columns
                     # A fetch returns whole batches: leave out what lies before the position.
                     first = bisect.bisect_left(memoryview(outcome.offsets).cast("q"), state.next)
                     if first < outcome.rows:
@@ -545,8 +601,11 @@ class ColumnarFetcher:
                     state.epoch = next(self._epochs)
                     self._drop_ready({tp})
                     state.fetch_offset = state.next = outcome.offset
+                    state.last_epoch = NO_EPOCH
                     if state.start is None:
                         state.start = outcome.offset
+                elif isinstance(outcome, Truncation):
+                    self._truncated(tp, state, outcome)
                 elif isinstance(outcome, FetchError):
                     state.error = outcome
                 else:  # retriable: ask again where the partition is led
@@ -554,11 +613,28 @@ class ColumnarFetcher:
                     state.backoff_until = now + RETRY_BACKOFF
             self._changed.notify_all()
 
+    def _truncated(self, tp: TopicPartition, state: _Partition, truncation: Truncation) -> None:
+        """The partition's log diverged from what was fetched of it at
+        ``truncation.offset``: fetch again from there (a new epoch: nothing
+        fetched before is handed out after), say so and count it. Lock held."""
+        resume = min(state.next, truncation.offset)
+        lost = (f"offsets {truncation.offset} to {state.next - 1} were already handed out from records the log "
+                "no longer holds" if state.next > truncation.offset else "nothing handed out is affected")
+        log.warning("fetcher: %s-%d's log was truncated under this consumer (a leader elected without the "
+                    "records it had read, up to offset %d): the log now diverges at offset %d; %s; fetching "
+                    "again from offset %d", tp[0], tp[1], truncation.position, truncation.offset, lost, resume)
+        if self._metrics is not None:
+            self._metrics.truncated(tp[0])
+        state.epoch = next(self._epochs)
+        self._drop_ready({tp})
+        state.fetch_offset = state.next = resume
+        state.last_epoch = truncation.epoch
+
     def _lost_leader(self, partitions: dict) -> None:
         with self._lock:
-            for tp, (epoch, _) in partitions.items():
+            for tp, work in partitions.items():
                 state = self._partitions.get(tp)
-                if state is not None and state.epoch == epoch:
+                if state is not None and state.epoch == work.epoch:
                     state.leader = None
                     state.backoff_until = time.monotonic() + RETRY_BACKOFF * 4
             self._changed.notify_all()

@@ -25,6 +25,7 @@ from kafka.protocol.sasl import (
 
 from zkcoord.errors import TlsError, ZkcoordError
 from zkcoord.fetch.cluster import ClusterMetadata
+from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
 from zkcoord.records import LogEnd
 from zkcoord.security import scram
 from zkcoord.security import tls as tls_
@@ -38,8 +39,10 @@ LATEST_TIMESTAMP = -1
 # offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
 FETCH_VERSIONS = (4, 12)
 LIST_OFFSETS_VERSIONS = (1, 7)
-# Metadata from 1 (every broker since 0.10) to 12 (the last of our embedded
-# broker): from 10 on, topic ids, which tell a topic deleted and created again.
+# Metadata from 1 (topics by name, leaders: every broker since 0.10) to 12
+# (the last of our embedded broker); from 7 on it carries each partition's
+# leader epoch, which fetches send, and from 10 on topic ids, which tell a
+# topic deleted and created again.
 METADATA_VERSIONS = (1, 12)
 API_VERSIONS_VERSION = 0  # every broker answers it, in version 0, whatever it speaks
 SASL_VERSION = 1  # SaslHandshake and SaslAuthenticate: tokens framed by SaslAuthenticate
@@ -103,13 +106,10 @@ class PartitionError(ZkcoordError):
         super().__init__(f"{topic}-{partition}: {error.__name__} (Kafka error {code})")
 
 
-# Leadership moving or not yet known: asking again (maybe elsewhere) helps.
-_RETRIABLE = {3, 5, 6, 9, 56, 74, 75, 78}
-
-
 def retriable(code: int) -> bool:
-    """Whether a partition's Kafka error ``code`` may go away if asked again."""
-    return bool(getattr(for_code(code), "retriable", False)) or code in _RETRIABLE
+    """Whether a partition's Kafka error ``code`` may go away if asked
+    again (maybe elsewhere: leadership moving or not yet known)."""
+    return bool(getattr(for_code(code), "retriable", False)) or code in LEADERSHIP_ERRORS
 
 
 def retriable_codes(highest: int = 200) -> list[int]:
@@ -123,6 +123,17 @@ class Fetched(NamedTuple):
     high_watermark: int
     log_start_offset: int
     records: memoryview  # record batches; may end in a partial batch
+    # Fetch 12+: the leader's log leaves the last fetched epoch before the
+    # fetch offset; it ends that epoch at diverging_end (-1: no divergence).
+    diverging_epoch: int = NO_EPOCH
+    diverging_end: int = -1
+
+
+class Leader(NamedTuple):
+    """A partition's leader as a broker's Metadata names it."""
+
+    address: str
+    epoch: int  # NO_EPOCH below Metadata 7
 
 
 class BrokerConnection:
@@ -254,15 +265,19 @@ class BrokerConnection:
         return result
 
     def fetch_partitions(self, positions: dict[tuple[str, int], int], *, max_wait_ms: int,
-                         partition_max_bytes: int, max_bytes: int,
-                         min_bytes: int = 1) -> dict[tuple[str, int], Union[Fetched, PartitionError]]:
+                         partition_max_bytes: int, max_bytes: int, min_bytes: int = 1,
+                         epochs: Optional[dict[tuple[str, int], tuple[int, int]]] = None,
+                         ) -> dict[tuple[str, int], Union[Fetched, PartitionError]]:
         """One Fetch for several partitions of this broker: each partition's
-        records from its offset, or the PartitionError the broker gave it."""
+        records from its offset, or the PartitionError the broker gave it.
+        ``epochs``: a partition's (current leader epoch, last fetched epoch),
+        for the broker to check (NO_EPOCH, or a partition left out: none)."""
         version = self._fetch_version
         by_topic: dict[str, list] = {}
         for (topic, partition), offset in positions.items():
+            current, last = (epochs or {}).get((topic, partition), (NO_EPOCH, NO_EPOCH))
             by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                partition=partition, current_leader_epoch=current, fetch_offset=offset, last_fetched_epoch=last,
                 log_start_offset=-1, partition_max_bytes=partition_max_bytes))
         request = FetchRequest(
             version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
@@ -283,7 +298,9 @@ class BrokerConnection:
                     result[tp] = PartitionError(tp[0], tp[1], part.error_code)
                 else:
                     records = part.records if part.records is not None else b""
-                    result[tp] = Fetched(part.high_watermark, part.log_start_offset, memoryview(records))
+                    diverging = part.diverging_epoch if version >= 12 else None
+                    result[tp] = Fetched(part.high_watermark, part.log_start_offset, memoryview(records),
+                                         *((diverging.epoch, diverging.end_offset) if diverging else ()))
         missing = [tp for tp in positions if tp not in result]
         if missing:
             raise BrokerConnectionError(f"broker {self.address} answered a fetch without {sorted(missing)}")
@@ -345,17 +362,35 @@ class BrokerConnection:
     def partitions(self, topics) -> dict[tuple[str, int], Optional[str]]:
         """Every partition of ``topics`` this broker knows (a topic it does
         not know has none), with its leader's address (None: no leader now)."""
-        return self.cluster(topics).leaders()
+        return {tp: leader.address if leader is not None else None for tp, leader in self.led(topics).items()}
+
+    def led(self, topics) -> dict[tuple[str, int], Optional[Leader]]:
+        """:meth:`partitions` with each leader's epoch."""
+        response, version = self._metadata(topics)
+        addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
+        known: dict[tuple[str, int], Optional[Leader]] = {}
+        for topic_data in response.topics:
+            if topic_data.error_code != NONE:
+                continue
+            for part in topic_data.partitions:
+                address = addresses.get(part.leader_id) if part.error_code == NONE else None
+                known[(topic_data.name, part.partition_index)] = None if address is None else Leader(
+                    address, part.leader_epoch if version >= 7 else NO_EPOCH)
+        return known
 
     def cluster(self, topics=None) -> ClusterMetadata:
-        """What this broker knows of the cluster (Metadata): its brokers, and
-        ``topics`` (None: every topic) with their partitions' leaders."""
+        """What this broker knows of the cluster: its brokers, and ``topics``
+        (None: every topic) with their ids and partitions' leaders."""
+        return ClusterMetadata.of(self._metadata(topics)[0])
+
+    def _metadata(self, topics):
+        """This broker's Metadata answer on ``topics`` (None: every topic), and its version."""
         version = self._metadata_version
         asked = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(topics)]
         request = MetadataRequest(version=version, topics=asked, allow_auto_topic_creation=False,
                                   include_cluster_authorized_operations=False,
                                   include_topic_authorized_operations=False)
-        return ClusterMetadata.of(self._request(request, MetadataResponse, version))
+        return self._request(request, MetadataResponse, version), version
 
     # -- framing -----------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from crc32c import crc32c
 
 from zkcoord.broker.formats import (
     COMPRESSION_MASK, CONTROL_FLAG, CRC_START, HEADER_SIZE, LOG_APPEND_TIME_FLAG, LOG_OVERHEAD, MAGIC,
-    parse_header_only,
+    CorruptBatchError, parse_header_only,
 )
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import Record
@@ -221,6 +221,21 @@ def decode_batches(data, *, start: int = 0, end: Optional[int] = None, check_crc
     decoder = _pick(compiled)
     return RecordColumns._make(decoder(data, start, -1 if end is None else end, decompress,
                                       crc32c if check_crcs else None))
+
+
+def last_batch_epoch(data, consumed: int) -> int:
+    """The leader epoch of the last whole batch in ``data[:consumed]`` (a
+    decode's ``consumed``), -1 if there is none: what a fetcher sends as its
+    last fetched epoch. Reads one header per batch, not the records."""
+    view = memoryview(data)
+    epoch, pos = -1, 0
+    while pos < consumed:
+        try:
+            header = parse_header_only(view[pos:pos + HEADER_SIZE])
+        except CorruptBatchError as exc:  # the decode read these bytes already: not expected
+            raise CorruptRecordsError(str(exc)) from None
+        epoch, pos = header.leader_epoch, pos + header.size
+    return epoch
 
 
 def _pick(compiled: Optional[bool]):

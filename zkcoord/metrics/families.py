@@ -196,6 +196,29 @@ class CoordinatorCollector:
         return self.collect()
 
 
+# -- the fetcher (a consumer's) ------------------------------------------------------------------
+
+
+class FetcherMetrics:
+    """What a consumer's fetcher met on the brokers, by topic: logs
+    truncated under it (a leader elected without records it had read;
+    zkcoord.fetch.recovery)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._truncations = Counter(PREFIX + "fetch_log_truncations_total",
+                                    "Partitions whose log was truncated under the fetcher (a leader elected "
+                                    "without records it had read): it fetched again from the divergence point",
+                                    ["topic"], registry=registry)
+
+    def truncated(self, topic: str) -> None:
+        self._truncations.labels(topic=topic).inc()
+
+    def truncations(self) -> int:
+        """How many, over every topic."""
+        return int(sum(sample.value for metric in self._truncations.collect() for sample in metric.samples
+                       if sample.name.endswith("_total")))
+
+
 # -- the broker ------------------------------------------------------------------------------------
 
 

@@ -23,13 +23,16 @@ from zkcoord.zk.security import ZkSecurity, command_line
 
 
 class ServerProcess(ManagedProcess):
-    """`zkcoord server`: a coordinator candidate with its embedded broker."""
+    """`zkcoord server`: a coordinator candidate with its embedded broker
+    (unless ``--no-broker`` is among its arguments: records live elsewhere,
+    in Kafka's brokers sharing the chroot)."""
 
     def __init__(self, server_id: int, zookeeper: str, directory: Path, server_args: Sequence[str] = ()):
         super().__init__(f"server {server_id}", directory, [], port_file=directory / "ports.json")
         self.server_id = server_id
         self.zookeeper = zookeeper
         self.server_args = tuple(server_args)
+        self.embeds_broker = "--no-broker" not in self.server_args
         self.command = self._command(0, 0)
 
     def _command(self, port: int, broker_port: int) -> list[str]:
@@ -40,7 +43,7 @@ class ServerProcess(ManagedProcess):
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         if self.ports:  # a restart binds what it had
-            self.command = self._command(self.port, self.broker_port)
+            self.command = self._command(self.port, self.ports.get("broker_port", 0))
         super().start(timeout)
         return self
 
@@ -235,7 +238,7 @@ class LocalCluster:
         """Every live server's and broker's broker id registered in ZooKeeper."""
         from zkcoord.zk import layout
 
-        wanted = {str(s.server_id) for s in self.servers.values() if s.alive}
+        wanted = {str(s.server_id) for s in self.servers.values() if s.alive and s.embeds_broker}
         wanted |= {str(b.broker_id) for b in self.brokers if b.alive}
         wait_until(lambda: wanted <= set(self.zk.get_children(layout.BROKER_IDS)), timeout,
                    message=f"brokers {sorted(wanted)} registered")

@@ -26,6 +26,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Iterable, Optional
 
+from zkcoord.caches import user_cache
 from zkcoord.java import java_tool
 from zkcoord.testing.process import ClusterError
 
@@ -42,7 +43,7 @@ class KafkaNotInstalled(ClusterError):
 
 def cache_root() -> Path:
     """Where releases are cached, one directory per version."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zkcoord" / "kafka"
+    return user_cache() / "kafka"
 
 
 def release_line(version: str) -> str:

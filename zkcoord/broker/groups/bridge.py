@@ -176,7 +176,7 @@ class GroupBridge:
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
                  session_timeout_ms: int, fence_idle_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
                  authorize=None, credential: Optional[tuple[str, str]] = None, password_without_tls: bool = False,
-                 publish_fences=None):
+                 publish_fences=None, lift_fences_elsewhere=None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
@@ -196,7 +196,9 @@ class GroupBridge:
         that credential without TLS (SecurityConfig.bridge_password_without_tls).
         ``publish_fences(fences)``: tells every broker the fetch fences this
         bridge's members need now, {(group, member id): FetchFence} (None:
-        kept, told to nobody)."""
+        kept, told to nobody); ``lift_fences_elsewhere(group, tie)``: the
+        client of ``tie`` showed here that it let go of what it held in
+        ``group``, which lifts the fences other brokers keep for it there."""
         self.authorize = authorize
         self._credential = credential
         self._password_without_tls = password_without_tls
@@ -219,6 +221,7 @@ class GroupBridge:
         self._fences = BridgeFences(clock)
         self._fence_idle_s = fence_idle_ms / 1000.0
         self._publish_fences = publish_fences or (lambda fences: None)
+        self._lift_fences_elsewhere = lift_fences_elsewhere or (lambda group, tie: None)
         self._last_tick = self._grace_until = clock()
         self._expiry = gevent.spawn(self._expire_loop)
 
@@ -408,6 +411,8 @@ class GroupBridge:
                 member.join(owned, now)
                 bridged.notify()
                 self._refence(bridged)
+                if not owned:  # it let go of everything it held anywhere
+                    self._lift_fences_elsewhere(request.group_id, tie_of(member))
                 return answer(NONE, member_id, member)
         if member_id and bridged is None and (request.group_id, member_id) not in self._pending_ids \
                 and member_id not in members:
@@ -445,6 +450,8 @@ class GroupBridge:
         member.join(owned, self.clock())
         # A client joining afresh lost any member it had: it owns what it says, at most.
         self._fences_changed(self._fences.joined(request.group_id, member_id, tie_of(member), owned))
+        if not owned:  # it let go of everything it held anywhere
+            self._lift_fences_elsewhere(request.group_id, tie_of(member))
         return answer(NONE, member_id, member)
 
     def _register(self, bridged: _Bridged, strategies: tuple[str, ...]) -> int:
@@ -651,6 +658,8 @@ class GroupBridge:
     def _granted(self, bridged: _Bridged, partitions) -> None:
         member = bridged.member
         self._fences_changed(self._fences.granted(bridged.group, member.member_id, tie_of(member), partitions))
+        if partitions:
+            self._lift_fences_elsewhere(bridged.group, tie_of(member))
 
     def _fences_changed(self, changed: bool) -> None:
         if changed:

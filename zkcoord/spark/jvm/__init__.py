@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from zkcoord.caches import user_cache
 from zkcoord.java import java_tool
 
 HERE = Path(__file__).resolve().parent
@@ -61,8 +62,7 @@ def _pyspark() -> tuple[str, Path]:
 
 def _directories() -> list[Path]:
     """Where jars go: next to the sources, else a cache of the user's."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zkcoord"
-    return [HERE, cache]
+    return [HERE, user_cache()]
 
 
 def jar_path() -> Path:

@@ -15,7 +15,7 @@ import hashlib
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional
+from typing import Collection, Iterable, Mapping, Optional
 
 from zkcoord.zk.layout.json_codec import _Fields, _load, _prefix_errors, encode_json
 from zkcoord.zk.layout.names import (
@@ -239,9 +239,10 @@ SPLIT_GROUP_STATE_VERSION = 3
 _MAX_CHUNKS = 4096
 
 
-def _by_topic(pairs: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
+def _by_topic(pairs: Collection[tuple[str, int]]) -> dict[str, list[int]]:
     if len(pairs) == 1:  # most members of a big group hold one partition: spare it the sort
-        return {pairs[0][0]: [pairs[0][1]]}
+        (topic, partition), = pairs  # any collection: a fence's partitions are a frozenset
+        return {topic: [partition]}
     grouped: dict[str, list[int]] = {}
     for topic, partition in sorted(pairs):
         grouped.setdefault(topic, []).append(partition)
