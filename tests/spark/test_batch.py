@@ -87,7 +87,9 @@ def test_empty_topic_reads_nothing(spark, shared_cluster):
     ({"subscribe": "x", "startingOffsets": "{not json"}, "SourceOptionError"),
     ({"subscribe": "x", "maxOffsetsPerTrigger": "10"}, "SourceOptionError"),
     ({"subscribe": "x", "minPartitions": "0"}, "SourceOptionError"),
-    ({"subscribe": "x", "kafka.bootstrap.servers": "h:1"}, "SourceOptionError"),
+    ({"subscribe": "x", "kafka.bootstrap.servers": "no-port"}, "SourceOptionError"),
+    # Kafka's brokers named, none answering: said before any task runs.
+    ({"subscribe": "x", "kafka.bootstrap.servers": "127.0.0.1:1"}, "no Kafka broker answers Metadata"),
 ])
 def test_bad_options_are_refused_with_a_typed_error(spark, shared_cluster, options, error):
     reader = spark.read.format("zkcoord").option("zookeeper", shared_cluster.zookeeper)

@@ -196,16 +196,18 @@ def render_state(view: dict) -> list[str]:
 
 
 def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credential=None,
-                    plain_without_tls: bool = False) -> Callable:
+                    plain_without_tls: bool = False, kafka_bootstrap: Optional[list[str]] = None) -> Callable:
     """A function giving partitions' log end offsets, asked of the brokers
-    registered in ZooKeeper (each connection within ``timeout_s``, by default
+    registered in ZooKeeper, or of those Kafka's Metadata at
+    ``kafka_bootstrap`` names (each connection within ``timeout_s``, by default
     BrokerOffsets'; over TLS with ``tls``, a client SSLContext; with SASL as
     ``credential``, (user, password), with PLAIN without TLS only if
     ``plain_without_tls``); a partition whose broker cannot say is left out."""
     from zkcoord.admin.brokers import LATEST_TIMESTAMP, TIMEOUT_S, BrokerOffsets
 
     def ends(partitions) -> dict:
-        addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(client).values()]
+        addresses = kafka_bootstrap or ["%s:%d" % registration.plaintext_address()
+                                        for registration in read_brokers(client).values()]
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
         with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls,
                            credential=credential, plain_without_tls=plain_without_tls) as brokers:
@@ -241,7 +243,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from zkcoord.admin.reset import client_credential, client_tls
+    from zkcoord.admin.reset import client_credential, client_tls, kafka_bootstrap
 
     try:
         if args.groups_action == "describe":
@@ -261,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
             view = describe_group(client, args.group,
                                   None if args.no_lag else log_end_offsets(
                                       client, tls=client_tls(args), credential=client_credential(args),
-                                      plain_without_tls=args.password_without_tls))
+                                      plain_without_tls=args.password_without_tls,
+                                      kafka_bootstrap=kafka_bootstrap(args)))
             if args.output == "json":
                 print(json.dumps(view, indent=2))
             else:

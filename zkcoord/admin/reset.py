@@ -191,6 +191,17 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--password-without-tls", action="store_true",
                         help="let the password cross connections without TLS, where it is sent readable "
                              "(ResetOffsets to a coordinator, SASL/PLAIN to a broker); by default refused")
+    parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT,...",
+                        help="Kafka brokers to ask for partitions and offsets, for a Kafka that registers none "
+                             "in ZooKeeper (KRaft mode; the servers' --kafka-bootstrap); by default the brokers "
+                             "registered in ZooKeeper, or those the servers name")
+
+
+def kafka_bootstrap(args: argparse.Namespace) -> Optional[list[str]]:
+    """The addresses of --kafka-bootstrap (None without it); ConfigError if one is not host:port."""
+    from zkcoord.coordinator.config import kafka_addresses
+
+    return kafka_addresses(args.kafka_bootstrap) if args.kafka_bootstrap else None
 
 
 def client_credential(args: argparse.Namespace):
@@ -224,7 +235,8 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
         with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             slot, _, server, _ = group_coordinator(client, args.group)
             endpoint = read_servers(client).get(server) if server is not None else None
-            brokers = ["%s:%d" % r.plaintext_address() for r in read_brokers(client).values()]
+            brokers = kafka_bootstrap(args) or ["%s:%d" % r.plaintext_address()
+                                                for r in read_brokers(client).values()]
         if endpoint is None:
             raise NoCoordinator(f"no coordinator is elected for group {args.group!r} (slot {slot})")
         return (endpoint.host, endpoint.port), brokers
@@ -246,7 +258,7 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
         if target is None:
             failures.append(f"{host}:{port}: no coordinator is elected for group {args.group!r}")
             continue
-        return (target.host, target.port), [f"{b.host}:{b.port}" for b in answer.brokers]
+        return (target.host, target.port), kafka_bootstrap(args) or [f"{b.host}:{b.port}" for b in answer.brokers]
     raise NoCoordinator("no server could say who coordinates the group: " + "; ".join(failures))
 
 

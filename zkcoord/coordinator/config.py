@@ -17,6 +17,16 @@ from zkcoord.zk.security import ZkSecurity
 REBALANCE_PROTOCOLS = ("incremental", "eager")
 
 
+def kafka_addresses(bootstrap: str) -> list[str]:
+    """A Kafka bootstrap list, host:port,..., as its addresses; ConfigError if an entry is not host:port."""
+    from zkcoord.consumer.membership import parse_bootstrap
+
+    try:
+        return [f"{host}:{port}" for host, port in parse_bootstrap(bootstrap)]
+    except ConfigError as exc:
+        raise ConfigError(f"Kafka bootstrap: {exc}") from None
+
+
 @dataclass(frozen=True)
 class CoordinatorConfig:
     """The coordinator's knobs (seed 001 section 2), validated on creation."""
@@ -94,9 +104,20 @@ class ServerConfig:
                              factory=TlsConfig, cli=False)
     security: SecurityConfig = setting(help="authentication and the authorizer", factory=SecurityConfig,
                                        cli=False)
+    # Kafka in KRaft mode registers nothing in ZooKeeper.
+    kafka_bootstrap: Optional[str] = setting(
+        None, "a Kafka cluster's brokers (host:port,...): learn its brokers, topics and partition counts from "
+              "its Metadata API instead of from ZooKeeper's /brokers (Kafka in KRaft mode; needs --no-broker). "
+              "Reached with the server's TLS and its own credential", validate=kafka_addresses)
+    kafka_metadata_interval_ms: int = setting(
+        5000, "with --kafka-bootstrap, how often Kafka's Metadata is read (at once, too, when a member names "
+              "a topic not known or subscribes to a pattern)", minimum=100)
 
     def __post_init__(self) -> None:
         check(self)
+        if self.kafka_bootstrap is not None and self.broker is not None:
+            raise ConfigError("--kafka-bootstrap names the Kafka cluster that holds the records: the server "
+                              "runs without its embedded broker then (--no-broker)")
         self.security.refuse_bridge_password_without_tls(self.tls)
         if self.tls.serves and not self.tls.speaks:
             # The embedded broker's bridge registers stock members with the

@@ -10,7 +10,8 @@ that broker's next ListOffsets.
 
 The brokers' addresses come from their registrations in ZooKeeper, read
 again when the registrations change (a one-shot watch) or a connection
-fails. Which broker leads a partition is asked of every broker at once
+fails; beside a KRaft Kafka, which registers nothing there, from Kafka's
+Metadata as the server's :class:`KafkaClusterWatch` last read it. Which broker leads a partition is asked of every broker at once
 (Metadata; the first answer counts) and kept until its leader fails or
 disowns the partition.
 
@@ -27,6 +28,8 @@ from functools import partial
 from typing import Callable, Iterable, Optional
 
 from zkcoord.errors import ZkcoordError
+from kafka.errors import UnknownTopicOrPartitionError
+
 from zkcoord.fetch.connection import BrokerConnection, PartitionError
 from zkcoord.records import LogEnd, TopicPartition
 from zkcoord.zk.nodes import read_brokers
@@ -142,11 +145,15 @@ class LogEndReader:
     """Partitions' log ends, asked of their leaders over one long-lived
     connection per broker registered in ``zk`` (``timeout_s`` to connect and
     for each request; over TLS with ``tls``, a client SSLContext; with SASL
-    as ``credential``, (user, password)). Close it when done."""
+    as ``credential``, (user, password)); with ``kafka``, the brokers that
+    its Metadata names instead. Close it when done."""
 
     def __init__(self, zk, timeout_s: float, tls=None, credential=None,
-                 connect: Callable[..., BrokerConnection] = BrokerConnection):
+                 connect: Callable[..., BrokerConnection] = BrokerConnection, kafka=None):
         self._zk = zk
+        self._kafka = kafka
+        if kafka is not None:
+            kafka.on_brokers_changed(self._registrations_changed)
         self._connect = partial(connect, client_id="zkcoord-coordinator", timeout_s=timeout_s, tls=tls,
                                 credential=credential)
         self._lock = threading.Lock()
@@ -191,6 +198,8 @@ class LogEndReader:
             for tp, answer in question.answer.items():
                 if isinstance(answer, PartitionError):
                     log.info("log end of %s-%d not learnt: %s", tp[0], tp[1], answer)
+                    if answer.code == UnknownTopicOrPartitionError.errno and self._kafka is not None:
+                        self._kafka.refresh()  # a topic deleted, or created and not yet read
                     if answer.retriable:  # leadership moving: ask where it is
                         self._forget_leaders((tp,))
                         moved.add(tp)
@@ -228,7 +237,10 @@ class LogEndReader:
 
     def _brokers(self) -> list[str]:
         addresses = self._addresses
-        if addresses is None:
+        if addresses is None and self._kafka is not None:
+            addresses = self._addresses = self._kafka.addresses()
+            self._close_links_but(addresses)
+        elif addresses is None:
             if not self._zk.connected:
                 # kazoo would hold the read until it reconnects, past the
                 # question's deadline: ask the brokers last read, if any.
@@ -240,11 +252,14 @@ class LogEndReader:
             addresses = self._last_addresses = ["%s:%d" % r.plaintext_address() for r in registrations.values()]
             if changes == self._registrations_changes:  # else they changed while read: read them again next time
                 self._addresses = addresses
-            with self._lock:  # a broker gone, or registered again elsewhere: its connection with it
-                gone = [self._links.pop(address) for address in list(self._links) if address not in addresses]
-            for link in gone:
-                link.close()
+            self._close_links_but(addresses)
         return addresses
+
+    def _close_links_but(self, addresses: list[str]) -> None:
+        with self._lock:  # a broker gone, or registered again elsewhere: its connection with it
+            gone = [self._links.pop(address) for address in list(self._links) if address not in addresses]
+        for link in gone:
+            link.close()
 
     def _registrations_changed(self, _event=None) -> None:
         self._registrations_changes += 1
@@ -262,6 +277,8 @@ class LogEndReader:
     def _link_failed(self, address: str, error: BaseException) -> None:
         log.warning("log ends from broker %s: %s: %s", address, type(error).__name__, error)
         self._addresses = None  # it may have moved, or gone
+        if self._kafka is not None:
+            self._kafka.refresh()
         with self._lock:
             self._leaders = {tp: leader for tp, leader in self._leaders.items() if leader != address}
 

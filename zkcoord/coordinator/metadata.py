@@ -64,15 +64,29 @@ def broker_endpoints(brokers: dict[int, layout.BrokerRegistration]) -> tuple[wir
                  for broker_id, registration in brokers.items())
 
 
+def kafka_endpoints(brokers: dict[int, str]) -> tuple[wire.Endpoint, ...]:
+    """Brokers as Kafka's Metadata names them (id -> host:port)."""
+    endpoints = []
+    for broker_id, address in sorted(brokers.items()):
+        host, _, port = address.rpartition(":")
+        endpoints.append(wire.Endpoint(broker_id, host, int(port)))
+    return tuple(endpoints)
+
+
 class MetadataView:
     """The ClusterMetadata answers of a cluster of coordinator slots, kept
     current by watches on ``zk``: as many slots as /zkcoord/slots says, or
-    ``slots`` while it says nothing readable.
+    ``slots`` while it says nothing readable. The brokers are those
+    registered in ZooKeeper, or with ``kafka`` (a KafkaClusterWatch) those
+    Kafka's Metadata names, read again when they change.
 
     Runs on ``zk``'s handler (gevent in a server, threads in a test)."""
 
-    def __init__(self, zk: KazooClient, slots: int = 1):
+    def __init__(self, zk: KazooClient, slots: int = 1, kafka=None):
         self.zk = zk
+        self._kafka = kafka
+        if kafka is not None:
+            kafka.on_brokers_changed(self.wake)
         self.slots = validate_slot_count(slots)
         self.reads = 0  # refreshes done (each a handful of ZooKeeper reads): for tests and the state dump
         self._answers: Optional[list[wire.ClusterMetadataResponse]] = None  # by slot
@@ -150,7 +164,8 @@ class MetadataView:
                 [layout.slot_coordinator_path(slot) for slot in range(self.slots)]
         data = self._get_all(paths)
         servers = server_endpoints(read_servers(self.zk, watch=self.wake, watch_data=True))
-        brokers = broker_endpoints(read_brokers(self.zk, watch=self.wake, watch_data=True))
+        brokers = (kafka_endpoints(self._kafka.brokers) if self._kafka is not None
+                   else broker_endpoints(read_brokers(self.zk, watch=self.wake, watch_data=True)))
         return [
             wire.ClusterMetadataResponse(
                 coordinator_id=self._coordinator_id(layout.slot_coordinator_path(slot), data),

@@ -39,7 +39,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core import NO_METRICS, CoordinatorCore, CoreMetrics, RebalanceReport
 from zkcoord.coordinator.group import Group
 from zkcoord.coordinator.store import CoordinatorStore
-from zkcoord.coordinator.topics import TopicWatch
+from zkcoord.coordinator.topics import TopicSource
 from zkcoord.records import LogEnd, TopicPartition
 from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
@@ -192,7 +192,7 @@ class Coordinator:
     """The coordinator of one slot (``store.slot``): its core, its members' connections, its timers."""
 
     def __init__(self, store: CoordinatorStore, config: CoordinatorConfig, epoch: int, zk_session_timeout_ms: int,
-                 topics: Optional[TopicWatch], clock: Callable[[], float] = lease_clock,
+                 topics: Optional[TopicSource], clock: Callable[[], float] = lease_clock,
                  metrics: CoreMetrics = NO_METRICS, wall_clock: Callable[[], float] = wall_clock,
                  log_ends: Optional[Callable[[frozenset, float], Mapping[TopicPartition, LogEnd]]] = None):
         """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
@@ -301,6 +301,8 @@ class Coordinator:
         """Register the consumer behind ``channel`` (authenticated as
         ``principal``); its frames then reach the core from the event loop's
         callbacks until the connection ends."""
+        if self.topics is not None:  # a topic the server has not learnt yet: it looks now
+            self.topics.look_for(request.topics, bool(request.pattern))
         with self._connection(channel) as (conn, connection):
             host = channel.peer.rpartition(":")[0] if ":" in channel.peer else ""
             self._event(partial(self.core.register, host=host, principal=principal), conn, request, correlation_id)

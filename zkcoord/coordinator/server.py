@@ -29,6 +29,7 @@ import os
 import resource
 import socket
 import time
+from functools import partial
 from typing import Optional
 
 import gevent
@@ -43,15 +44,17 @@ from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import access
 from zkcoord.coordinator.admission import GatedStreamServer
-from zkcoord.coordinator.config import ServerConfig
+from zkcoord.coordinator.config import ServerConfig, kafka_addresses
+from zkcoord.coordinator.kafka_cluster import KafkaClusterWatch
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, Candidacy, SlotCount, elections_of_an_earlier_count,
                                        slot_of, slot_to_release, slots_to_seek, validate_slot_count)
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.coordinator.log_ends import LogEndReader
-from zkcoord.coordinator.topics import TopicWatch
+from zkcoord.coordinator.topics import TopicSource, TopicWatch
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError, describe
+from zkcoord.fetch.connection import BrokerConnection
 from zkcoord.limits import REFUSED_REGISTRATION, TLS_HANDSHAKE, Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
@@ -184,12 +187,22 @@ class Server:
         self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
         self.logins = LoginChecks(self.zk, config.security, families.LoginMetrics(self.metrics_registry))  # the broker's too
         self.metadata: Optional[MetadataView] = None
-        self.topics = TopicWatch(self.zk)
         self._stream: Optional[GatedStreamServer] = None
         self._tls = tls.server_context(config.tls)  # None: plaintext
+        # The brokers are reached with the server's TLS and its own credential.
+        broker_timeout_s = config.coordinator.log_end_timeout_ms / 1000.0
+        broker_tls, credential = tls.client_context(config.tls), config.security.own_credential
+        # Where the brokers and topics are learnt: Kafka's Metadata (KRaft), else ZooKeeper's /brokers.
+        self.kafka: Optional[KafkaClusterWatch] = None
+        if config.kafka_bootstrap is not None:
+            self.kafka = KafkaClusterWatch(
+                kafka_addresses(config.kafka_bootstrap), config.kafka_metadata_interval_ms / 1000.0,
+                partial(BrokerConnection, client_id="zkcoord-coordinator", timeout_s=broker_timeout_s,
+                        tls=broker_tls, credential=credential))
+        self.topics: TopicSource = self.kafka if self.kafka is not None else TopicWatch(self.zk)
         # Its coordinators' connections to the brokers, for log ends.
-        self.log_ends = LogEndReader(self.zk, config.coordinator.log_end_timeout_ms / 1000.0,
-                                     tls=tls.client_context(config.tls), credential=config.security.own_credential)
+        self.log_ends = LogEndReader(self.zk, broker_timeout_s, tls=broker_tls, credential=credential,
+                                     kafka=self.kafka)
         self._running = False
         self._session_lost = False
         self._state_changed = gevent.event.Event()
@@ -225,10 +238,15 @@ class Server:
             self._count = self._agree_slot_count()
             self.slots = self._count.slots
             cluster_id(self.zk)  # the first broker or server to start creates it, as Kafka's first broker does
+            self.topics.start()  # Kafka's Metadata read once: a Kafka unreachable or too old is said now
         except (ZooKeeperTooOld, ConfigError, layout.LayoutError, ZooKeeperAuthError) as exc:
             self.zk.stop()
             self.zk.close()
             raise ServerError(str(exc)) from None
+        except ZkcoordError as exc:  # from Kafka's brokers
+            self.zk.stop()
+            self.zk.close()
+            raise ServerError(f"Kafka at {self.config.kafka_bootstrap}: {exc}") from None
         granted = self.zk_session_timeout_ms
         if granted is None:  # only if kazoo's logging changed: the office could not be dated
             self.zk.stop()
@@ -267,9 +285,8 @@ class Server:
         self._stream = GatedStreamServer(listener, self._handle, spawn=gevent.pool.Pool(limit))
         self._stream.start()
         self._register()
-        self.metadata = MetadataView(self.zk, self.slots)
+        self.metadata = MetadataView(self.zk, self.slots, kafka=self.kafka)
         self.metadata.start()
-        self.topics.start()
         self._elector = gevent.spawn(self._elect_forever)
         log.info("server %d listening on %s:%d (%d coordinator slot%s)", self.config.server_id, self.config.host,
                  self.port, self.slots, "" if self.slots == 1 else "s")
@@ -288,6 +305,7 @@ class Server:
         self._unregister()
         self._resign_all()
         self.log_ends.close()
+        self.topics.stop()
         if self.metadata is not None:
             self.metadata.stop()
         if self.acls is not None:

@@ -1,5 +1,5 @@
 """One blocking connection to a Kafka broker, for reading: Fetch, ListOffsets
-and where a partition's leader is (Metadata).
+and what the cluster says of itself (Metadata: brokers, topics, leaders).
 
 The bytes of every request and response are kafka-python's message classes
 (the broker uses the same ones); this module only frames them, negotiates
@@ -24,6 +24,7 @@ from kafka.protocol.sasl import (
 )
 
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
+from zkcoord.fetch.cluster import ClusterMetadata
 from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 from zkcoord.fetch.records import RecordColumns, decode_batches
 from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
@@ -42,9 +43,23 @@ LIST_OFFSETS_ISOLATION_VERSION = 2  # the first ListOffsets with isolation_level
 # offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
 FETCH_VERSIONS = (4, 12)
 LIST_OFFSETS_VERSIONS = (1, 7)
-# Metadata from 1 (topics by name, leaders: every broker since 0.10) to 12;
-# from 7 on it carries each partition's leader epoch, which fetches send.
+# Metadata from 1 (topics by name, leaders: every broker since 0.10) to 12
+# (the last of our embedded broker); from 7 on it carries each partition's
+# leader epoch, which fetches send, and from 10 on topic ids, which tell a
+# topic deleted and created again.
 METADATA_VERSIONS = (1, 12)
+API_VERSIONS_VERSION = 0  # every broker answers it, in version 0, whatever it speaks
+SASL_VERSION = 1  # SaslHandshake and SaslAuthenticate: tokens framed by SaslAuthenticate
+# Every request this client sends, by Kafka's name, and the versions it may
+# send it in (the one sent is the highest the broker also speaks).
+SPOKEN = {
+    "ApiVersions": (API_VERSIONS_VERSION, API_VERSIONS_VERSION),
+    "SaslHandshake": (SASL_VERSION, SASL_VERSION),
+    "SaslAuthenticate": (SASL_VERSION, SASL_VERSION),
+    "Fetch": FETCH_VERSIONS,
+    "ListOffsets": LIST_OFFSETS_VERSIONS,
+    "Metadata": METADATA_VERSIONS,
+}
 # SASL mechanisms this client speaks, the strongest first.
 PREFERRED_MECHANISMS = (scram.SCRAM_SHA_512, scram.SCRAM_SHA_256, scram.PLAIN)
 MAX_FRAME = 1 << 30  # larger than any response we ask for: a corrupt size prefix
@@ -61,6 +76,14 @@ class BrokerAuthenticationError(BrokerConnectionError):
     """The broker refused the credential (a wrong password, an unknown user),
     or this client would not send it (no mechanism in common, PLAIN without
     TLS when not allowed). No retry helps."""
+
+    retriable = False
+
+
+class BrokerTooOld(BrokerConnectionError):
+    """The broker speaks none of the versions of an API this client speaks
+    (or no ApiVersions at all): a Kafka older than this client reads. No
+    retry helps."""
 
     retriable = False
 
@@ -182,7 +205,8 @@ class BrokerConnection:
                 self._sock = None
                 raise _unless_refused(exc) from None
         try:
-            offered = self._request(ApiVersionsRequest(version=0), ApiVersionsResponse, 0)
+            offered = self._request(ApiVersionsRequest(version=API_VERSIONS_VERSION), ApiVersionsResponse,
+                                    API_VERSIONS_VERSION)
             if offered.error_code != NONE:
                 raise BrokerConnectionError(f"broker {self.address} refused ApiVersions: error {offered.error_code}")
             ranges = {api.api_key: (api.min_version, api.max_version) for api in offered.api_keys}
@@ -197,8 +221,8 @@ class BrokerConnection:
     def _authenticate(self, user: str, password: str) -> None:
         """SASL with the strongest mechanism the broker offers: SCRAM-SHA-512,
         SCRAM-SHA-256, else PLAIN (over TLS where the password must not be seen)."""
-        offered = self._request(SaslHandshakeRequest(version=1, mechanism=PREFERRED_MECHANISMS[0]),
-                                SaslHandshakeResponse, 1)
+        offered = self._request(SaslHandshakeRequest(version=SASL_VERSION, mechanism=PREFERRED_MECHANISMS[0]),
+                                SaslHandshakeResponse, SASL_VERSION)
         mechanism = next((m for m in PREFERRED_MECHANISMS if m in offered.mechanisms), None)
         if mechanism is None:
             raise BrokerAuthenticationError(f"broker {self.address} offers no SASL mechanism this client speaks "
@@ -214,7 +238,8 @@ class BrokerConnection:
             # again, asking for the mechanism it offers.
             self.close()
             self._open()
-            handshake = self._request(SaslHandshakeRequest(version=1, mechanism=mechanism), SaslHandshakeResponse, 1)
+            handshake = self._request(SaslHandshakeRequest(version=SASL_VERSION, mechanism=mechanism),
+                                      SaslHandshakeResponse, SASL_VERSION)
             if handshake.error_code != NONE:
                 raise BrokerAuthenticationError(f"broker {self.address} refused SASL/{mechanism} "
                                                 f"(error {handshake.error_code})")
@@ -229,7 +254,8 @@ class BrokerConnection:
             raise BrokerAuthenticationError(f"broker {self.address}: {exc}") from None
 
     def _sasl_step(self, token: bytes, user: str) -> bytes:
-        answer = self._request(SaslAuthenticateRequest(version=1, auth_bytes=token), SaslAuthenticateResponse, 1)
+        answer = self._request(SaslAuthenticateRequest(version=SASL_VERSION, auth_bytes=token),
+                               SaslAuthenticateResponse, SASL_VERSION)
         if answer.error_code != NONE:
             raise BrokerAuthenticationError(f"broker {self.address} refused user {user!r}: "
                                             f"{answer.error_message or answer.error_code}")
@@ -238,9 +264,17 @@ class BrokerConnection:
     def _pick(self, offered: dict, api_key: int, ours: tuple[int, int], name: str) -> int:
         low, high = offered.get(api_key, (None, None))
         if low is None or max(low, ours[0]) > min(high, ours[1]):
-            raise BrokerConnectionError(f"broker {self.address} offers {name} versions {low}..{high}; "
-                                        f"this client speaks {ours[0]}..{ours[1]}")
+            # Below ours: a Kafka too old (Fetch 4 is Kafka 0.11's); above: one
+            # that has dropped what we speak (as Kafka 4 dropped pre-2.1 versions, KIP-896).
+            raise BrokerTooOld(f"broker {self.address} offers {name} versions {low}..{high}; "
+                               f"this client speaks {ours[0]}..{ours[1]}")
         return min(high, ours[1])
+
+    def versions(self) -> dict[str, int]:
+        """The version of each API this connection sends, as agreed with the broker."""
+        return {"ApiVersions": API_VERSIONS_VERSION, "SaslHandshake": SASL_VERSION, "SaslAuthenticate": SASL_VERSION,
+                "Fetch": self._fetch_version,
+                "ListOffsets": self._list_offsets_version, "Metadata": self._metadata_version}
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -369,10 +403,7 @@ class BrokerConnection:
 
     def led(self, topics) -> dict[tuple[str, int], Optional[Leader]]:
         """:meth:`partitions` with each leader's epoch."""
-        version = self._metadata_version
-        request = MetadataRequest(version=version, allow_auto_topic_creation=False,
-                                  topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(topics)])
-        response = self._request(request, MetadataResponse, version)
+        response, version = self._metadata(topics)
         addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         known: dict[tuple[str, int], Optional[Leader]] = {}
         for topic_data in response.topics:
@@ -383,6 +414,20 @@ class BrokerConnection:
                 known[(topic_data.name, part.partition_index)] = None if address is None else Leader(
                     address, part.leader_epoch if version >= 7 else NO_EPOCH)
         return known
+
+    def cluster(self, topics=None) -> ClusterMetadata:
+        """What this broker knows of the cluster: its brokers, and ``topics``
+        (None: every topic) with their ids and partitions' leaders."""
+        return ClusterMetadata.of(self._metadata(topics)[0])
+
+    def _metadata(self, topics):
+        """This broker's Metadata answer on ``topics`` (None: every topic), and its version."""
+        version = self._metadata_version
+        asked = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(topics)]
+        request = MetadataRequest(version=version, topics=asked, allow_auto_topic_creation=False,
+                                  include_cluster_authorized_operations=False,
+                                  include_topic_authorized_operations=False)
+        return self._request(request, MetadataResponse, version), version
 
     # -- framing -----------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """What the Spark driver learns about the cluster: topics, partitions and
-their leaders from ZooKeeper (Kafka's layout), offset bounds from the
-brokers, committed group offsets and coordinator servers from ZooKeeper.
+their leaders from ZooKeeper (Kafka's layout) or, beside a KRaft Kafka,
+from Kafka's Metadata; offset bounds from the brokers; committed group
+offsets and coordinator servers from ZooKeeper.
 
 A :class:`ClusterView` opens its ZooKeeper session and broker connections on first
 use and never travels: Spark pickles readers to executors, and executors get
@@ -30,12 +31,16 @@ KAFKA_TIMEOUT_S = 15.0
 
 class ClusterView:
     def __init__(self, zookeeper: str, *, tls: TlsConfig = PLAIN, security: Optional[ZkSecurity] = None,
-                 sasl: Optional[SaslOptions] = None, isolation_level: str = READ_UNCOMMITTED):
+                 sasl: Optional[SaslOptions] = None, isolation_level: str = READ_UNCOMMITTED,
+                 kafka_bootstrap: tuple[str, ...] = ()):
         """``tls``: how to reach the brokers (plaintext by default); ``security``:
         ZooKeeper's credentials and TLS; ``sasl``: the brokers' (None: anonymous);
         ``isolation_level``: read_committed takes the last stable offset for
-        a partition's latest (:meth:`bounds`)."""
+        a partition's latest (:meth:`bounds`); ``kafka_bootstrap``: Kafka
+        brokers to ask for topics, partitions and leaders (empty: read them
+        from ZooKeeper, where Kafka registers them)."""
         self.zookeeper = zookeeper
+        self.kafka_bootstrap = tuple(kafka_bootstrap)
         self.tls = tls
         self.sasl = sasl
         self.isolation_level = isolation_level
@@ -51,11 +56,12 @@ class ClusterView:
     # and settings (file names, never a password).
     def __getstate__(self):
         return {"zookeeper": self.zookeeper, "tls": self.tls, "security": self.security, "sasl": self.sasl,
-                "isolation_level": self.isolation_level}
+                "isolation_level": self.isolation_level, "kafka_bootstrap": self.kafka_bootstrap}
 
     def __setstate__(self, state):
         self.__init__(state["zookeeper"], tls=state.get("tls", PLAIN), security=state.get("security"),
-                      sasl=state.get("sasl"), isolation_level=state.get("isolation_level", READ_UNCOMMITTED))
+                      sasl=state.get("sasl"), isolation_level=state.get("isolation_level", READ_UNCOMMITTED),
+                      kafka_bootstrap=state.get("kafka_bootstrap", ()))
 
     @property
     def zk(self):
@@ -89,6 +95,8 @@ class ClusterView:
 
     def topics(self, options: SourceOptions) -> list[str]:
         """Subscribed topics that exist now."""
+        if self.kafka_bootstrap:
+            return sorted(t for t in self._kafka().topics if options.matches(t))
         if self.zk.exists(layout.BROKER_TOPICS) is None:
             return []
         return sorted(t for t in self.zk.get_children(layout.BROKER_TOPICS) if options.matches(t))
@@ -96,6 +104,9 @@ class ClusterView:
     def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
         from kazoo.exceptions import NoNodeError
 
+        if self.kafka_bootstrap:
+            known = self._kafka(topics).topics
+            return [(topic, p) for topic in topics if topic in known for p in sorted(known[topic].leaders)]
         result = []
         for topic in topics:
             try:
@@ -109,6 +120,8 @@ class ClusterView:
         """Live broker id -> "host:port" of its PLAINTEXT listener."""
         from zkcoord.zk.nodes import read_brokers
 
+        if self.kafka_bootstrap:
+            return self._kafka(()).brokers
         found = {}
         for broker_id, registration in read_brokers(self.zk).items():
             host, port = registration.plaintext_address()
@@ -121,6 +134,8 @@ class ClusterView:
         ``skip_unavailable``, a partition without a live leader (or gone) is left out."""
         from kazoo.exceptions import NoNodeError
 
+        if self.kafka_bootstrap:
+            return self._kafka_leaders(list(partitions), skip_unavailable)
         live = self.brokers()
         assignments: dict[str, layout.TopicAssignment] = {}
         result = {}
@@ -149,6 +164,37 @@ class ClusterView:
                     continue
                 raise NoLeaderError(f"{topic}-{partition}: no live leader (broker {leader})")
             result[(topic, partition)] = live[leader]
+        return result
+
+    def _kafka(self, topics: Optional[Iterable[str]] = None):
+        """Kafka's Metadata (of ``topics``; None: every topic), from the first bootstrap broker that answers."""
+        from zkcoord.errors import ZkcoordError
+        from zkcoord.fetch.cluster import ask_any
+        from zkcoord.spark.login import open_broker
+
+        credential = login(self.sasl)
+        try:
+            return ask_any(self.kafka_bootstrap, lambda address: open_broker(
+                address, credential, client_id="zkcoord-spark-planner", timeout_s=KAFKA_TIMEOUT_S,
+                tls=self._tls()), topics)
+        except ZkcoordError as exc:
+            raise SparkSourceError(f"Kafka at {','.join(self.kafka_bootstrap)}: {exc}") from None
+
+    def _kafka_leaders(self, partitions: list[TopicPartition], skip_unavailable: bool) -> dict[TopicPartition, str]:
+        known = self._kafka({topic for topic, _ in partitions}).topics
+        result = {}
+        for topic, partition in partitions:
+            leaders = known[topic].leaders if topic in known else None
+            if leaders is None or partition not in leaders:
+                if skip_unavailable:
+                    continue
+                raise UnknownPartitionError(f"topic {topic!r} does not exist" if leaders is None
+                                            else f"topic {topic!r} has no partition {partition}")
+            if leaders[partition] is None:
+                if skip_unavailable:
+                    continue
+                raise NoLeaderError(f"{topic}-{partition}: no live leader")
+            result[(topic, partition)] = leaders[partition]
         return result
 
     def committed(self, group: str, partitions: Iterable[TopicPartition]) -> PartitionOffsets:
@@ -205,16 +251,21 @@ class ClusterView:
     def _broker(self, address: str):
         connection = self._brokers.get(address)
         if connection is None:
-            from zkcoord.security.tls import client_context
             from zkcoord.spark.login import open_broker
 
-            if self._tls_context is None and self.tls.speaks:
-                self._tls_context = client_context(self.tls)
             self._login = login(self.sasl)  # read afresh: a password file may have changed
             connection = self._brokers[address] = open_broker(address, self._login, client_id="zkcoord-spark-planner",
-                                                              timeout_s=KAFKA_TIMEOUT_S, tls=self._tls_context,
+                                                              timeout_s=KAFKA_TIMEOUT_S, tls=self._tls(),
                                                               isolation_level=self.isolation_level)
         return connection
+
+    def _tls(self):
+        """The brokers' client SSLContext (None: plaintext), made once."""
+        from zkcoord.security.tls import client_context
+
+        if self._tls_context is None and self.tls.speaks:
+            self._tls_context = client_context(self.tls)
+        return self._tls_context
 
     def _drop_broker(self, address: str) -> None:
         connection = self._brokers.pop(address, None)

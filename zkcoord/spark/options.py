@@ -9,9 +9,11 @@ librdkafka's PEM options (``ssl.ca.location``, ``ssl.certificate.location``,
 ``ssl.key.location``) and SASL with the brokers librdkafka's user
 (``sasl.username``), its password from a file or an environment variable
 (``sasl.passwordFile``, ``sasl.passwordEnv``, never an option's value: options
-show in plans); ``zookeeper`` replaces
-``kafka.bootstrap.servers`` because topics, partitions and brokers are found
-in ZooKeeper, and ``group`` makes a streaming query a member of a consumer
+show in plans); ``zookeeper`` is where zkcoord keeps groups and offsets, and
+where topics, partitions and brokers are found when Kafka registers them
+there (the embedded broker, Kafka in ZooKeeper mode); beside a Kafka in
+KRaft mode, ``kafka.bootstrap.servers`` names its brokers, and they are asked
+instead (Metadata). ``group`` makes a streaming query a member of a consumer
 group. The ``zookeeper.*`` options are zkcoord's ZooKeeper credentials, TLS
 and ACL settings (:class:`~zkcoord.zk.security.ZkSecurity`), each named after
 its setting: ``zookeeper.auth``, ``zookeeper.user``, ``zookeeper.passwordFile``,
@@ -55,6 +57,7 @@ _KNOWN = {
     "group", "servers", "sessiontimeoutms", "handofftimeoutms", "isolationlevel",
     "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
     "sasl.username", "sasl.passwordfile", "sasl.passwordenv", "sasl.passwordwithouttls",
+    "kafka.bootstrap.servers",
 }
 # The TLS options, as TlsConfig's settings.
 _TLS = {"ssl.ca.location": "ca", "ssl.certificate.location": "cert", "ssl.key.location": "key"}
@@ -115,6 +118,7 @@ class SourceOptions:
     tls: TlsConfig = PLAIN  # to the servers and the brokers
     sasl: Optional[SaslOptions] = None  # None: anonymous to the brokers and the coordinator
     zk_security: ZkSecurity = dataclasses.field(default_factory=ZkSecurity)
+    kafka_bootstrap: tuple[str, ...] = ()  # Kafka's brokers, asked for topics and leaders; empty: ZooKeeper's /brokers
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -161,6 +165,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             parse_bootstrap(servers)
         except ConfigError as exc:
             raise SourceOptionError(f"option 'servers': {exc}") from None
+    kafka_bootstrap = (opts.get("kafka.bootstrap.servers") or "").strip()
+    if kafka_bootstrap:
+        try:
+            kafka_bootstrap = tuple(f"{host}:{port}" for host, port in parse_bootstrap(kafka_bootstrap))
+        except ConfigError as exc:
+            raise SourceOptionError(f"option 'kafka.bootstrap.servers': {exc}") from None
     try:
         tls = TlsConfig(**{setting: opts[option] for option, setting in _TLS.items() if option in opts})
     except ConfigError as exc:
@@ -186,6 +196,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         sasl=_sasl(opts),
         zk_security=_zk_security(opts),
         isolation_level=_isolation_level(opts),
+        kafka_bootstrap=kafka_bootstrap or (),
         **given,
     )
 

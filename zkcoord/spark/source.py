@@ -59,7 +59,7 @@ def _read(partition: InputPartition) -> Iterator:
 
 def _view(options: SourceOptions) -> ClusterView:
     return ClusterView(options.zookeeper, tls=options.tls, security=options.zk_security, sasl=options.sasl,
-                       isolation_level=options.isolation_level)
+                       isolation_level=options.isolation_level, kafka_bootstrap=options.kafka_bootstrap)
 
 
 def _tasks(view: ClusterView, options: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
