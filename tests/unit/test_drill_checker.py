@@ -308,3 +308,29 @@ def test_a_tenure_that_ended_cleanly_long_after_a_fault_leaves_a_repeat_planned(
         faults=[fault(1, "consumer-kill", 4.0, 6.0), fault(2, "member-leave", 19.5, 21.5, planned=True)],
     ))
     assert [(d.fault, d.planned) for d in verdict.duplicates] == [(2, True)]
+
+
+def test_a_planned_change_right_after_an_unplanned_fault_keeps_the_blame_for_what_it_ended():
+    # The kill (of another process) is over at 5.0; the join at 6.0 ends a's
+    # tenure at 6.3 and c repeats what a delivered after the kill: the join's.
+    verdict = check(history(
+        produced=produced(P0, range(3)),
+        deliveries=delivered("a", P0, range(3), began=5.6) + delivered("c", P0, [1, 2], began=6.5),
+        events=[start("a", 0.5, P0), stop("a", 6.3, P0), start("c", 6.4, P0)],
+        faults=[fault(1, "consumer-kill", 4.0, 5.0), fault(2, "member-join", 6.0, 7.0, planned=True)],
+    ))
+    assert [(d.fault, d.planned) for d in verdict.duplicates] == [(2, True), (2, True)]
+
+
+def test_the_blame_follows_the_latest_deliverer_not_the_first():
+    # a crashed in fault 1 and b took over, delivering 3-4 itself well after;
+    # a planned leave then repeats 3-4 at c: b's commit was the change's to keep.
+    verdict = check(history(
+        produced=produced(P0, range(5)),
+        deliveries=(delivered("a", P0, range(5), began=1.0) + delivered("b", P0, range(2, 5), began=10.0)
+                    + delivered("c", P0, [3, 4], began=31.0)),
+        events=[start("a", 0.5, P0), start("b", 9.5, P0), stop("b", 30.2, P0), start("c", 30.5, P0)],
+        faults=[fault(1, "consumer-kill", 2.0, 9.6), fault(2, "member-leave", 30.0, 31.0, planned=True)],
+    ))
+    assert [(d.member, d.fault, d.planned) for d in verdict.duplicates] == [
+        ("b", 1, False), ("b", 1, False), ("b", 1, False), ("c", 2, True), ("c", 2, True)]

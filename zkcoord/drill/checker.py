@@ -9,10 +9,11 @@ What it counts:
 - **duplicates**: deliveries of an offset already delivered, each attributed
   to the change that caused it (the fault whose window holds the Start of the
   member that delivered it again or, failing that, the repeated delivery
-  itself; none: a planned change; but an unplanned fault in which the first
-  deliverer's tenure ended, or within a second after, its last commit perhaps
-  lost with it, takes the blame from a planned change). On planned changes
-  they must be 0; after a
+  itself; none: a planned change; but an earlier unplanned fault in whose
+  window the previous delivery was made, or the previous deliverer's tenure
+  ended before the change (or up to a second before the fault: a commit in
+  flight), its commit perhaps lost to it, takes the blame from a planned
+  change; see :func:`_commit_lost_in`). On planned changes they must be 0; after a
   crash they must start at or above the offset committed before that Start
   (the uncommitted window), never below;
 - **double ownership**: a member delivering a partition after another member
@@ -162,7 +163,7 @@ def check(history: History, interrupted: bool = False) -> Verdict:
         samples=len(history.samples),
         lost=lost,
         undelivered=undelivered,
-        duplicates=_duplicates(deliveries, ownership, history.samples, history.faults),
+        duplicates=_duplicates(deliveries, ownership, history.samples, history.faults, history.processes),
         double_ownership=double_ownership,
         deliveries_after_stop=after_stop,
         offset_regressions=_offset_regressions(history.samples),
@@ -245,11 +246,25 @@ def _fault_at(faults: list[FaultRecord], ts: float) -> Optional[FaultRecord]:
     return found
 
 
-def _unplanned_between(faults: list[FaultRecord], begin: float, end: float) -> Optional[FaultRecord]:
-    """The latest unplanned fault whose window (with the grace) overlaps [begin, end]."""
+def _commit_lost_in(faults: list[FaultRecord], process: Optional[str], delivered_at: float,
+                    ended: Optional[float], change: Optional[FaultRecord]) -> Optional[FaultRecord]:
+    """The earlier unplanned fault that may have cost a delivery its commit,
+    which a later change then made come back: the latest one in whose window
+    (from COMMIT_IN_FLIGHT_S before it: a commit still on its way) the
+    deliverer's tenure ended, or the delivery was made (with the grace only if
+    the fault broke the delivering process itself: a stock member cut off
+    from its group's broker hands out what it holds once healed, under a
+    membership it lost). A tenure the change itself ended is the change's."""
+    if ended is not None and change is not None and ended >= change.injected:
+        ended = None
     found = None
     for fault in faults:
-        if not fault.planned and fault.injected <= end and fault.window_end + FAULT_GRACE_S >= begin:
+        if fault.planned or (change is not None and fault.index >= change.index):
+            continue
+        reach = fault.window_end + FAULT_GRACE_S
+        since = fault.injected - COMMIT_IN_FLIGHT_S
+        if (ended is not None and since <= ended <= reach) or (
+                since <= delivered_at <= (reach if fault.targets(process) else fault.window_end)):
             found = fault
     return found
 
@@ -309,14 +324,18 @@ def _staleness(d: Delivery, ownership: dict[TopicPartition, _Ownership]) -> Opti
 
 
 def _duplicates(deliveries: list[Delivery], ownership: dict[TopicPartition, _Ownership],
-                samples: list[Sample], faults: list[FaultRecord]) -> list[Duplicate]:
-    first_delivered: dict[tuple[TopicPartition, int], float] = {}
+                samples: list[Sample], faults: list[FaultRecord],
+                processes: Optional[dict[str, str]] = None) -> list[Duplicate]:
+    processes = processes or {}
+    # Per offset, the member that last delivered it, and when.
+    last_delivered: dict[tuple[TopicPartition, int], tuple[str, float]] = {}
     committed_index = _CommittedIndex(samples)
     result = []
     for d in deliveries:
         key = (d.tp, d.offset)
-        if key not in first_delivered:
-            first_delivered[key] = (d.member, d.began)
+        previous = last_delivered.get(key)
+        last_delivered[key] = (d.member, d.began)
+        if previous is None:
             continue
         partition = ownership.get(d.tp)
         own_start = partition.own_start(d.member, d.returned) if partition else None
@@ -329,15 +348,15 @@ def _duplicates(deliveries: list[Delivery], ownership: dict[TopicPartition, _Own
             # change that started it, or a fault still under way, whichever came later.
             candidates = [f for f in (_fault_at(faults, tenure_start), _fault_at(faults, d.began)) if f]
             fault = max(candidates, key=lambda f: f.index) if candidates else None
-        if (fault is None or fault.planned) and partition is not None:
-            # The first deliverer's tenure ended in an unplanned fault, its
-            # final commit perhaps still in flight (a paused coordinator, a
-            # membership lost): the record comes back because of that fault,
-            # whichever change moved the partition afterwards.
-            first_member, first_at = first_delivered[key]
-            ended = partition.tenure_end(first_member, first_at, d.returned)
-            if ended is not None:
-                fault = _unplanned_between(faults, ended, ended + COMMIT_IN_FLIGHT_S) or fault
+        if fault is None or fault.planned:
+            # Delivered before in an unplanned fault, or by a member whose
+            # tenure that fault ended, the record may have lost its commit to
+            # it (a stock member cut off from its group's broker, a commit on
+            # its way to a coordinator then paused): it comes back because of
+            # that fault, whichever change moved the partition afterwards.
+            before_member, before_at = previous
+            ended = partition.tenure_end(before_member, before_at, d.returned) if partition else None
+            fault = _commit_lost_in(faults, processes.get(before_member), before_at, ended, fault) or fault
         committed = committed_index.at(d.tp, tenure_start)
         result.append(Duplicate(
             tp=d.tp, offset=d.offset, member=d.member, at=d.began,

@@ -110,6 +110,10 @@ class FaultRecord:
     def window_end(self) -> float:
         return max(self.restored, self.whole_at or self.restored, self.rejoined_at or self.restored)
 
+    def targets(self, process: Optional[str]) -> bool:
+        """Whether the fault broke ``process`` (a consumer's name, "consumer 3") itself."""
+        return process is not None and (self.target == process or self.target.startswith(process + " "))
+
 
 @dataclasses.dataclass
 class History:
@@ -120,14 +124,19 @@ class History:
     faults: list[FaultRecord]
     started: float = 0.0
     ended: float = 0.0
+    # Which consumer process ("consumer 3") delivered under each member id.
+    processes: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def load(cls, directory: Path) -> "History":
         directory = Path(directory)
         deliveries: list[Delivery] = []
         events: list[OwnershipEvent] = []
+        processes: dict[str, str] = {}
         for consumer_dir in sorted(directory.glob(f"**/{ConsumerProcess.DIRECTORY_PREFIX}*")):
-            deliveries += [delivery_from_json(d) for d in read_json_lines(consumer_dir / ConsumerProcess.RECORDS)]
+            delivered = [delivery_from_json(d) for d in read_json_lines(consumer_dir / ConsumerProcess.RECORDS)]
+            processes.update({d.member: consumer_dir.name.replace("-", " ", 1) for d in delivered})
+            deliveries += delivered
             events += [event_from_json(e) for e in read_json_lines(consumer_dir / ConsumerProcess.EVENTS)]
         history = cls(
             produced=[Produced(**p) for p in read_json_lines(directory / PRODUCED)],
@@ -135,6 +144,7 @@ class History:
             events=sorted(events, key=lambda e: e.ts),
             samples=[sample_from_json(s) for s in read_json_lines(directory / SAMPLES)],
             faults=[FaultRecord(**f) for f in read_json_lines(directory / FAULTS)],
+            processes=processes,
         )
         times = [p.ts for p in history.produced] + [d.began for d in deliveries] + [e.ts for e in events]
         history.started, history.ended = (min(times), max(times)) if times else (0.0, 0.0)
