@@ -135,8 +135,9 @@ def bridge():
     published, lifted = [], []
     bridge = GroupBridge(1, None, lambda: {}, lambda: {}, heartbeat_interval_ms=3000, session_timeout_ms=10000,
                          fence_idle_ms=IDLE_MS, clock=clock, publish_fences=published.append,
-                         lift_fences_elsewhere=lambda group, tie: lifted.append((group, tie)))
-    bridge.test_clock, bridge.published, bridge.lifted = clock, published, lifted
+                         lift_fences_elsewhere=lambda group, tie: lifted.append((group, tie)),
+                         fenced_anywhere=lambda tie: bridge.refused_anywhere.get(tie, frozenset()))
+    bridge.test_clock, bridge.published, bridge.lifted, bridge.refused_anywhere = clock, published, lifted, {}
     yield bridge
     bridge.close()
 
@@ -300,3 +301,26 @@ def test_a_client_that_joins_afresh_lifts_the_fences_other_brokers_keep_for_it(b
     assert bridge.lifted == []
     assert bridge.join_group(_join("m-1"), HOST).error_code == 0
     assert bridge.lifted == [("g", Tie(HOST, CLIENT))]
+
+
+def test_an_owner_refused_what_it_holds_by_another_brokers_fence_asks_again_for_the_lift(bridge):
+    # The lift was missed (the old broker fenced after the client joined
+    # here), undone or lost: while the owner is refused what it holds, the
+    # bridge asks again at each check, and not once it is not.
+    bridged = holding_member(bridge)
+    bridge._unfence_owner(bridged)
+    assert bridge.lifted == []
+    bridge.refused_anywhere[Tie(HOST, CLIENT)] = frozenset({A})
+    bridge._unfence_owner(bridged)
+    assert bridge.lifted == [("g", Tie(HOST, CLIENT))]
+
+
+def test_a_fence_another_broker_lifted_is_dropped_by_its_writer(bridge):
+    bridged = holding_member(bridge)
+    bridge.test_clock.now += 9.0
+    bridge._watch_lease(bridged, bridge.test_clock())
+    assert last_fences(bridge) == {("g", "m-1"): {A, B}}
+    bridge._drop(bridged, "it did not answer in time")  # abandoned: fenced on what it held
+    assert last_fences(bridge) == {("g", "m-1"): {A, B}}
+    bridge.fence_lifted(("g", "m-1"))
+    assert bridge._fences.fences() == {}

@@ -14,9 +14,10 @@ or is given partitions, as the bridge's ``joined`` and ``granted`` rules
 say) shows it for the fences other brokers wrote for the same client in the
 same group too: its old broker cannot see it (the client followed its group
 to a new coordinator, and its old member is abandoned there once silent).
-That broker's reader deletes those other nodes (:meth:`FenceReader.lift`);
-their writer never rewrites a node it has written unless the fence changes,
-which takes the client back at its broker.
+That broker's reader deletes those other nodes (:meth:`FenceReader.lift`),
+and its bridge asks again while a client it serves is refused a partition
+it holds; their writer, finding a node of its own gone, drops that fence
+for good (it is not written again after a lost session).
 
 A broker that refused a fenced client's fetch lately writes the client's
 nodes again, the same bytes, at most once per check interval: a node's
@@ -63,9 +64,10 @@ class FencePublisher:
     """Keeps the fences one bridge wants as nodes in ZooKeeper, and calls
     ``on_fetched(key)`` when a reader says the fence's client still fetches."""
 
-    def __init__(self, zk, idle_ms: int, on_fetched=lambda key: None) -> None:
+    def __init__(self, zk, idle_ms: int, on_fetched=lambda key: None, on_lifted=lambda key: None) -> None:
         self.zk = zk
         self.on_fetched = on_fetched
+        self.on_lifted = on_lifted
         self._check_s = check_interval(idle_ms)
         self._wanted: dict = {}
         self._written: dict = {}  # key -> (path, fence)
@@ -79,10 +81,6 @@ class FencePublisher:
         """Make the nodes say exactly ``fences`` ({key: FetchFence}), soon."""
         self._wanted = dict(fences)
         self._wake.set()
-
-    def written(self) -> frozenset:
-        """The paths of the nodes this publisher wrote and holds."""
-        return frozenset(path for path, _fence in self._written.values())
 
     def close(self) -> None:
         self._greenlet.kill(block=False)
@@ -107,10 +105,18 @@ class FencePublisher:
                 self._wake.set()
 
     def _look_for_fetches(self) -> None:
-        """Each node a reader wrote again since the last look: its client still fetches."""
+        """Each node a reader wrote again since the last look: its client
+        still fetches. Each node gone that this publisher did not delete:
+        another broker lifted it (its client let go there), so the fence is
+        not to be written again, after a lost session say."""
         for key, (path, _) in list(self._written.items()):
             stat = self.zk.exists(path)
-            if stat is not None and stat.version != self._versions.get(key):
+            if stat is None and not self._session_lost:
+                del self._written[key]
+                self._versions.pop(key, None)
+                self._wanted.pop(key, None)
+                self.on_lifted(key)
+            elif stat is not None and stat.version != self._versions.get(key):
                 self._versions[key] = stat.version
                 self.on_fetched(key)
 
@@ -152,8 +158,8 @@ class FenceReader:
         self._check_s = check_interval(idle_ms)
         self._known: dict = {}  # node name -> FetchFence (nodes never change)
         self._refused: set[Tie] = set()  # ties refused a fetch since the writers were last told
-        # (group, tie, paths to keep): fences other brokers wrote, to delete.
-        self._lifts: list[tuple[str, Tie, frozenset]] = []
+        # (group, tie): fences other brokers wrote, to delete.
+        self._lifts: set[tuple[str, Tie]] = set()
         self._wake = gevent.event.Event()
         zk.add_listener(self._on_state)
         self._greenlet = gevent.spawn(self._run)
@@ -164,13 +170,17 @@ class FenceReader:
             self._refused.add(Tie(host, client_id or ""))
         return refused
 
-    def lift(self, group: str, tie: Tie, keep: frozenset = frozenset()) -> None:
+    def lift(self, group: str, tie: Tie) -> None:
         """The client of ``tie`` showed it let go of what it held in
         ``group`` before: soon, delete every fence node of that client in that
-        group but those of ``keep`` (the paths this broker's own bridge wrote,
-        which its own rules narrow)."""
-        self._lifts.append((group, tie, keep))
+        group that another broker wrote (this broker's own bridge narrows its
+        own by its rules)."""
+        self._lifts.add((group, tie))
         self._wake.set()
+
+    def refusing(self, tie: Tie) -> frozenset:
+        """What the fences refuse ``tie`` now (nothing recorded: a question, not a fetch)."""
+        return self.index.refused(tie.host, tie.client_id)
 
     def close(self) -> None:
         self._greenlet.kill(block=False)
@@ -197,18 +207,23 @@ class FenceReader:
             self._wake.clear()
 
     def _lift(self) -> None:
-        lifts, self._lifts = self._lifts, []
-        for group, tie, keep in lifts:
+        own_session = self.zk.client_id[0] if self.zk.client_id else None
+        for group, tie in list(self._lifts):
             for name, fence in self._known.items():
+                if fence.group != group or Tie(fence.host, fence.client_id) != tie:
+                    continue
                 path = f"{layout.FETCH_FENCES}/{name}"
-                if fence.group == group and Tie(fence.host, fence.client_id) == tie and path not in keep:
-                    log.info("fetches from %s with client id %r: the fence of member %s of group %s is lifted: "
-                             "the client showed another broker that it let go", fence.host, fence.client_id,
-                             fence.member, fence.group)
-                    try:
-                        self.zk.delete(path)
-                    except NoNodeError:
-                        pass
+                stat = self.zk.exists(path)
+                if stat is None or stat.ephemeralOwner == own_session:
+                    continue  # gone already, or this broker's own
+                log.info("fetches from %s with client id %r: the fence of member %s of group %s is lifted: "
+                         "the client showed another broker that it let go", fence.host, fence.client_id,
+                         fence.member, fence.group)
+                try:
+                    self.zk.delete(path)
+                except NoNodeError:
+                    pass
+            self._lifts.discard((group, tie))  # only once done: a failure keeps it for the next round
 
     def _tell_writers(self) -> None:
         """Write the nodes of every client refused since last time again, unchanged."""

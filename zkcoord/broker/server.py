@@ -170,7 +170,8 @@ class Broker:
         # Every broker refuses what any bridge fences; this one's bridge fences its own members.
         idle_ms = self.config.fetch_fence_idle_ms
         self.fence_reader = FenceReader(self.zk, idle_ms)
-        self._fence_publisher = FencePublisher(self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key))
+        self._fence_publisher = FencePublisher(self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key),
+                                               on_lifted=lambda key: self.groups.fence_lifted(key))
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
@@ -179,8 +180,7 @@ class Broker:
             tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
             credential=security.own_credential, password_without_tls=security.bridge_password_without_tls,
             publish_fences=self._fence_publisher.want,
-            lift_fences_elsewhere=lambda group, tie: self.fence_reader.lift(
-                group, tie, keep=self._fence_publisher.written()))
+            lift_fences_elsewhere=self.fence_reader.lift, fenced_anywhere=self.fence_reader.refusing)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)

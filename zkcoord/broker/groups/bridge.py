@@ -176,7 +176,7 @@ class GroupBridge:
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
                  session_timeout_ms: int, fence_idle_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
                  authorize=None, credential: Optional[tuple[str, str]] = None, password_without_tls: bool = False,
-                 publish_fences=None, lift_fences_elsewhere=None):
+                 publish_fences=None, lift_fences_elsewhere=None, fenced_anywhere=None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
@@ -198,7 +198,9 @@ class GroupBridge:
         bridge's members need now, {(group, member id): FetchFence} (None:
         kept, told to nobody); ``lift_fences_elsewhere(group, tie)``: the
         client of ``tie`` showed here that it let go of what it held in
-        ``group``, which lifts the fences other brokers keep for it there."""
+        ``group``, which lifts the fences other brokers keep for it there;
+        ``fenced_anywhere(tie)``: what every broker's fences refuse that
+        client now."""
         self.authorize = authorize
         self._credential = credential
         self._password_without_tls = password_without_tls
@@ -222,6 +224,7 @@ class GroupBridge:
         self._fence_idle_s = fence_idle_ms / 1000.0
         self._publish_fences = publish_fences or (lambda fences: None)
         self._lift_fences_elsewhere = lift_fences_elsewhere or (lambda group, tie: None)
+        self._fenced_anywhere = fenced_anywhere or (lambda tie: frozenset())
         self._last_tick = self._grace_until = clock()
         self._expiry = gevent.spawn(self._expire_loop)
 
@@ -665,6 +668,21 @@ class GroupBridge:
         if changed:
             self._publish_fences(self._fences.fences())
 
+    def _unfence_owner(self, bridged: _Bridged) -> None:
+        """A client this bridge serves, its lease not in doubt, refused a
+        partition it holds: the fence is another broker's, kept for an old
+        member of the same client that let go (its lift was missed, undone
+        or written after the client joined here). Ask again: refusing the
+        owner would keep the partition from everyone."""
+        member = bridged.member
+        if not member.suspended and member.holding and self._fenced_anywhere(tie_of(member)) & member.holding:
+            self._lift_fences_elsewhere(bridged.group, tie_of(member))
+
+    def fence_lifted(self, key: tuple[str, str]) -> None:
+        """Another broker lifted the fence of member ``key`` (group, member
+        id), whose client let go there: it is not to be written again."""
+        self._fences.lift(*key)
+
     def fence_fetched(self, key: tuple[str, str]) -> None:
         """A broker refused the client of member ``key`` (group, member id) a fetch lately."""
         self._fences.fetched(*key)
@@ -708,6 +726,7 @@ class GroupBridge:
                     self._drop(bridged, f"its registration failed: {bridged.membership.error}")
                 elif bridged.membership is not None:
                     self._watch_lease(bridged, now)
+                    self._unfence_owner(bridged)
 
     def _watch_lease(self, bridged: _Bridged, now: float) -> None:
         """A thin consumer stops when its lease runs out; a stock client needs
