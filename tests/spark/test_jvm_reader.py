@@ -174,6 +174,10 @@ def test_read_committed_leaves_out_aborted_transactions_alike(spark):
     malformed = log(data(0, 1), Batch(1, 0, [Rec(0, 0, b"\0", b"", [])], control=True, transactional=True,
                                       producer_id=1))
     assert "transaction marker is malformed" in same_on_both(spark, malformed, aborted=[[1, 0]])["error"]
+    emptied = log(data(0, 1), marker(1, 1, ABORT_MARKER), Batch(2, 0, [], control=True, transactional=True,
+                                                                 producer_id=1), data(3, 1))
+    assert [row[0] for row in same_on_both(spark, emptied, aborted=[[1, 0]])["rows"]] == [3], \
+        "an empty control batch (the cleaner's) is no marker"
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,

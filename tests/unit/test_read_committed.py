@@ -119,6 +119,16 @@ def test_a_malformed_marker_is_corrupt_in_both_decoders(key):
     assert offsets(decode_both(records)) == [0], "read_uncommitted never opens a marker"
 
 
+def test_an_empty_control_batch_left_by_the_cleaner_is_no_marker():
+    # Kafka's log cleaner keeps a producer's last batch, emptied, so that its
+    # state survives compaction: no records, so no abort marker (as Kafka's
+    # consumer reads it), and nothing corrupt.
+    empty = Batch(2, 0, [], control=True, transactional=True, producer_id=1)
+    records = log(data(0, 1), marker(1, 1, ABORT_MARKER), empty, data(3, 1), marker(4, 1, COMMIT_MARKER))
+    assert offsets(decode_both(records, aborted_transactions=[(1, 0)])) == [3]
+    assert offsets(decode_both(records, aborted_transactions=[])) == [0, 3]
+
+
 # -- random logs against a model of the broker -------------------------------------------------
 
 @st.composite

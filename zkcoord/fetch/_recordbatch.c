@@ -427,7 +427,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         int64_t producer = (int64_t)be(b + 43, 8);
         if (read_committed && producer >= 0) {
             int type = -1;
-            if (control) {
+            if (control && count > 0) { /* the cleaner leaves empty control batches: no marker */
                 const unsigned char *records = b + HEADER_SIZE;
                 Py_ssize_t records_len = LOG_OVERHEAD + batch_length - HEADER_SIZE;
                 if (codec == 0) {

@@ -481,7 +481,7 @@ def decode_python(data, start: int, end: int, decompress_, check_crc, aborted) -
         aborted_batch = False
         if transactions is not None and header.producer_id >= 0:
             abort_marker = False
-            if control:
+            if control and header.records_count > 0:  # the cleaner leaves empty control batches: no marker
                 records = view[pos + HEADER_SIZE:batch_end]
                 if codec:
                     records = memoryview(decompress_(codec, records)).cast("B")

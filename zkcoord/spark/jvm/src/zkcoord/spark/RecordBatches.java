@@ -190,7 +190,8 @@ final class RecordBatches {
       boolean abortedBatch = false;
       long producer = getLong(data, batchStart + 43);
       if (aborted != null && producer >= 0) {
-        boolean abortMarker = control && markerType(codec, batchStart, batchEnd, base) == ABORT_MARKER;
+        // The cleaner leaves empty control batches: no marker.
+        boolean abortMarker = control && count > 0 && markerType(codec, batchStart, batchEnd, base) == ABORT_MARKER;
         abortedBatch = abortedSkips(producer, batchNext - 1, (attributes & TRANSACTIONAL_FLAG) != 0, abortMarker);
       }
       // Control batches (transaction markers) hold no application records,
