@@ -100,4 +100,5 @@ class DrillSettings:
                 "consumer session ms": self.consumer_session_ms, "zk session ms": self.zk_session_ms,
                 "coordinator slots": self.coordinator_slots if self.own_cluster else "the cluster's",
                 "target": self.zookeeper or "own local cluster",
+                **({"background load": self.background_load} if self.background_load else {}),
                 "security": "TLS, SASL/SCRAM, ACLs, ZooKeeper digest and TLS" if self.secure else "none"}
