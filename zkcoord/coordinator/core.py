@@ -336,6 +336,7 @@ class CoordinatorCore:
         self._log_end_questions = itertools.count(1)
         self._reporters: dict[str, dict[TopicPartition, Member]] = {}  # who reported each pending offset
         self.last_rebalance: Optional[RebalanceReport] = None
+        self._started_at = float("inf")  # when it started: load() and start() make it act
         self._members: dict[Hashable, Member] = {}  # by connection
         self._registering: dict[Hashable, Member] = {}  # waiting for their handover to be written
         self._away: dict[Hashable, Member] = {}  # static members gone, by their old connection
@@ -439,6 +440,7 @@ class CoordinatorCore:
             self._emit(SetTimer(FLUSH_TIMER, now + self.config.offset_flush_interval_ms / 1000.0))
             self._office_due(now)  # loading may have taken much of the office proven before it
             self._schedule_pending(now)
+            self._started_at = now
             log.info("coordinator epoch %d started", self.epoch)
         return self._take()
 
@@ -610,11 +612,14 @@ class CoordinatorCore:
         return bool(self._flushes)
 
     def settled(self, now: float) -> bool:
-        """Whether every group is at rest: active, none mid-round or waiting
-        for one, none waiting out a fence. Handing a slot over costs its groups
-        a takeover's fences; handed over while a takeover's fences still run,
+        """Whether every group is at rest: active for the longest session
+        timeout of its members, none mid-round or waiting for one, none
+        waiting out a fence. Handing a slot over costs its groups a takeover's
+        fences, and a stock client's old registration at the broker it left
+        waits out its session (DESIGN.md); handed over again before that,
         they would pay twice."""
-        return self.active and all(
+        longest = max((m.session_timeout for g in self.groups.values() for m in g.members.values()), default=0.0)
+        return self.active and now - self._started_at >= longest and all(
             group.phase is not GroupPhase.REBALANCING and not group.rebalance_pending
             and group.fences.until(now) is None
             for group in self.groups.values())
