@@ -27,6 +27,13 @@ class KafkaUnreachable(ZkcoordError):
     retriable = True
 
 
+def topic_id_of(topic) -> Optional[str]:
+    """The Uuid text form of a Metadata answer's topic (kafka-python's), or
+    None when the answer has none (Metadata before 10, or the zero Uuid)."""
+    raw_id = getattr(topic, "topic_id", None)
+    return kafka_uuid(raw_id.bytes) if isinstance(raw_id, uuid.UUID) and raw_id != ZERO_UUID else None
+
+
 class TopicMetadata(NamedTuple):
     topic_id: Optional[str]  # Kafka's Uuid text form; None when the broker gives none (Metadata before 10)
     leaders: dict[int, Optional[str]]  # partition -> its leader's address (None: no leader now)
@@ -49,9 +56,7 @@ class ClusterMetadata(NamedTuple):
         for topic in response.topics:
             if topic.error_code != NONE or topic.name is None:
                 continue  # unknown, not authorized, being deleted: nothing to say of it
-            raw_id = getattr(topic, "topic_id", None)
-            topic_id = kafka_uuid(raw_id.bytes) if isinstance(raw_id, uuid.UUID) and raw_id != ZERO_UUID else None
-            topics[topic.name] = TopicMetadata(topic_id, {
+            topics[topic.name] = TopicMetadata(topic_id_of(topic), {
                 p.partition_index: brokers.get(p.leader_id) if p.error_code == NONE else None
                 for p in topic.partitions})
         return cls(brokers, topics)

@@ -40,7 +40,7 @@ from zkcoord.fetch.connection import (
 )
 from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, last_batch_epoch
-from zkcoord.fetch.recovery import NO_EPOCH, Truncation
+from zkcoord.fetch.recovery import NO_EPOCH, EpochAhead, Truncation
 from zkcoord.records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class _Partition:
     """What the fetcher knows of one assigned partition."""
 
     __slots__ = ("epoch", "fetch_offset", "next", "start", "leader", "since", "error", "backoff_until", "turn",
-                 "leader_epoch", "last_epoch")
+                 "leader_epoch", "last_epoch", "topic_id")
 
     def __init__(self, epoch: int, offset: int):
         self.epoch = epoch  # new on every assignment and reset: what was fetched before is dropped
@@ -183,6 +183,7 @@ class _Partition:
         self.leader: Optional[str] = None
         self.leader_epoch = NO_EPOCH  # the leader's, from Metadata: sent with each fetch
         self.last_epoch = NO_EPOCH  # Kafka's leader epoch of the batch before fetch_offset, if known
+        self.topic_id: Optional[str] = None  # the topic's id, from Metadata 10+: the epochs above are that topic's
         self.since = time.monotonic()  # when it was assigned or last led
         self.error: Optional[FetchError] = None  # raised by the next fetch()
         self.backoff_until = 0.0
@@ -471,6 +472,12 @@ class ColumnarFetcher:
                 if state is None or state.epoch != epoch:
                     continue
                 leader = (found or {}).get(tp)
+                if leader is not None and recovery.recreated(state.topic_id, leader.topic_id):
+                    log.warning("fetcher: topic %s was deleted and created again (id %s, was %s): its leader "
+                                "epochs start anew", tp[0], leader.topic_id, state.topic_id)
+                    state.leader_epoch = state.last_epoch = NO_EPOCH
+                if leader is not None and leader.topic_id is not None:
+                    state.topic_id = leader.topic_id
                 if leader is not None and not recovery.newer_leader(state.leader_epoch, leader.epoch):
                     leader = None  # a broker whose metadata lags names a deposed leader: ask again
                 state.leader = leader.address if leader is not None else None
@@ -534,7 +541,7 @@ class ColumnarFetcher:
         connection failed."""
         # Per partition: records, a new start, a truncation, an error for the
         # consumer, or None (retriable: find the leader again).
-        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, FetchError, None]] = {}
+        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, EpochAhead, FetchError, None]] = {}
         positions = {}
         for tp, work in partitions.items():
             if work.offset >= 0:
@@ -564,9 +571,9 @@ class ColumnarFetcher:
                 outcomes[tp] = self._on_partition_error(connection, tp, positions[tp], result,
                                                         read_here=partitions[tp].last_epoch != NO_EPOCH)
                 continue
-            truncation = recovery.diverged(positions[tp], result.diverging_epoch, result.diverging_end)
-            if truncation is not None:
-                outcomes[tp] = truncation
+            divergence = recovery.diverged(positions[tp], result.diverging_epoch, result.diverging_end)
+            if divergence is not None:  # the leader sends no records with it
+                outcomes[tp] = divergence
                 continue
             try:
                 # Never beyond the high watermark: what lies above it is not committed.
@@ -632,6 +639,8 @@ class ColumnarFetcher:
                         state.start = outcome.offset
                 elif isinstance(outcome, Truncation):
                     self._truncated(tp, state, outcome)
+                elif isinstance(outcome, EpochAhead):  # nothing truncated: fetch on from here in that epoch
+                    state.last_epoch = outcome.epoch
                 elif isinstance(outcome, FetchError):
                     state.error = outcome
                 else:  # retriable: ask again where the partition is led

@@ -24,7 +24,7 @@ from kafka.protocol.sasl import (
 )
 
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
-from zkcoord.fetch.cluster import ClusterMetadata
+from zkcoord.fetch.cluster import ClusterMetadata, topic_id_of
 from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 from zkcoord.fetch.records import RecordColumns, decode_batches
 from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
@@ -150,6 +150,7 @@ class Leader(NamedTuple):
 
     address: str
     epoch: int  # NO_EPOCH below Metadata 7
+    topic_id: Optional[str] = None  # None below Metadata 10: a topic created again has a new one
 
 
 class BrokerConnection:
@@ -409,10 +410,11 @@ class BrokerConnection:
         for topic_data in response.topics:
             if topic_data.error_code != NONE:
                 continue
+            topic_id = topic_id_of(topic_data)
             for part in topic_data.partitions:
                 address = addresses.get(part.leader_id) if part.error_code == NONE else None
                 known[(topic_data.name, part.partition_index)] = None if address is None else Leader(
-                    address, part.leader_epoch if version >= 7 else NO_EPOCH)
+                    address, part.leader_epoch if version >= 7 else NO_EPOCH, topic_id)
         return known
 
     def cluster(self, topics=None) -> ClusterMetadata:
