@@ -45,7 +45,7 @@ def test_the_newest_cached_release_of_a_line_is_used():
 
 
 def test_the_maven_project_fetches_one_release_per_line():
-    assert sorted(kafka_jars.release_line(v) for v in kafka_jars.project_versions()) == ["3.9", "4"]
+    assert sorted(kafka_jars.release_line(v) for v in kafka_jars.project_versions()) == ["0.10", "3.9", "4"]
 
 
 def test_a_bad_cluster_size_is_refused():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Callable, Optional
 
@@ -24,6 +25,8 @@ from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_brokers, read_group_state, read_offsets, read_owners, read_servers
+
+log = logging.getLogger(__name__)
 
 
 def list_groups(client) -> list[str]:
@@ -211,7 +214,11 @@ def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credent
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
         with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls,
                            credential=credential, plain_without_tls=plain_without_tls) as brokers:
-            return brokers.offsets_known(partitions, LATEST_TIMESTAMP)
+            known = brokers.offsets_known(partitions, LATEST_TIMESTAMP)
+            if brokers.problems:
+                log.warning("no lag for %d of %d partition(s): %s", len(set(partitions) - set(known)),
+                            len(set(partitions)), "; ".join(brokers.problems))
+            return known
 
     return ends
 

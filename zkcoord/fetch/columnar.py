@@ -236,7 +236,8 @@ class ColumnarFetcher:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
-        self._failure: Optional[FetchError] = None  # a thread died: every call raises it
+        # A thread died, or a broker refused us for good: every call raises it.
+        self._failure: Optional[ZkcoordError] = None
         self._brokers: dict[str, tuple[threading.Thread, list]] = {}  # address -> (thread, [its connection])
         self._leader_thread = self._start_thread(self._find_leaders_loop, f"fetcher-{client_id}-leaders")
 
@@ -417,6 +418,8 @@ class ColumnarFetcher:
             try:
                 return self._connect(address, 5.0)
             except BrokerConnectionError as exc:
+                if not exc.retriable:  # too old, or the credential refused: the others would say the same
+                    raise
                 problems.append(str(exc))
         raise BrokerConnectionError("; ".join(problems))
 
@@ -426,6 +429,20 @@ class ColumnarFetcher:
         thread = threading.Thread(target=self._guarded, args=(loop, *args), name=name, daemon=True)
         thread.start()
         return thread
+
+    def _refused_for_good(self, error: BrokerConnectionError) -> bool:
+        """Whether ``error`` is a broker refusing this fetcher in a way no
+        retry helps (too old for it, its credential refused): then every
+        call raises it from now on, as the consumer must hear of it rather
+        than wait for records forever."""
+        if error.retriable:
+            return False
+        log.error("fetcher %s: %s", self._client_id, error)
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+            self._changed.notify_all()
+        return True
 
     def _guarded(self, loop, *args) -> None:
         try:
@@ -459,6 +476,8 @@ class ColumnarFetcher:
             with self._metadata_connection() as probe:
                 found = probe.led({topic for topic, _ in epochs})
         except BrokerConnectionError as exc:
+            if self._refused_for_good(exc):
+                return
             log.info("fetcher: no broker answers for leaders: %s", exc)
             found = None
         now = time.monotonic()
@@ -514,6 +533,8 @@ class ColumnarFetcher:
                     try:
                         holder.append(self._connect(address, REQUEST_TIMEOUT_S))
                     except BrokerConnectionError as exc:
+                        if self._refused_for_good(exc):
+                            return
                         log.info("fetcher: %s", exc)
                         self._lost_leader(wanted)
                         continue

@@ -42,6 +42,7 @@ LIST_OFFSETS_ISOLATION_VERSION = 2  # the first ListOffsets with isolation_level
 # The versions this client speaks: Fetch from 4 (record batches, log start
 # offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
 FETCH_VERSIONS = (4, 12)
+OLDEST_KAFKA = "0.11"  # the first release with Fetch 4, ListOffsets 1 and Metadata 1
 LIST_OFFSETS_VERSIONS = (1, 7)
 # Metadata from 1 (topics by name, leaders: every broker since 0.10) to 12
 # (the last of our embedded broker); from 7 on it carries each partition's
@@ -267,8 +268,10 @@ class BrokerConnection:
         if low is None or max(low, ours[0]) > min(high, ours[1]):
             # Below ours: a Kafka too old (Fetch 4 is Kafka 0.11's); above: one
             # that has dropped what we speak (as Kafka 4 dropped pre-2.1 versions, KIP-896).
+            why = ("a Kafka newer than this client, which dropped the versions it speaks" if low is not None
+                   and low > ours[1] else f"a Kafka too old for this client, which needs Kafka {OLDEST_KAFKA} or later")
             raise BrokerTooOld(f"broker {self.address} offers {name} versions {low}..{high}; "
-                               f"this client speaks {ours[0]}..{ours[1]}")
+                               f"this client speaks {ours[0]}..{ours[1]}: {why}")
         return min(high, ours[1])
 
     def versions(self) -> dict[str, int]:
