@@ -151,11 +151,13 @@ def create_topic(client, topic: str, partitions: Optional[int] = None, *,
 def read_topic(client, topic: str):
     from kazoo.exceptions import NoNodeError
 
+    from zkcoord.zk.chroots import missing_topic
+
     check_topic_name(topic)
     try:
         data, stat = client.get(layout.topic_path(topic))
     except NoNodeError:
-        raise UnknownTopicError(f"topic {topic!r} does not exist") from None
+        raise UnknownTopicError(missing_topic(client, topic)) from None
     return layout.decode_topic(topic, data), stat
 
 

@@ -21,6 +21,7 @@ from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartiti
 from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SaslOptions, SourceOptions, login
 from zkcoord.zk import layout
+from zkcoord.zk.chroots import missing_topic
 from zkcoord.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class ClusterView:
                     except NoNodeError:
                         if skip_unavailable:
                             continue
-                        raise UnknownPartitionError(f"topic {topic!r} does not exist") from None
+                        raise UnknownPartitionError(missing_topic(self.zk, topic)) from None
                     assignments[topic] = layout.decode_topic(topic, data)
                 replicas = assignments[topic].partitions.get(partition)
                 if replicas is None:
