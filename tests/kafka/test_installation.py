@@ -1,7 +1,12 @@
 """Without Java or the cached jars the harness says what to run, in a
-typed error, before starting anything; a half-copied release is not used."""
+typed error, before starting anything; a half-copied release is not used;
+without Maven the install step says what to install."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -51,3 +56,13 @@ def test_the_maven_project_fetches_one_release_per_line():
 def test_a_bad_cluster_size_is_refused():
     with pytest.raises(kafka_jars.ClusterError, match="min.insync.replicas 3 must be 1 to 2"):
         KafkaSettings(ZOOKEEPER_MODE, brokers=2, min_insync_replicas=3)
+
+
+def test_the_install_step_without_maven_says_what_to_install_and_fetches_nothing(tmp_path):
+    # The entry point scripts/install.sh runs, with an empty cache and no mvn on PATH.
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "zkcoord.testing.kafka_jars"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 1
+    assert "zkcoord: no mvn: install Maven (Debian's maven; scripts/install.sh spark or kafka does)" in done.stderr
+    assert not (tmp_path / "cache" / "zkcoord" / "kafka").exists()

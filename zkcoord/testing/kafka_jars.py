@@ -2,9 +2,10 @@
 fetching them from Maven Central.
 
 The releases are the modules of the Maven project under ``kafka/`` in the
-source tree (one per release line: ``kafka/3.9``, ``kafka/4``; a module's
+source tree (one per release line: ``kafka/0.10``, ``kafka/3.9``, ``kafka/4``; a module's
 version is the Kafka release). ``scripts/install.sh kafka`` runs this module,
-which has Maven copy each release's runtime jars into
+which has Maven (:func:`zkcoord.testing.maven.run_maven`: Central only,
+bounded in time) copy each release's runtime jars into
 ``~/.cache/zkcoord/kafka/<version>/`` (``$XDG_CACHE_HOME``) and write
 ``classpath.txt`` there last, so a release is cached only when that file is
 and every jar it names exists. Nothing is fetched from anywhere but Maven
@@ -19,8 +20,6 @@ Central, and a cached release is not fetched again.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Iterable, Optional
 
 from zkcoord.caches import user_cache
 from zkcoord.java import java_tool
+from zkcoord.testing import maven
 from zkcoord.testing.process import ClusterError
 
 MAVEN_PROJECT = Path(__file__).resolve().parents[2] / "kafka"
@@ -122,14 +122,11 @@ def fetch(project: Path = MAVEN_PROJECT, root: Optional[Path] = None) -> list[st
     missing = [v for v in project_versions(project) if cached_classpath(v, root) is None]
     if not missing:
         return []
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaNotInstalled(f"no mvn on PATH to fetch Kafka {', '.join(missing)}: {INSTALL_HINT}")
-    done = subprocess.run([mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(project / "pom.xml"),
-                           "generate-resources", f"-Dkafka.cache={root}"],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise KafkaNotInstalled(f"Maven could not fetch Kafka {', '.join(missing)}:\n{done.stdout}{done.stderr}")
+    try:
+        maven.run_maven(project / "pom.xml", "generate-resources", f"-Dkafka.cache={root}",
+                        doing=f"fetching Kafka {', '.join(missing)}")
+    except maven.JarCacheError as exc:
+        raise KafkaNotInstalled(str(exc)) from None
     return missing
 
 
