@@ -73,6 +73,12 @@ class UnknownPartitionError(FetchError):
     retriable = True
 
 
+class TopicAuthorizationError(FetchError):
+    """A broker refused this consumer's principal a topic (Kafka's
+    TOPIC_AUTHORIZATION_FAILED): an ACL allowing it to READ the topic is
+    missing. No retry helps until one is added."""
+
+
 class OffsetOutOfRangeError(FetchError):
     """An assigned offset is outside the partition's log and the reset
     policy is ``error``."""
@@ -472,9 +478,10 @@ class ColumnarFetcher:
             self._find_leaders(due)
 
     def _find_leaders(self, epochs: dict) -> None:
+        refused: dict[str, int] = {}
         try:
             with self._metadata_connection() as probe:
-                found = probe.led({topic for topic, _ in epochs})
+                found, refused = probe.led_or_refused({topic for topic, _ in epochs})
         except BrokerConnectionError as exc:
             if self._refused_for_good(exc):
                 return
@@ -489,6 +496,10 @@ class ColumnarFetcher:
             for tp, epoch in epochs.items():
                 state = self._partitions.get(tp)
                 if state is None or state.epoch != epoch:
+                    continue
+                if tp[0] in refused:  # not described to us: an ACL is missing, not the topic
+                    state.error = self._not_authorized(tp, refused[tp[0]])
+                    state.backoff_until = now + RETRY_BACKOFF * 4
                     continue
                 leader = (found or {}).get(tp)
                 if leader is not None and recovery.recreated(state.topic_id, leader.topic_id):
@@ -614,6 +625,8 @@ class ColumnarFetcher:
             log.info("fetcher: %s; finding its leader again", error)
             return None
         if step is recovery.Step.FAIL:
+            if error.code == recovery.TOPIC_AUTHORIZATION_FAILED:
+                return self._not_authorized(tp, error.code)
             return FetchError(str(error))
         try:
             log_start = self._bound(connection, tp, EARLIEST)
@@ -629,6 +642,12 @@ class ColumnarFetcher:
             return OffsetOutOfRangeError(f"{tp[0]}-{tp[1]}: offset {offset} is outside the log "
                                          f"({decision.log_start} to {decision.log_end})")
         return decision  # a Truncation, or None: fetch again from the leader
+
+    def _not_authorized(self, tp, code: int) -> TopicAuthorizationError:
+        principal = f"User:{self._credential[0]}" if self._credential else "User:ANONYMOUS (no credential)"
+        return TopicAuthorizationError(
+            f"{tp[0]}-{tp[1]}: the brokers refuse {principal} the topic (Kafka error {code}, "
+            f"TOPIC_AUTHORIZATION_FAILED): an ACL allowing it to READ topic {tp[0]} is missing")
 
     def _deliver(self, partitions: dict, outcomes: dict) -> None:
         now = time.monotonic()

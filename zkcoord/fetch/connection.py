@@ -27,7 +27,7 @@ from zkcoord.errors import ConfigError, TlsError, ZkcoordError
 from zkcoord.fetch.cluster import ClusterMetadata, topic_id_of
 from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 from zkcoord.fetch.records import RecordColumns, decode_batches
-from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
+from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH, TOPIC_AUTHORIZATION_FAILED
 from zkcoord.records import LogEnd
 from zkcoord.security import scram
 from zkcoord.security import tls as tls_
@@ -407,10 +407,19 @@ class BrokerConnection:
 
     def led(self, topics) -> dict[tuple[str, int], Optional[Leader]]:
         """:meth:`partitions` with each leader's epoch."""
+        return self.led_or_refused(topics)[0]
+
+    def led_or_refused(self, topics) -> tuple[dict[tuple[str, int], Optional[Leader]], dict[str, int]]:
+        """:meth:`led`, and the topics the broker would not describe to this
+        client's principal, with the error code (TOPIC_AUTHORIZATION_FAILED:
+        an ACL is missing, which a topic unknown is not)."""
         response, version = self._metadata(topics)
         addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         known: dict[tuple[str, int], Optional[Leader]] = {}
+        refused: dict[str, int] = {}
         for topic_data in response.topics:
+            if topic_data.error_code == TOPIC_AUTHORIZATION_FAILED:
+                refused[topic_data.name] = topic_data.error_code
             if topic_data.error_code != NONE:
                 continue
             topic_id = topic_id_of(topic_data)
@@ -418,7 +427,7 @@ class BrokerConnection:
                 address = addresses.get(part.leader_id) if part.error_code == NONE else None
                 known[(topic_data.name, part.partition_index)] = None if address is None else Leader(
                     address, part.leader_epoch if version >= 7 else NO_EPOCH, topic_id)
-        return known
+        return known, refused
 
     def cluster(self, topics=None) -> ClusterMetadata:
         """What this broker knows of the cluster: its brokers, and ``topics``

@@ -13,7 +13,8 @@ answering from a log that is not the partition's:
   than the broker's: it has not heard of the election yet), and the other
   errors of leadership moving: find the leader again, after a short backoff;
 - ``OFFSET_OUT_OF_RANGE``: read the log's bounds, then :func:`out_of_range`;
-- any other error: the consumer hears of it.
+- any other error: the consumer hears of it; TOPIC_AUTHORIZATION_FAILED
+  (from Metadata or Fetch: an ACL is missing) as an authorization error.
 
 A leader elected uncleanly (a replica that was not in sync) may lack
 records that were committed and already delivered: the log was *truncated*
@@ -48,6 +49,7 @@ KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 OFFSET_NOT_AVAILABLE = 78
+TOPIC_AUTHORIZATION_FAILED = 29
 
 # Leadership moving, or a leader not ready: the partition's leader is found
 # again (Metadata), and the fetch retried there.
