@@ -1,10 +1,11 @@
-"""zkcoord against a secured Kafka 4 cluster in KRaft mode: clients log in on
+"""zkcoord against a secured Kafka 4 node in KRaft mode: clients log in on
 a SASL_SSL listener with SCRAM users, certificates from zkcoord's own CA,
 and Kafka's StandardAuthorizer enforces ACLs. A thin consumer of a zkcoord
 group reads with its user; a user without a READ ACL on the topic gets a
 typed authorization error, shown by ``zkcoord consume``; ``zkcoord groups
 describe`` reads the lag with credentials, and says so when they are
-refused. One Kafka cluster and one zkcoord server serve the module."""
+refused; the Spark source reads with credentials on both its paths. One
+Kafka node and one zkcoord server serve the module."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.spark.conftest import spark  # noqa: F401 - the run's one SparkSession
 from zkcoord.consumer.consumer import Consumer
 from zkcoord.fetch.columnar import TopicAuthorizationError
 from zkcoord.security import certs, store
@@ -35,12 +37,15 @@ USERS = {"alice": "alice-pw", "mallory": "mallory-pw", "zkcoord": "zkcoord-pw"}
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory) -> Iterator[SecuredKafkaCluster]:
-    with SecuredKafkaCluster(tmp_path_factory.mktemp("kafka-secured"), KafkaSettings(KRAFT_MODE)) as cluster:
+    # One node: what is tested is who may log in and read, not replication
+    # (the other modules' clusters have three), and one JVM starts soonest.
+    settings = KafkaSettings(KRAFT_MODE, brokers=1, min_insync_replicas=1)
+    with SecuredKafkaCluster(tmp_path_factory.mktemp("kafka-secured"), settings) as cluster:
         cluster.start()
         cluster.add_users(USERS)
         cluster.allow("User:alice", ["READ"], TOPIC)
         cluster.allow("User:zkcoord", ["DESCRIBE"])  # every topic: the server learns them and reads their ends
-        cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+        cluster.create_topic(TOPIC, partitions=PARTITIONS)
         cluster.produce(TOPIC, [(p, b"k", f"v-{p}-{i}".encode()) for p in range(PARTITIONS)
                                 for i in range(RECORDS // PARTITIONS)])
         yield cluster
@@ -133,3 +138,22 @@ def test_groups_describe_reads_the_lag_with_credentials_and_says_when_they_are_r
     assert refused.returncode == 1
     assert "zkcoord groups: broker 127.0.0.1:" in refused.stderr and "refused user 'alice'" in refused.stderr, \
         refused.stderr
+
+
+def test_the_spark_source_reads_with_credentials_on_both_paths(kafka, zkcoord_server, secrets, spark):
+    from zkcoord.spark import PYTHON_SOURCE_NAME
+
+    wanted = sorted(f"v-{p}-{i}".encode() for p in range(PARTITIONS) for i in range(RECORDS // PARTITIONS))
+
+    def read(source: str, user: str):
+        return (spark.read.format(source).option("zookeeper", zkcoord_server.zookeeper)
+                .option("kafka.bootstrap.servers", kafka.secure_bootstrap).option("subscribe", TOPIC)
+                .option("ssl.ca.location", str(kafka.tls.ca)).option("sasl.username", user)
+                .option("sasl.passwordFile", str(secrets / user)).load().select("value").collect())
+
+    for source in ("zkcoord", PYTHON_SOURCE_NAME):  # the JVM reader, the Python reader
+        assert sorted(bytes(row.value) for row in read(source, "alice")) == wanted, source
+        # Named by the subscription, a topic the brokers will not describe is an
+        # error, not a topic that is not there (an empty read).
+        with pytest.raises(Exception, match=f"User:mallory is not authorized to Describe topic '{TOPIC}'"):
+            read(source, "mallory")

@@ -37,6 +37,7 @@ def test_an_answer_with_topic_ids_is_read_with_leaders_and_kafkas_id_text():
     assert read.topics == {"orders": TopicMetadata(kafka_uuid(ORDERS_ID.bytes),
                                                    {0: "127.0.0.1:9092", 1: "127.0.0.1:9093", 2: None})}
     assert read.topics["orders"].partition_count == 3
+    assert read.refused == {"secret"}, "a topic refused to us is told apart from one unknown"
 
 
 def test_an_answer_without_topic_ids_reads_none():

@@ -24,10 +24,10 @@ from kafka.protocol.sasl import (
 )
 
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
-from zkcoord.fetch.cluster import ClusterMetadata, topic_id_of
+from zkcoord.fetch.cluster import TOPIC_AUTHORIZATION_FAILED, ClusterMetadata, topic_id_of
 from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 from zkcoord.fetch.records import RecordColumns, decode_batches
-from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH, TOPIC_AUTHORIZATION_FAILED
+from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
 from zkcoord.records import LogEnd
 from zkcoord.security import scram
 from zkcoord.security import tls as tls_

@@ -39,6 +39,8 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple, Optional, Union
 
+from zkcoord.fetch.cluster import TOPIC_AUTHORIZATION_FAILED
+
 # Kafka's error codes this module decides on.
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -49,7 +51,6 @@ KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 OFFSET_NOT_AVAILABLE = 78
-TOPIC_AUTHORIZATION_FAILED = 29
 
 # Leadership moving, or a leader not ready: the partition's leader is found
 # again (Metadata), and the fetch retried there.
@@ -171,5 +172,5 @@ def newer_leader(known_epoch: int, answered_epoch: int) -> bool:
     return answered_epoch == NO_EPOCH or known_epoch == NO_EPOCH or answered_epoch >= known_epoch
 
 
-__all__ = ["EpochAhead", "LEADERSHIP_ERRORS", "NO_EPOCH", "OutOfRange", "Reset", "Step", "Truncation", "diverged", "newer_leader", "recreated",
+__all__ = ["EpochAhead", "LEADERSHIP_ERRORS", "NO_EPOCH", "OutOfRange", "TOPIC_AUTHORIZATION_FAILED", "Reset", "Step", "Truncation", "diverged", "newer_leader", "recreated",
            "on_error", "out_of_range"]
