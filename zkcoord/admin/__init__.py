@@ -40,12 +40,14 @@ def security_from(args: argparse.Namespace) -> ZkSecurity:
 
 
 @contextlib.contextmanager
-def zookeeper_session(connect: str, timeout: float = 15.0, security: Optional[ZkSecurity] = None) -> Iterator:
+def zookeeper_session(connect: str, timeout: float = 15.0, security: Optional[ZkSecurity] = None,
+                      **kazoo_options) -> Iterator:
     """A started kazoo client on ``connect`` for the length of one command,
-    with ``security``'s credentials, TLS and ACL policy."""
+    with ``security``'s credentials, TLS and ACL policy (and kazoo's
+    ``kazoo_options``: a gevent command's handler)."""
     from zkcoord.zk import client as zk_client
 
-    client = zk_client.open_client(connect, security)
+    client = zk_client.open_client(connect, security, **kazoo_options)
     try:
         zk_client.start(client, timeout=timeout)
     except ZooKeeperAuthError as exc:
