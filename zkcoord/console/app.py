@@ -212,7 +212,6 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
 
     @app.errorhandler(ZooKeeperUnavailable)
     @app.errorhandler(KazooException)
-    @app.errorhandler(zk.handler.timeout_exception)
     def zookeeper_gone(exc: Exception):
         if isinstance(exc, NoAuthError):
             return error_page(403, "Refused by ZooKeeper", "The console's ZooKeeper credential may not read "
