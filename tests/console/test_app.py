@@ -221,17 +221,3 @@ def test_with_the_authorizer_a_viewer_sees_only_what_its_acls_let_it_describe(cl
     view = client.get("/api/groups/g").get_json()
     assert view["partitions"] == [] and all(m["partitions"] == [] for m in view["members"])
 
-
-def test_growing_lag_is_a_problem(cluster):
-    from zkcoord.console.model import LAG_GROWING, LagTrend, problems
-
-    now = [0.0]
-    trend = LagTrend(lambda: now[0], samples=3, min_gap_s=5)
-    for lag in (10, 20, 15, 30, 40):
-        trend.observe("g", lag)
-        now[0] += 6
-    assert trend.growing("g") == [15, 30, 40]
-    trend.observe("g", 35)
-    assert trend.growing("g") is None
-    group = {"group": "g", "state": "Stable", "generation": 3, "failure": None, "lag_growing": [1, 2, 3]}
-    assert [p["kind"] for p in problems([{"slot": 0, "server": None}], [group])] == ["vacant-slot", LAG_GROWING]
