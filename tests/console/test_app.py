@@ -95,14 +95,14 @@ def test_a_group_page_shows_owners_offsets_lag_and_members(cluster):
     member = cluster.consumer.status()["consumer_id"]
     view = wait_until(lambda: (v := client.get("/api/groups/g").get_json()) and v["lag"] == 0 and v,
                       timeout=SETTLE_S, message="group g consumed everything")
-    assert [(r["partition"], r["current_offset"], r["log_end_offset"], r["lag"], r["consumer_id"])
-            for r in view["partitions"]] == [(p, RECORDS // PARTITIONS, RECORDS // PARTITIONS, 0, member)
+    assert [(r["partition"], r["current_offset"], r["log_end_offset"], r["lag"], r["consumer_id"], r["owner"])
+            for r in view["partitions"]] == [(p, RECORDS // PARTITIONS, RECORDS // PARTITIONS, 0, member, member)
                                              for p in range(PARTITIONS)]
     assert view["ownership"] == {f"t-{p}": member for p in range(PARTITIONS)}
     for path in ("/groups/g", "/fragments/groups/g"):
         page = client.get(path)
         assert page.status_code == 200
-        assert f"t 0 {RECORDS // PARTITIONS} {RECORDS // PARTITIONS} 0 {member} 127.0.0.1" in text(page)
+        assert f"t 0 {RECORDS // PARTITIONS} {RECORDS // PARTITIONS} 0 {member} = 127.0.0.1" in text(page)
     assert 'id="members"' in client.get("/groups/g").get_data(as_text=True)
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from zkcoord.admin.groups import (PREPARING_REBALANCE, describe_group, list_groups, slot_count, slot_holder)
 from zkcoord.errors import ZkcoordError
-from zkcoord.zk.nodes import read_brokers, read_servers
+from zkcoord.zk.nodes import read_brokers, read_owners, read_servers
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,14 @@ def _guarded(ends: Ends) -> Ends:
 
 def group_view(client, group: str, ends: Ends, sees_topic: Callable[[str], bool]) -> dict:
     """``group`` as `zkcoord groups describe --output json` shows it, less
-    the topics the viewer may not see, with its total lag."""
+    the topics the viewer may not see, with its total lag, and each
+    partition's recorded ``owner`` beside the member the generation assigns
+    it to (``consumer_id``, as describe names it): during a rebalance they
+    differ for the partitions on the move."""
     view = describe_group(client, group, _guarded(ends))
-    view["partitions"] = [row for row in view["partitions"] if sees_topic(row["topic"])]
+    recorded = read_owners(client, group)
+    view["partitions"] = [{**row, "owner": recorded.get((row["topic"], row["partition"]))}
+                          for row in view["partitions"] if sees_topic(row["topic"])]
     for member in view["members"]:
         member["partitions"] = [tp for tp in member["partitions"] if sees_topic(tp["topic"])]
     lags = [row["lag"] for row in view["partitions"]]
@@ -156,5 +161,5 @@ def problems(slots: list[dict], groups: list[dict]) -> list[dict]:
 
 
 def ownership(view: dict) -> dict:
-    """The group's owners as the live timeline draws them: partition -> member (None: unowned)."""
-    return {f"{row['topic']}-{row['partition']}": row["consumer_id"] for row in view["partitions"]}
+    """The group's recorded owners as the live timeline draws them: partition -> member (None: unowned)."""
+    return {f"{row['topic']}-{row['partition']}": row["owner"] for row in view["partitions"]}
