@@ -76,6 +76,8 @@ class Access:
         from zkcoord.security.store import read_acls
 
         principal = user(name) if name is not None else None
+        # Read for each request, not kept by security.store.AclCache: that one
+        # also deletes expired change notifications, and the console writes nothing.
         acls = read_acls(self._zk) if self.authorizing and principal is not None else None
         return Viewer(principal, address, acls, self.super_users)
 

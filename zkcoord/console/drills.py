@@ -108,7 +108,7 @@ class DrillReports:
         from zkcoord.drill.report import render_text, verdict_json
         from zkcoord.drill.timeline import render_timeline
 
-        key = (directory, max(p.stat().st_mtime for p in directory.rglob("*.jsonl")))
+        key = (directory, max((p.stat().st_mtime for p in directory.rglob("*.jsonl")), default=0.0))
         if key not in self._computed:
             try:
                 history = History.load(directory)
