@@ -11,7 +11,7 @@ from tests.console.drill_history import write_drill
 from tests.e2e.checks import wait_whole
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.security import store as security_store
-from zkcoord.testing import LocalCluster, fresh_chroot, partitions_of, wait_until
+from zkcoord.testing import LocalCluster, ProxiedEnsemble, fresh_chroot, partitions_of, wait_until
 from zkcoord.testing.console import ConsoleProcess, headless_chromium
 
 PARTITIONS = 6
@@ -35,16 +35,28 @@ def cluster(zk_ensemble, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def consoles(cluster, tmp_path_factory):
+def zk_proxies(zk_ensemble, cluster):
+    """The cluster's ZooKeeper behind proxies that can cut it off."""
+    chroot = cluster.zookeeper[cluster.zookeeper.index("/"):]
+    proxies = ProxiedEnsemble([zk_ensemble.client_port(k) for k in zk_ensemble.node_ids], chroot)
+    yield proxies
+    proxies.close()
+
+
+@pytest.fixture(scope="module")
+def consoles(cluster, zk_proxies, tmp_path_factory):
+    """An open console (with drills), a secured one, and one that reaches ZooKeeper through the proxies."""
     drills = tmp_path_factory.mktemp("drills")
     write_drill(drills / "nightly")
     directory = tmp_path_factory.mktemp("consoles")
-    open_console = ConsoleProcess(cluster.zookeeper, directory / "open",
-                                  ["--drills", str(drills), "--refresh-ms", "500"]).start()
-    secured = ConsoleProcess(cluster.zookeeper, directory / "secured",
-                             ["--require-login", "--failed-authentication-delay-ms", "0"]).start()
-    yield open_console, secured
-    for console in (open_console, secured):
+    started = [ConsoleProcess(cluster.zookeeper, directory / "open", ["--drills", str(drills), "--refresh-ms", "500"]),
+               ConsoleProcess(cluster.zookeeper, directory / "secured",
+                              ["--require-login", "--failed-authentication-delay-ms", "0"]),
+               ConsoleProcess(zk_proxies.connect_string, directory / "proxied", ["--refresh-ms", "500"])]
+    for console in started:
+        console.start()
+    yield started
+    for console in started:
         console.terminate(timeout=10)
 
 
@@ -116,4 +128,22 @@ def test_a_secured_console_refuses_a_wrong_password(consoles, page):
     page.fill("input[name=password]", "the-right-one")
     page.click("button[type=submit]")
     page.wait_for_url("**/groups/g")
+    page.locator("#partitions").wait_for()
+
+
+def test_a_zookeeper_gone_keeps_the_last_view_under_a_banner_until_it_is_back(cluster, consoles, zk_proxies, page):
+    page.goto(f"{consoles[2].url}/groups/g")
+    page.locator("#partitions").wait_for()
+    page.evaluate("window.sameDocument = true")
+    stale = page.locator("#stale")
+    zk_proxies.cut()
+    try:
+        stale.wait_for(state="visible")
+        assert "ZooKeeper unavailable" in stale.inner_text()
+        assert page.locator("#partitions tbody tr").count() == PARTITIONS, "the last reading stays"
+    finally:
+        zk_proxies.heal()
+    stale.wait_for(state="hidden")
+    assert page.evaluate("window.sameDocument") is True
+    page.goto(f"{consoles[2].url}/groups/g")  # and a page opened now is whole
     page.locator("#partitions").wait_for()

@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from zkcoord.readiness import write_port_file
     from zkcoord.security.checks import LoginChecks
     from zkcoord.security.config import SecurityConfig
+    from zkcoord.zk.client import reconnecting_for_ever
     from zkcoord.zk.gevent_handler import GeventHandler
 
     config = settings.from_args(ConsoleConfig, args)
@@ -65,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     zk_security = security_from(args)
     # A secured ZooKeeper holds what only its principals may read: so may the console's viewers.
     login_required = config.require_login or zk_security.authenticated or zk_security.tls or security.authorizing
-    with zookeeper_session(args.zookeeper, security=zk_security, handler=GeventHandler()) as zk:
+    handler = GeventHandler()
+    with zookeeper_session(args.zookeeper, security=zk_security, handler=handler,
+                           connection_retry=reconnecting_for_ever(handler)) as zk:
         ends = None if args.no_lag else log_end_offsets(
             zk, tls=client_tls(args), credential=client_credential(args),
             plain_without_tls=args.password_without_tls, kafka_bootstrap=kafka_bootstrap(args))
