@@ -6,7 +6,7 @@ import argparse
 import contextlib
 from typing import Iterator, Optional
 
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import ZkcoordError, describe
 from zkcoord.zk.security import ZkSecurity, ZooKeeperAuthError
 
 
@@ -53,9 +53,10 @@ def zookeeper_session(connect: str, timeout: float = 15.0, security: Optional[Zk
     except ZooKeeperAuthError as exc:
         client.close()
         raise ZooKeeperAuthError(f"ZooKeeper at {connect}: {exc}") from None
-    except Exception as exc:  # kazoo raises its own timeout and connection errors
+    # kazoo raises its own timeout and connection errors; gevent's handler's timeout is no Exception
+    except (Exception, client.handler.timeout_exception) as exc:
         client.close()
-        raise ZooKeeperUnreachable(f"cannot reach ZooKeeper at {connect}: {exc}") from None
+        raise ZooKeeperUnreachable(f"cannot reach ZooKeeper at {connect}: {describe(exc)}") from None
     from kazoo.exceptions import NoAuthError
 
     try:

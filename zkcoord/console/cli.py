@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from zkcoord.zk.gevent_handler import GeventHandler
 
     config = settings.from_args(ConsoleConfig, args)
+    if config.drills is not None and not Path(config.drills).is_dir():
+        raise ConfigError(f"--drills {config.drills}: no such directory")
     security = settings.from_args(SecurityConfig, args)
     zk_security = security_from(args)
     # A secured ZooKeeper holds what only its principals may read: so may the console's viewers.
