@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -201,8 +202,13 @@ def test_a_secured_console_asks_a_login_and_refuses_a_wrong_password(cluster):
     assert client.get("/groups/g").status_code == 200
     client.post("/logout")
     assert client.get("/").status_code == 302
-    elsewhere = client.post("/login?next=//evil.example/", data={"user": "alice", "password": "right-password"})
-    assert elsewhere.headers["Location"] == "/", "a login never sends its viewer elsewhere"
+    for elsewhere in ("//evil.example/", "/\\evil.example/", "https://evil.example/"):
+        sent = client.post("/login?" + urlencode({"next": elsewhere}),
+                           data={"user": "alice", "password": "right-password"})
+        assert sent.headers["Location"] == "/", "a login never sends its viewer elsewhere"
+    security_store.delete_user(cluster.zk, "alice")  # a user deleted is logged out at once
+    assert client.get("/api/overview").status_code == 401
+    assert client.get("/").status_code == 302
 
 
 def test_with_the_authorizer_a_viewer_sees_only_what_its_acls_let_it_describe(cluster, drills):

@@ -18,8 +18,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from zkcoord.errors import ZkcoordError
 from zkcoord.security import acl
 from zkcoord.security.principal import Principal, user
+
+
+class LoginEnded(ZkcoordError):
+    """The logged-in user is no longer one of the cluster's users."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +77,12 @@ class Access:
         self._logins.check_password(address, name, password)
 
     def viewer(self, name: Optional[str], address: str) -> Viewer:
-        """The viewer logged in as ``name`` (None: nobody), its ACLs read now."""
-        from zkcoord.security.store import read_acls
+        """The viewer logged in as ``name`` (None: nobody), its ACLs read
+        now; LoginEnded if ``name``'s credentials have been deleted since."""
+        from zkcoord.security.store import password_credential, read_acls
 
+        if self.login_required and name is not None and password_credential(self._zk, name) is None:
+            raise LoginEnded(f"user {name!r} is no longer one of the cluster's users")
         principal = user(name) if name is not None else None
         # Read for each request, not kept by security.store.AclCache: that one
         # also deletes expired change notifications, and the console writes nothing.

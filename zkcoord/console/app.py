@@ -30,7 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from zkcoord.admin.groups import list_groups
 from zkcoord.console import drills, model
-from zkcoord.console.access import Access, Viewer
+from zkcoord.console.access import Access, LoginEnded, Viewer
 from zkcoord.console.config import ConsoleConfig
 from zkcoord.drill.timeline import PALETTE  # a member's colour as in the drill's timeline; no reds
 from zkcoord.errors import ZkcoordError
@@ -68,15 +68,23 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
         if not zk.connected:
             raise ZooKeeperUnavailable("ZooKeeper cannot be reached now; the console reconnects by itself")
 
+    def to_login(why: str):
+        if request.path.startswith(("/fragments/", "/api/")):
+            return error_page(401, "Not logged in", why), 401
+        return redirect(url_for("login", next=request.full_path.rstrip("?")))
+
     @app.before_request
     def require_login():
         if request.endpoint in ("login", "static") or not access.login_required:
             return None
         if session.get("user") is None:
-            if request.path.startswith(("/fragments/", "/api/")):
-                return error_page(401, "Not logged in", "Log in again: the login has ended."), 401
-            return redirect(url_for("login", next=request.full_path.rstrip("?")))
+            return to_login("Log in again: the login has ended.")
         return None
+
+    @app.errorhandler(LoginEnded)
+    def login_ended(exc: LoginEnded):
+        session.clear()
+        return to_login(str(exc))
 
     @app.context_processor
     def common():
@@ -103,7 +111,7 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
                 session["user"] = name
                 target = request.args.get("next", "")
                 # Only a path of this console: never a redirect elsewhere.
-                return redirect(target if target.startswith("/") and not target.startswith("//")
+                return redirect(target if target.startswith("/") and not target.startswith(("//", "/\\"))
                                 else url_for("overview"))
         return render_template("login.html", error=error), 401 if error else 200
 
