@@ -1,12 +1,14 @@
 """The admin APIs the broker answers, as decisions without I/O: CreateTopics
-(what to create and the answer once the broker has tried), DescribeConfigs
+(what to create and the answer once the broker has tried), CreatePartitions
+(likewise, for topics that grow), DescribeConfigs
 (the broker's settings under Kafka's names, kafka_configs) and
 DescribeCluster (the brokers, the cluster id and the controller), each with
 the ACL Kafka asks (the authorizer's answers are passed in).
 
-CreateTopics writes topics the way ``zkcoord topics create`` does
-(zkcoord/admin/topics.py); the broker carries out the creations this module
-plans (server.py, through zkstate.py) and hands the outcomes back here to be
+CreateTopics writes topics the way ``zkcoord topics create`` does, and
+CreatePartitions grows them as ``zkcoord topics add-partitions`` does
+(zkcoord/admin/topics.py); the broker carries out what this module plans
+(server.py, through zkstate.py) and hands the outcomes back here to be
 answered. Error codes and messages follow Kafka 2.8's.
 """
 
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional, Union
 
-from kafka.protocol.admin import CreateTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsResponse, CreateTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse,
+)
 
 from zkcoord.admin import topics as topic_admin
 from zkcoord.broker import handlers as codes
@@ -47,6 +51,7 @@ class TopicOutcome(NamedTuple):
 
 _CREATION_ERRORS = (
     (topic_admin.TopicExistsError, codes.TOPIC_ALREADY_EXISTS),
+    (topic_admin.UnknownTopicError, codes.UNKNOWN_TOPIC_OR_PARTITION),
     (topic_admin.InvalidTopicNameError, codes.INVALID_TOPIC_EXCEPTION),
     (topic_admin.InvalidPartitionCountError, codes.INVALID_PARTITIONS),
     (topic_admin.InvalidReplicationFactorError, codes.INVALID_REPLICATION_FACTOR),
@@ -137,6 +142,45 @@ def create_topics_response(request, outcomes: list[TopicOutcome], config: Broker
             replication_factor=max(len(r) for r in outcome.assignment.values()) if ok else -1,
             configs=configs))
     return CreateTopicsResponse(version=request.API_VERSION, throttle_time_ms=0, topics=results)
+
+
+# -- CreatePartitions ------------------------------------------------------------------
+
+
+class PartitionsGrowth(NamedTuple):
+    """A topic to grow to ``total`` partitions (or, with validate_only, to check)."""
+
+    name: str
+    total: int
+    validate_only: bool
+
+
+def plan_create_partitions(request) -> list[Union[PartitionsGrowth, TopicOutcome]]:
+    """One step per topic of the request, in its order: a growth to carry
+    out, or the error the request itself earns (a repeated name; placements
+    given: partitions are placed round robin over the live brokers, as
+    `zkcoord topics add-partitions` places them)."""
+    names = [topic.name for topic in request.topics]
+    repeated = {name for name in names if names.count(name) > 1}
+    steps: list[Union[PartitionsGrowth, TopicOutcome]] = []
+    for topic in request.topics:
+        if topic.name in repeated:
+            steps.append(TopicOutcome(topic.name, codes.INVALID_REQUEST,
+                                      f"topic {topic.name!r} appears more than once in the request"))
+        elif topic.assignments is not None:
+            steps.append(TopicOutcome(topic.name, codes.INVALID_REPLICA_ASSIGNMENT,
+                                      "new partitions are placed by the broker (round robin over the live "
+                                      "brokers); placements cannot be given"))
+        else:
+            steps.append(PartitionsGrowth(topic.name, topic.count, bool(request.validate_only)))
+    return steps
+
+
+def create_partitions_response(request, outcomes: list[TopicOutcome]):
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    return CreatePartitionsResponse(
+        version=request.API_VERSION, throttle_time_ms=0,
+        results=[Result(name=o.name, error_code=o.error_code, error_message=o.error_message) for o in outcomes])
 
 
 # -- DescribeConfigs ------------------------------------------------------------------

@@ -17,11 +17,11 @@ import os
 from typing import NamedTuple, Optional, Union
 
 from kafka.protocol.admin import (
-    CreateTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
-    OffsetFetchRequest, SyncGroupRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
@@ -56,6 +56,7 @@ API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
 API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
 API_KEY_FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 API_KEY_CREATE_TOPICS = CreateTopicsRequest.API_KEY
+API_KEY_CREATE_PARTITIONS = CreatePartitionsRequest.API_KEY
 API_KEY_DESCRIBE_CONFIGS = DescribeConfigsRequest.API_KEY
 API_KEY_DESCRIBE_CLUSTER = DescribeClusterRequest.API_KEY
 API_KEY_JOIN_GROUP = JoinGroupRequest.API_KEY
@@ -77,6 +78,7 @@ GROUP_APIS = {
     OffsetFetchRequest.API_KEY: "offset_fetch",
     ListGroupsRequest.API_KEY: "list_groups",
     DescribeGroupsRequest.API_KEY: "describe_groups",
+    OffsetDeleteRequest.API_KEY: "offset_delete",
 }
 
 # Produce 0-2 and Fetch 0-3 predate record batches (magic 2): their messages
@@ -90,6 +92,7 @@ SUPPORTED: dict[int, SupportedApi] = {
     API_KEY_API_VERSIONS: SupportedApi(ApiVersionsRequest, 0, 3),
     API_KEY_INIT_PRODUCER_ID: SupportedApi(InitProducerIdRequest, 0, 4),
     API_KEY_CREATE_TOPICS: SupportedApi(CreateTopicsRequest, 0, 7),
+    API_KEY_CREATE_PARTITIONS: SupportedApi(CreatePartitionsRequest, 0, 3),
     API_KEY_DESCRIBE_CONFIGS: SupportedApi(DescribeConfigsRequest, 0, 4),
     # Kafka 2.8 has v0 only; v1 (the endpoint type) is what kafka-python's
     # describe_cluster() can read.
@@ -106,6 +109,9 @@ SUPPORTED: dict[int, SupportedApi] = {
     OffsetFetchRequest.API_KEY: SupportedApi(OffsetFetchRequest, 0, 7),
     ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 4),
     DescribeGroupsRequest.API_KEY: SupportedApi(DescribeGroupsRequest, 0, 5),
+    # Answered with Kafka's refusals, and a refusal of its own where Kafka
+    # would delete a committed offset (the bridge's offset_delete).
+    OffsetDeleteRequest.API_KEY: SupportedApi(OffsetDeleteRequest, 0, 0),
     # KIP-848's server-side assignment (librdkafka's group.protocol=consumer
     # needs version 1: the client names itself and may subscribe by regex).
     API_KEY_CONSUMER_GROUP_HEARTBEAT: SupportedApi(ConsumerGroupHeartbeatRequest, 0, 1),

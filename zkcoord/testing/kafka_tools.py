@@ -1,0 +1,199 @@
+"""Apache Kafka's own command-line tools (``kafka-consumer-groups``,
+``kafka-topics``, ``kafka-configs``, ``kafka-console-consumer``), run from
+the jars :mod:`~zkcoord.testing.kafka_jars` caches, as their shell scripts
+would run them: ``java -cp <jars> <tool class> <arguments>``.
+
+:func:`run_tool` runs one to its end within a timeout and returns what it
+printed; :func:`start_tool` starts one that runs until stopped (the console
+consumer) as a :class:`~zkcoord.testing.process.ManagedProcess`. The tools'
+own logs go to a file beside their output (Kafka's scripts send them to the
+terminal at WARN), so their standard output is only what they print for the
+user: the tables :func:`parse_table` reads, or records.
+
+Each JVM starts in a second or two: a test groups its invocations.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from zkcoord.testing import kafka_jars
+from zkcoord.testing.process import ClusterError, ManagedProcess
+
+# The tools' classes in Kafka 4 (the kafka-tools jar), by the script that runs each.
+CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+TOOLS_JAR = "kafka-tools-"  # the jar they come in: older caches lack it
+RELEASE_LINE = "4"
+
+# A client JVM: small, quick to start, serial collector on two shared cores.
+JVM_OPTIONS = ("-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+               "-Djava.awt.headless=true")
+DEFAULT_TIMEOUT_S = 60.0
+# log4j 2: warnings and errors to the file named by the tool.log property, nothing to the terminal.
+LOG4J2 = """appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:tool.log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+class KafkaToolError(ClusterError):
+    """A Kafka tool could not be run, or ran past its timeout (killed)."""
+
+
+class KafkaToolFailed(KafkaToolError):
+    """A Kafka tool exited with an error status; ``run`` holds what it printed."""
+
+    def __init__(self, run: "ToolRun"):
+        super().__init__(f"{run.tool} exited with {run.returncode}:\n{run.stdout}{run.stderr}")
+        self.run = run
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    tool: str
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        """Everything it printed (tools print some refusals to stdout, others to stderr)."""
+        return self.stdout + self.stderr
+
+
+@dataclass(frozen=True)
+class ToolRuntime:
+    """The java launcher and the cached release's jars the tools run from."""
+
+    java: str
+    version: str
+    jars: tuple[Path, ...]
+
+    @classmethod
+    def find(cls) -> "ToolRuntime":
+        """The newest cached Kafka 4 release; KafkaNotInstalled, saying what
+        to run, without Java, without the release, or with a release cached
+        before its tools were."""
+        java = kafka_jars.java()
+        version, jars = kafka_jars.classpath(RELEASE_LINE)
+        if not any(jar.name.startswith(TOOLS_JAR) for jar in jars):
+            raise kafka_jars.KafkaNotInstalled(
+                f"the cached Kafka {version} lacks its command-line tools (kafka-tools): "
+                f"{kafka_jars.INSTALL_HINT}")
+        return cls(java, version, tuple(jars))
+
+    def command(self, tool: str, args: Sequence[str], log_dir: Path) -> list[str]:
+        """The java command line running ``tool`` with ``args``, logging under ``log_dir``."""
+        config = log_dir / "log4j2.properties"
+        if not config.exists():
+            config.write_text(LOG4J2)
+        return [self.java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={config}",
+                f"-Dtool.log={log_dir / 'tool.log'}", "-cp", os.pathsep.join(map(str, self.jars)), tool,
+                *args]
+
+
+_runtime: Optional[ToolRuntime] = None
+
+
+def runtime() -> ToolRuntime:
+    """The ToolRuntime, found once per process."""
+    global _runtime
+    if _runtime is None:
+        _runtime = ToolRuntime.find()
+    return _runtime
+
+
+def run_tool(tool: str, args: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, check: bool = True,
+             log_dir: Optional[Path] = None) -> ToolRun:
+    """Run Kafka tool class ``tool`` with ``args`` to its end. Raises
+    KafkaToolError past ``timeout`` (the JVM is killed), KafkaToolFailed on
+    an error status when ``check``, KafkaNotInstalled without Java or jars."""
+    found = runtime()
+    with tempfile.TemporaryDirectory(prefix="kafka-tool-") as scratch:
+        directory = Path(log_dir) if log_dir is not None else Path(scratch)
+        directory.mkdir(parents=True, exist_ok=True)
+        command = found.command(tool, args, directory)
+        try:
+            done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise KafkaToolError(f"{tool.rsplit('.', 1)[-1]} {' '.join(args)} ran past {timeout:.0f} s; "
+                                 f"killed. It printed:\n{_text(exc.stdout)}{_text(exc.stderr)}") from None
+    run = ToolRun(tool, tuple(args), done.returncode, done.stdout, done.stderr)
+    if check and run.returncode != 0:
+        raise KafkaToolFailed(run)
+    return run
+
+
+def _text(output) -> str:
+    if output is None:
+        return ""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output
+
+
+def start_tool(name: str, directory: Path, tool: str, args: Sequence[str]) -> ManagedProcess:
+    """Start Kafka tool class ``tool`` as a managed process (until it is
+    stopped or ends), its standard output in ``directory``/``name``.out and
+    its logs in ``directory``/tool.log."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    process = ManagedProcess(name, directory, runtime().command(tool, args, directory), log_name=f"{name}.out")
+    return process.start()
+
+
+def parse_table(text: str) -> list[dict[str, str]]:
+    """The rows of the tables a tool printed, each as {column: value}. A
+    table is a header line of upper-case column names followed by rows of
+    as many whitespace-separated values; blank lines separate tables, and
+    lines that are not part of one (messages) are skipped. Kafka's tools
+    print ``-`` for a value they do not have.
+
+    >>> parse_table("\\nGROUP  TOPIC  PARTITION  CURRENT-OFFSET\\ng      t      0          5\\n")
+    [{'GROUP': 'g', 'TOPIC': 't', 'PARTITION': '0', 'CURRENT-OFFSET': '5'}]
+    """
+    rows: list[dict[str, str]] = []
+    header: Optional[list[str]] = None
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            header = None
+        elif header is None:
+            if all(_is_column(f) for f in fields) and len(fields) > 1:
+                header = fields
+        elif len(fields) == len(header):
+            rows.append(dict(zip(header, fields)))
+        else:
+            header = None
+    return rows
+
+
+def _is_column(name: str) -> bool:
+    return name.replace("-", "").replace("_", "").isalpha() and name.upper() == name
+
+
+def parse_fields(line: str) -> dict[str, str]:
+    """``Key: value`` pairs separated by tabs, as kafka-topics --describe
+    prints a topic or a partition.
+
+    >>> parse_fields("Topic: t\\tTopicId: abc\\tPartitionCount: 2\\tConfigs: ")
+    {'Topic': 't', 'TopicId': 'abc', 'PartitionCount': '2', 'Configs': ''}
+    """
+    pairs = {}
+    for part in line.strip().split("\t"):
+        key, sep, value = part.partition(":")
+        if sep:
+            pairs[key.strip()] = value.strip()
+    return pairs
