@@ -500,10 +500,11 @@ class Broker:
         elif key == protocol.API_KEY_CREATE_PARTITIONS:
             response = self._create_partitions(request, peer)
         elif key == protocol.API_KEY_DESCRIBE_CONFIGS:
-            response = admin_apis.describe_configs(
-                request, self.config, self.metadata_cache,
-                lambda operation, resource: self.authorize(peer.principal, operation, resource, peer.host),
-                peer.principal)
+            response = admin_apis.describe_configs(request, self.config, self.metadata_cache,
+                                                   self._authorizer(peer), peer.principal)
+        elif key == protocol.API_KEY_INCREMENTAL_ALTER_CONFIGS:
+            response = admin_apis.alter_configs(request, self.config, self.metadata_cache,
+                                                self._authorizer(peer), peer.principal)
         elif key == protocol.API_KEY_DESCRIBE_CLUSTER:
             response = admin_apis.describe_cluster(request, self.config.broker_id, self.metadata_cache,
                                                    lambda: self._cluster_operations(peer))
@@ -521,6 +522,10 @@ class Broker:
             response = self.handlers.api_versions(request)
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
+
+    def _authorizer(self, peer: Peer):
+        """The authorizer's answers for ``peer``, as a function of (operation, resource)."""
+        return lambda operation, resource: self.authorize(peer.principal, operation, resource, peer.host)
 
     def _may(self, peer: Peer, operation: str, say_refusals: bool = True):
         """Whether ``peer`` may do ``operation`` on a topic, as a function of
