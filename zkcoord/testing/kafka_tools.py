@@ -155,40 +155,54 @@ def start_tool(name: str, directory: Path, tool: str, args: Sequence[str]) -> Ma
 
 
 def parse_table(text: str) -> list[dict[str, str]]:
-    """The rows of the tables a tool printed, each as {column: value}. A
+    r"""The rows of the tables a tool printed, each as {column: value}. A
     table is a header line of upper-case column names followed by rows of
-    as many whitespace-separated values; blank lines separate tables, and
-    lines that are not part of one (messages) are skipped. Kafka's tools
-    print ``-`` for a value they do not have.
+    whitespace-separated values; blank lines separate tables, and lines that
+    are not part of one (messages) are skipped. The last column takes the
+    rest of its row (a STATUS may hold spaces); a parenthesised word belongs
+    to the column or value before it (``COORDINATOR (ID)``, ``host:9092 (1)``).
+    Kafka's tools print ``-`` for a value they do not have.
 
-    >>> parse_table("\\nGROUP  TOPIC  PARTITION  CURRENT-OFFSET\\ng      t      0          5\\n")
-    [{'GROUP': 'g', 'TOPIC': 't', 'PARTITION': '0', 'CURRENT-OFFSET': '5'}]
+    >>> parse_table("\nGROUP  COORDINATOR (ID)    #MEMBERS  STATUS\ng      h:1  (1)            2         Error: no\n")
+    [{'GROUP': 'g', 'COORDINATOR (ID)': 'h:1 (1)', '#MEMBERS': '2', 'STATUS': 'Error: no'}]
     """
     rows: list[dict[str, str]] = []
     header: Optional[list[str]] = None
     for line in text.splitlines():
-        fields = line.split()
+        fields = _words(line)
         if not fields:
             header = None
         elif header is None:
-            if all(_is_column(f) for f in fields) and len(fields) > 1:
+            if len(fields) > 1 and all(_is_column(f) for f in fields):
                 header = fields
-        elif len(fields) == len(header):
-            rows.append(dict(zip(header, fields)))
+        elif len(fields) >= len(header):
+            last = len(header) - 1
+            rows.append({**dict(zip(header[:last], fields)), header[last]: " ".join(fields[last:])})
         else:
             header = None
     return rows
 
 
+def _words(line: str) -> list[str]:
+    words: list[str] = []
+    for word in line.split():
+        if word.startswith("(") and word.endswith(")") and words:
+            words[-1] += " " + word
+        else:
+            words.append(word)
+    return words
+
+
 def _is_column(name: str) -> bool:
-    return name.replace("-", "").replace("_", "").isalpha() and name.upper() == name
+    bare = name.replace("-", "").replace("_", "").replace("#", "").replace(" (", "").replace(")", "")
+    return bare.isalpha() and name.upper() == name
 
 
 def parse_fields(line: str) -> dict[str, str]:
-    """``Key: value`` pairs separated by tabs, as kafka-topics --describe
+    r"""``Key: value`` pairs separated by tabs, as kafka-topics --describe
     prints a topic or a partition.
 
-    >>> parse_fields("Topic: t\\tTopicId: abc\\tPartitionCount: 2\\tConfigs: ")
+    >>> parse_fields("Topic: t\tTopicId: abc\tPartitionCount: 2\tConfigs: ")
     {'Topic': 't', 'TopicId': 'abc', 'PartitionCount': '2', 'Configs': ''}
     """
     pairs = {}
