@@ -112,7 +112,8 @@ SUPPORTED: dict[int, SupportedApi] = {
     LeaveGroupRequest.API_KEY: SupportedApi(LeaveGroupRequest, 0, 4),
     OffsetCommitRequest.API_KEY: SupportedApi(OffsetCommitRequest, 0, 8),
     OffsetFetchRequest.API_KEY: SupportedApi(OffsetFetchRequest, 0, 7),
-    ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 4),
+    # ListGroups 5 filters by type and names it (Kafka 4's kafka-consumer-groups --list --type).
+    ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 5),
     DescribeGroupsRequest.API_KEY: SupportedApi(DescribeGroupsRequest, 0, 5),
     # Answered with Kafka's refusals, and a refusal of its own where Kafka
     # would delete a committed offset (the bridge's offset_delete).

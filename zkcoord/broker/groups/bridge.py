@@ -116,6 +116,10 @@ _RESET_REFUSALS = {
 }
 # How long a commit from outside the group waits for the coordinator to write it.
 OUTSIDE_COMMIT_WAIT_S = 15.0
+# Kafka's type of every group (ListGroups v5): the one whose members and
+# offsets DescribeGroups describes, which is how this broker describes a
+# group, whatever protocol its members joined with.
+GROUP_TYPE = "classic"
 # A group whose stored state cannot be read: Kafka's name for a state not known.
 UNKNOWN_STATE = "Unknown"
 
@@ -312,6 +316,9 @@ class GroupBridge:
         from zkcoord.admin.groups import list_groups
 
         wanted = {s.lower() for s in (getattr(request, "states_filter", None) or [])}
+        types = {t.lower() for t in (getattr(request, "types_filter", None) or [])}
+        if types and GROUP_TYPE not in types:
+            return ListGroupsResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE, groups=[])
         # As Kafka: Describe on the cluster lists every group; else those one may Describe.
         every = self.authorize is None or self.authorize(principal, acl.DESCRIBE, acl.cluster(), client_host)
         listed = []
@@ -324,7 +331,7 @@ class GroupBridge:
             if wanted and state.lower() not in wanted:
                 continue
             listed.append(ListGroupsResponse.ListedGroup(group_id=group, protocol_type=ConsumerProtocolType,
-                                                         group_state=state))
+                                                         group_state=state, group_type=GROUP_TYPE))
         return ListGroupsResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE, groups=listed)
 
     def _state_of(self, group: str):
