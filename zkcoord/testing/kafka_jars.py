@@ -128,10 +128,15 @@ def declared_jars(pom: Path) -> set[str]:
             for d in root.iter(f"{_POM}dependency")}
 
 
-def _up_to_date(version: str, pom: Path, root: Path) -> bool:
-    """Whether ``version`` is cached whole with every jar ``pom`` declares."""
-    jars = cached_classpath(version, root)
-    return jars is not None and declared_jars(pom) <= {jar.name for jar in jars}
+def stale_versions(project: Path = MAVEN_PROJECT, root: Optional[Path] = None) -> list[str]:
+    """The releases of the Maven project not cached whole with every jar their module declares."""
+    root = root or cache_root()
+    stale = []
+    for version, pom in project_modules(project).items():
+        jars = cached_classpath(version, root)
+        if jars is None or not declared_jars(pom) <= {jar.name for jar in jars}:
+            stale.append(version)
+    return stale
 
 
 def fetch(project: Path = MAVEN_PROJECT, root: Optional[Path] = None) -> list[str]:
@@ -140,8 +145,7 @@ def fetch(project: Path = MAVEN_PROJECT, root: Optional[Path] = None) -> list[st
     root = root or cache_root()
     if not (project / "pom.xml").is_file():
         raise KafkaNotInstalled(f"no Maven project at {project}: Kafka is fetched from a source checkout")
-    modules = project_modules(project)
-    missing = [v for v, pom in modules.items() if not _up_to_date(v, pom, root)]
+    missing = stale_versions(project, root)
     if not missing:
         return []
     mvn = shutil.which("mvn")

@@ -1033,12 +1033,13 @@ class GroupBridge:
         Partition = Topic.OffsetDeleteResponsePartition
         group = request.group_id
 
-        def answer(error: int, partition_error=lambda topic, partition: NONE):
+        def answer(error: int, partition_error=None):
+            """A group's error alone (as Kafka answers one), or every partition's."""
             return OffsetDeleteResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=error, topics=[
                 Topic(name=t.name, partitions=[
                     Partition(partition_index=p.partition_index,
                               error_code=partition_error(t.name, p.partition_index)) for p in t.partitions])
-                for t in request.topics])
+                for t in request.topics] if partition_error is not None else [])
 
         try:
             layout.group_path(group)
