@@ -106,16 +106,21 @@ def test_a_broker_keeps_the_cluster_id_it_finds_and_refuses_one_it_cannot_read(c
 # -- CreateTopics ----------------------------------------------------------------------
 
 
-def create(admin: AdminClient, topics: list[NewTopic], **options) -> dict:
-    """Each topic's error code (0 when created)."""
+def error_codes(futures: dict) -> dict:
+    """Each topic's error code (0 when done), from an admin call's futures by topic."""
     out = {}
-    for name, future in admin.create_topics(topics, operation_timeout=20, **options).items():
+    for name, future in futures.items():
         try:
             future.result()
             out[name] = 0
         except KafkaException as exc:
             out[name] = exc.args[0].code()
     return out
+
+
+def create(admin: AdminClient, topics: list[NewTopic], **options) -> dict:
+    """Each topic's error code (0 when created)."""
+    return error_codes(admin.create_topics(topics, operation_timeout=20, **options))
 
 
 def test_confluent_create_topics_creates_as_zkcoord_topics_does_and_explains_refusals(two_brokers):
@@ -205,14 +210,7 @@ def test_create_topics_at_every_era_of_the_request(two_brokers, version):
 
 def grow(admin: AdminClient, growths: list[NewPartitions], **options) -> dict:
     """Each topic's error code (0 when grown)."""
-    out = {}
-    for name, future in admin.create_partitions(growths, operation_timeout=20, **options).items():
-        try:
-            future.result()
-            out[name] = 0
-        except KafkaException as exc:
-            out[name] = exc.args[0].code()
-    return out
+    return error_codes(admin.create_partitions(growths, operation_timeout=20, **options))
 
 
 def test_create_partitions_grows_topics_as_zkcoord_topics_add_partitions_does(two_brokers):
