@@ -111,8 +111,6 @@ def test_consumer_groups_describes_a_live_group_and_refuses_to_move_its_offsets(
     # Empty now: reset through the coordinator, and a new member starts from there.
     thin.terminate()
     wait_until(lambda: group_state(cluster.zk, "g-tools")[0] == "Empty", timeout=30, message="the group empty")
-    (empty,) = rows_of(tool(cluster, CONSUMER_GROUPS, "--describe", "--group", "g-tools", "--state"))
-    assert empty["STATE"] == "Empty" and int(empty["#MEMBERS"]) == 0
     planned = rows_of(tool(cluster, CONSUMER_GROUPS, "--reset-offsets", "--group", "g-tools", "--topic", "tools",
                            "--to-offset", "10", "--execute"))
     assert {(row["TOPIC"], int(row["PARTITION"])): int(row["NEW-OFFSET"]) for row in planned} == \
@@ -120,9 +118,6 @@ def test_consumer_groups_describes_a_live_group_and_refuses_to_move_its_offsets(
     (shifted,) = rows_of(tool(cluster, CONSUMER_GROUPS, "--reset-offsets", "--group", "g-tools", "--topic",
                               "tools:0", "--shift-by", "-3", "--execute"))
     assert int(shifted["NEW-OFFSET"]) == 7 == read_offsets(cluster.zk, "g-tools")[("tools", 0)]
-    dry_run = rows_of(tool(cluster, CONSUMER_GROUPS, "--reset-offsets", "--group", "g-tools", "--all-topics",
-                           "--to-earliest"))
-    assert {int(row["NEW-OFFSET"]) for row in dry_run} == {0} and len(dry_run) == PARTITIONS
     reset_to = read_offsets(cluster.zk, "g-tools")
     assert reset_to == {**{("tools", p): 10 for p in range(PARTITIONS)}, ("tools", 0): 7}
 
@@ -130,8 +125,6 @@ def test_consumer_groups_describes_a_live_group_and_refuses_to_move_its_offsets(
     deleted = tool(cluster, CONSUMER_GROUPS, "--delete-offsets", "--group", "g-tools", "--topic", "tools")
     assert all("PolicyViolationException" in row["STATUS"] for row in rows_of(deleted))
     assert read_offsets(cluster.zk, "g-tools") == reset_to
-    missing = tool(cluster, CONSUMER_GROUPS, "--describe", "--group", "never-seen")
-    assert "Consumer group 'never-seen' does not exist." in missing.output
 
     successor = cluster.add_consumer("g-tools", topics=["tools"])
     expected = set().union(*(records_of(p, reset_to[("tools", p)]) for p in range(PARTITIONS)))
@@ -141,11 +134,10 @@ def test_consumer_groups_describes_a_live_group_and_refuses_to_move_its_offsets(
 
 
 def test_topics_creates_grows_describes_and_lists_topics(cluster):
+    # (CreateTopics' refusals are tests/broker/test_admin_apis.py's; one of CreatePartitions' here.)
     created = tool(cluster, TOPICS, "--create", "--topic", "made", "--partitions", "3", "--replication-factor", "1")
     assert "Created topic made." in created.stdout
     assert len(topic_admin.read_topic(cluster.zk, "made")[0].partitions) == 3
-    again = tool(cluster, TOPICS, "--create", "--topic", "made", "--partitions", "3", check=False)
-    assert again.returncode != 0 and "already exists" in again.output
 
     tool(cluster, TOPICS, "--alter", "--topic", "made", "--partitions", "5")
     assert len(topic_admin.read_topic(cluster.zk, "made")[0].partitions) == 5
