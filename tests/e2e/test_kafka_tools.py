@@ -218,6 +218,11 @@ def test_a_console_consumer_in_a_group_beside_a_thin_consumer_delivers_each_reco
     try:
         wait_until(lambda: len(owners()) == 2 and 0 < len(thin.assignment()) < PARTITIONS, timeout=60,
                    message="the console consumer to share the group")
+        # kafka-consumer-groups sees both members as the coordinator recorded them.
+        members = rows_of(tool(cluster, CONSUMER_GROUPS, "--describe", "--group", "g-console", "--members"))
+        assert {row["CONSUMER-ID"] for row in members} == set(read_group_state(cluster.zk, "g-console").assignment)
+        assert sum(int(row["#PARTITIONS"]) for row in members) == PARTITIONS
+        assert "console-consumer" in {row["CLIENT-ID"] for row in members}
         produce(cluster, "console", 200, start=200, partitions=PARTITIONS)
         wait_until(lambda: len(values()) >= 400, timeout=30, message="400 records delivered")
         assert printed(), "the console consumer delivered none of its partitions' records"
