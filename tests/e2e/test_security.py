@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer, KafkaError
+from confluent_kafka import Consumer as KafkaConsumer, KafkaError, KafkaException
 from kafka import KafkaConsumer as PythonConsumer
 
 from tests.e2e.checks import produce
@@ -55,6 +55,7 @@ def secured(zk_ensemble, tmp_path_factory):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
         store.add_acls(zk, acl.group("g-reset"), [acl.AclEntry("User:carol", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.group("g-cli"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
+        store.add_acls(zk, acl.group("g-admin"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
         for who in ("ANONYMOUS", "bob", "carol"):  # carol: an operator looks at log ends as herself
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry("User:ANONYMOUS", acl.ALLOW, acl.WRITE)])
@@ -365,3 +366,29 @@ def test_create_topics_asks_create_and_refuses_a_partition_count_that_would_hold
         assert time.monotonic() - started < 10
     finally:
         admin.close()
+
+
+def test_a_commit_from_outside_the_group_asks_read_and_goes_through_the_coordinator(secured):
+    """An admin client's alterConsumerGroupOffsets (kafka-consumer-groups
+    --reset-offsets): Read on the group, as Kafka asks, then an offset reset
+    the broker sends the coordinator with its own credential."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from zkcoord.zk.nodes import read_offsets
+
+    def alter(user: str) -> list:
+        admin = AdminClient({"bootstrap.servers": secured.broker_list, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": f"{user}-pw"})
+        future = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("g-admin", [
+            TopicPartition(TOPIC, 0, 5)])])["g-admin"]
+        try:
+            return [tp.error for tp in future.result(timeout=30).topic_partitions]
+        except KafkaException as exc:
+            return [exc.args[0]]
+
+    (refused,) = alter("bob")  # no ACL on g-admin
+    assert refused is not None and refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert read_offsets(secured.zk, "g-admin") == {}
+    assert alter("alice") == [None]
+    assert read_offsets(secured.zk, "g-admin") == {(TOPIC, 0): 5}
