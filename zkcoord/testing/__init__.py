@@ -11,6 +11,8 @@ only through this package.
   ZooKeeper mode sharing zkcoord's chroot, Kafka 4 in KRaft mode);
 - :mod:`~zkcoord.testing.kafka_jars`: Kafka's releases, fetched from Maven Central and cached;
 - :mod:`~zkcoord.testing.kafka_tools`: Kafka's own command-line tools, run from those jars;
+- :mod:`~zkcoord.testing.java_members`: Kafka's own Java ``KafkaConsumer`` as group members,
+  N to a JVM, reporting every assignment, record, commit and error;
 - :mod:`~zkcoord.testing.spark`: a Spark standalone cluster (master and workers) as processes;
 - :mod:`~zkcoord.testing.faults`: TCP proxies that drop or cut connections, session expiry;
 - :mod:`~zkcoord.testing.checks`: the invariants seen from outside;
@@ -24,6 +26,7 @@ from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluste
 from zkcoord.testing.faults import CpuLoad, ProxiedEnsemble, TcpProxy, expire_session
 from zkcoord.testing.kafka import KRAFT_MODE, ZOOKEEPER_MODE, KafkaBroker, KafkaCluster, KafkaSettings
 from zkcoord.testing.kafka_jars import KafkaNotInstalled
+from zkcoord.testing.java_members import JavaMembers, MemberDriverUnavailable
 from zkcoord.testing.process import (ClusterError, ManagedProcess, as_background_job, cpu_seconds, exit_on_signal,
                                      zkcoord_command)
 from zkcoord.testing.spark import SparkStandalone
@@ -31,8 +34,8 @@ from zkcoord.testing.waiting import WaitTimeout, wait_until
 from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, scratch_ensemble, start_ensemble
 
 __all__ = [
-    "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "KRAFT_MODE", "KafkaBroker",
-    "KafkaCluster", "KafkaNotInstalled", "KafkaSettings", "LocalCluster", "ManagedProcess",
+    "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "JavaMembers", "KRAFT_MODE", "KafkaBroker",
+    "KafkaCluster", "KafkaNotInstalled", "KafkaSettings", "LocalCluster", "ManagedProcess", "MemberDriverUnavailable",
     "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout",
     "as_background_job", "cluster_in_chroot", "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot",
     "group_is_whole", "partitions_of", "read_json_lines", "scratch_ensemble", "start_ensemble", "wait_until",
