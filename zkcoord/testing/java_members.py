@@ -136,7 +136,7 @@ class JavaMembers:
         self.members = members
         self.process = ManagedProcess(name, Path(directory),
                                       driver_command(arguments, heap_mb or 128 + members, log_level),
-                                      log_name="driver.log", output_name=EVENTS_FILE, commands=True)
+                                      log_name="driver.log", stdout_name=EVENTS_FILE, commands=True)
         self._events: list[dict] = []
         self._read_at = 0
 
@@ -144,7 +144,7 @@ class JavaMembers:
 
     def start(self, timeout: float = 60.0) -> "JavaMembers":
         """Start the JVM and wait until every member has been created (or failed to be)."""
-        self.process.output_path.unlink(missing_ok=True)
+        self.process.stdout_path.unlink(missing_ok=True)
         self._events, self._read_at = [], 0
         self.process.start()
         self.wait_for(lambda: self.events("ready"), timeout, "the Java members to start")
@@ -189,7 +189,7 @@ class JavaMembers:
     def _read(self) -> list[dict]:
         """Every whole line written so far (one being written waits for its newline)."""
         try:
-            with open(self.process.output_path, "rb") as output:
+            with open(self.process.stdout_path, "rb") as output:
                 output.seek(self._read_at)
                 chunk = output.read()
         except OSError:
