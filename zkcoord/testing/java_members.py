@@ -142,13 +142,18 @@ class JavaMembers:
 
     # -- life -------------------------------------------------------------------------------------
 
-    def start(self, timeout: float = 60.0) -> "JavaMembers":
-        """Start the JVM and wait until every member has been created (or failed to be)."""
+    def start(self, timeout: float = 60.0, wait: bool = True) -> "JavaMembers":
+        """Start the JVM and (``wait``) wait until every member has been
+        created or failed to be (:meth:`wait_ready` waits later)."""
         self.process.stdout_path.unlink(missing_ok=True)
         self._events, self._read_at = [], 0
         self.process.start()
-        self.wait_for(lambda: self.events("ready"), timeout, "the Java members to start")
+        if wait:
+            self.wait_ready(timeout)
         return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        self.wait_for(lambda: self.events("ready"), timeout, "the Java members to start")
 
     def command(self, line: str) -> None:
         if not self.process.alive:
