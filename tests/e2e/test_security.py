@@ -49,7 +49,7 @@ def secured(zk_ensemble, tmp_path_factory):
             store.set_user(zk, name, f"{name}-pw")
         for who in ("alice", "carol", "mallory"):
             store.add_acls(zk, acl.group("g"), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
-        for stock_group in ("g-stock-1", "g-stock-2", "g-stock-3"):  # one a test: each commits all it reads
+        for stock_group in ("g-stock-1", "g-stock-2", "g-stock-3", "g-stock-java"):  # one a test: each commits all it reads
             store.add_acls(zk, acl.group(stock_group), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
         for who in ("alice", "mallory"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
@@ -318,6 +318,42 @@ def test_a_stock_client_without_read_on_the_group_is_refused(secured):
     finally:
         confluent.close()
         python.close()
+
+
+def test_the_java_client_authenticates_and_consumes_or_is_refused_the_group(secured, tmp_path):
+    """Kafka's own KafkaConsumer over SASL: alice joins and reads; bob, with
+    no READ on the group, gets GroupAuthorizationException from poll under
+    either group protocol."""
+    from zkcoord.testing.java_members import JavaMembers
+
+    def java(name, user, mechanism, group, **settings):
+        return JavaMembers(tmp_path / name, [TOPIC], {
+            "bootstrap.servers": secured.broker_list, "group.id": group, "auto.offset.reset": "earliest",
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+            "sasl.jaas.config": f'{_JAAS_MODULES[mechanism]} required username="{user}" password="{user}-pw";',
+            **settings}).start(wait=False)
+
+    classic = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    drivers = [java("alice", "alice", "SCRAM-SHA-512", "g-stock-java", **classic),
+               java("bob-classic", "bob", "PLAIN", "g-stock-java", **classic),
+               java("bob-consumer", "bob", "SCRAM-SHA-256", "g-stock-java", **{"group.protocol": "consumer"})]
+    try:
+        alice, *bobs = drivers
+        alice.wait_for(lambda: len(alice.records()) >= 40, 60, "alice's Java member to read the topic")
+        assert sorted(alice.records()) == sorted((TOPIC, p, o) for p in range(PARTITIONS) for o in range(20))
+        assert alice.errors() == []
+        for bob in bobs:
+            errors = bob.wait_for(lambda: bob.errors(0), 60, "bob's refusal")
+            assert errors[0]["class"] == "org.apache.kafka.common.errors.GroupAuthorizationException", errors
+            assert bob.records() == []
+    finally:
+        for driver in drivers:
+            driver.stop()
+
+
+_JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 
 
 def test_a_server_requiring_authentication_without_a_credential_of_its_own_refuses_to_start(zk_connect, tmp_path):
