@@ -178,14 +178,17 @@ def test_static_java_members_come_back_to_their_partitions(cluster, java):
 
 
 def test_java_consumers_the_group_refuses_see_why_in_their_application(cluster, java):
-    """A group id the coordinator cannot take, under either protocol, and a
-    session timeout out of its bounds: KafkaConsumer.poll throws the error
-    Kafka's own coordinator would give, instead of waiting in silence."""
+    """A group id the coordinator cannot take, under either protocol, a
+    session timeout out of its bounds, a server assignor it does not have:
+    KafkaConsumer.poll throws the error Kafka's own coordinator would give,
+    instead of waiting in silence (or being assigned some other way)."""
     refused = {
         "org.apache.kafka.common.errors.InvalidGroupIdException": [
             java("solo", "coordinator", wait=False, **CLASSIC), java("solo", "coordinator", wait=False, **KIP848)],
         "org.apache.kafka.common.errors.InvalidSessionTimeoutException": [
             java("solo", "too-long", wait=False, **{**CLASSIC, "session.timeout.ms": 120000})],
+        "org.apache.kafka.common.errors.UnsupportedAssignorException": [
+            java("solo", "fancy", wait=False, **KIP848, **{"group.remote.assignor": "fancy"})],
     }  # started together: a JVM takes a while to start on a busy machine
     for expected, drivers in refused.items():
         for driver in drivers:

@@ -46,12 +46,12 @@ from zkcoord import wire
 from zkcoord.broker.groups import classic
 from zkcoord.broker.groups.classic import ClassicMember
 from zkcoord.broker.groups.fences import BridgeFences, tie_of
+from zkcoord.broker.groups import kip848
 from zkcoord.broker.groups.kip848 import (
     FENCED_MEMBER_EPOCH, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerMember,
 )
 from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatResponse
 from zkcoord.consumer.config import MemberConfig
-from zkcoord.coordinator.assignors import ASSIGNORS
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.limits import REFUSED_AUTHORIZATION, abuse_log
@@ -822,6 +822,11 @@ class GroupBridge:
                 check_pattern(pattern)
             except PatternError as exc:
                 return answer(INVALID_REQUEST, message=str(exc))
+        try:
+            strategies = kip848.strategies_for(request.server_assignor)
+        except kip848.UnsupportedAssignor as exc:
+            log.info("group %s: refusing member %s: %s", request.group_id, request.member_id or "(new)", exc)
+            return answer(kip848.UNSUPPORTED_ASSIGNOR, message=str(exc))
         if bridged is not None and ((topics is not None and topics != bridged.member.topics)
                                     or (pattern is not None and (pattern or None) != bridged.member.pattern)):
             # A new subscription is a new registration: the client joins again.
@@ -837,7 +842,8 @@ class GroupBridge:
                 return answer(classic.UNKNOWN_MEMBER_ID, message="another client's member holds this member id")
             if not topics and not pattern:
                 return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
-            bridged = self._join_consumer_member(request, topics or (), pattern or None, client_host, now, principal)
+            bridged = self._join_consumer_member(request, topics or (), pattern or None, strategies, client_host, now,
+                                                 principal)
             if isinstance(bridged, int):
                 return answer(bridged, message="the coordinator refused the member; see the broker's log")
         member = bridged.member
@@ -860,8 +866,8 @@ class GroupBridge:
         self._refence(bridged)
         return answer(error, member, assignment)
 
-    def _join_consumer_member(self, request, topics, pattern: Optional[str], client_host: str, now: float,
-                              principal: Principal = ANONYMOUS):
+    def _join_consumer_member(self, request, topics, pattern: Optional[str], strategies: tuple[str, ...],
+                              client_host: str, now: float, principal: Principal = ANONYMOUS):
         """A new KIP-848 member, registered with its coordinator; or the error for its client."""
         member_id = request.member_id or str(uuid.uuid4())
         if request.instance_id is not None and self._held_by_other(self._groups.get(request.group_id, {}),
@@ -878,10 +884,6 @@ class GroupBridge:
             instance_id=request.instance_id, client_id=request.header.client_id or "", client_host=client_host,
             last_heard=now, principal=principal, heartbeat_interval_s=self.heartbeat_interval_ms / 1000.0)
         bridged = self._add(member, request.group_id)
-        assignor = request.server_assignor
-        # A server_assignor zkcoord has picks the strategy; otherwise the member
-        # takes any, so that it always shares one with the group.
-        strategies = (assignor,) if assignor in ASSIGNORS else ("sticky", *sorted(set(ASSIGNORS) - {"sticky"}))
         error = self._register(bridged, strategies)
         if error != NONE:
             self._drop(bridged, "its registration was refused")
