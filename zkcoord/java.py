@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from zkcoord.errors import ZkcoordError
 
@@ -76,4 +76,19 @@ def build_jar(sources: Path, classpath: Sequence[str], target: Path, release: st
                     if path.suffix != ".java":
                         jar.write(path, str(path.relative_to(sources)))
         Path(partial.name).replace(target)
+    return target
+
+
+def cached_jar(sources: Path, classpath: Callable[[], Sequence[str]], target: Path, release: str, *,
+               replaces: str, force: bool = False) -> Path:
+    """The jar ``target`` (named by the sources' digest), built with
+    :func:`build_jar` unless it is there already (or ``force``); older jars
+    beside it matching the glob ``replaces`` go once it is built.
+    ``classpath`` is asked only when a build is needed."""
+    if target.is_file() and not force:
+        return target
+    build_jar(sources, classpath(), target, release)
+    for old in target.parent.glob(replaces):
+        if old != target:
+            old.unlink(missing_ok=True)
     return target

@@ -26,7 +26,6 @@ from zkcoord.testing.cluster import (BrokerProcess, ConsumerProcess, LocalCluste
 from zkcoord.testing.faults import CpuLoad, ProxiedEnsemble, TcpProxy, expire_session
 from zkcoord.testing.kafka import KRAFT_MODE, ZOOKEEPER_MODE, KafkaBroker, KafkaCluster, KafkaSettings
 from zkcoord.testing.kafka_jars import KafkaNotInstalled
-from zkcoord.testing.java_members import JavaMembers, MemberDriverUnavailable
 from zkcoord.testing.process import (ClusterError, ManagedProcess, as_background_job, cpu_seconds, exit_on_signal,
                                      zkcoord_command)
 from zkcoord.testing.spark import SparkStandalone
@@ -34,8 +33,8 @@ from zkcoord.testing.waiting import WaitTimeout, wait_until
 from zkcoord.testing.zookeeper import FAST_TICK_MS, fresh_chroot, scratch_ensemble, start_ensemble
 
 __all__ = [
-    "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "JavaMembers", "KRAFT_MODE", "KafkaBroker",
-    "KafkaCluster", "KafkaNotInstalled", "KafkaSettings", "LocalCluster", "ManagedProcess", "MemberDriverUnavailable",
+    "BrokerProcess", "ClusterError", "ConsumerProcess", "CpuLoad", "FAST_TICK_MS", "KRAFT_MODE", "KafkaBroker",
+    "KafkaCluster", "KafkaNotInstalled", "KafkaSettings", "LocalCluster", "ManagedProcess",
     "OwnershipViolation", "ProxiedEnsemble", "ServerProcess", "SparkStandalone", "TcpProxy", "WaitTimeout",
     "as_background_job", "cluster_in_chroot", "cpu_seconds", "exit_on_signal", "expire_session", "fresh_chroot",
     "group_is_whole", "partitions_of", "read_json_lines", "scratch_ensemble", "start_ensemble", "wait_until",

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from zkcoord.caches import user_cache
-from zkcoord.java import JavaBuildError, build_jar, source_digest
+from zkcoord.java import JavaBuildError, cached_jar, source_digest
 from zkcoord.testing import kafka_jars
 from zkcoord.testing.kafka import JVM_OPTIONS
 from zkcoord.testing.process import ClusterError, ManagedProcess, ProcessExited
@@ -88,18 +88,11 @@ def jar_path() -> Path:
 
 def build(*, force: bool = False) -> Path:
     """The driver's jar, compiled now if it is not built yet (or ``force``)."""
-    target = jar_path()
-    if target.is_file() and not force:
-        return target
-    _, jars = _kafka_classpath()
     try:
-        build_jar(SOURCES, [str(jar) for jar in jars], target, JAVA_RELEASE)
+        return cached_jar(SOURCES, lambda: [str(jar) for jar in _kafka_classpath()[1]], jar_path(), JAVA_RELEASE,
+                          replaces="member-driver-*.jar", force=force)
     except JavaBuildError as exc:
         raise MemberDriverUnavailable(f"the member driver cannot be built: {exc}") from None
-    for old in target.parent.glob("member-driver-*.jar"):
-        if old != target:
-            old.unlink(missing_ok=True)
-    return target
 
 
 def driver_command(arguments: Sequence[str], heap_mb: int, log_level: str = "WARN") -> list[str]:

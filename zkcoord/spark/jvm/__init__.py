@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from zkcoord.caches import user_cache
-from zkcoord.java import JavaBuildError, build_jar, source_digest
+from zkcoord.java import JavaBuildError, cached_jar, source_digest
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
@@ -75,19 +75,14 @@ def built_jar() -> Optional[Path]:
 
 def build(*, force: bool = False) -> Path:
     """Compile the sources into the jar (once per pyspark version and sources)."""
-    target = jar_path()
-    if target.is_file() and not force:
-        return target
-    _, spark_jars = _pyspark()
     try:
         # Resources (the DataSourceRegister service entry) go in beside the classes.
-        build_jar(SOURCES, [str(spark_jars / "*")], target, JAVA_RELEASE)
+        return cached_jar(SOURCES, lambda: [str(_pyspark()[1] / "*")], jar_path(), JAVA_RELEASE,
+                          replaces="zkcoord-spark-*.jar", force=force)
+    except JvmBuildError:
+        raise
     except JavaBuildError as exc:
         raise JvmBuildError(str(exc)) from None
-    for old in target.parent.glob("zkcoord-spark-*.jar"):
-        if old != target:
-            old.unlink()
-    return target
 
 
 def main(argv: Optional[list[str]] = None) -> int:
