@@ -36,7 +36,9 @@ driver's own) and ``ts`` (epoch ms):
 
 Stdin takes ``close <i>`` (member i leaves cleanly) and ``quit`` (all leave,
 the driver exits); end of input is a quit. The client's log goes to stderr
-(the process's log here), at WARN unless ``log_level`` says otherwise.
+(the process's log here), at WARN unless ``log_level`` says otherwise. A
+crash is the whole JVM's (kill -9): a member to be killed alone runs in a
+driver of its own.
 
 :class:`JavaMembers` runs the driver as a managed process and reads its
 events back: who holds what, what was consumed, committed, and refused.
