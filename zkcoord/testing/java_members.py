@@ -132,8 +132,18 @@ class JavaMembers:
         self.process = ManagedProcess(name, Path(directory),
                                       driver_command(arguments, heap_mb or 128 + members, log_level),
                                       log_name="driver.log", stdout_name=EVENTS_FILE, commands=True)
+        self._forget()
+
+    def _forget(self) -> None:
+        """What has been read of the events, and what they add up to so far
+        (kept as they are read: a thousand members write many)."""
         self._events: list[dict] = []
         self._read_at = 0
+        self._held: dict[int, set[Partition]] = {}
+        self._closed: set[int] = set()
+        self._records: list[tuple[str, int, int]] = []
+        self._consumed = 0
+        self._committed: dict[Partition, int] = {}
 
     # -- life -------------------------------------------------------------------------------------
 
@@ -141,7 +151,7 @@ class JavaMembers:
         """Start the JVM and (``wait``) wait until every member has been
         created or failed to be (:meth:`wait_ready` waits later)."""
         self.process.stdout_path.unlink(missing_ok=True)
-        self._events, self._read_at = [], 0
+        self._forget()
         self.process.start()
         if wait:
             self.wait_ready(timeout)
@@ -159,7 +169,7 @@ class JavaMembers:
     def close_member(self, index: int, timeout: float = 30.0) -> None:
         """Member ``index`` leaves its group cleanly (KafkaConsumer.close); waits until it has."""
         self.command(f"close {index}")
-        self.wait_for(lambda: self.events("closed", index), timeout, f"Java member {index} to close")
+        self.wait_for(lambda: self.closed(index), timeout, f"Java member {index} to close")
 
     def stop(self, timeout: float = 30.0) -> Optional[int]:
         """Every member leaves cleanly and the JVM exits (kill -9 if it does not in time)."""
@@ -197,11 +207,32 @@ class JavaMembers:
         complete = chunk.rfind(b"\n") + 1
         for line in chunk[:complete].splitlines():
             try:
-                self._events.append(json.loads(line))
+                event = json.loads(line)
             except ValueError:
                 raise ClusterError(f"{self.process.name} wrote a line that is not JSON: {line[:200]!r}") from None
+            self._events.append(event)
+            self._take(event)
         self._read_at += complete
         return self._events
+
+    def _take(self, event: dict) -> None:
+        kind, member = event["event"], event.get("member")
+        partitions = {(t, p) for t, p in event.get("partitions", ())}
+        if kind == "assigned":
+            self._held.setdefault(member, set()).update(partitions)
+        elif kind in ("revoked", "lost"):
+            self._held.setdefault(member, set()).difference_update(partitions)
+        elif kind == "closed":
+            self._held.pop(member, None)
+            self._closed.add(member)
+        elif kind == "record":
+            self._records.append((event["topic"], event["partition"], event["offset"]))
+            self._consumed += 1
+        elif kind == "records":
+            self._consumed += event["count"]
+        elif kind == "committed":
+            for topic, partition, offset in event["offsets"]:
+                self._committed[(topic, partition)] = offset
 
     def events(self, kind: Optional[str] = None, member: Optional[int] = None) -> list[dict]:
         return [e for e in self._read() if (kind is None or e["event"] == kind)
@@ -212,40 +243,32 @@ class JavaMembers:
 
     def assignment(self, member: int) -> frozenset[Partition]:
         """What member ``member`` holds now, as its rebalance listener was told."""
-        held: set[Partition] = set()
-        for event in self.events(member=member):
-            partitions = {(t, p) for t, p in event.get("partitions", ())}
-            if event["event"] == "assigned":
-                held |= partitions
-            elif event["event"] in ("revoked", "lost"):
-                held -= partitions
-            elif event["event"] == "closed":
-                held = set()
-        return frozenset(held)
+        self._read()
+        return frozenset(self._held.get(member, ()))
 
     def assignments(self) -> dict[int, frozenset[Partition]]:
-        return {i: self.assignment(i) for i in range(self.members)}
+        self._read()
+        return {i: frozenset(self._held.get(i, ())) for i in range(self.members)}
 
     def records(self) -> list[tuple[str, int, int]]:
         """(topic, partition, offset) of every record consumed, by any member,
         in order (``records="each"``)."""
-        return [(e["topic"], e["partition"], e["offset"]) for e in self.events("record")]
+        self._read()
+        return list(self._records)
 
     def consumed(self) -> int:
         """How many records were consumed, in either ``records`` mode."""
-        return sum(1 if e["event"] == "record" else e["count"] for e in self._read()
-                   if e["event"] in ("record", "records"))
+        self._read()
+        return self._consumed
 
     def committed(self) -> dict[Partition, int]:
         """The last offset committed for each partition, by whichever member."""
-        last: dict[Partition, int] = {}
-        for event in self.events("committed"):
-            for topic, partition, offset in event["offsets"]:
-                last[(topic, partition)] = offset
-        return last
+        self._read()
+        return dict(self._committed)
 
     def closed(self, member: int) -> bool:
-        return bool(self.events("closed", member))
+        self._read()
+        return member in self._closed
 
     def wait_for(self, predicate: Callable[[], object], timeout: float, message: str):
         """wait_until, failing at once if the JVM exits meanwhile."""
