@@ -161,10 +161,11 @@ def read_topic(client, topic: str):
     return layout.decode_topic(topic, data), stat
 
 
-def add_partitions(client, topic: str, total: int) -> dict[int, tuple[int, ...]]:
-    """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic).
-    The write is conditional on the node's version, so concurrent changes fail
-    instead of being lost."""
+def add_partitions(client, topic: str, total: int, validate_only: bool = False) -> dict[int, tuple[int, ...]]:
+    """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic);
+    returns the partitions added. The write is conditional on the node's
+    version, so concurrent changes fail instead of being lost. With
+    ``validate_only`` every check is made and nothing is written."""
     check_count(total, "--partitions")
     assignment, stat = read_topic(client, topic)
     current = len(assignment.partitions)
@@ -172,6 +173,8 @@ def add_partitions(client, topic: str, total: int) -> dict[int, tuple[int, ...]]
         raise InvalidPartitionCountError(
             f"topic {topic!r} has {current} partitions; the new count must be larger, got {total}")
     added = plan_partitions(broker_ids(client), current, total - current, start_index=current)
+    if validate_only:
+        return added
     merged = {**assignment.partitions, **added}
     updated = layout.TopicAssignment(merged, assignment.version, assignment.topic_id)
     client.set(layout.topic_path(topic), layout.encode_topic(updated), version=stat.version)

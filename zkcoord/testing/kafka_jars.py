@@ -9,7 +9,8 @@ bounded in time) copy each release's runtime jars into
 ``~/.cache/zkcoord/kafka/<version>/`` (``$XDG_CACHE_HOME``) and write
 ``classpath.txt`` there last, so a release is cached only when that file is
 and every jar it names exists. Nothing is fetched from anywhere but Maven
-Central, and a cached release is not fetched again.
+Central, and a cached release is not fetched again unless its classpath
+lacks a jar its module declares (one added to the module since).
 
 >>> release_line("3.9.1"), release_line("0.10.2.2")
 ('3.9', '0.10')
@@ -103,14 +104,40 @@ def java() -> str:
 
 # -- fetching -------------------------------------------------------------------------------------
 
+def project_modules(project: Path = MAVEN_PROJECT) -> dict[str, Path]:
+    """The pom of each module of the Maven project, by the Kafka release it fetches."""
+    parent = ElementTree.parse(project / "pom.xml").getroot()
+    modules = {}
+    for module in parent.iter(f"{_POM}module"):
+        pom = project / module.text / "pom.xml"
+        modules[ElementTree.parse(pom).getroot().findtext(f"{_POM}version")] = pom
+    return modules
+
+
 def project_versions(project: Path = MAVEN_PROJECT) -> list[str]:
     """The Kafka release each module of the Maven project fetches."""
-    parent = ElementTree.parse(project / "pom.xml").getroot()
-    versions = []
-    for module in parent.iter(f"{_POM}module"):
-        pom = ElementTree.parse(project / module.text / "pom.xml").getroot()
-        versions.append(pom.findtext(f"{_POM}version"))
-    return versions
+    return list(project_modules(project))
+
+
+def declared_jars(pom: Path) -> set[str]:
+    """The file names of the jars a module declares as its dependencies
+    (``<artifactId>-<version>.jar``), which a copy made from it lists."""
+    root = ElementTree.parse(pom).getroot()
+    version = root.findtext(f"{_POM}version")
+    return {f"{d.findtext(f'{_POM}artifactId')}-"
+            f"{d.findtext(f'{_POM}version').replace('${project.version}', version)}.jar"
+            for d in root.iter(f"{_POM}dependency")}
+
+
+def stale_versions(project: Path = MAVEN_PROJECT, root: Optional[Path] = None) -> list[str]:
+    """The releases of the Maven project not cached whole with every jar their module declares."""
+    root = root or cache_root()
+    stale = []
+    for version, pom in project_modules(project).items():
+        jars = cached_classpath(version, root)
+        if jars is None or not declared_jars(pom) <= {jar.name for jar in jars}:
+            stale.append(version)
+    return stale
 
 
 def fetch(project: Path = MAVEN_PROJECT, root: Optional[Path] = None) -> list[str]:
@@ -119,7 +146,7 @@ def fetch(project: Path = MAVEN_PROJECT, root: Optional[Path] = None) -> list[st
     root = root or cache_root()
     if not (project / "pom.xml").is_file():
         raise KafkaNotInstalled(f"no Maven project at {project}: Kafka is fetched from a source checkout")
-    missing = [v for v in project_versions(project) if cached_classpath(v, root) is None]
+    missing = stale_versions(project, root)
     if not missing:
         return []
     try:
