@@ -11,7 +11,7 @@ composing core routes them.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Callable, Optional
 
 from zkcoord import wire
@@ -19,7 +19,6 @@ from zkcoord.coordinator import actions
 from zkcoord.coordinator.core.groups import GroupTable
 from zkcoord.coordinator.core.known_log_ends import KnownLogEnds
 from zkcoord.coordinator.core.membership import Membership
-from zkcoord.coordinator.core.observed import CoreMetrics
 from zkcoord.coordinator.core.office import Office
 from zkcoord.coordinator.core.offsets import Offsets
 from zkcoord.coordinator.core.outbox import Outbox
@@ -29,7 +28,7 @@ from zkcoord.coordinator.core.rounds import Rounds
 from zkcoord.coordinator.group import Member
 from zkcoord.coordinator.planner import Subscription
 
-from tests.unit.core_harness import CONFIG, ZK_SESSION_MS, FakeZooKeeper
+from tests.unit.core_harness import CONFIG, ZK_SESSION_MS, FakeZooKeeper, Recorded, carry_out
 
 T_MS = 3000
 
@@ -40,29 +39,6 @@ def member(member_id: str, group: str = "g", session_timeout_ms: int = T_MS, **k
                   session_timeout_ms=session_timeout_ms, max_poll_interval_ms=kwargs.pop("max_poll_interval_ms", 300_000),
                   auto_commit=True, auto_offset_reset="latest", is_static=kwargs.pop("is_static", False),
                   strategies=("range",), connection=member_id, **kwargs)
-
-
-class Counted(CoreMetrics):
-    """Every count the parts make."""
-
-    def __init__(self):
-        self.counts = Counter()
-        self.rebalances = []
-
-    def ping_sent(self):
-        self.counts["ping"] += 1
-
-    def member_expired(self, reason):
-        self.counts[reason] += 1
-
-    def rebalanced(self, report):
-        self.rebalances.append(report)
-
-    def rebalance_failed(self):
-        self.counts["rebalance_failed"] += 1
-
-    def offsets_flushed(self, seconds, failed):
-        self.counts["flush_failed" if failed else "flushed"] += 1
 
 
 class Kit:
@@ -83,7 +59,7 @@ class Kit:
         self.membership = None
         self.routes: dict[str, Callable] = {"office": lambda key, now: self.office.renewal_due(now),
                                             "second-proof": lambda key, now: self.office.prove(now)}
-        self.metrics = Counted()
+        self.metrics = Recorded()
         self.log_ends = KnownLogEnds()
         # What the parts above the one under test would be told: members
         # dropped (member id, why) and groups emptied (name).
@@ -114,15 +90,7 @@ class Kit:
                 continue
             done.extend(todo)
             for action in todo:
-                if isinstance(action, actions.Send):
-                    self.sent[action.conn].append((action.message, action.correlation_id))
-                elif isinstance(action, actions.Close):
-                    self.closed.add(action.conn)
-                elif isinstance(action, actions.SetTimer):
-                    self.timers[action.key] = action.at
-                elif isinstance(action, actions.CancelTimer):
-                    self.timers.pop(action.key, None)
-                else:
+                if not carry_out(action, self.sent, self.closed, self.timers):
                     self.pending[action.token] = action
 
     def advance(self, seconds: float, serve: tuple = ()) -> None:

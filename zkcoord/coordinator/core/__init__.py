@@ -44,8 +44,8 @@ The rules the parts keep together (docs/DESIGN.md):
 
 from zkcoord.coordinator.core.coordinator_core import CoordinatorCore
 from zkcoord.coordinator.core.observed import (
-    EXPIRED_MAX_POLL, EXPIRED_NO_ANSWER, EXPIRED_STATIC, MEMBER_STATES, NO_METRICS, Census, CoreMetrics,
-    RebalanceReport,
+    EXPIRED_MAX_POLL, EXPIRED_NO_ANSWER, EXPIRED_STATIC, EXPIRY_REASONS, MEMBER_STATES, NO_METRICS, Census,
+    CoreMetrics, RebalanceReport,
 )
 from zkcoord.coordinator.core.office import CoordinatorState
 from zkcoord.coordinator.core.offsets import Suspended
@@ -53,7 +53,7 @@ from zkcoord.coordinator.core.pings import PING_TIMER
 from zkcoord.coordinator.core.requests import ANSWERS_TIMER, PING_TICK_S
 
 __all__ = [
-    "ANSWERS_TIMER", "EXPIRED_MAX_POLL", "EXPIRED_NO_ANSWER", "EXPIRED_STATIC", "MEMBER_STATES", "NO_METRICS",
-    "PING_TICK_S", "PING_TIMER", "Census", "CoordinatorCore", "CoordinatorState", "CoreMetrics", "RebalanceReport",
-    "Suspended",
+    "ANSWERS_TIMER", "EXPIRED_MAX_POLL", "EXPIRED_NO_ANSWER", "EXPIRED_STATIC", "EXPIRY_REASONS", "MEMBER_STATES",
+    "NO_METRICS", "PING_TICK_S", "PING_TIMER", "Census", "CoordinatorCore", "CoordinatorState", "CoreMetrics",
+    "RebalanceReport", "Suspended",
 ]
