@@ -26,8 +26,7 @@ ROW = re.compile(r"^\| (\d+) \| `([a-z_]+)` \|", re.MULTILINE)
 KNOWN_UPWARD = {
     # Issue 35, the member side as its own package below the consumer and the broker.
     ("zkcoord.broker.groups.bridge", "consumer"),
-    # Issue 35: the bridge and its KIP-848 decisions take the assignors' names from the coordinator.
-    ("zkcoord.broker.groups.bridge", "coordinator"),
+    # Issue 35: the bridge's KIP-848 decisions take the assignors' names from the coordinator.
     ("zkcoord.broker.groups.kip848", "coordinator"),
     # Issue 35: fetch/ does not reach into consumer/ (the record buffer), nor
     # up into broker/ (the record batch format, to go below both).
