@@ -23,8 +23,10 @@ Heap and threads are sized for a 2-core machine.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import uuid
@@ -46,6 +48,11 @@ from zkcoord.zk.layout.kafka import kafka_uuid
 ZOOKEEPER_MODE = "zookeeper"
 KRAFT_MODE = "kraft"
 RELEASE_LINE = {ZOOKEEPER_MODE: "3.9", KRAFT_MODE: "4"}
+# Where ZooKeeper mode's controller registers itself, under the brokers' chroot.
+KAFKA_CONTROLLER_PATH = "/controller"
+# Kafka's own quorum tool (kafka-metadata-quorum.sh): "describe --status" names the active controller.
+QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
+QUORUM_LEADER = re.compile(r"^LeaderId:\s*(\d+)\s*$", re.MULTILINE)
 
 # A small heap and a serial collector: three brokers, ZooKeeper and the tests
 # share two cores. Exit on OOM rather than limp on.
@@ -443,6 +450,27 @@ class KafkaCluster:
     def log_tails(self) -> dict[str, str]:
         return {b.name: b.log_tail() for b in self.brokers.values()}
 
+    def controller(self, timeout: float = 60.0) -> int:
+        """The node id of the active controller: the broker registered at
+        /controller (ZooKeeper mode), or the leader of the controllers'
+        quorum as Kafka's quorum tool describes it (KRaft; a JVM started
+        for the question, a few seconds). ClusterError if there is none."""
+        if self.mode == ZOOKEEPER_MODE:
+            try:
+                return int(json.loads(self.zk.get(KAFKA_CONTROLLER_PATH)[0])["brokerid"])
+            except Exception as exc:  # noqa: BLE001 - kazoo's NoNodeError, a torn or unexpected node
+                raise ClusterError(f"no Kafka controller registered at {KAFKA_CONTROLLER_PATH}: {exc!r}") from None
+        bootstrap = self.client_config()["bootstrap.servers"]
+        done = subprocess.run(
+            [self.java, "-Xmx128m", *JVM_OPTIONS,
+             f"-Dlog4j2.configurationFile={self.brokers[1].directory / 'log4j2.properties'}", "-cp", os.pathsep.join(str(j) for j in self.jars), QUORUM_TOOL, "--bootstrap-server", bootstrap,
+             "describe", "--status"], capture_output=True, text=True, timeout=timeout)
+        found = QUORUM_LEADER.search(done.stdout)
+        if done.returncode != 0 or found is None:
+            raise ClusterError(f"Kafka's quorum tool named no controller ({done.returncode}): "
+                               f"{(done.stdout + done.stderr)[-2000:]}")
+        return int(found.group(1))
+
     # -- topics and records ---------------------------------------------------------------------------
 
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: Optional[int] = None,
@@ -471,11 +499,19 @@ class KafkaCluster:
             assignment = layout.decode_topic(topic, self.zk.get(layout.topic_path(topic))[0])
             state = layout.decode_partition_state(self.zk.get(layout.partition_state_path(topic, partition))[0])
             return Replicas(state.leader, assignment.partitions[partition], frozenset(state.isr))
+        return self.replicas_of(topic)[partition]
+
+    def replicas_of(self, topic: str) -> dict[int, Replicas]:
+        """Where every partition of ``topic`` lives, in one look at the
+        cluster's records (as :meth:`partition` reads them)."""
+        if self.mode == ZOOKEEPER_MODE:
+            assignment = layout.decode_topic(topic, self.zk.get(layout.topic_path(topic))[0])
+            return {p: self.partition(topic, p) for p in assignment.partitions}
         answer = self.metadata(topic).topics[topic]
         if answer.error is not None:
             raise ClusterError(f"topic {topic}: {answer.error}")
-        found = answer.partitions[partition]
-        return Replicas(found.leader, tuple(found.replicas), frozenset(found.isrs))
+        return {p: Replicas(found.leader, tuple(found.replicas), frozenset(found.isrs))
+                for p, found in answer.partitions.items()}
 
     def leader_of(self, topic: str, partition: int) -> int:
         """The partition's leader now (-1 if it has none)."""
