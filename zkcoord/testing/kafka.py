@@ -105,6 +105,11 @@ class KafkaSettings:
         if not 1 <= self.min_insync_replicas <= self.brokers:
             raise ClusterError(f"min.insync.replicas {self.min_insync_replicas} must be 1 to {self.brokers}")
 
+    @property
+    def replication_factor(self) -> int:
+        """Every topic's by default, the internal ones' too: 3, or every broker of a smaller cluster."""
+        return min(3, self.brokers)
+
 
 @dataclass(frozen=True)
 class NodePorts:
@@ -116,7 +121,7 @@ def server_properties(settings: KafkaSettings, node_id: int, log_dir: Path, port
                       voters: Mapping[int, NodePorts] = {}, zookeeper: Optional[str] = None) -> dict[str, str]:
     """One node's server.properties. ``zookeeper`` (ZooKeeper mode) is the
     connect string with the chroot; ``voters`` (KRaft) every controller's ports."""
-    replication = min(3, settings.brokers)
+    replication = settings.replication_factor
     listener = f"PLAINTEXT://127.0.0.1:{ports.port}"
     props = {
         "log.dirs": str(log_dir),
@@ -477,7 +482,7 @@ class KafkaCluster:
                      config: Optional[Mapping[str, str]] = None, timeout: float = 30.0) -> None:
         """Create ``topic`` through Kafka's admin API (CreateTopics) and wait
         until every partition has a leader."""
-        replication = replication_factor or min(3, self.settings.brokers)
+        replication = replication_factor or self.settings.replication_factor
         admin = self.new_admin()
         futures = admin.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))],
                                            operation_timeout=timeout, request_timeout=timeout)
