@@ -78,6 +78,10 @@ class DrillSettings:
             raise ConfigError("aim at an existing cluster with both --zookeeper and --bootstrap, or neither")
         if self.kafka is not None:
             self._check_over_kafka()
+        refused = {kind: why for kind in self.kinds if (why := data_plane_refusal(kind, self.kafka is not None))}
+        if refused:
+            where = "not over Apache Kafka: " if self.kafka is not None else ""
+            raise ConfigError(where + "; ".join(f"{kind}: {why}" for kind, why in refused.items()))
         if self.secure and not self.own_cluster:
             raise ConfigError("secure secures the drill's own cluster: an existing cluster's security is "
                               "its operator's (give its ZooKeeper credentials with the --zk-* options)")
@@ -92,9 +96,6 @@ class DrillSettings:
         if self.stock_members:
             raise ConfigError("--stock-members is not supported with --kafka: stock members join through the "
                               "embedded brokers' group APIs")
-        refused = {kind: why for kind in self.kinds if (why := data_plane_refusal(kind, True))}
-        if refused:
-            raise ConfigError("not over Apache Kafka: " + "; ".join(f"{k}: {why}" for k, why in refused.items()))
 
     @property
     def own_cluster(self) -> bool:
