@@ -78,8 +78,10 @@ class DrillCluster:
     kafka: Optional[KafkaCluster] = None  # the records in Apache Kafka's brokers, not in the servers' own
     # The highest offset the producer has had acknowledged on each partition, so far.
     acknowledged: Callable[[], dict] = dict
-    # A KRaft cluster's topic is in no ZooKeeper node: its partitions as Kafka's metadata last said.
+    # A KRaft cluster's topic is in no ZooKeeper node: its partitions as Kafka's metadata last said,
+    # and how late the servers may learn a change of them (their look at Kafka's metadata; 0: a watch).
     kafka_partitions: set = dataclasses.field(default_factory=set)
+    topic_change_lag_s: float = 0.0
 
     # -- the group ----------------------------------------------------------------------------------
 
@@ -546,11 +548,13 @@ def _last_status(crowd: ManagedProcess) -> dict:
     return {}
 
 
-def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callable[[], None]) -> FaultRecord:
-    """A planned change: made at once, then the wait for a whole group."""
+def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callable[[], None],
+             extra_s: float = 0.0) -> FaultRecord:
+    """A planned change: made at once, then the wait for a whole group (within
+    a member's bound, and ``extra_s`` more for the change to be learnt)."""
     injected = time.time()
     change()
-    bound = ctx.member_bound()
+    bound = ctx.member_bound() + extra_s
     whole_at = ctx.wait_whole(_wait_bound(bound))
     return _record(fault, target, injected, injected, injected, whole_at, whole_at, bound)
 
@@ -573,7 +577,7 @@ def add_partitions(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     if current + 2 > MAX_PARTITIONS:
         return skipped(fault, f"the topic has {current} partitions already")
     return _planned(ctx, fault, f"{ctx.topic}: {current} -> {current + 2} partitions",
-                    lambda: ctx.add_partitions(current + 2))
+                    lambda: ctx.add_partitions(current + 2), extra_s=ctx.topic_change_lag_s)
 
 
 # -- Apache Kafka's brokers (a drill over Kafka) -----------------------------------------------------

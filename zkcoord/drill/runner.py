@@ -256,7 +256,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         use_netns=any(KINDS[k].netns for k in kinds),
         stock_wanted=settings.stock_members, kafka_brokers=_broker_list(cluster) if settings.stock_members else None,
         secrets=resources.secrets, big_group_members=settings.big_group_members, crowd_args=settings.member_args(),
-        kafka=resources.kafka)
+        kafka=resources.kafka, topic_change_lag_s=_topic_change_lag_s(resources.kafka))
     ctx.create_topic(settings.partitions)
     if ctx.use_netns:
         for stale in netns.remove_stale():
@@ -295,6 +295,12 @@ def _beside_kafka(kafka: KafkaCluster) -> tuple[str, ...]:
         return ("--no-broker", "--kafka-bootstrap", kafka.bootstrap,
                 "--kafka-metadata-interval-ms", str(KAFKA_METADATA_INTERVAL_MS))
     return ("--no-broker",)
+
+
+def _topic_change_lag_s(kafka: Optional[KafkaCluster]) -> float:
+    """How late the servers may learn partitions added: beside a KRaft
+    cluster, at their next look at its metadata; otherwise at once (a watch)."""
+    return KAFKA_METADATA_INTERVAL_MS / 1000 if kafka is not None and kafka.mode == KRAFT_MODE else 0.0
 
 
 def _broker_list(cluster: LocalCluster) -> str:
