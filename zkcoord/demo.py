@@ -275,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
         coordinator = int(layout.decode_coordinator(zk.get(layout.COORDINATOR_PATH)[0]))
         killed_at = time.monotonic()
         cluster.servers[coordinator].kill()
-        report.line(f"server {coordinator} (the coordinator and one broker) killed")
+        report.line(f"server {coordinator} (the coordinator" + (" and one broker" if kafka is None else "")
+                    + ") killed")
         wait_until(lambda: zk.exists(layout.COORDINATOR_PATH)
                  and int(layout.decode_coordinator(zk.get(layout.COORDINATOR_PATH)[0])) != coordinator,
                  60, message="a new coordinator")

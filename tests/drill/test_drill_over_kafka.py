@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests.drill.test_drill_command import SUMMARY, drill, kill_processes_under, processes_under
-from zkcoord.drill.schedule import KINDS, left_out_over_kafka
+from zkcoord.drill.schedule import left_out_over_kafka
 
 pytestmark = pytest.mark.kafka
 
@@ -54,16 +54,6 @@ def test_a_short_drill_over_kafka_passes(tmp_path, release):
     for kind, why in left_out_over_kafka().items():
         assert f"kind {kind} not run: not over Apache Kafka: {why}" in text
     assert processes_under(directory) == {}
-
-
-def test_all_kinds_over_kafka_are_those_kafka_can_take(tmp_path):
-    from zkcoord.drill.schedule import parse_kinds
-
-    over_kafka = parse_kinds("all", over_kafka=True)
-    assert set(over_kafka) == set(KINDS) - set(left_out_over_kafka())
-    assert {"kafka-leader-kill", "kafka-broker-pause", "kafka-controller-kill"} <= set(over_kafka)
-    # Without Kafka, "all" is what it always was: the seeds draw the schedules they always drew.
-    assert parse_kinds("all") == [k for k in KINDS if not KINDS[k].kafka]
 
 
 @pytest.mark.parametrize("args, message", [
