@@ -37,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--dir", type=Path, default=None, help="working directory (default: a temporary one)")
     demo.add_argument("--messages", type=int, default=20_000, help="messages to produce (default 20000)")
     demo.add_argument("--keep", action="store_true", help="keep the working directory (logs) at the end")
+    demo.add_argument("--no-spark", dest="spark", action="store_false",
+                      help="leave the Spark pipeline out (Spark's start-up alone takes a minute)")
     demo.add_argument("--kafka", action="store_true",
                       help="the records on a 3-broker Apache Kafka 4 cluster (KRaft) instead of the servers' "
                            "embedded brokers, and a Kafka leader killed mid-run")
@@ -317,7 +319,8 @@ def run(args: argparse.Namespace) -> int:
                 report.line(f"{status['consumer_id']}: {len(status['assignment'])} partitions, "
                             f"epoch {status['epoch']} generation {status['generation']}")
 
-        _spark_pipeline(report, plane, ensemble.connect_string, workdir)
+        if args.spark:
+            _spark_pipeline(report, plane, ensemble.connect_string, workdir)
     finally:
         stop_producing_event = locals().get("stop_producing")
         if stop_producing_event is not None:
