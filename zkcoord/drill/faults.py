@@ -50,6 +50,7 @@ CROWD_LEAVE_S = 30.0      # a crowd's clean leave takes at most this long before
 KAFKA_FAILOVER_SLACK_S = 6.0
 KAFKA_RECOVERY_LOOK_S = 0.5  # how often a Kafka fault's recovery is looked at (each look asks the cluster)
 KAFKA_REPLICATED_S = 120.0  # longest a broker back may take to be in sync on every partition again
+KAFKA_ADMIN_S = 120.0  # longest Kafka may take to create or grow the topic and elect its leaders, on a busy machine
 
 
 @dataclasses.dataclass
@@ -130,14 +131,14 @@ class DrillCluster:
         if self.kafka is None:
             self.cluster.create_topic(self.topic, partitions)
             return
-        self.kafka.create_topic(self.topic, partitions)
+        self.kafka.create_topic(self.topic, partitions, timeout=KAFKA_ADMIN_S)
         self._learn_partitions()
 
     def add_partitions(self, total: int) -> None:
         if self.kafka is None:
             self.cluster.add_partitions(self.topic, total)
             return
-        self.kafka.add_partitions(self.topic, total)
+        self.kafka.add_partitions(self.topic, total, timeout=KAFKA_ADMIN_S)
         self._learn_partitions()
 
     def _learn_partitions(self) -> None:

@@ -368,11 +368,15 @@ class KafkaCluster:
         """Every node's address, dead or alive, as a client would be configured."""
         return ",".join(b.address for b in self.brokers.values() if b.node_ports)
 
-    def new_admin(self) -> AdminClient:
+    def new_admin(self, operation_timeout: float = 0.0) -> AdminClient:
         """A new admin client on the reachable brokers (see client_config).
         Keep it referenced until its futures are done: a client collected
-        as garbage fails them (_DESTROY)."""
-        return AdminClient(self.client_config())
+        as garbage fails them (_DESTROY). ``operation_timeout``: how long
+        a broker may hold the answer to its requests (CreateTopics waits
+        for the new partitions' leaders), on top of the client's socket timeout."""
+        config = self.client_config()
+        config["socket.timeout.ms"] += int(operation_timeout * 1000)
+        return AdminClient(config)
 
     def client_config(self) -> dict:
         """Settings for a new client of the harness's, bootstrapped on the
@@ -483,7 +487,7 @@ class KafkaCluster:
         """Create ``topic`` through Kafka's admin API (CreateTopics) and wait
         until every partition has a leader."""
         replication = replication_factor or self.settings.replication_factor
-        admin = self.new_admin()
+        admin = self.new_admin(operation_timeout=timeout)
         futures = admin.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))],
                                            operation_timeout=timeout, request_timeout=timeout)
         futures[topic].result(timeout)
@@ -491,7 +495,7 @@ class KafkaCluster:
 
     def add_partitions(self, topic: str, total: int, timeout: float = 30.0) -> None:
         """Grow ``topic`` to ``total`` partitions (CreatePartitions); wait until each has a leader."""
-        admin = self.new_admin()
+        admin = self.new_admin(operation_timeout=timeout)
         admin.create_partitions([NewPartitions(topic, total)], operation_timeout=timeout,
                                 request_timeout=timeout)[topic].result(timeout)
         self.wait_led(topic, range(total), timeout)
