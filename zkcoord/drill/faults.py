@@ -127,21 +127,20 @@ class DrillCluster:
         return partitions_of(self.cluster.zk, [self.topic])
 
     def create_topic(self, partitions: int) -> None:
-        """The drill's topic: Kafka's admin API over Kafka (replicated as the cluster's default), else zkcoord's."""
-        if self.kafka is None:
-            self.cluster.create_topic(self.topic, partitions)
-            return
-        self.kafka.create_topic(self.topic, partitions, timeout=KAFKA_ADMIN_S)
-        self._learn_partitions()
+        self._shape_topic(partitions, create=True)
 
     def add_partitions(self, total: int) -> None:
-        if self.kafka is None:
-            self.cluster.add_partitions(self.topic, total)
-            return
-        self.kafka.add_partitions(self.topic, total, timeout=KAFKA_ADMIN_S)
-        self._learn_partitions()
+        self._shape_topic(total, create=False)
 
-    def _learn_partitions(self) -> None:
+    def _shape_topic(self, partitions: int, create: bool) -> None:
+        """Create the drill's topic or grow it to ``partitions``: through
+        Kafka's admin API over Kafka (replicated as the cluster's default,
+        and its partitions read back from Kafka), else zkcoord's."""
+        if self.kafka is None:
+            (self.cluster.create_topic if create else self.cluster.add_partitions)(self.topic, partitions)
+            return
+        (self.kafka.create_topic if create else self.kafka.add_partitions)(self.topic, partitions,
+                                                                            timeout=KAFKA_ADMIN_S)
         self.kafka_partitions = {(self.topic, p) for p in self.kafka.replicas_of(self.topic)}
 
     def coordinator_epoch(self) -> int:
