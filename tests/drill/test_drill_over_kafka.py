@@ -16,10 +16,10 @@ from zkcoord.drill.schedule import left_out_over_kafka
 
 pytestmark = pytest.mark.kafka
 
-# Seed 20261145 draws, over either mode's three kinds, the partitions added
+# Seed 20261130 draws, over either mode's three kinds, the partitions added
 # first (learnt through ZooKeeper's topic watch, or through Kafka's metadata
 # under KRaft), then the two Kafka faults on the grown topic.
-SEED = "20261145"
+SEED = "20261130"
 CAMPAIGNS = {
     "3.9": ("add-partitions", "kafka-leader-kill", "kafka-controller-kill"),
     "4": ("add-partitions", "kafka-broker-pause", "kafka-controller-kill"),

@@ -48,6 +48,13 @@ CROWD_LEAVE_S = 30.0      # a crowd's clean leave takes at most this long before
 # fetchers and the producer learning them (metadata, a retry), and a commit
 # reaching ZooKeeper, on a loaded 2-core machine.
 KAFKA_FAILOVER_SLACK_S = 6.0
+# A new controller first reads the cluster's state (ZooKeeper mode: every
+# topic and partition from ZooKeeper; KRaft: the quorum elects and the new
+# leader catches up on the metadata log) before it moves any leadership.
+KAFKA_CONTROLLER_FAILOVER_S = 4.0
+# A Kafka node started again (a JVM, its logs recovered, registered) or woken
+# may take this long to serve on a busy 2-core machine (KRaft's took over a minute).
+KAFKA_RESTART_S = 180.0
 KAFKA_RECOVERY_LOOK_S = 0.5  # how often a Kafka fault's recovery is looked at (each look asks the cluster)
 KAFKA_REPLICATED_S = 120.0  # longest a broker back may take to be in sync on every partition again
 KAFKA_ADMIN_S = 120.0  # longest Kafka may take to create or grow the topic and elect its leaders, on a busy machine
@@ -663,7 +670,7 @@ def kafka_leader_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
         return skipped(fault, "the picked partition has no leader")
     broker = ctx.kafka.brokers[victim]
     return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", kafka_failover_bound(ctx), broker.kill,
-                        lambda: ctx.kafka.restart(victim))
+                        lambda: ctx.kafka.restart(victim, timeout=KAFKA_RESTART_S))
 
 
 def kafka_broker_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
@@ -676,13 +683,14 @@ def kafka_broker_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
         return skipped(fault, "the picked partition has no leader")
     bound = max(ctx.timing.kafka_session_s, REQUEST_TIMEOUT_S + PROBE_TIMEOUT_S) + KAFKA_FAILOVER_SLACK_S
     return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", bound, ctx.kafka.brokers[victim].pause,
-                        lambda: ctx.kafka.resume(victim))
+                        lambda: ctx.kafka.resume(victim, timeout=KAFKA_RESTART_S))
 
 
 def kafka_controller_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     victim = ctx.kafka.controller()
-    return _kafka_fault(ctx, fault, victim, f"kafka controller {victim}", kafka_failover_bound(ctx),
-                        ctx.kafka.brokers[victim].kill, lambda: ctx.kafka.restart(victim))
+    bound = kafka_failover_bound(ctx) + KAFKA_CONTROLLER_FAILOVER_S
+    return _kafka_fault(ctx, fault, victim, f"kafka controller {victim}", bound, ctx.kafka.brokers[victim].kill,
+                        lambda: ctx.kafka.restart(victim, timeout=KAFKA_RESTART_S))
 
 
 def skipped(fault: PlannedFault, why: str) -> FaultRecord:

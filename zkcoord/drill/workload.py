@@ -82,9 +82,6 @@ class Producer(threading.Thread):
             "enable.idempotence": False,
             "message.timeout.ms": 300_000,           # outlast any fault: a record waits for its leader
             "topic.metadata.refresh.interval.ms": 1000,  # learn added partitions quickly
-            # A dead broker is tried again every second, not at most every 10 s:
-            # its partitions' queued records move to their new leaders sooner.
-            "reconnect.backoff.max.ms": 1000,
             **self.client_settings,
         })
         started = time.monotonic()
