@@ -10,8 +10,9 @@ forwarding again).
 Over Apache Kafka (``DrillCluster.kafka``) the topic lives in Kafka, created
 and grown with Kafka's admin API, and the Kafka kinds break its brokers:
 membership does not change, so the group is whole again once the broken
-broker's leaderships moved and the group's committed offsets on those
-partitions went past where they stood (the members followed the leaders).
+broker's leaderships moved and the group committed, on those partitions,
+records acknowledged after the fault (the producer and the members followed
+the new leaders).
 """
 
 from __future__ import annotations
