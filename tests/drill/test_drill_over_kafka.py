@@ -57,6 +57,7 @@ def test_a_short_drill_over_kafka_passes(tmp_path, release):
 
 
 @pytest.mark.parametrize("args, message", [
+    (["--kafka", "5"], "--kafka must be one of 3.9, 4, not '5'"),
     (["--kafka", "4", "--zookeeper", "127.0.0.1:1", "--bootstrap", "127.0.0.1:1"],
      "--kafka runs the drill's own cluster"),
     (["--kafka", "3.9", "--stock-members", "1"], "--stock-members is not supported with --kafka"),

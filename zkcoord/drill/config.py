@@ -10,7 +10,6 @@ from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.drill.schedule import Timing, data_plane_refusal, known_kinds
 from zkcoord.errors import ConfigError
 from zkcoord.settings import check, setting
-from zkcoord.testing.kafka import RELEASE_LINE, ZOOKEEPER_MODE, KafkaSettings
 from zkcoord.zk.security import ZkSecurity
 
 
@@ -18,9 +17,17 @@ from zkcoord.zk.security import ZkSecurity
 BIG_GROUP_MAX_MEMBERS = 1000
 
 
-# --kafka's release lines, and the mode each runs in.
-KAFKA_MODES = {line: mode for mode, line in RELEASE_LINE.items()}
-KAFKA_RELEASES = tuple(KAFKA_MODES)
+def _kafka_modes() -> dict[str, str]:
+    """--kafka's release lines and the mode each runs in (imported only when
+    asked: the Kafka harness and its client library are slow to load)."""
+    from zkcoord.testing.kafka import RELEASE_LINE
+
+    return {line: mode for mode, line in RELEASE_LINE.items()}
+
+
+def _known_release(line: str) -> None:
+    if line not in _kafka_modes():
+        raise ConfigError(f"kafka must be one of {', '.join(_kafka_modes())}, not {line!r}")
 
 
 def _positive(value: float) -> None:
@@ -63,7 +70,7 @@ class DrillSettings:
                                          "3.9 (three brokers in ZooKeeper mode on the drill's ensemble, sharing "
                                          "zkcoord's tree) or 4 (three combined KRaft nodes); replication factor "
                                          "3, min.insync.replicas 2, the producer with acks=all; the servers run "
-                                         "without their brokers", choices=KAFKA_RELEASES)
+                                         "without their brokers", validate=_known_release)
     # An existing cluster to aim at: its ZooKeeper and its servers (None: the drill's own).
     zookeeper: Optional[str] = setting(None, "an existing cluster's ZooKeeper connect string", cli=False)
     bootstrap: Optional[tuple[str, ...]] = setting(None, "an existing cluster's servers", cli=False)
@@ -134,14 +141,20 @@ class DrillSettings:
                 **({"background load": self.background_load} if self.background_load else {}),
                 "security": "TLS, SASL/SCRAM, ACLs, ZooKeeper digest and TLS" if self.secure else "none"}
 
-    def kafka_settings(self) -> Optional[KafkaSettings]:
-        """The drill's Kafka cluster (None: the embedded brokers)."""
-        return None if self.kafka is None else KafkaSettings(KAFKA_MODES[self.kafka])
+    def kafka_settings(self):
+        """The drill's Kafka cluster's KafkaSettings (None: the embedded brokers)."""
+        if self.kafka is None:
+            return None
+        from zkcoord.testing.kafka import KafkaSettings
+
+        return KafkaSettings(_kafka_modes()[self.kafka])
 
     def data_plane(self) -> str:
         kafka = self.kafka_settings()
         if kafka is None:
             return "the servers' embedded brokers"
+        from zkcoord.testing.kafka import ZOOKEEPER_MODE
+
         mode = "ZooKeeper mode" if kafka.mode == ZOOKEEPER_MODE else "KRaft"
         return (f"Apache Kafka {self.kafka} ({mode}), {kafka.brokers} brokers, replication factor "
                 f"{kafka.replication_factor}, min.insync.replicas {kafka.min_insync_replicas}, acks=all")
