@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Callable, Optional
 
@@ -24,6 +25,8 @@ from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_brokers, read_group_state, read_offsets, read_owners, read_servers
+
+log = logging.getLogger(__name__)
 
 
 def list_groups(client) -> list[str]:
@@ -50,13 +53,30 @@ def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Opti
     never elected). A cluster without a slot count node has one slot."""
     from zkcoord.coordinator.slots import slot_of
 
-    slots = _read(client, layout.SLOTS, layout.decode_slot_count) or 1
+    slots = slot_count(client)
     slot = slot_of(group, slots)
-    server = _read(client, layout.slot_coordinator_path(slot),
-                   lambda data: layout.decode_coordinator(data, layout.slot_coordinator_path(slot)))
+    server, epoch, _since_ms = slot_holder(client, slot)
+    return slot, slots, server, epoch
+
+
+def slot_count(client) -> int:
+    """How many coordinator slots the cluster has (one without a slot count node)."""
+    return _read(client, layout.SLOTS, layout.decode_slot_count) or 1
+
+
+def slot_holder(client, slot: int) -> tuple[Optional[str], Optional[int], Optional[int]]:
+    """Coordinator slot ``slot``'s elected server (None if none is), its
+    epoch (None if never elected) and since when the server holds it (the
+    election node's creation, in ms since 1970; None if none is elected)."""
+    path = layout.slot_coordinator_path(slot)
+    try:
+        data, stat = client.get(path)
+        server, since_ms = layout.decode_coordinator(data, path), stat.ctime
+    except NoNodeError:
+        server = since_ms = None
     epoch = _read(client, layout.slot_epoch_path(slot),
                   lambda data: layout.decode_coordinator_epoch(data, layout.slot_epoch_path(slot)))
-    return slot, slots, server, epoch
+    return server, epoch, since_ms
 
 
 # Kafka's names for a group's state, as `kafka-consumer-groups --describe --state` prints them.
@@ -211,7 +231,11 @@ def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credent
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
         with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls,
                            credential=credential, plain_without_tls=plain_without_tls) as brokers:
-            return brokers.offsets_known(partitions, LATEST_TIMESTAMP)
+            known = brokers.offsets_known(partitions, LATEST_TIMESTAMP)
+            if brokers.problems:
+                log.warning("no lag for %d of %d partition(s): %s", len(set(partitions) - set(known)),
+                            len(set(partitions)), "; ".join(brokers.problems))
+            return known
 
     return ends
 

@@ -262,12 +262,29 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     raise NoCoordinator("no server could say who coordinates the group: " + "; ".join(failures))
 
 
+def send_reset(address: tuple[str, int], request, tls=None, timeout: float = ANSWER_TIMEOUT_S):
+    """One ResetOffsetsRequest to the coordinator at ``address``, on a
+    connection of its own (the coordinator answers and closes it); its
+    answer, refusals included. Raises ZkcoordError or OSError when it could
+    not be asked or did not answer."""
+    from zkcoord import wire
+    from zkcoord.channel import Channel
+
+    channel = Channel.connect(address[0], address[1], CONNECT_TIMEOUT_S, tls=tls)
+    try:
+        answer = channel.request(request, timeout)
+    finally:
+        channel.close()
+    if not isinstance(answer, wire.ResetOffsetsResponse):
+        raise wire.MalformedFrame(f"expected ResetOffsetsResponse, got {type(answer).__name__}")
+    return answer
+
+
 def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute: bool):
     """Send a ResetOffsetsRequest to the group's coordinator, found again and
     asked again while it moves, is not available or the group rebalances
     (for up to RETRY_FOR_S); returns its answer."""
     from zkcoord import wire
-    from zkcoord.channel import Channel
 
     refuse_password_without_tls(args)
     request = wire.ResetOffsetsRequest(group_id=args.group, execute=execute, force=args.force,
@@ -277,14 +294,8 @@ def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute
     deadline = time.monotonic() + RETRY_FOR_S
     while True:
         try:
-            (host, port), _ = locate(args)
-            channel = Channel.connect(host, port, CONNECT_TIMEOUT_S, tls=client_tls(args))
-            try:
-                answer = channel.request(request, ANSWER_TIMEOUT_S)
-            finally:
-                channel.close()
-            if not isinstance(answer, wire.ResetOffsetsResponse):
-                raise wire.MalformedFrame(f"expected ResetOffsetsResponse, got {type(answer).__name__}")
+            address, _ = locate(args)
+            answer = send_reset(address, request, client_tls(args))
             if answer.error_code == wire.ErrorCode.NONE:
                 return answer
             error = wire.error_for(answer.error_code, answer.error_message)
