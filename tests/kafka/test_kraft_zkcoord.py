@@ -171,3 +171,25 @@ def test_the_spark_source_reads_kafka_4_on_both_paths_and_as_a_group_member(kraf
         assert zkcoord_servers.zk.get_children(owners)  # it held the partitions as a member of the group
     finally:
         query.stop()
+
+
+
+def test_the_cluster_hosts_beside_kraft_are_kafkas_brokers_from_its_metadata(kraft_kafka, zk_ensemble):
+    """Where logins of the cluster's own come from: beside KRaft nothing of
+    Kafka's is in ZooKeeper, so its brokers are those of its metadata, read
+    again when they change."""
+    from zkcoord.coordinator.kafka_cluster import KafkaClusterWatch
+    from zkcoord.security.checks import ClusterHosts
+    from zkcoord.testing import fresh_chroot
+
+    watch = KafkaClusterWatch(kraft_kafka.bootstrap.split(","), INTERVAL_MS / 1000,
+                              lambda address: BrokerConnection(address, timeout_s=10))
+    with fresh_chroot(zk_ensemble.connect_string, prefix="hosts") as (_connect, zk):
+        hosts = ClusterHosts(zk, kafka=watch)  # no server registered in this chroot
+        assert "127.0.0.1" not in hosts  # and no broker known: the watch has not read Kafka yet
+        watch.start()
+        try:
+            wait_until(lambda: "127.0.0.1" in hosts, 10, message="Kafka's brokers read from its metadata")
+            assert set(watch.brokers) == set(kraft_kafka.brokers)
+        finally:
+            watch.stop()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from zkcoord.drill.schedule import KINDS, Timing, parse_kinds, plan
+from zkcoord.drill.schedule import KINDS, Timing, left_out_over_kafka, parse_kinds, plan
 from zkcoord.errors import ConfigError
 
-TIMING = Timing(consumer_session_s=3.0, zk_session_s=4.0, rebalance_timeout_s=5.0)
+TIMING = Timing(consumer_session_s=3.0, zk_session_s=4.0, rebalance_timeout_s=5.0, kafka_session_s=4.5)
 
 
 def test_the_same_seed_gives_the_same_schedule():
@@ -33,6 +33,8 @@ def test_long_and_short_holds_straddle_the_timeouts():
             assert f.hold_s > TIMING.zk_session_s + 0.9
         elif f.kind in ("coordinator-pause-short", "coordinator-zk-blip"):
             assert f.hold_s < TIMING.zk_session_s / 2
+        elif KINDS[f.kind].kafka:  # a Kafka broker away past its session: its leaderships must move
+            assert f.hold_s > TIMING.kafka_session_s + 0.9
         assert 0.5 <= f.settle_s <= 1.5
 
 
@@ -54,7 +56,13 @@ def test_a_fault_count_that_is_not_positive_is_refused(count):
 
 
 def test_kinds_are_parsed_and_unknown_ones_named():
-    assert parse_kinds("all") == list(KINDS)
+    # Without Kafka, "all" is every kind that was before the Kafka ones: a seed draws the schedule it always drew.
+    kafka_kinds = ["kafka-leader-kill", "kafka-broker-pause", "kafka-controller-kill"]
+    assert parse_kinds("all") == [k for k in KINDS if k not in kafka_kinds]
+    assert list(KINDS)[-3:] == kafka_kinds
+    # Over Kafka, every kind but those it cannot take.
+    assert parse_kinds("all", over_kafka=True) == [k for k in KINDS if k not in left_out_over_kafka()]
+    assert set(left_out_over_kafka()) == {"stock-member-pause-long", "stock-member-group-cut"}
     assert parse_kinds("consumer-kill, member-join,consumer-kill") == ["consumer-kill", "member-join"]
     with pytest.raises(ConfigError, match="unknown fault kind.*bogus"):
         parse_kinds("consumer-kill,bogus")

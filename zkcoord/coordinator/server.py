@@ -60,7 +60,7 @@ from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.security import store as security_store
 from zkcoord.security import tls
-from zkcoord.security.checks import LoginChecks
+from zkcoord.security.checks import ClusterHosts, LoginChecks
 from zkcoord.security.principal import ANONYMOUS, Principal, user
 from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
@@ -183,7 +183,6 @@ class Server:
         self._metrics_endpoint: Optional[MetricsEndpoint] = None
         self.broker = None
         self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
-        self.logins = LoginChecks(self.zk, config.security, families.LoginMetrics(self.metrics_registry))  # the broker's too
         self.metadata: Optional[MetadataView] = None
         self._stream: Optional[GatedStreamServer] = None
         self._tls = tls.server_context(config.tls)  # None: plaintext
@@ -198,6 +197,8 @@ class Server:
                 partial(BrokerConnection, client_id="zkcoord-coordinator", timeout_s=broker_timeout_s,
                         tls=broker_tls, credential=credential))
         self.topics: TopicSource = self.kafka if self.kafka is not None else TopicWatch(self.zk)
+        self.logins = LoginChecks(self.zk, config.security, families.LoginMetrics(self.metrics_registry),
+                                  cluster_hosts=ClusterHosts(self.zk, kafka=self.kafka))  # the broker's too
         # Its coordinators' connections to the brokers, for log ends.
         self.log_ends = LogEndReader(self.zk, broker_timeout_s, tls=broker_tls, credential=credential,
                                      kafka=self.kafka)

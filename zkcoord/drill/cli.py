@@ -1,8 +1,10 @@
 """`zkcoord drill`: run a fault campaign and print a verdict.
 
-By default it brings up its own local cluster on 127.0.0.1; with
-``--zookeeper`` and ``--bootstrap`` it aims at an existing one and breaks
-only the consumers it runs itself. Exit status 0 when every invariant held,
+By default it brings up its own local cluster on 127.0.0.1, the records on
+the servers' embedded brokers; with ``--kafka 3.9`` or ``--kafka 4`` on a
+3-broker Apache Kafka cluster of its own beside the servers, which it breaks
+too; with ``--zookeeper`` and ``--bootstrap`` it aims at an existing one
+and breaks only the consumers it runs itself. Exit status 0 when every invariant held,
 1 on any violation or when it had to stop early, 2 on bad arguments, 130
 when interrupted. The last line
 printed is the summary other tools read:
@@ -31,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     + "; ".join(f"{k.name}: {k.help}" for k in KINDS.values()))
     settings.add_options(p, DrillSettings)
     p.add_argument("--seed", type=int, default=None, help="seed of the schedule (default: from the clock)")
-    p.add_argument("--kinds", default="all", help="comma-separated fault kinds, or 'all' (default)")
+    p.add_argument("--kinds", default="all", help="comma-separated fault kinds, or 'all' (default: every kind "
+                                                  "the data plane can take)")
     p.add_argument("--dir", type=Path, default=None,
                    help="directory for the history and reports (default ./zkcoord-drill-DATE-TIME)")
     p.add_argument("--zookeeper", default=None, help="an existing cluster's ZooKeeper connect string")
@@ -55,7 +58,7 @@ def settings_from(args: argparse.Namespace):
         bootstrap = tuple(f"{h}:{p}" for h, p in parse_bootstrap(args.bootstrap))
     return settings.from_args(
         DrillSettings, args, seed=args.seed if args.seed is not None else int(time.time()) % 1_000_000,
-        kinds=tuple(parse_kinds(args.kinds)),
+        kinds=tuple(parse_kinds(args.kinds, over_kafka=getattr(args, "DrillSettings.kafka") is not None)),
         directory=args.dir or Path.cwd() / time.strftime("zkcoord-drill-%Y%m%d-%H%M%S"),
         zookeeper=args.zookeeper, bootstrap=bootstrap, zk_security=settings.from_args(ZkSecurity, args))
 

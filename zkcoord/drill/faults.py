@@ -6,6 +6,13 @@ Faults on the ZooKeeper connection of a server go through a TCP proxy the
 drill puts between that server and the ensemble (cut: nothing forwarded
 either way, the session expires when it outlasts the session timeout; heal:
 forwarding again).
+
+Over Apache Kafka (``DrillCluster.kafka``) the topic lives in Kafka, created
+and grown with Kafka's admin API, and the Kafka kinds break its brokers:
+membership does not change, so the group is whole again once the broken
+broker's leaderships moved and the group committed, on those partitions,
+records acknowledged after the fault (the producer and the members followed
+the new leaders).
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ from zkcoord import wire
 from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
 from zkcoord.drill.secure import DrillSecrets
+from zkcoord.fetch.columnar import PROBE_TIMEOUT_S, REQUEST_TIMEOUT_S
 from zkcoord.testing import (ConsumerProcess, LocalCluster, ManagedProcess, OwnershipViolation, ProxiedEnsemble,
                              WaitTimeout, group_is_whole, partitions_of, read_json_lines, wait_until)
+from zkcoord.testing.kafka import KRAFT_MODE, KafkaCluster
 from zkcoord.testing.netns import NetworkNamespace
+from zkcoord.zk.nodes import read_offsets
 from zkcoord.zk.ensemble import LocalEnsemble
 
 log = logging.getLogger(__name__)
@@ -34,6 +44,21 @@ RECONNECT_S = wire.MEMBER_RETRY_MAX_S  # a member's longest reconnect backoff
 REBALANCE_SLACK_S = 3.0   # a few round trips and ZooKeeper writes, on a loaded 2-core machine
 MAX_PARTITIONS = 24       # add-partitions stops growing the topic here
 CROWD_LEAVE_S = 30.0      # a crowd's clean leave takes at most this long before it is killed
+# Kafka's side of a broker gone past its session: the controller electing new
+# leaders (a new controller first, when it was the controller), the members'
+# fetchers and the producer learning them (metadata, a retry), and a commit
+# reaching ZooKeeper, on a loaded 2-core machine.
+KAFKA_FAILOVER_SLACK_S = 6.0
+# A new controller first reads the cluster's state (ZooKeeper mode: every
+# topic and partition from ZooKeeper; KRaft: the quorum elects and the new
+# leader catches up on the metadata log) before it moves any leadership.
+KAFKA_CONTROLLER_FAILOVER_S = 4.0
+# A Kafka node started again (a JVM, its logs recovered, registered) or woken
+# may take this long to serve on a busy 2-core machine (KRaft's took over a minute).
+KAFKA_RESTART_S = 180.0
+KAFKA_RECOVERY_LOOK_S = 0.5  # how often a Kafka fault's recovery is looked at (each look asks the cluster)
+KAFKA_REPLICATED_S = 120.0  # longest a broker back may take to be in sync on every partition again
+KAFKA_ADMIN_S = 120.0  # longest Kafka may take to create or grow the topic and elect its leaders, on a busy machine
 
 
 @dataclasses.dataclass
@@ -59,6 +84,13 @@ class DrillCluster:
     big_group_members: int = 0
     crowd_args: Sequence[str] = ()
     namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
+    kafka: Optional[KafkaCluster] = None  # the records in Apache Kafka's brokers, not in the servers' own
+    # The highest offset the producer has had acknowledged on each partition, so far.
+    acknowledged: Callable[[], dict] = dict
+    # A KRaft cluster's topic is in no ZooKeeper node: its partitions as Kafka's metadata last said,
+    # and how late the servers may learn a change of them (their look at Kafka's metadata; 0: a watch).
+    kafka_partitions: set = dataclasses.field(default_factory=set)
+    topic_change_lag_s: float = 0.0
 
     # -- the group ----------------------------------------------------------------------------------
 
@@ -98,7 +130,26 @@ class DrillCluster:
             netns.remove()
 
     def partitions(self) -> set:
+        if self.kafka is not None and self.kafka.mode == KRAFT_MODE:
+            return self.kafka_partitions
         return partitions_of(self.cluster.zk, [self.topic])
+
+    def create_topic(self, partitions: int) -> None:
+        self._shape_topic(partitions, create=True)
+
+    def add_partitions(self, total: int) -> None:
+        self._shape_topic(total, create=False)
+
+    def _shape_topic(self, partitions: int, create: bool) -> None:
+        """Create the drill's topic or grow it to ``partitions``: through
+        Kafka's admin API over Kafka (replicated as the cluster's default,
+        and its partitions read back from Kafka), else zkcoord's."""
+        if self.kafka is None:
+            (self.cluster.create_topic if create else self.cluster.add_partitions)(self.topic, partitions)
+            return
+        (self.kafka.create_topic if create else self.kafka.add_partitions)(self.topic, partitions,
+                                                                            timeout=KAFKA_ADMIN_S)
+        self.kafka_partitions = {(self.topic, p) for p in self.kafka.replicas_of(self.topic)}
 
     def coordinator_epoch(self) -> int:
         """The epoch of the group's coordinator slot (-1: never elected)."""
@@ -505,11 +556,13 @@ def _last_status(crowd: ManagedProcess) -> dict:
     return {}
 
 
-def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callable[[], None]) -> FaultRecord:
-    """A planned change: made at once, then the wait for a whole group."""
+def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callable[[], None],
+             extra_s: float = 0.0) -> FaultRecord:
+    """A planned change: made at once, then the wait for a whole group (within
+    a member's bound, and ``extra_s`` more for the change to be learnt)."""
     injected = time.time()
     change()
-    bound = ctx.member_bound()
+    bound = ctx.member_bound() + extra_s
     whole_at = ctx.wait_whole(_wait_bound(bound))
     return _record(fault, target, injected, injected, injected, whole_at, whole_at, bound)
 
@@ -532,7 +585,113 @@ def add_partitions(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     if current + 2 > MAX_PARTITIONS:
         return skipped(fault, f"the topic has {current} partitions already")
     return _planned(ctx, fault, f"{ctx.topic}: {current} -> {current + 2} partitions",
-                    lambda: ctx.cluster.add_partitions(ctx.topic, current + 2))
+                    lambda: ctx.add_partitions(current + 2), extra_s=ctx.topic_change_lag_s)
+
+
+# -- Apache Kafka's brokers (a drill over Kafka) -----------------------------------------------------
+
+
+def _kafka_fault(ctx: DrillCluster, fault: PlannedFault, victim: int, target: str, bound: float,
+                 begin: Callable[[], None], back: Callable[[], None]) -> FaultRecord:
+    """Kafka node ``victim`` broken (``begin``) for the hold and until the
+    group is whole without it (or long past the bound), then brought back
+    (``back``) and in sync on every partition again before the next fault.
+    Routed around: the time to whole counts from the injection, until
+    every partition ``victim`` led has another leader and a committed offset
+    past the highest offset acknowledged before the fault (the producer
+    wrote through the new leader, and the members read from it). A new
+    leader is elected only by a live controller, so when ``victim`` was the
+    controller that says a new one took office; should it have led none of
+    the topic's partitions, whole is when the controller is another node.
+
+    The acknowledged offsets are taken at the first look, half a second in:
+    an acknowledgement the broker sent just before it went is counted by then."""
+    kafka = ctx.kafka
+    led = sorted(p for p, replicas in kafka.replicas_of(ctx.topic).items() if replicas.leader == victim)
+    looked = {"at": time.monotonic(), "recovered": False, "acknowledged": None}
+
+    def recovered() -> bool:
+        if looked["recovered"] or time.monotonic() - looked["at"] < KAFKA_RECOVERY_LOOK_S:
+            return looked["recovered"]
+        looked["at"] = time.monotonic()
+        if looked["acknowledged"] is None:
+            looked["acknowledged"] = ctx.acknowledged()
+            return False
+        if led:
+            leaders = kafka.replicas_of(ctx.topic)
+            committed = read_offsets(ctx.cluster.zk, ctx.group)
+            looked["recovered"] = all(
+                leaders[p].leader not in (victim, -1)
+                and committed.get((ctx.topic, p), 0) > looked["acknowledged"].get((ctx.topic, p), -1) + 1
+                for p in led)
+        else:
+            looked["recovered"] = kafka.controller() != victim
+        return looked["recovered"]
+
+    def whole() -> bool:
+        return ctx.is_whole() and recovered()
+
+    injected = time.time()
+    begin()
+    try:
+        whole_at = _hold(fault.hold_s, whole)
+        if whole_at is None:  # the broker stays away until the cluster and the group have routed around it
+            try:
+                whole_at = wait_until(lambda: whole() and time.time(), _wait_bound(bound), interval=0.1,
+                                      message="the group to be whole past the Kafka fault")
+            except WaitTimeout:
+                whole_at = None
+    finally:
+        back()
+        wait_until(lambda: all(replicas.isr == frozenset(kafka.brokers)
+                               for replicas in kafka.replicas_of(ctx.topic).values()),
+                   KAFKA_REPLICATED_S, interval=0.5, message=f"broker {victim} in sync on every partition again")
+    restored = time.time()
+    rejoined_at = ctx.wait_whole(_wait_bound(bound))
+    note = "" if led else "it led none of the topic's partitions"
+    return _record(fault, f"{target} (led {len(led)} partitions)", injected, restored, injected, whole_at,
+                   rejoined_at, bound, note=note)
+
+
+def _leader_of_picked(ctx: DrillCluster, fault: PlannedFault) -> Optional[int]:
+    """The broker leading the partition the fault picks (None: that partition has no leader now)."""
+    partitions = sorted(p for _, p in ctx.partitions())
+    leader = ctx.kafka.leader_of(ctx.topic, partitions[fault.pick % len(partitions)])
+    return leader if leader >= 0 else None
+
+
+def kafka_failover_bound(ctx: DrillCluster) -> float:
+    """A Kafka broker gone: its session with ZooKeeper or the controllers, then the failover."""
+    return ctx.timing.kafka_session_s + KAFKA_FAILOVER_SLACK_S
+
+
+def kafka_leader_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    victim = _leader_of_picked(ctx, fault)
+    if victim is None:
+        return skipped(fault, "the picked partition has no leader")
+    broker = ctx.kafka.brokers[victim]
+    return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", kafka_failover_bound(ctx), broker.kill,
+                        lambda: ctx.kafka.restart(victim, timeout=KAFKA_RESTART_S))
+
+
+def kafka_broker_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    """A paused leader keeps its connections and the kernel still accepts
+    new ones: a member's fetch already sent to it goes unanswered until the
+    fetcher gives the broker up, and the fetcher's question for the new
+    leaders may go to the same silent broker first and wait its timeout."""
+    victim = _leader_of_picked(ctx, fault)
+    if victim is None:
+        return skipped(fault, "the picked partition has no leader")
+    bound = max(ctx.timing.kafka_session_s, REQUEST_TIMEOUT_S + PROBE_TIMEOUT_S) + KAFKA_FAILOVER_SLACK_S
+    return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", bound, ctx.kafka.brokers[victim].pause,
+                        lambda: ctx.kafka.resume(victim, timeout=KAFKA_RESTART_S))
+
+
+def kafka_controller_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
+    victim = ctx.kafka.controller()
+    bound = kafka_failover_bound(ctx) + KAFKA_CONTROLLER_FAILOVER_S
+    return _kafka_fault(ctx, fault, victim, f"kafka controller {victim}", bound, ctx.kafka.brokers[victim].kill,
+                        lambda: ctx.kafka.restart(victim, timeout=KAFKA_RESTART_S))
 
 
 def skipped(fault: PlannedFault, why: str) -> FaultRecord:
@@ -570,6 +729,9 @@ ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {
     "member-leave": member_leave,
     "add-partitions": add_partitions,
     "big-group": big_group,
+    "kafka-leader-kill": kafka_leader_kill,
+    "kafka-broker-pause": kafka_broker_pause,
+    "kafka-controller-kill": kafka_controller_kill,
 }
 assert set(ACTIONS) == set(KINDS), "every kind has an action"
 

@@ -5,8 +5,12 @@ process, then judge the history and write the reports.
 The drill's own cluster runs on 127.0.0.1 only: a 3-node ZooKeeper ensemble,
 three `zkcoord server` processes (each reaching ZooKeeper through a proxy the
 drill can cut), the consumer processes and one producer; with ``--secure``,
-every layer of security on (:mod:`~zkcoord.drill.secure`). Ctrl-C (or SIGTERM)
-stops every process the drill started and still judges what was gathered.
+every layer of security on (:mod:`~zkcoord.drill.secure`); with ``--kafka``,
+a 3-broker Apache Kafka cluster holds the records instead of the servers'
+embedded brokers (ZooKeeper mode on the drill's ensemble, sharing zkcoord's
+tree, or KRaft, the servers then learning it from Kafka's metadata). Ctrl-C
+(or SIGTERM) stops every process the drill started and still judges what
+was gathered.
 """
 
 from __future__ import annotations
@@ -24,29 +28,38 @@ from zkcoord.drill.checker import Verdict, check
 from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.history import FAULTS, History, append_lines
 from zkcoord.drill.report import write_reports
-from zkcoord.drill.schedule import KINDS, PlannedFault, plan
+from zkcoord.drill.schedule import KINDS, PlannedFault, left_out_over_kafka, plan
 from zkcoord.drill.secure import ENSEMBLE_SECURITY, DrillSecrets
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
 from zkcoord.interrupts import Interruptible
 from zkcoord.testing import CpuLoad, LocalCluster, ProxiedEnsemble, netns, start_ensemble, wait_until
+from zkcoord.testing.kafka import KRAFT_MODE, KafkaCluster
 from zkcoord.zk.ensemble import LocalEnsemble
 
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 90.0
 ZOOKEEPER_DIR = "zookeeper"  # the drill's own ensemble, under its directory
+KAFKA_DIR = "kafka"  # the drill's Kafka cluster, under its directory
+# How often the servers beside a KRaft cluster read its metadata: partitions
+# added are learnt within this, well inside a member's bound.
+KAFKA_METADATA_INTERVAL_MS = 1000
 
 
 def runnable_kinds(settings: DrillSettings) -> tuple[list[str], dict[str, str]]:
-    """The kinds this drill can inject, and why it skips the others."""
+    """The kinds this drill can inject, and why it skips the others (over
+    Apache Kafka, with the kinds it leaves out of its schedule)."""
     skipped = {k: "needs the drill's own cluster (servers and ZooKeeper are not the drill's to break)"
                for k in settings.kinds if KINDS[k].own_cluster and not settings.own_cluster}
     if any(KINDS[k].netns for k in settings.kinds if k not in skipped):
         why = netns.unavailable_reason()
         if why is not None:
             skipped.update({k: why for k in settings.kinds if KINDS[k].netns and k not in skipped})
-    return [k for k in settings.kinds if k not in skipped], skipped
+    runnable = [k for k in settings.kinds if k not in skipped]
+    if settings.kafka is not None:
+        skipped.update({k: f"not over Apache Kafka: {why}" for k, why in left_out_over_kafka().items()})
+    return runnable, skipped
 
 
 class Progress:
@@ -141,6 +154,8 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Op
     history = History.load(directory)
     verdict = check(history, interrupted=stopped_early is not None)
     settings_shown = settings.shown()
+    if resources.kafka is not None:
+        settings_shown["kafka release"] = resources.kafka.version
     if stopped_early:
         settings_shown["stopped early"] = stopped_early
     text = write_reports(directory, history, verdict, settings_shown, skipped)
@@ -160,6 +175,7 @@ class _Resources:
         self.in_flight: Optional[tuple[PlannedFault, float]] = None  # a fault under way, and since when
         self.secrets: Optional[DrillSecrets] = None
         self.load: Optional[CpuLoad] = None
+        self.kafka: Optional[KafkaCluster] = None
 
     def close(self, directory: Path) -> None:
         steps = [self.load.stop] if self.load is not None else []
@@ -174,6 +190,8 @@ class _Resources:
             steps.append(self.cluster.close)
         if self.ctx is not None:
             steps.append(self.ctx.remove_namespaces)
+        if self.kafka is not None:  # after the servers and consumers, before ZooKeeper
+            steps.append(self.kafka.close)
         steps += [proxy.close for proxy in self.proxies.values()]
         if self.ensemble is not None:
             steps.append(self.ensemble.stop)
@@ -206,6 +224,11 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         zookeeper = ensemble.connect_string
         server_args = (*settings.server_args(),
                        *(resources.secrets.server_args() if resources.secrets is not None else ()))
+        if settings.kafka is not None:
+            resources.kafka = kafka = _kafka_cluster(settings, directory, zookeeper)
+            progress.say(f"drill: starting Apache Kafka {kafka.version} ({settings.data_plane()})")
+            kafka.start()
+            server_args += _beside_kafka(kafka)
         resources.cluster = cluster = LocalCluster(zookeeper, directory, server_args,
                                                    zk_security=ensemble.client_security())
         if resources.secrets is not None:
@@ -226,23 +249,26 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         zookeeper = settings.zookeeper
         resources.cluster = cluster = LocalCluster(zookeeper, directory, zk_security=settings.zk_security)
         bootstrap = list(settings.bootstrap)
-    cluster.create_topic(topic, settings.partitions)
     resources.ctx = ctx = fault_actions.DrillCluster(
         cluster=cluster, group=topic, topic=topic, timing=settings.timing,
         consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
         ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap,
         use_netns=any(KINDS[k].netns for k in kinds),
         stock_wanted=settings.stock_members, kafka_brokers=_broker_list(cluster) if settings.stock_members else None,
-        secrets=resources.secrets, big_group_members=settings.big_group_members, crowd_args=settings.member_args())
+        secrets=resources.secrets, big_group_members=settings.big_group_members, crowd_args=settings.member_args(),
+        kafka=resources.kafka, topic_change_lag_s=_topic_change_lag_s(resources.kafka))
+    ctx.create_topic(settings.partitions)
     if ctx.use_netns:
         for stale in netns.remove_stale():
             progress.say(f"drill: removed network namespace {stale}, left by a drill that died")
     for _ in range(settings.consumers):
         ctx.add_consumer()
     bound = settings.max_minutes * 60 + 300
-    resources.workers = workers = [Producer(_broker_list(cluster), topic, settings.rate, directory, bound,
+    brokers = resources.kafka.bootstrap if resources.kafka is not None else _broker_list(cluster)
+    resources.workers = workers = [Producer(brokers, topic, settings.rate, directory, bound,
                                             cluster.client_settings),
                                    Sampler(zookeeper, topic, directory, bound, cluster.zk_security)]
+    ctx.acknowledged = workers[0].highest_acknowledged
     for worker in workers:
         worker.start()
     if ctx.wait_whole(120) is None:
@@ -250,6 +276,31 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
     progress.say(f"drill: group of {settings.consumers} whole over {settings.partitions} partitions; "
                  f"producing {settings.rate} records/s")
     return ctx, workers
+
+
+def _kafka_cluster(settings: DrillSettings, directory: Path, zookeeper: str) -> KafkaCluster:
+    """The drill's Kafka cluster: in ZooKeeper mode on the drill's ensemble
+    at its root, where the servers are, so that Kafka's /brokers is the tree
+    zkcoord watches."""
+    kafka_settings = settings.kafka_settings()
+    return KafkaCluster(directory / KAFKA_DIR, kafka_settings,
+                        zookeeper=None if kafka_settings.mode == KRAFT_MODE else zookeeper)
+
+
+def _beside_kafka(kafka: KafkaCluster) -> tuple[str, ...]:
+    """The servers' options beside ``kafka``: no broker of their own, and
+    under KRaft (nothing of Kafka's in ZooKeeper) Kafka's metadata to learn
+    the brokers and topics from."""
+    if kafka.mode == KRAFT_MODE:
+        return ("--no-broker", "--kafka-bootstrap", kafka.bootstrap,
+                "--kafka-metadata-interval-ms", str(KAFKA_METADATA_INTERVAL_MS))
+    return ("--no-broker",)
+
+
+def _topic_change_lag_s(kafka: Optional[KafkaCluster]) -> float:
+    """How late the servers may learn partitions added: beside a KRaft
+    cluster, at their next look at its metadata; otherwise at once (a watch)."""
+    return KAFKA_METADATA_INTERVAL_MS / 1000 if kafka is not None and kafka.mode == KRAFT_MODE else 0.0
 
 
 def _broker_list(cluster: LocalCluster) -> str:

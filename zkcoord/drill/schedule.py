@@ -2,16 +2,17 @@
 how long. Pure: the same seed, count, kinds and timing give the same schedule.
 
 A kind says what it breaks, whether it needs a cluster the drill started
-itself (faults on servers and ZooKeeper), and whether it is a *planned*
-change (a join, a clean leave, partitions added), after which not one record
-may be delivered twice.
+itself (faults on servers and ZooKeeper), whether it breaks Apache Kafka
+(a drill over Kafka only) or needs the embedded brokers (never over Kafka),
+and whether it is a *planned* change (a join, a clean leave, partitions
+added), after which not one record may be delivered twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 from zkcoord.errors import ConfigError
 
@@ -23,9 +24,15 @@ class Kind:
     own_cluster: bool = True   # needs servers or ZooKeeper the drill started
     planned: bool = False
     netns: bool = False        # needs network namespaces (root, ip, iptables)
+    kafka: bool = False        # breaks Apache Kafka's brokers: a drill over Kafka only
+    # Why it cannot run over Apache Kafka (None: it can).
+    not_over_kafka: Optional[str] = None
     # Ends by undoing itself cleanly on odd picks (then a planned change) and by kill -9 on even ones.
     clean_on_odd_picks: bool = False
 
+
+STOCK_MEMBERS_NEED_OUR_BROKERS = ("stock members join through the embedded brokers' group APIs: over Apache "
+                                  "Kafka they need a group gateway")
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("coordinator-kill", "kill -9 the group's coordinator; restart it once the group is whole"),
@@ -49,9 +56,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("coordinator-to-member-loss", "drop the coordinator's packets to a member on their open connection only "
          "(the member's still arrive) past its session timeout, then heal", netns=True),
     Kind("stock-member-pause-long", "SIGSTOP a stock member past its session timeout, then SIGCONT",
-         own_cluster=False),
+         own_cluster=False, not_over_kafka=STOCK_MEMBERS_NEED_OUR_BROKERS),
     Kind("stock-member-group-cut", "cut a stock member off from its group's broker only (it still reaches the "
-         "partition leaders) past its session timeout, then heal", netns=True),
+         "partition leaders) past its session timeout, then heal", netns=True,
+         not_over_kafka=STOCK_MEMBERS_NEED_OUR_BROKERS),
     Kind("slow-member", "make a member's next Start or Stop outlast the rebalance timeout, then make it rebalance",
          own_cluster=False),
     Kind("member-join", "start one more consumer", own_cluster=False, planned=True),
@@ -60,6 +68,16 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("big-group", "many more thin members (--big-group-members, from one process) join the group for two "
          "session timeouts, then all crash (kill -9) or, on odd picks, all leave cleanly (planned)",
          own_cluster=False, clean_on_odd_picks=True),
+    # Over Apache Kafka only (--kafka), after every other kind, so that
+    # drawing from the others gives the schedules it always gave.
+    Kind("kafka-leader-kill", "kill -9 the Kafka broker leading one of the topic's partitions; restart it (same "
+         "log directory) past its session, once its leaderships moved and the group read on from the new leaders",
+         kafka=True),
+    Kind("kafka-broker-pause", "SIGSTOP the Kafka broker leading one of the topic's partitions; SIGCONT past its "
+         "session, once the group read on from the new leaders", kafka=True),
+    Kind("kafka-controller-kill", "kill -9 Kafka's active controller (ZooKeeper mode: the broker registered at "
+         "/controller; KRaft: the leader of the controllers' quorum); restart it past its session, once the "
+         "group read on from the new leaders", kafka=True),
 )}
 
 
@@ -70,6 +88,7 @@ class Timing:
     consumer_session_s: float
     zk_session_s: float
     rebalance_timeout_s: float
+    kafka_session_s: float = 0.0  # how long a silent Kafka broker stays in its cluster (a drill over Kafka)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +114,24 @@ class PlannedFault:
         return KINDS[self.kind].planned or self.clean
 
 
-def parse_kinds(text: str) -> list[str]:
-    """``a,b,c`` (or ``all``) to known kind names; a ConfigError names any unknown one."""
+def parse_kinds(text: str, over_kafka: bool = False) -> list[str]:
+    """``a,b,c`` to known kind names, or ``all`` to every kind the data plane
+    can take (over Apache Kafka or not); a ConfigError names any unknown one."""
     if text.strip() == "all":
-        return list(KINDS)
+        return [name for name in KINDS if data_plane_refusal(name, over_kafka) is None]
     return known_kinds(name.strip() for name in text.split(",") if name.strip())
+
+
+def data_plane_refusal(kind: str, over_kafka: bool) -> Optional[str]:
+    """Why ``kind`` cannot run on this data plane (None: it can)."""
+    if over_kafka:
+        return KINDS[kind].not_over_kafka
+    return "it breaks Apache Kafka's brokers: a drill over Kafka only (--kafka)" if KINDS[kind].kafka else None
+
+
+def left_out_over_kafka() -> dict[str, str]:
+    """The kinds a drill over Apache Kafka leaves out of its schedule, and why."""
+    return {kind.name: kind.not_over_kafka for kind in KINDS.values() if kind.not_over_kafka}
 
 
 def known_kinds(names: Iterable[str]) -> list[str]:
@@ -128,6 +160,8 @@ def hold_time(kind: str, timing: Timing, rng: random.Random) -> float:
         return timing.zk_session_s + rng.uniform(1.0, 2.5)
     if kind in ("coordinator-pause-short", "coordinator-zk-blip"):
         return timing.zk_session_s / 3
+    if KINDS[kind].kafka:  # past the broker's session, so that its leaderships (or the controller's office) move
+        return timing.kafka_session_s + rng.uniform(1.0, 2.5)
     if kind in ("standby-kill", "zk-node-kill", "zk-quorum-loss"):
         return rng.uniform(2.0, 5.0)
     return 0.0

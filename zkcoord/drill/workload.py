@@ -37,6 +37,7 @@ class Producer(threading.Thread):
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._pending: list[dict] = []
+        self._highest: dict[tuple[str, int], int] = {}  # the highest offset acknowledged, by partition
 
     def stop(self) -> None:
         self._stopping.set()
@@ -45,10 +46,17 @@ class Producer(threading.Thread):
         if err is not None:
             self.failed += 1
             return
+        tp = (msg.topic(), msg.partition())
         with self._lock:
-            self._pending.append({"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+            self._pending.append({"topic": tp[0], "partition": tp[1], "offset": msg.offset(),
                                   "seq": int(msg.value()), "ts": time.time()})
+            self._highest[tp] = max(self._highest.get(tp, -1), msg.offset())
         self.acked += 1
+
+    def highest_acknowledged(self) -> dict[tuple[str, int], int]:
+        """The highest offset acknowledged so far on each partition."""
+        with self._lock:
+            return dict(self._highest)
 
     def _flush_history(self) -> None:
         with self._lock:

@@ -13,7 +13,9 @@ exactly the same records (the offsets of each batch are in the checkpoint).
 With ``--group`` the query is a member of that consumer group: run it twice
 and the two queries share the topic's partitions. The ``--zk-*`` options
 (docs/ZOOKEEPER.md, "Securing ZooKeeper") reach a secured ZooKeeper; they are
-passed on as the source's ``zookeeper.*`` options.
+passed on as the source's ``zookeeper.*`` options. Beside a Kafka cluster in
+KRaft mode (nothing of Kafka's in ZooKeeper), ``--kafka-bootstrap`` names its
+brokers: the demo records are produced there and the source reads them there.
 
 The session runs on ``SPARK_MASTER`` if set (``spark://host:7077``), else on
 the master given to spark-submit, else ``local[2]``; it reads on the source's
@@ -35,6 +37,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Optional
 
 from zkcoord import settings
 from zkcoord.errors import ConfigError
@@ -74,18 +77,21 @@ def build_spark(app: str = "zkcoord-pipeline"):
     return spark
 
 
-def produce(zookeeper: str, topic: str, count: int, security=None) -> None:
-    """Demo records: keys user-0 .. user-9, one per message, spread over the partitions."""
+def produce(zookeeper: str, topic: str, count: int, security=None, kafka_bootstrap: Optional[str] = None) -> None:
+    """Demo records: keys user-0 .. user-9, one per message, spread over the
+    partitions; to the brokers registered in ZooKeeper, or to ``kafka_bootstrap``'s."""
     from confluent_kafka import Producer
 
     from zkcoord.spark.metadata import ClusterView
 
-    view = ClusterView(zookeeper, security=security)
-    try:
-        bootstrap = ",".join(sorted(view.brokers().values()))
-    finally:
-        view.close()
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    bootstrap = kafka_bootstrap
+    if bootstrap is None:
+        view = ClusterView(zookeeper, security=security)
+        try:
+            bootstrap = ",".join(sorted(view.brokers().values()))
+        finally:
+            view.close()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3, "acks": "all"})
     for i in range(count):
         while True:
             try:
@@ -114,6 +120,8 @@ def start(spark, args, security):
         reader = reader.option(key, value)
     if args.group:
         reader = reader.option("group", args.group)
+    if args.kafka_bootstrap:
+        reader = reader.option("kafka.bootstrap.servers", args.kafka_bootstrap)
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
     writer = (reader.load().writeStream
@@ -151,6 +159,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=5000)
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--produce", type=int, default=0, help="first produce this many demo records")
+    parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT,...",
+                        help="the brokers of a Kafka cluster in KRaft mode, which keeps nothing in ZooKeeper")
     parser.add_argument("--timeout", type=float, default=0, help="stop after this many seconds (0: run on)")
     args = parser.parse_args(argv)
     try:
@@ -158,7 +168,7 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         parser.error(str(exc))
     if args.produce:
-        produce(args.zookeeper, args.topic, args.produce, security)
+        produce(args.zookeeper, args.topic, args.produce, security, args.kafka_bootstrap)
     spark = build_spark()
     context = spark.sparkContext
     print(f"application {context.applicationId} on {context.master}", flush=True)

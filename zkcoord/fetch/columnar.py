@@ -57,6 +57,7 @@ PREFETCH_BYTES = 64 * 1024 * 1024  # ... or above this many bytes of keys and va
 UNKNOWN_PARTITION_S = 5.0  # a partition no broker leads for this long is reported
 RETRY_BACKOFF = 0.05  # before asking again where a partition is led (0.2 s after a failed request)
 REQUEST_TIMEOUT_S = FETCH_WAIT_MS / 1000.0 + 10.0  # a broker silent this long is given up on
+PROBE_TIMEOUT_S = 5.0  # a metadata or offset question unanswered this long is given up on
 
 
 class FetchError(ZkcoordError):
@@ -403,7 +404,7 @@ class ColumnarFetcher:
                 by_leader.setdefault(leader, []).append(tp)
         for leader, tps in by_leader.items():
             try:
-                with self._connect(leader, 5.0) as connection:
+                with self._connect(leader, PROBE_TIMEOUT_S) as connection:
                     for tp in tps:
                         try:
                             resolved[tp] = self._bound(connection, tp, positions[tp])
@@ -422,7 +423,7 @@ class ColumnarFetcher:
         problems = []
         for address in list(self._bootstrap):
             try:
-                return self._connect(address, 5.0)
+                return self._connect(address, PROBE_TIMEOUT_S)
             except BrokerConnectionError as exc:
                 if not exc.retriable:  # too old, or the credential refused: the others would say the same
                     raise

@@ -23,8 +23,10 @@ Heap and threads are sized for a 2-core machine.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import uuid
@@ -46,6 +48,11 @@ from zkcoord.zk.layout.kafka import kafka_uuid
 ZOOKEEPER_MODE = "zookeeper"
 KRAFT_MODE = "kraft"
 RELEASE_LINE = {ZOOKEEPER_MODE: "3.9", KRAFT_MODE: "4"}
+# Where ZooKeeper mode's controller registers itself, under the brokers' chroot.
+KAFKA_CONTROLLER_PATH = "/controller"
+# Kafka's own quorum tool (kafka-metadata-quorum.sh): "describe --status" names the active controller.
+QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
+QUORUM_LEADER = re.compile(r"^LeaderId:\s*(\d+)\s*$", re.MULTILINE)
 # A ZooKeeper-mode release older than every version zkcoord's client speaks:
 # for the tests that a Kafka too old is refused with a clear error.
 TOO_OLD_LINE = "0.10"
@@ -105,6 +112,11 @@ class KafkaSettings:
         if not 1 <= self.min_insync_replicas <= self.brokers:
             raise ClusterError(f"min.insync.replicas {self.min_insync_replicas} must be 1 to {self.brokers}")
 
+    @property
+    def replication_factor(self) -> int:
+        """Every topic's by default, the internal ones' too: 3, or every broker of a smaller cluster."""
+        return min(3, self.brokers)
+
 
 @dataclass(frozen=True)
 class NodePorts:
@@ -116,7 +128,7 @@ def server_properties(settings: KafkaSettings, node_id: int, log_dir: Path, port
                       voters: Mapping[int, NodePorts] = {}, zookeeper: Optional[str] = None) -> dict[str, str]:
     """One node's server.properties. ``zookeeper`` (ZooKeeper mode) is the
     connect string with the chroot; ``voters`` (KRaft) every controller's ports."""
-    replication = min(3, settings.brokers)
+    replication = settings.replication_factor
     listener = f"PLAINTEXT://127.0.0.1:{ports.port}"
     props = {
         "log.dirs": str(log_dir),
@@ -363,11 +375,15 @@ class KafkaCluster:
         """Every node's address, dead or alive, as a client would be configured."""
         return ",".join(b.address for b in self.brokers.values() if b.node_ports)
 
-    def new_admin(self) -> AdminClient:
+    def new_admin(self, operation_timeout: float = 0.0) -> AdminClient:
         """A new admin client on the reachable brokers (see client_config).
         Keep it referenced until its futures are done: a client collected
-        as garbage fails them (_DESTROY)."""
-        return AdminClient(self.client_config())
+        as garbage fails them (_DESTROY). ``operation_timeout``: how long
+        a broker may hold the answer to its requests (CreateTopics waits
+        for the new partitions' leaders), on top of the client's socket timeout."""
+        config = self.client_config()
+        config["socket.timeout.ms"] += int(operation_timeout * 1000)
+        return AdminClient(config)
 
     def client_config(self) -> dict:
         """Settings for a new client of the harness's, bootstrapped on the
@@ -450,14 +466,35 @@ class KafkaCluster:
     def log_tails(self) -> dict[str, str]:
         return {b.name: b.log_tail() for b in self.brokers.values()}
 
+    def controller(self, timeout: float = 60.0) -> int:
+        """The node id of the active controller: the broker registered at
+        /controller (ZooKeeper mode), or the leader of the controllers'
+        quorum as Kafka's quorum tool describes it (KRaft; a JVM started
+        for the question, a few seconds). ClusterError if there is none."""
+        if self.mode == ZOOKEEPER_MODE:
+            try:
+                return int(json.loads(self.zk.get(KAFKA_CONTROLLER_PATH)[0])["brokerid"])
+            except Exception as exc:  # noqa: BLE001 - kazoo's NoNodeError, a torn or unexpected node
+                raise ClusterError(f"no Kafka controller registered at {KAFKA_CONTROLLER_PATH}: {exc!r}") from None
+        bootstrap = self.client_config()["bootstrap.servers"]
+        done = subprocess.run(
+            [self.java, "-Xmx128m", *JVM_OPTIONS,
+             f"-Dlog4j2.configurationFile={self.brokers[1].directory / 'log4j2.properties'}", "-cp", os.pathsep.join(str(j) for j in self.jars), QUORUM_TOOL, "--bootstrap-server", bootstrap,
+             "describe", "--status"], capture_output=True, text=True, timeout=timeout)
+        found = QUORUM_LEADER.search(done.stdout)
+        if done.returncode != 0 or found is None:
+            raise ClusterError(f"Kafka's quorum tool named no controller ({done.returncode}): "
+                               f"{(done.stdout + done.stderr)[-2000:]}")
+        return int(found.group(1))
+
     # -- topics and records ---------------------------------------------------------------------------
 
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: Optional[int] = None,
                      config: Optional[Mapping[str, str]] = None, timeout: float = 30.0) -> None:
         """Create ``topic`` through Kafka's admin API (CreateTopics) and wait
         until every partition has a leader."""
-        replication = replication_factor or min(3, self.settings.brokers)
-        admin = self.new_admin()
+        replication = replication_factor or self.settings.replication_factor
+        admin = self.new_admin(operation_timeout=timeout)
         futures = admin.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))],
                                            operation_timeout=timeout, request_timeout=timeout)
         futures[topic].result(timeout)
@@ -465,7 +502,7 @@ class KafkaCluster:
 
     def add_partitions(self, topic: str, total: int, timeout: float = 30.0) -> None:
         """Grow ``topic`` to ``total`` partitions (CreatePartitions); wait until each has a leader."""
-        admin = self.new_admin()
+        admin = self.new_admin(operation_timeout=timeout)
         admin.create_partitions([NewPartitions(topic, total)], operation_timeout=timeout,
                                 request_timeout=timeout)[topic].result(timeout)
         self.wait_led(topic, range(total), timeout)
@@ -478,11 +515,19 @@ class KafkaCluster:
             assignment = layout.decode_topic(topic, self.zk.get(layout.topic_path(topic))[0])
             state = layout.decode_partition_state(self.zk.get(layout.partition_state_path(topic, partition))[0])
             return Replicas(state.leader, assignment.partitions[partition], frozenset(state.isr))
+        return self.replicas_of(topic)[partition]
+
+    def replicas_of(self, topic: str) -> dict[int, Replicas]:
+        """Where every partition of ``topic`` lives, in one look at the
+        cluster's records (as :meth:`partition` reads them)."""
+        if self.mode == ZOOKEEPER_MODE:
+            assignment = layout.decode_topic(topic, self.zk.get(layout.topic_path(topic))[0])
+            return {p: self.partition(topic, p) for p in assignment.partitions}
         answer = self.metadata(topic).topics[topic]
         if answer.error is not None:
             raise ClusterError(f"topic {topic}: {answer.error}")
-        found = answer.partitions[partition]
-        return Replicas(found.leader, tuple(found.replicas), frozenset(found.isrs))
+        return {p: Replicas(found.leader, tuple(found.replicas), frozenset(found.isrs))
+                for p, found in answer.partitions.items()}
 
     def leader_of(self, topic: str, partition: int) -> int:
         """The partition's leader now (-1 if it has none)."""
