@@ -37,14 +37,15 @@ from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.fence_store import FencePublisher, FenceReader
 from zkcoord.broker.groups import GroupBridge
-from zkcoord.broker.handlers import (NONE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED, Handlers, MetadataCache,
-                                     lists_every_topic)
+from zkcoord.broker.gateway import KafkaView, with_gateway
+from zkcoord.broker.handlers import (NONE, NOT_CONTROLLER, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
+                                     BrokerAddress, Handlers, MetadataCache, lists_every_topic)
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.peer import Peer
 from zkcoord.broker.sasl import SaslSession
 from zkcoord.security.checks import LoginChecks, PeerLogins
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
-from zkcoord.broker.zkstate import ZkState
+from zkcoord.broker.zkstate import ProducerIdsUnavailable, ZkState
 from zkcoord.errors import TlsError, ZkcoordError, describe
 from zkcoord.filemodes import private_directory
 from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, REFUSED_AUTHORIZATION, TLS_HANDSHAKE, FrameAccount,
@@ -88,8 +89,13 @@ class Broker:
     """
 
     def __init__(self, config: BrokerConfig, zk_client: KazooClient, metrics: Optional[BrokerMetrics] = None,
-                 guard: Optional[Guard] = None, logins: Optional[LoginChecks] = None):
+                 guard: Optional[Guard] = None, logins: Optional[LoginChecks] = None, kafka=None):
+        """``kafka``: a gateway's KafkaClusterWatch, where it reads a KRaft
+        Kafka's cluster (None: ZooKeeper's /brokers, which a ZooKeeper-mode
+        Kafka shares)."""
         self.config = config
+        self._kafka = kafka
+        self.kafka_view: Optional[KafkaView] = None  # a gateway's
         self._listener = (guard or Guard(config.limits)).listener("broker")
         self.zk = zk_client
         self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
@@ -117,14 +123,16 @@ class Broker:
         self.port: Optional[int] = None
         self.groups: Optional[GroupBridge] = None
         self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
+        self.fence_reader: Optional[FenceReader] = None  # none at a gateway
 
     # -- lifecycle -------------------------------------------------------
 
     def start(self) -> None:
         if self._server is not None:
             raise BrokerError("broker already started")
-        # Its owner's alone: the partition logs hold every record, whatever the topics' ACLs say.
-        private_directory(self.config.data_dir, "the broker's partition logs")
+        if not self.config.gateway:
+            # Its owner's alone: the partition logs hold every record, whatever the topics' ACLs say.
+            private_directory(self.config.data_dir, "the broker's partition logs")
         self._server = gevent.server.StreamServer((self.config.host, self.config.port), self._serve,
                                                   spawn=self._pool, backlog=256)
         try:
@@ -144,18 +152,25 @@ class Broker:
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
             rack=self.config.rack)
         self._zkstate = ZkState(self.zk, registration, self._wake.set)
+        if self.config.gateway:
+            self.kafka_view = KafkaView(self._zkstate, self._kafka)
         try:
             try:
                 self.metadata_cache.cluster_id = self._zkstate.cluster_id()
             except layout.LayoutError as exc:
                 raise BrokerError(f"cannot serve without the cluster id: {exc}") from None
-            self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
-            self._reconcile()
+            if self.kafka_view is None:
+                self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
+                self._reconcile()
+            else:
+                self.kafka_view.check(self._read_kafka(), self.config.broker_id)  # GatewayError
+                self._reconcile()
         except Exception:
             self._server.close()
             self._server = None
             try:
-                self._zkstate.unregister()
+                if self.kafka_view is None:
+                    self._zkstate.unregister()
             except (Exception, self.zk.handler.timeout_exception):  # ephemeral anyway; the original error matters more
                 pass
             for plog in self.logs.values():
@@ -167,20 +182,26 @@ class Broker:
         if security.authorizing:
             self.acls = security_store.AclCache(
                 self.zk, self.config.security.acl_change_expiration_ms).start()
-        # Every broker refuses what any bridge fences; this one's bridge fences its own members.
         idle_ms = self.config.fetch_fence_idle_ms
-        self.fence_reader = FenceReader(self.zk, idle_ms)
-        self._fence_publisher = FencePublisher(self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key),
-                                               on_lifted=lambda key: self.groups.fence_lifted(key))
+        fences = {}
+        if self.kafka_view is None:
+            # Every broker refuses what any bridge fences; this one's bridge fences its own members.
+            self.fence_reader = FenceReader(self.zk, idle_ms)
+            self._fence_publisher = FencePublisher(
+                self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key),
+                on_lifted=lambda key: self.groups.fence_lifted(key))
+            fences = dict(publish_fences=self._fence_publisher.want, lift_fences_elsewhere=self.fence_reader.lift,
+                          fenced_anywhere=self.fence_reader.refusing)
+        # A gateway's members fetch from Kafka, where no fence refuses them
+        # (gateway.py): the bridge waits out their sessions instead.
         self.groups = GroupBridge(
-            self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
+            self.config.broker_id, self.zk, self._coordinators, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             session_timeout_ms=self.config.group_consumer_session_timeout_ms, fence_idle_ms=idle_ms,
             log_end=self._log_end,
             tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
             credential=security.own_credential, password_without_tls=security.bridge_password_without_tls,
-            publish_fences=self._fence_publisher.want,
-            lift_fences_elsewhere=self.fence_reader.lift, fenced_anywhere=self.fence_reader.refusing)
+            fetches_elsewhere=self.kafka_view is not None, **fences)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -205,6 +226,7 @@ class Broker:
                 pass
         if self.groups is not None:
             self.groups.close()
+        if self.fence_reader is not None:
             self.fence_reader.close()
             self._fence_publisher.close()
         if self.acls is not None:
@@ -213,7 +235,7 @@ class Broker:
         self._pool.kill(block=True, timeout=1)
         gevent.killall(self._greenlets, block=True, timeout=1)
         self.zk.remove_listener(self._on_zk_state)
-        if self.zk.connected:
+        if self.zk.connected and self.kafka_view is None:
             try:
                 self._zkstate.unregister()
             except (Exception, self.zk.handler.timeout_exception) as exc:  # ephemeral: goes with the session
@@ -240,14 +262,30 @@ class Broker:
                 return
             try:
                 if self.zk.connected:
-                    self._zkstate.ensure_registered()
+                    if self.kafka_view is None:
+                        self._zkstate.ensure_registered()
                     self._reconcile()
             except Exception as exc:
                 log.warning("broker %d: reconcile with ZooKeeper failed: %s", self.config.broker_id, describe(exc))
                 gevent.sleep(0.5)
                 self._wake.set()
 
+    def _read_kafka(self) -> MetadataCache:
+        """A gateway's view of the Kafka cluster beside it."""
+        return self.kafka_view.read(self.metadata_cache.cluster_id)
+
     def _reconcile(self) -> None:
+        if self.kafka_view is not None:
+            kafka = self._read_kafka()
+            self.kafka_view.watch_problems(kafka, self.config.broker_id)
+            own = BrokerAddress(self.config.advertised, self.port, self.config.rack)
+            cached = with_gateway(kafka, self.config.broker_id, own)
+            # One assignment: a Metadata answer reads a whole view, never half of two.
+            self.metadata_cache = cached
+            self.handlers.metadata_cache = cached
+            self._reconciled.set()
+            self._reconciled = gevent.event.Event()
+            return
         snapshot = self._zkstate.read()
         self.metadata_cache.brokers = snapshot.metadata_cache.brokers
         self.metadata_cache.topics = snapshot.metadata_cache.topics
@@ -291,12 +329,20 @@ class Broker:
                         log.info("%s-%d: retention deleted %d segments; log starts at %d",
                                  key[0], key[1], deleted, plog.log_start_offset)
 
-    def _live_brokers(self) -> dict[int, tuple[str, int]]:
+    def _coordinators(self) -> dict[int, tuple[str, int]]:
+        """The brokers FindCoordinator may name: the live brokers; a
+        gateway names itself, as Kafka's brokers must never be named."""
+        if self.kafka_view is not None:
+            return {self.config.broker_id: (self.config.advertised, self.port)}
         return {node: (addr.host, addr.port) for node, addr in self.metadata_cache.brokers.items()}
 
     def _next_producer_id(self) -> int:
         """A producer id no broker sharing this ZooKeeper has handed out or
         will: the next of this broker's block, claimed anew when it is used up."""
+        if self.kafka_view is not None:
+            # Kafka's brokers hand out the ids Kafka knows: InitProducerId is
+            # answered COORDINATOR_NOT_AVAILABLE, and the client asks one of them.
+            raise ProducerIdsUnavailable("a gateway hands out no producer ids: Kafka's brokers do")
         if self._producer_ids is None or self._next_pid > self._producer_ids.last:
             block = self._zkstate.claim_producer_ids()  # raises ProducerIdsUnavailable
             self._producer_ids, self._next_pid = block, block.first
@@ -477,7 +523,8 @@ class Broker:
             # Kafka closes such a connection; there is no error a client would read.
             raise ProtocolError(f"{type(request).__name__} before authenticating, and authentication is required")
         if key == protocol.API_KEY_FETCH:
-            refused = self.fence_reader.refused(peer.host, request.header.client_id)
+            refused = (self.fence_reader.refused(peer.host, request.header.client_id)
+                       if self.fence_reader is not None else frozenset())
             return self._fetch(request, correlation_id, self._may(peer, acl.READ), refused)
         if key == protocol.API_KEY_PRODUCE:
             response = self.handlers.produce(request, self._may(peer, acl.WRITE))
@@ -486,6 +533,10 @@ class Broker:
             if response is None:
                 return None
         elif key == protocol.API_KEY_METADATA:
+            if self.kafka_view is not None:
+                # A client asking again has often met a moved leader: read Kafka's view again soon.
+                self.kafka_view.refresh()
+                self._wake.set()
             # A listing of every topic leaves out what may not be described: no refusal to log.
             response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE,
                                                                  say_refusals=not lists_every_topic(request)),
@@ -495,6 +546,10 @@ class Broker:
             response = self.handlers.list_offsets(request, self._may(peer, acl.DESCRIBE))
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request, lambda: self._may_produce_idempotently(peer))
+        elif key == protocol.API_KEY_CREATE_TOPICS and self.kafka_view is not None:
+            response = admin_apis.create_topics_response(request, [
+                admin_apis.TopicOutcome(t.name, NOT_CONTROLLER, "topics are Kafka's: ask its controller")
+                for t in request.topics], self.config)
         elif key == protocol.API_KEY_CREATE_TOPICS:
             response = self._create_topics(request, peer)
         elif key == protocol.API_KEY_DESCRIBE_CONFIGS:

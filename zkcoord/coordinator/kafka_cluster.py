@@ -74,6 +74,7 @@ class KafkaClusterWatch(TopicSource):
         self.interval_s = interval_s
         self._connect = connect
         self.brokers: dict[int, str] = {}  # node id -> host:port, as last read
+        self.last: Optional[ClusterMetadata] = None  # the whole of the last answer read
         self.reads = 0  # Metadata answers read: for tests and the state dump
         self._broker_listeners: list[Callable[[], None]] = []
         self._wanted = threading.Event()
@@ -127,6 +128,7 @@ class KafkaClusterWatch(TopicSource):
         return connection
 
     def _apply(self, seen: ClusterMetadata) -> None:
+        self.last = seen
         for topic, known in sorted(topic_changes(self.known, seen.topics).items()):
             if known[0] != self.known.get(topic, (0, None))[0]:
                 log.info("Kafka topic %s has %d partition(s)", topic, known[0])

@@ -11,7 +11,7 @@ bootstrap list one after the other until one answers.
 from __future__ import annotations
 
 import uuid
-from typing import Callable, Iterable, NamedTuple, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk.layout.kafka import kafka_uuid
@@ -40,6 +40,9 @@ class TopicMetadata(NamedTuple):
 class ClusterMetadata(NamedTuple):
     brokers: dict[int, str]  # node id -> "host:port"
     topics: dict[str, TopicMetadata]  # only topics answered without a topic-level error
+    # The kafka-python MetadataResponse itself: leaders' epochs, replicas and
+    # ISRs, for a group gateway that names Kafka's leaders to its clients.
+    response: Any = None
 
     @classmethod
     def of(cls, response) -> "ClusterMetadata":
@@ -54,7 +57,7 @@ class ClusterMetadata(NamedTuple):
             topics[topic.name] = TopicMetadata(topic_id, {
                 p.partition_index: brokers.get(p.leader_id) if p.error_code == NONE else None
                 for p in topic.partitions})
-        return cls(brokers, topics)
+        return cls(brokers, topics, response)
 
     def leaders(self) -> dict[tuple[str, int], Optional[str]]:
         """Every partition known, with its leader's address."""
