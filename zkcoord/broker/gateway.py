@@ -45,6 +45,8 @@ import logging
 import uuid
 from typing import Optional
 
+from kazoo.exceptions import NoNodeError
+
 from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import ZkcoordError
@@ -139,7 +141,10 @@ class KafkaView:
         """Kafka's cluster now (``cluster_id``: the id to give when Kafka's
         answer gives none: in ZooKeeper mode zkcoord's is Kafka's)."""
         if self._watch is None:
-            cache = self._zkstate.read(lead=False).metadata_cache
+            try:
+                cache = self._zkstate.read(lead=False).metadata_cache
+            except NoNodeError:  # no /brokers/topics: no Kafka has ever started in this chroot
+                cache = MetadataCache()
         elif self._watch.last is None:
             cache = MetadataCache()
         else:
