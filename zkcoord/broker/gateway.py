@@ -1,52 +1,55 @@
 """The group gateway: the embedded broker's mode beside an Apache Kafka
 cluster that holds the records (``zkcoord server --gateway``).
 
-A gateway lets stock Kafka clients be members of zkcoord groups while they
-read from Kafka. It holds no partitions and registers nowhere Kafka looks
-(not under /brokers/ids, where a ZooKeeper-mode Kafka's controller would
-take it for a broker to place replicas on). What it answers:
+A gateway lets stock Kafka clients be members of zkcoord groups while their
+records live on Kafka. It holds no partitions and registers nowhere Kafka
+looks (not under /brokers/ids, where a ZooKeeper-mode Kafka's controller
+would take it for a broker to place replicas on).
 
-- **Metadata**: Kafka's brokers, topics, leaders, leader epochs and ISRs,
-  read where zkcoord reads them (ZooKeeper's /brokers in ZooKeeper mode,
-  Kafka's Metadata in KRaft mode), plus the gateway itself as one more
-  broker that leads nothing, and Kafka's controller. A client bootstrapped
-  at the gateway thus fetches, lists offsets and produces at Kafka's leaders.
-- **FindCoordinator** (group keys): the gateway itself; the group and
-  offset APIs (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-  OffsetFetch, ConsumerGroupHeartbeat) go through the bridge
-  (broker/groups/bridge.py) into the zkcoord coordinators, as at an
-  embedded broker.
-- **Produce, Fetch, ListOffsets**: NOT_LEADER_OR_FOLLOWER for every
-  partition Kafka has (UNKNOWN_TOPIC_OR_PARTITION for others). Every stock
-  client takes that error as "my metadata is stale": it refreshes it and
-  sends the request to the leader the Metadata names, a Kafka broker. A
-  non-retriable error would instead fail a producer's send or stop a
-  consumer's partition for a request that only reached the wrong node.
-- **InitProducerId**: COORDINATOR_NOT_AVAILABLE (retriable): the client asks
-  another node, a Kafka broker, whose producer ids Kafka's own brokers know.
-- **CreateTopics**: NOT_CONTROLLER: the client asks Kafka's controller.
+Why it relays. Stock clients learn the cluster from whichever broker answers
+their Metadata, and ask whichever broker they like best (Java's and
+kafka-python's least loaded node; librdkafka's any broker up) for their
+group's coordinator. A client told to fetch from Kafka's brokers themselves
+soon has its Metadata from one of them, which names no gateway: it forgets
+the gateway, asks Kafka for the coordinator and joins a Kafka group (or,
+where Kafka cannot coordinate groups, never finds one again). Seen with
+kafka-python 3 and librdkafka 2.16, which drops the brokers Metadata no
+longer names. So the gateway is the whole cluster as its clients see it:
 
-What the gateway asks of Kafka (checked by :func:`problems`, at start and
-on every read): that it has brokers; that none of them has the gateway's
-id (a client would take the two for one node); and that Kafka does not
-coordinate consumer groups itself, i.e. has no ``__consumer_offsets``
-topic. Stock clients send FindCoordinator to whichever node they like
-best, Kafka's brokers included; a Kafka broker that answers makes the
-client a member of a Kafka group over the same partitions as the zkcoord
-group's. Without ``__consumer_offsets`` (and with
-``offsets.topic.replication.factor`` above the broker count, so that Kafka
-cannot create it) Kafka answers COORDINATOR_NOT_AVAILABLE, which clients
-retry elsewhere until the gateway answers.
+- **Relays.** For every Kafka broker the gateway opens a relay listener,
+  named in Metadata with that broker's id at the gateway's host. What a
+  client sends a relay goes on, byte for byte, over a connection of its own
+  to that broker (Produce, Fetch, ListOffsets, InitProducerId, the admin
+  APIs, ...), and Kafka's answer comes back as it was: Kafka checks the
+  leader epochs and serves the records, replicated and acknowledged as it
+  does for any client.
+- **Answered by the gateway**, at every listener (:data:`ANSWERED_HERE`):
+  ApiVersions, Metadata (Kafka's topics, leaders, leader epochs and ISRs,
+  read where zkcoord reads them: ZooKeeper's /brokers in ZooKeeper mode,
+  Kafka's Metadata in KRaft mode, each broker at its relay's address, and
+  the gateway itself under its own id), SASL, FindCoordinator (the gateway
+  itself) and the group and offset APIs, through the bridge
+  (broker/groups/bridge.py) into the zkcoord coordinators.
+- **Fences.** Every fetch passes through a gateway, so the bridge's fetch
+  fences hold as at embedded brokers: a fenced client's Fetch is answered
+  by the gateway, NOT_LEADER_OR_FOLLOWER, instead of being relayed.
+- **The gateway's own listener** (its id, in FindCoordinator) leads
+  nothing: Produce, Fetch and ListOffsets there are answered
+  NOT_LEADER_OR_FOLLOWER, on which every client refreshes its metadata and
+  goes to the leader (a relay); InitProducerId COORDINATOR_NOT_AVAILABLE
+  (retriable: the client asks another node); CreateTopics NOT_CONTROLLER
+  (the client asks Kafka's controller, through its relay).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import Optional
+from typing import Mapping, Optional
 
 from kazoo.exceptions import NoNodeError
 
+from zkcoord.broker import protocol
 from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import ZkcoordError
@@ -54,15 +57,17 @@ from zkcoord.zk.layout.kafka import kafka_uuid
 
 log = logging.getLogger(__name__)
 
-# Kafka's group coordinator keeps its groups in this topic; a gateway's Kafka must not have one.
-CONSUMER_OFFSETS = "__consumer_offsets"
+# What the gateway answers itself at every listener, its relays' included.
+ANSWERED_HERE = frozenset({protocol.API_KEY_API_VERSIONS, protocol.API_KEY_METADATA, protocol.API_KEY_SASL_HANDSHAKE,
+                           protocol.API_KEY_SASL_AUTHENTICATE, protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT,
+                           *protocol.GROUP_APIS})
 NONE = 0
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 class GatewayError(ZkcoordError):
     """The Kafka cluster is not one a gateway can stand beside: none to be
-    seen, a broker with the gateway's id, or Kafka coordinating groups itself."""
+    seen, or a broker with the gateway's id."""
 
 
 def cache_of_response(response) -> MetadataCache:
@@ -94,11 +99,10 @@ def problems(kafka: MetadataCache, node_id: int) -> list[str]:
     >>> kafka = MetadataCache(brokers={1: BrokerAddress("k1", 9092, None)})
     >>> problems(kafka, 7)
     []
-    >>> problems(MetadataCache(), 7)[0][:21]
-    'no Kafka broker is to'
-    >>> kafka.topics[CONSUMER_OFFSETS] = {}
+    >>> [p[:21] for p in problems(MetadataCache(), 7)]
+    ['no Kafka broker is to']
     >>> [p[:26] for p in problems(kafka, 1)]
-    ['Kafka broker 1 has the gat', 'Kafka coordinates consumer']
+    ['Kafka broker 1 has the gat']
     """
     found = []
     if not kafka.brokers:
@@ -107,23 +111,58 @@ def problems(kafka: MetadataCache, node_id: int) -> list[str]:
     if node_id in kafka.brokers:
         found.append(f"Kafka broker {node_id} has the gateway's node id (its server id): clients would take "
                      f"the two for one node; give the server an id no Kafka broker has")
-    if CONSUMER_OFFSETS in kafka.topics:
-        found.append(f"Kafka coordinates consumer groups itself (it has {CONSUMER_OFFSETS}): stock clients "
-                     f"ask any broker for their group's coordinator, and a Kafka broker's answer would put them "
-                     f"in a Kafka group beside the zkcoord group; set Kafka's offsets.topic.replication.factor "
-                     f"above its broker count and use a cluster whose __consumer_offsets never was created")
     return found
 
 
-def with_gateway(kafka: MetadataCache, node_id: int, address: BrokerAddress) -> MetadataCache:
-    """What the gateway's Metadata answers say: Kafka's cluster, plus the
+def with_gateway(kafka: MetadataCache, node_id: int, address: BrokerAddress,
+                 relays: Mapping[int, BrokerAddress]) -> MetadataCache:
+    """What the gateway's Metadata answers say: Kafka's topics and leaders,
+    each Kafka broker at its relay's address (``relays``; one without a
+    relay is left out, so that no client is sent to Kafka itself), and the
     gateway as a broker that leads nothing. Kafka's controller stays the
-    controller (the lowest Kafka broker id if Kafka did not say)."""
-    brokers = dict(kafka.brokers)
-    controller = kafka.controller if kafka.controller is not None else min(brokers, default=None)
+    controller (the lowest Kafka broker id if Kafka did not say).
+
+    >>> kafka = MetadataCache(brokers={1: BrokerAddress("k1", 9092, "r1"), 2: BrokerAddress("k2", 9092, None)},
+    ...                       controller=2)
+    >>> seen = with_gateway(kafka, 7, BrokerAddress("gw", 9000, None), {1: BrokerAddress("gw", 9001, "r1")})
+    >>> sorted((node, a.host, a.port) for node, a in seen.brokers.items()), seen.controller
+    ([(1, 'gw', 9001), (7, 'gw', 9000)], 2)
+    """
+    brokers = {node: relays[node] for node in kafka.brokers if node in relays}
+    controller = kafka.controller if kafka.controller is not None else min(kafka.brokers, default=None)
     brokers[node_id] = address
     return MetadataCache(brokers=brokers, topics=kafka.topics, topic_ids=kafka.topic_ids,
                          cluster_id=kafka.cluster_id, controller=controller)
+
+
+# -- what a relay does with a request -------------------------------------------------------
+
+
+def api_key(frame: bytes) -> int:
+    """The API key of a request frame (without its size)."""
+    return int.from_bytes(frame[0:2], "big", signed=True)
+
+
+def client_id(frame: bytes) -> Optional[str]:
+    """The client id of a request frame: every request header from version 1
+    on has it after the key, version and correlation id (a nullable string)."""
+    size = int.from_bytes(frame[8:10], "big", signed=True)
+    if size < 0 or len(frame) < 10 + size:
+        return None
+    return bytes(frame[10:10 + size]).decode("utf-8", "replace")
+
+
+def relayed(frame: bytes) -> bool:
+    """Whether a relay sends the request on to its Kafka broker."""
+    return api_key(frame) not in ANSWERED_HERE
+
+
+def answered(frame: bytes) -> bool:
+    """Whether Kafka answers the request: all but a Produce with acks=0."""
+    if api_key(frame) != protocol.API_KEY_PRODUCE:
+        return True
+    request = protocol.decode_request(frame)  # ProtocolError: the connection closes, as for any bad frame
+    return getattr(request, "acks", 1) != 0
 
 
 class KafkaView:
@@ -166,7 +205,7 @@ class KafkaView:
 
     def watch_problems(self, kafka: MetadataCache, node_id: int) -> None:
         """Log, once each time they appear, problems arising while serving
-        (Kafka having created __consumer_offsets, a broker taking the id)."""
+        (Kafka's brokers all gone, one of them taking the gateway's id)."""
         found = tuple(problems(kafka, node_id))
         for problem in found:
             if problem not in self._said:

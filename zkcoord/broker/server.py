@@ -15,6 +15,7 @@ at once from the size a client announces).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import socket
@@ -37,6 +38,7 @@ from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.fence_store import FencePublisher, FenceReader
 from zkcoord.broker.groups import GroupBridge
+from zkcoord.broker import gateway
 from zkcoord.broker.gateway import KafkaView, with_gateway
 from zkcoord.broker.handlers import (NONE, NOT_CONTROLLER, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
                                      BrokerAddress, Handlers, MetadataCache, lists_every_topic)
@@ -123,7 +125,9 @@ class Broker:
         self.port: Optional[int] = None
         self.groups: Optional[GroupBridge] = None
         self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
-        self.fence_reader: Optional[FenceReader] = None  # none at a gateway
+        # A gateway's relays, by the id of the Kafka broker each stands for (gateway.py).
+        self._relays: dict[int, gevent.server.StreamServer] = {}
+        self._kafka_brokers: dict[int, BrokerAddress] = {}
 
     # -- lifecycle -------------------------------------------------------
 
@@ -182,18 +186,12 @@ class Broker:
         if security.authorizing:
             self.acls = security_store.AclCache(
                 self.zk, self.config.security.acl_change_expiration_ms).start()
+        # Every broker refuses what any bridge fences; this one's bridge fences
+        # its own members. A gateway too: its clients' fetches pass through its relays.
         idle_ms = self.config.fetch_fence_idle_ms
-        fences = {}
-        if self.kafka_view is None:
-            # Every broker refuses what any bridge fences; this one's bridge fences its own members.
-            self.fence_reader = FenceReader(self.zk, idle_ms)
-            self._fence_publisher = FencePublisher(
-                self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key),
-                on_lifted=lambda key: self.groups.fence_lifted(key))
-            fences = dict(publish_fences=self._fence_publisher.want, lift_fences_elsewhere=self.fence_reader.lift,
-                          fenced_anywhere=self.fence_reader.refusing)
-        # A gateway's members fetch from Kafka, where no fence refuses them
-        # (gateway.py): the bridge waits out their sessions instead.
+        self.fence_reader = FenceReader(self.zk, idle_ms)
+        self._fence_publisher = FencePublisher(self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key),
+                                               on_lifted=lambda key: self.groups.fence_lifted(key))
         self.groups = GroupBridge(
             self.config.broker_id, self.zk, self._coordinators, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
@@ -201,7 +199,8 @@ class Broker:
             log_end=self._log_end,
             tls_context=self._client_tls, authorize=self.authorize if self.acls is not None else None,
             credential=security.own_credential, password_without_tls=security.bridge_password_without_tls,
-            fetches_elsewhere=self.kafka_view is not None, **fences)
+            publish_fences=self._fence_publisher.want,
+            lift_fences_elsewhere=self.fence_reader.lift, fenced_anywhere=self.fence_reader.refusing)
         self._server.start()
         self._greenlets = [gevent.spawn(self._follow_zookeeper), gevent.spawn(self._housekeeping)]
         log.info("broker %d serving on %s:%d", self.config.broker_id, self.config.host, self.port)
@@ -224,9 +223,10 @@ class Broker:
                 tls.shutdown(sock, socket.SHUT_RD)  # answers in flight still go out, over TLS where it is
             except OSError:
                 pass
+        for relay in self._relays.values():
+            relay.close()
         if self.groups is not None:
             self.groups.close()
-        if self.fence_reader is not None:
             self.fence_reader.close()
             self._fence_publisher.close()
         if self.acls is not None:
@@ -278,8 +278,13 @@ class Broker:
         if self.kafka_view is not None:
             kafka = self._read_kafka()
             self.kafka_view.watch_problems(kafka, self.config.broker_id)
+            self._kafka_brokers = kafka.brokers
+            for node in kafka.brokers.keys() - self._relays.keys():
+                self._open_relay(node)
             own = BrokerAddress(self.config.advertised, self.port, self.config.rack)
-            cached = with_gateway(kafka, self.config.broker_id, own)
+            relays = {node: BrokerAddress(self.config.advertised, relay.server_port, kafka.brokers[node].rack)
+                      for node, relay in self._relays.items() if node in kafka.brokers}
+            cached = with_gateway(kafka, self.config.broker_id, own, relays)
             # One assignment: a Metadata answer reads a whole view, never half of two.
             self.metadata_cache = cached
             self.handlers.metadata_cache = cached
@@ -329,6 +334,20 @@ class Broker:
                         log.info("%s-%d: retention deleted %d segments; log starts at %d",
                                  key[0], key[1], deleted, plog.log_start_offset)
 
+    def _open_relay(self, node: int) -> None:
+        """A listener standing for Kafka broker ``node``: what its clients
+        send it goes on to that broker, but for what the gateway answers."""
+        relay = gevent.server.StreamServer((self.config.host, 0), functools.partial(self._serve, relay_to=node),
+                                           spawn=self._pool, backlog=256)
+        try:
+            relay.start()
+        except OSError as exc:
+            log.error("gateway %d: no relay for Kafka broker %d: %s", self.config.broker_id, node, exc)
+            return
+        self._relays[node] = relay
+        log.info("gateway %d: Kafka broker %d relayed on %s:%d", self.config.broker_id, node, self.config.host,
+                 relay.server_port)
+
     def _coordinators(self) -> dict[int, tuple[str, int]]:
         """The brokers FindCoordinator may name: the live brokers; a
         gateway names itself, as Kafka's brokers must never be named."""
@@ -352,10 +371,12 @@ class Broker:
 
     # -- connections ---------------------------------------------------------
 
-    def _serve(self, sock, address) -> None:
+    def _serve(self, sock, address, relay_to: Optional[int] = None) -> None:
+        """``relay_to``: the Kafka broker a gateway's relay stands for."""
         if not self._listener.admit(address[0]):
             sock.close()
             return
+        peer: Optional[Peer] = None
         self._connections.add(sock)
         peer_name = "%s:%s" % address[:2]
         account = self._listener.account(peer_name)
@@ -371,7 +392,8 @@ class Broker:
                 self._connections.add(wrapped)
                 sock = wrapped
             # Who the client is: its TLS certificate's name, until SASL says otherwise.
-            peer = Peer(address[0], self._sasl_session(address[0]), principal=tls.principal_of(sock))
+            peer = Peer(address[0], self._sasl_session(address[0]), principal=tls.principal_of(sock),
+                        relay_to=relay_to)
             if peer.principal != ANONYMOUS:
                 log.info("%s is %s by its TLS certificate", peer_name, peer.principal)
             elif self.config.security.authentication_required:
@@ -412,6 +434,8 @@ class Broker:
             # keep serving the others.
             log.exception("closing %s after an unexpected error", address)
         finally:
+            if peer is not None and peer.upstream is not None:
+                peer.upstream.close()
             account.close()
             self._listener.release(address[0])
             self._connections.discard(sock)
@@ -510,6 +534,13 @@ class Broker:
 
     def _handle(self, frame: bytes, peer: Peer) -> Optional[list]:
         client_host = peer.host
+        if peer.relay_to is not None and gateway.relayed(frame):
+            if self.config.security.authentication_required and not peer.authenticated:
+                raise ProtocolError("a request to relay before authenticating, and authentication is required")
+            if gateway.api_key(frame) != protocol.API_KEY_FETCH or not self.fence_reader.refused(
+                    peer.host, gateway.client_id(frame)):
+                return self._relay(frame, peer)
+            # A fenced client's fetch is answered here (NOT_LEADER_OR_FOLLOWER: the gateway leads nothing).
         request = protocol.decode_request(frame)
         if isinstance(request, UnsupportedApiVersions):
             self.metrics.request(protocol.API_KEY_API_VERSIONS)
@@ -523,8 +554,7 @@ class Broker:
             # Kafka closes such a connection; there is no error a client would read.
             raise ProtocolError(f"{type(request).__name__} before authenticating, and authentication is required")
         if key == protocol.API_KEY_FETCH:
-            refused = (self.fence_reader.refused(peer.host, request.header.client_id)
-                       if self.fence_reader is not None else frozenset())
+            refused = self.fence_reader.refused(peer.host, request.header.client_id)
             return self._fetch(request, correlation_id, self._may(peer, acl.READ), refused)
         if key == protocol.API_KEY_PRODUCE:
             response = self.handlers.produce(request, self._may(peer, acl.WRITE))
@@ -574,6 +604,34 @@ class Broker:
             response = self.handlers.api_versions(request)
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
+
+    def _relay(self, frame: bytes, peer: Peer) -> Optional[list]:
+        """Send ``frame`` to the Kafka broker ``peer`` reaches through this
+        relay, and its answer back as it came (none to a Produce with acks=0).
+        A broker that cannot be reached closes the client's connection: it
+        connects again, or asks for metadata anew."""
+        if peer.upstream is None:
+            address = self._kafka_brokers.get(peer.relay_to)
+            if address is None:
+                log.info("relay for Kafka broker %d: the broker is gone; closing", peer.relay_to)
+                raise _Closed()
+            try:
+                peer.upstream = socket.create_connection((address.host, address.port),
+                                                         timeout=self.config.idle_timeout_ms / 1000)
+                peer.upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as exc:
+                log.info("relay for Kafka broker %d at %s:%d: %s; closing", peer.relay_to, address.host,
+                         address.port, exc)
+                raise _Closed() from None
+        try:
+            peer.upstream.sendall(len(frame).to_bytes(4, "big") + frame)
+            if not gateway.answered(frame):
+                return None
+            head = _recv_exactly(peer.upstream, 4)
+            return [head + _recv_exactly(peer.upstream, int.from_bytes(head, "big"))]
+        except OSError as exc:
+            log.info("relay for Kafka broker %d: %s; closing", peer.relay_to, exc)
+            raise _Closed() from None
 
     def _may(self, peer: Peer, operation: str, say_refusals: bool = True):
         """Whether ``peer`` may do ``operation`` on a topic, as a function of
@@ -698,6 +756,17 @@ def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> in
         if n == 0:
             raise _Closed()
         return n
+
+
+def _recv_exactly(sock, n: int) -> bytes:
+    """``n`` bytes from ``sock`` (a relay's connection to Kafka)."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(min(n - len(data), 1 << 20))
+        if not chunk:
+            raise ConnectionResetError("Kafka closed the connection")
+        data += chunk
+    return bytes(data)
 
 
 def _drain_before_close(sock) -> None:

@@ -113,8 +113,6 @@ class _Bridged:
     left: bool = False
     changed: gevent.event.Event = field(default_factory=gevent.event.Event)
     started: gevent.event.Event = field(default_factory=gevent.event.Event)
-    # Set once its registration is abandoned (closed without leaving).
-    abandoned: gevent.event.Event = field(default_factory=gevent.event.Event)
 
     def notify(self) -> None:
         self.changed.set()
@@ -155,10 +153,8 @@ class _MemberListener:
             if member.expired(now) or (now >= give_up_at and partitions & member.revoking):
                 self.bridge._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
         if member.gone and not self.bridged.left:
-            # Abandoned: the registration's connection is closed by then (at a
-            # gateway, once the client's session is waited out), so this
-            # answer never reaches the coordinator, which fences instead.
-            self.bridged.abandoned.wait()
+            # Abandoned: the registration's connection is closed already, so
+            # this answer never reaches the coordinator, which fences instead.
             return {}
         return {tp: member.committed[tp] for tp in partitions if tp in member.committed}
 
@@ -180,8 +176,7 @@ class GroupBridge:
     def __init__(self, broker_id: int, zk, brokers, topic_ids, *, heartbeat_interval_ms: int,
                  session_timeout_ms: int, fence_idle_ms: int, clock=time.monotonic, log_end=None, tls_context=None,
                  authorize=None, credential: Optional[tuple[str, str]] = None, password_without_tls: bool = False,
-                 publish_fences=None, lift_fences_elsewhere=None, fenced_anywhere=None,
-                 fetches_elsewhere: bool = False):
+                 publish_fences=None, lift_fences_elsewhere=None, fenced_anywhere=None):
         """``topic_ids`` returns {topic: Kafka Uuid string} of the topics that
         have one. ``heartbeat_interval_ms`` and ``session_timeout_ms`` are
         those of KIP-848's members, which the broker sets, not the client.
@@ -205,13 +200,8 @@ class GroupBridge:
         client of ``tie`` showed here that it let go of what it held in
         ``group``, which lifts the fences other brokers keep for it there;
         ``fenced_anywhere(tie)``: what every broker's fences refuse that
-        client now. ``fetches_elsewhere``: the clients fetch from brokers
-        that keep no fences (a gateway's, from Kafka), so a member dropped
-        while its client may still hold partitions keeps its registration,
-        and with it the partitions, for the client's session timeout before
-        it is abandoned (_drop says why)."""
+        client now."""
         self.authorize = authorize
-        self._fetches_elsewhere = fetches_elsewhere
         self._credential = credential
         self._password_without_tls = password_without_tls
         self.broker_id = broker_id
@@ -650,24 +640,11 @@ class GroupBridge:
         if not members:
             self._groups.pop(bridged.group, None)
         membership, bridged.membership = bridged.membership, None
-        if membership is None:
-            bridged.abandoned.set()
-        elif bridged.left:
-            gevent.spawn(membership.close)
-        elif self._fetches_elsewhere and not self._closed:
-            # No broker will refuse this client's fetches (it reads from
-            # Kafka), so the partitions stay its own until it has surely let
-            # them go: its next request is refused (UNKNOWN_MEMBER_ID, on
-            # which every client drops its partitions), and a client that
-            # hears nothing for its session drops them too (librdkafka) or
-            # can commit none (the others; see docs/KAFKA.md). The
-            # coordinator then fences them for the lease, as after a crash.
-            hold_s = member.session_timeout_ms / 1000.0
-            log.info("member %s of group %s: its partitions stay held %.1fs, its client's session, before they "
-                     "may move", member.member_id, bridged.group, hold_s)
-            gevent.spawn_later(hold_s, _abandon, bridged, membership)
-        else:
-            _abandon(bridged, membership)
+        if membership is not None:
+            if bridged.left:
+                gevent.spawn(membership.close)
+            else:
+                membership.abandon()
 
     # -- fetch fences (fences.py) ----------------------------------------------------------
 
@@ -963,13 +940,6 @@ class GroupBridge:
                       committed_leader_epoch=-1, metadata="", error_code=NONE) for p in partitions])
             for name, partitions in wanted.items()]
         return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics, error_code=NONE)
-
-
-def _abandon(bridged: _Bridged, membership: GroupMembership) -> None:
-    try:
-        membership.abandon()
-    finally:
-        bridged.abandoned.set()
 
 
 def registration_id(member) -> str:
