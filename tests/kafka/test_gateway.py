@@ -164,14 +164,15 @@ def test_stock_members_at_the_gateway_and_thin_consumers_read_kafka_exactly_once
     assert description.coordinator.id == GATEWAY_ID
 
 
-def zkcoord_server(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(zkcoord_command("server", "--port", "0", "--broker-port", "0", *args),
-                          capture_output=True, text=True, timeout=60)
-
-
 def test_a_gateway_with_no_kafka_to_stand_beside_does_not_start(kafka, zk_ensemble):
     with fresh_chroot(zk_ensemble.connect_string, "gateway-alone") as (chroot, _client):
-        nothing = zkcoord_server("--id", "21", "--zookeeper", chroot, "--gateway")
-        same_id = zkcoord_server("--id", "2", "--zookeeper", chroot, "--gateway", "--kafka-bootstrap", kafka.bootstrap)
-    assert nothing.returncode == 1 and "no Kafka broker is to be seen" in nothing.stderr, nothing.stderr
-    assert same_id.returncode == 1 and "Kafka broker 2 has the gateway's node id" in same_id.stderr, same_id.stderr
+        runs = {  # at once: each is a process start, seconds on two busy cores
+            "nothing": ("--id", "21", "--zookeeper", chroot, "--gateway"),
+            "same id": ("--id", "2", "--zookeeper", chroot, "--gateway", "--kafka-bootstrap", kafka.bootstrap)}
+        started = {name: subprocess.Popen(zkcoord_command("server", "--port", "0", "--broker-port", "0", *args),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for name, args in runs.items()}
+        ended = {name: (process.wait(timeout=60), process.communicate()[1]) for name, process in started.items()}
+    assert ended["nothing"][0] == 1 and "no Kafka broker is to be seen" in ended["nothing"][1], ended["nothing"]
+    assert ended["same id"][0] == 1 and "Kafka broker 2 has the gateway's node id" in ended["same id"][1], \
+        ended["same id"]

@@ -169,6 +169,14 @@ def test_a_bad_option_is_a_config_error_naming_the_flag(argv, message):
         config_from(parse(*argv))
 
 
+def test_a_gateway_refuses_the_authorizer_its_relays_would_bypass():
+    from zkcoord.broker.config import BrokerConfig
+    from zkcoord.security.config import SecurityConfig
+
+    with pytest.raises(ConfigError, match="--gateway with --authorizer on"):
+        BrokerConfig(broker_id=1, gateway=True, security=SecurityConfig(authorizer="on"))
+
+
 # -- the checks themselves -------------------------------------------------------------------------
 
 

@@ -90,6 +90,10 @@ class BrokerConfig:
         if self.gateway and self.data_dir is not None:
             raise ConfigError("a gateway holds no partitions: --data-dir is for the embedded broker, not with "
                               "--gateway")
+        if self.gateway and self.security.authorizing:
+            # A relay sends Produce and Fetch on to Kafka unread: Kafka's ACLs, not ours, would have to judge them.
+            raise ConfigError("--gateway with --authorizer on is not offered: the gateway's relays pass records "
+                              "to and from Kafka without asking the authorizer; authorize at Kafka")
         if not self.gateway and self.data_dir is None:
             raise ConfigError("--data-dir is required for the embedded broker (or pass --gateway beside a "
                               "Kafka cluster, or --no-broker)")
