@@ -171,9 +171,13 @@ class KafkaView:
     through ``zkstate`` (ZooKeeper mode, the chroot shared with Kafka),
     which never writes a partition's state (Kafka's controller does)."""
 
-    def __init__(self, zkstate: ZkState, watch=None):
+    def __init__(self, zkstate: ZkState, watch=None, on_change=None):
+        """``on_change()``: called after each of ``watch``'s reads (ZooKeeper's
+        watches call the ZkState's own wake)."""
         self._zkstate = zkstate
         self._watch = watch
+        if watch is not None and on_change is not None:
+            watch.on_read(on_change)
         self._said: tuple[str, ...] = ()
 
     def read(self, cluster_id: Optional[str]) -> MetadataCache:
@@ -193,7 +197,9 @@ class KafkaView:
         return cache
 
     def refresh(self) -> None:
-        """A client asked for metadata: read Kafka's again soon (leaders may have moved)."""
+        """A client asked for metadata: read Kafka's again soon (leaders may
+        have moved; in ZooKeeper mode the caller reads ZooKeeper again, whose
+        partition states no watch follows)."""
         if self._watch is not None:
             self._watch.refresh()
 

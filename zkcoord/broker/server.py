@@ -157,7 +157,7 @@ class Broker:
             rack=self.config.rack)
         self._zkstate = ZkState(self.zk, registration, self._wake.set)
         if self.config.gateway:
-            self.kafka_view = KafkaView(self._zkstate, self._kafka)
+            self.kafka_view = KafkaView(self._zkstate, self._kafka, on_change=self._wake.set)
         try:
             try:
                 self.metadata_cache.cluster_id = self._zkstate.cluster_id()

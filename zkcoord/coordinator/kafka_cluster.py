@@ -77,6 +77,7 @@ class KafkaClusterWatch(TopicSource):
         self.last: Optional[ClusterMetadata] = None  # the whole of the last answer read
         self.reads = 0  # Metadata answers read: for tests and the state dump
         self._broker_listeners: list[Callable[[], None]] = []
+        self._read_listeners: list[Callable[[], None]] = []
         self._wanted = threading.Event()
         self._running = False
         self._answered: Optional[str] = None  # the broker that answered last: asked first
@@ -95,6 +96,11 @@ class KafkaClusterWatch(TopicSource):
     def on_brokers_changed(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (it must not wait) whenever the brokers change."""
         self._broker_listeners.append(listener)
+
+    def on_read(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (it must not wait) after every answer read (a
+        gateway repeats the leaders to its clients: it follows each read)."""
+        self._read_listeners.append(listener)
 
     def addresses(self) -> list[str]:
         return list(self.brokers.values())
@@ -138,3 +144,5 @@ class KafkaClusterWatch(TopicSource):
             self.brokers = dict(seen.brokers)
             for listener in list(self._broker_listeners):
                 listener()
+        for listener in list(self._read_listeners):
+            listener()
