@@ -157,6 +157,39 @@ def relayed(frame: bytes) -> bool:
     return api_key(frame) not in ANSWERED_HERE
 
 
+def relay_api_versions(ours, kafka_answer: bytes):
+    """The ApiVersions answer of a relay: Kafka's versions of what the relay
+    sends on (so that a client may use every API Kafka offers through it,
+    OffsetForLeaderEpoch among them), the gateway's of what it answers
+    itself (:data:`ANSWERED_HERE`). ``ours``: the gateway's own answer to the
+    request; ``kafka_answer``: Kafka's answer to the same request, a
+    response frame without its size. Kafka's that cannot be read (or an
+    error, such as a version it refused) leaves ``ours`` as it is.
+
+    >>> from zkcoord.broker.protocol import API_KEY_FETCH, API_KEY_METADATA, api_versions_response
+    >>> kafka = api_versions_response(3)
+    >>> kafka.api_keys = [type(k)(api_key=k.api_key, min_version=4, max_version=17) for k in kafka.api_keys]
+    >>> kafka.api_keys.append(type(kafka.api_keys[0])(api_key=23, min_version=2, max_version=4))
+    >>> kafka.with_header(correlation_id=5)
+    >>> answer = relay_api_versions(api_versions_response(3), bytes(kafka.encode(header=True)))
+    >>> {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys
+    ...  if k.api_key in (API_KEY_FETCH, API_KEY_METADATA, 23)}
+    {1: (4, 17), 3: (0, 12), 23: (2, 4)}
+    """
+    try:
+        # ApiVersions answers with header version 0 (the correlation id alone), whatever its version.
+        kafka = type(ours).decode(kafka_answer[4:], version=ours.API_VERSION)
+    except Exception as exc:  # the library raises many types on bytes it cannot read
+        log.info("Kafka's ApiVersions answer unread (%s): the gateway's own is given", exc)
+        return ours
+    if kafka.error_code != NONE:
+        return ours
+    versions = {k.api_key: k for k in kafka.api_keys if k.api_key not in ANSWERED_HERE}
+    versions.update({k.api_key: k for k in ours.api_keys if k.api_key in ANSWERED_HERE})
+    ours.api_keys = [versions[key] for key in sorted(versions)]
+    return ours
+
+
 def answered(frame: bytes) -> bool:
     """Whether Kafka answers the request: all but a Produce with acks=0."""
     if api_key(frame) != protocol.API_KEY_PRODUCE:

@@ -602,6 +602,9 @@ class Broker:
             response = self._sasl_authenticate(request, peer)
         else:
             response = self.handlers.api_versions(request)
+            if peer.relay_to is not None:
+                # Kafka's versions for what the relay sends on, ours for the rest.
+                response = gateway.relay_api_versions(response, self._relay(frame, peer)[0][4:])
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
 
