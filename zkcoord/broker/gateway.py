@@ -12,9 +12,9 @@ kafka-python's least loaded node; librdkafka's any broker up) for their
 group's coordinator. A client told to fetch from Kafka's brokers themselves
 soon has its Metadata from one of them, which names no gateway: it forgets
 the gateway, asks Kafka for the coordinator and joins a Kafka group (or,
-where Kafka cannot coordinate groups, never finds one again). Seen with
-kafka-python 3 and librdkafka 2.16, which drops the brokers Metadata no
-longer names. So the gateway is the whole cluster as its clients see it:
+where Kafka cannot coordinate groups, never finds one again): seen with
+kafka-python 3 and librdkafka 2.16 (docs/KAFKA.md, "Gateway"). So the
+gateway is the whole cluster as its clients see it:
 
 - **Relays.** For every Kafka broker the gateway opens a relay listener,
   named in Metadata with that broker's id at the gateway's host. What a
