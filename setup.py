@@ -21,7 +21,8 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["zkcoord", "zkcoord.*"]),
     # The Spark source's Java sources, compiled after install (python -m zkcoord.spark.jvm).
-    package_data={"zkcoord.spark.jvm": ["src/zkcoord/spark/*.java", "src/META-INF/services/*"]},
+    package_data={"zkcoord.spark.jvm": ["src/zkcoord/spark/*.java", "src/META-INF/services/*"],
+                  "zkcoord.console": ["templates/*.html", "static/*"]},
     ext_modules=[RECORD_DECODER],
     install_requires=[
         "kazoo==2.11.0",
@@ -45,6 +46,8 @@ setup(
         "cryptography>=42",
         # Subscription patterns matched in linear time (zkcoord/patterns.py).
         "google-re2>=1.1",
+        # The web console (zkcoord/console/), served by gevent's WSGI server.
+        "flask>=3.0,<4",
     ],
     extras_require={
         "test": [
@@ -54,6 +57,9 @@ setup(
             # Stock Kafka clients as group members (tests/e2e/test_stock_clients.py).
             "aiokafka==0.14.*",
             *KERBEROS,  # tests/e2e/test_zookeeper_kerberos.py
+            # The console's browser tests drive Debian's chromium (scripts/install.sh), never
+            # a browser Playwright downloads; its API changes between minor releases.
+            "playwright>=1.45,<1.66",
         ],
         "kerberos": KERBEROS,
         # Apache Kafka for the harness: jars from Maven Central, which

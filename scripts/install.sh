@@ -9,9 +9,10 @@
 # cache (the Spark benchmark and a test read with it beside ours); with
 # "kerberos" (or "test"), MIT Kerberos's headers, to build the binding SASL
 # GSSAPI to ZooKeeper uses; with "test", a KDC and kinit, which the Kerberos
-# tests run; with "kafka" (or "test"), Maven, and through it Apache Kafka's
-# releases from Maven Central (kafka/pom.xml) into ~/.cache/zkcoord/kafka, for
-# the harness that starts real Kafka brokers (zkcoord/testing/kafka.py).
+# tests run, and Chromium, which the console's browser tests drive; with
+# "kafka" (or "test"), Maven, and through it Apache Kafka's releases from
+# Maven Central (kafka/pom.xml) into ~/.cache/zkcoord/kafka, for the harness
+# that starts real Kafka brokers (zkcoord/testing/kafka.py).
 # Safe to run again: it installs only what is missing.
 # Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
 set -euo pipefail
@@ -21,7 +22,7 @@ extras="${1:-}"
 debs=(zookeeper default-jre-headless kcat iproute2 iptables gcc libc6-dev python3-dev)
 case ",$extras," in *,spark,*) debs+=(default-jdk-headless) ;; esac
 case ",$extras," in *,kerberos,*|*,test,*) debs+=(libkrb5-dev) ;; esac
-case ",$extras," in *,test,*) debs+=(krb5-kdc krb5-admin-server krb5-user) ;; esac
+case ",$extras," in *,test,*) debs+=(krb5-kdc krb5-admin-server krb5-user chromium) ;; esac
 case ",$extras," in *,spark,*|*,kafka,*|*,test,*) debs+=(maven) ;; esac
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

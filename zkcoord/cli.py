@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "zkcoord.consumer.cli",
     "zkcoord.demo",
     "zkcoord.drill.cli",
+    "zkcoord.console.cli",
 )
 
 

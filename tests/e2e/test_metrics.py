@@ -4,7 +4,12 @@ answering, and leaves."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import wait_until
@@ -13,6 +18,11 @@ TOPIC = "events"
 PARTITIONS = 4
 RECORDS = 400
 VALUE = b"v" * 100
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "zkcoord.json"
+METRIC_NAME = re.compile(r"\b((?:zkcoord|process)_[a-z0-9_]+)\b")
+# Sample names Prometheus keeps for a family of each type (a family with no
+# labelled child yet still has its HELP and TYPE lines).
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
 def scrape_until(process, holds, message: str, timeout: float = 20.0):
@@ -79,3 +89,50 @@ def test_the_metrics_follow_the_group_and_the_broker(cluster_factory):
     gone = scrape_until(server, lambda m: m.value("zkcoord_members") == 0
                         and m.value("zkcoord_groups", state="empty") == 1, "every member gone")
     assert gone.value("zkcoord_groups") == 1
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the Grafana dashboard: its panels' and its variables'."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", ())]
+    queries += [variable["definition"] for variable in dashboard["templating"]["list"] if "definition" in variable]
+    return queries
+
+
+def exported_names(text: str) -> tuple[set[str], set[str]]:
+    """(sample names a scrape can hold, family names) of an endpoint's text."""
+    samples, families = set(), set()
+    for family in text_string_to_metric_families(text):
+        families.add(family.name)
+        samples.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
+        samples.update(sample.name for sample in family.samples)
+    return samples, families
+
+
+def test_the_grafana_dashboard_graphs_what_a_server_serves(cluster_factory):
+    cluster = cluster_factory(servers=1, server_args=(*SERVER_ARGS, "--metrics-port", "0"))
+    samples, families = exported_names(cluster.servers[1].scrape().text)
+    queries = dashboard_queries()
+    named = {name for query in queries for name in METRIC_NAME.findall(query)}
+    assert named, "the dashboard names no metric"
+    assert named - samples == set(), "dashboard queries name metrics no server exports"
+    # A counter's or histogram's creation time (``*_created``) is Prometheus's
+    # bookkeeping, not something to graph.
+    served = {family for family in families if family.startswith("zkcoord_") and not family.endswith("_created")}
+    missing = {family for family in served if not any(name.startswith(family) for name in named)}
+    assert missing == set(), "metrics a server exports that the dashboard does not show"
+
+
+def test_the_grafana_dashboard_is_laid_out_without_overlaps():
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+    cells = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24, panel["title"]
+        area = {(grid["x"] + dx, grid["y"] + dy) for dx in range(grid["w"]) for dy in range(grid["h"])}
+        assert not area & cells, f"{panel['title']} overlaps another panel"
+        cells |= area
+        if panel["type"] != "row":
+            assert panel["targets"] and panel["datasource"]["uid"] == "${datasource}", panel["title"]

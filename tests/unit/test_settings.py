@@ -20,6 +20,7 @@ from zkcoord.broker.cli import KAFKA_PORT
 from zkcoord.broker.cli import config_from as broker_config_from
 from zkcoord.broker.config import BrokerConfig, LogConfig
 from zkcoord.cli import build_parser
+from zkcoord.console.config import ConsoleConfig
 from zkcoord.consumer.cli import config_from as consumer_config_from
 from zkcoord.consumer.config import ConsumerConfig, MemberConfig
 from zkcoord.coordinator.cli import config_from as server_config_from
@@ -33,7 +34,7 @@ from zkcoord.metrics.config import MetricsConfig
 from zkcoord.zk.ensemble import EnsembleConfig
 
 CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig, CoordinatorConfig, ServerConfig,
-           DrillSettings, EnsembleConfig, TlsConfig)
+           DrillSettings, EnsembleConfig, TlsConfig, ConsoleConfig)
 
 # Options that are not settings of a config but of the command's own run:
 # where to write, what to wait for, how to reach ZooKeeper before anything.
@@ -43,6 +44,8 @@ PROCESS_OPTIONS = {
     ("consume",): {"--bootstrap", "--max-messages", "--output", "--status", "--events", "--slow-ms", "--kafka-brokers",
                    "--password-file", "--process-ms", "--kafka-client"},
     ("drill",): {"--seed", "--kinds", "--dir", "--zookeeper", "--bootstrap"},
+    ("console",): {"--zookeeper", "--no-lag", "--port-file", "--user", "--password-file", "--password-without-tls",
+                   "--kafka-bootstrap"},
     ("zk", "up"): {"--dir", "--timeout"},
 }
 # Where a command's default differs from the program's, on purpose.

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 from typing import Iterator, Optional
 
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import ZkcoordError, describe
 from zkcoord.zk.security import ZkSecurity, ZooKeeperAuthError
 
 
@@ -40,20 +40,23 @@ def security_from(args: argparse.Namespace) -> ZkSecurity:
 
 
 @contextlib.contextmanager
-def zookeeper_session(connect: str, timeout: float = 15.0, security: Optional[ZkSecurity] = None) -> Iterator:
+def zookeeper_session(connect: str, timeout: float = 15.0, security: Optional[ZkSecurity] = None,
+                      **kazoo_options) -> Iterator:
     """A started kazoo client on ``connect`` for the length of one command,
-    with ``security``'s credentials, TLS and ACL policy."""
+    with ``security``'s credentials, TLS and ACL policy (and kazoo's
+    ``kazoo_options``: a gevent command's handler)."""
     from zkcoord.zk import client as zk_client
 
-    client = zk_client.open_client(connect, security)
+    client = zk_client.open_client(connect, security, **kazoo_options)
     try:
         zk_client.start(client, timeout=timeout)
     except ZooKeeperAuthError as exc:
         client.close()
         raise ZooKeeperAuthError(f"ZooKeeper at {connect}: {exc}") from None
-    except Exception as exc:  # kazoo raises its own timeout and connection errors
+    # kazoo raises its own timeout and connection errors; gevent's handler's timeout is no Exception
+    except (Exception, client.handler.timeout_exception) as exc:
         client.close()
-        raise ZooKeeperUnreachable(f"cannot reach ZooKeeper at {connect}: {exc}") from None
+        raise ZooKeeperUnreachable(f"cannot reach ZooKeeper at {connect}: {describe(exc)}") from None
     from kazoo.exceptions import NoAuthError
 
     try:

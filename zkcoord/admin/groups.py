@@ -50,13 +50,30 @@ def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Opti
     never elected). A cluster without a slot count node has one slot."""
     from zkcoord.coordinator.slots import slot_of
 
-    slots = _read(client, layout.SLOTS, layout.decode_slot_count) or 1
+    slots = slot_count(client)
     slot = slot_of(group, slots)
-    server = _read(client, layout.slot_coordinator_path(slot),
-                   lambda data: layout.decode_coordinator(data, layout.slot_coordinator_path(slot)))
+    server, epoch, _since_ms = slot_holder(client, slot)
+    return slot, slots, server, epoch
+
+
+def slot_count(client) -> int:
+    """How many coordinator slots the cluster has (one without a slot count node)."""
+    return _read(client, layout.SLOTS, layout.decode_slot_count) or 1
+
+
+def slot_holder(client, slot: int) -> tuple[Optional[str], Optional[int], Optional[int]]:
+    """Coordinator slot ``slot``'s elected server (None if none is), its
+    epoch (None if never elected) and since when the server holds it (the
+    election node's creation, in ms since 1970; None if none is elected)."""
+    path = layout.slot_coordinator_path(slot)
+    try:
+        data, stat = client.get(path)
+        server, since_ms = layout.decode_coordinator(data, path), stat.ctime
+    except NoNodeError:
+        server = since_ms = None
     epoch = _read(client, layout.slot_epoch_path(slot),
                   lambda data: layout.decode_coordinator_epoch(data, layout.slot_epoch_path(slot)))
-    return slot, slots, server, epoch
+    return server, epoch, since_ms
 
 
 # Kafka's names for a group's state, as `kafka-consumer-groups --describe --state` prints them.

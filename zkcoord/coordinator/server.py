@@ -38,7 +38,6 @@ import gevent.pool
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import KeeperState
-from kazoo.retry import KazooRetry
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
@@ -79,8 +78,7 @@ log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 60.0
 # The longest a ClusterMetadata answer is held for a newer coordinator.
 MAX_METADATA_WAIT_S = 5.0
-# Reconnecting to ZooKeeper: for ever, backing off to at most this between rounds.
-ZK_RECONNECT_MAX_DELAY_S = 2.0
+ZK_RECONNECT_MAX_DELAY_S = zk_client.RECONNECT_MAX_DELAY_S
 # Coordinator slots of a cluster whose first server was not told a count:
 # one, the seed's single coordinator.
 DEFAULT_SLOTS = 1
@@ -161,10 +159,7 @@ class Server:
             logger=self._zk_log,
             handler=handler,
             timeout=config.zk_session_timeout_ms / 1000.0,
-            # kazoo's default gives up after one failed round of reconnecting
-            # and closes the client for good; a server never gives up.
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=ZK_RECONNECT_MAX_DELAY_S,
-                                        sleep_func=handler.sleep_func),
+            connection_retry=zk_client.reconnecting_for_ever(handler),  # a server never gives up
         )
         zk_metrics.watch(lambda: self.zk.connected)
         self.slots = config.coordinator_slots or DEFAULT_SLOTS  # the cluster's, once started

@@ -13,6 +13,7 @@ only through this package.
 - :mod:`~zkcoord.testing.spark`: a Spark standalone cluster (master and workers) as processes;
 - :mod:`~zkcoord.testing.faults`: TCP proxies that drop or cut connections, session expiry;
 - :mod:`~zkcoord.testing.checks`: the invariants seen from outside;
+- :mod:`~zkcoord.testing.console`: the web console as a process, and headless Chromium to look at it;
 - :mod:`~zkcoord.testing.waiting`: ``wait_until``, the one way to wait.
 """
 

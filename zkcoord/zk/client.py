@@ -18,6 +18,7 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNodeError, SessionClosedRequireSaslError
 from kazoo.hosts import collect_hosts
 from kazoo.protocol.states import KazooState, KeeperState, ZnodeStat
+from kazoo.retry import KazooRetry
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Id, Permissions
 
 from zkcoord.zk import layout
@@ -91,6 +92,18 @@ def open_client(hosts: str, security: Optional[ZkSecurity] = None, **kazoo_optio
     client = ZooKeeperClient(hosts=hosts, security=security, **client_options(security), **kazoo_options)
     client.connect = hosts  # as given, for the diagnosis of a failed start
     return client
+
+
+# Reconnecting to ZooKeeper for ever, backing off to at most this between rounds.
+RECONNECT_MAX_DELAY_S = 2.0
+
+
+def reconnecting_for_ever(handler) -> KazooRetry:
+    """The connection retry of a process that must outlive any ZooKeeper
+    outage (a server, the console): kazoo's default gives up after one
+    failed round of reconnecting and closes the client for good."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S,
+                      sleep_func=handler.sleep_func)
 
 
 def start(client: KazooClient, timeout: float) -> None:
