@@ -54,9 +54,10 @@ def gateway(servers: LocalCluster) -> str:
 
 
 # Stock members bootstrapped at the gateway, by client library. Each starts a
-# member of ``group`` reading ``topic`` that writes what it delivered as a
-# ConsumerProcess does (records(), assignment(), stock): the group test below
-# takes in every entry, so a Java KafkaConsumer is one more entry here.
+# member of ``group`` reading ``topic`` and returns it as a ConsumerProcess
+# (records(): dicts with partition and offset; assignment(); stock True;
+# terminate() leaves the group cleanly): the group test below takes in every
+# entry, so a Java KafkaConsumer is one more entry here.
 StockMember = Callable[[LocalCluster, str, str], ConsumerProcess]
 STOCK_MEMBERS: dict[str, StockMember] = {
     "librdkafka": lambda servers, group, topic: servers.add_consumer(
