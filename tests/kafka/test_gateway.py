@@ -133,6 +133,17 @@ def test_stock_members_at_the_gateway_and_thin_consumers_read_kafka_exactly_once
     members += [start(servers, group, topic) for start in STOCK_MEMBERS.values()]
     wait_until(whole(members, topic, partitions), SETTLE_S, message="the thin and the stock members assigned")
 
+    # A partition's leader is killed: the relays' clients follow the leader Kafka elects.
+    killed = kafka.leader_of(topic, 0)
+    kafka.brokers[killed].kill()
+    try:
+        kafka.wait_for_leader(topic, 0, not_on={killed}, timeout=SETTLE_S)
+        produced += kafka.produce(topic, values("leader-killed", partitions, 20))  # acks=all, two in sync
+        wait_until(lambda: sum(deliveries(members).values()) >= produced, SETTLE_S,
+                   message="the records produced without the killed leader delivered")
+    finally:
+        kafka.restart(killed)
+
     # A thin consumer joins, then each stock member leaves, records produced between.
     produced += kafka.produce(topic, values("second", partitions, 20))
     members.append(servers.add_consumer(group, topics=[topic]))
