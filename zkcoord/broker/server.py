@@ -72,6 +72,9 @@ class BrokerError(ZkcoordError):
 
 # Kafka's sasl.server.max.receive.size: what a client may send before it authenticates.
 UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
+# How long a gateway's relay waits to connect to its Kafka broker before it
+# closes the client's connection (the client then asks for metadata again).
+RELAY_CONNECT_TIMEOUT_S = 10.0
 # After a refusal, how long the broker waits for the client to close first.
 DRAIN_BEFORE_CLOSE_S = 1.0
 
@@ -620,7 +623,9 @@ class Broker:
                 raise _Closed()
             try:
                 peer.upstream = socket.create_connection((address.host, address.port),
-                                                         timeout=self.config.idle_timeout_ms / 1000)
+                                                         timeout=RELAY_CONNECT_TIMEOUT_S)
+                # Then as long as the client may wait: a fetch's long poll is Kafka's to end.
+                peer.upstream.settimeout(self.config.idle_timeout_ms / 1000)
                 peer.upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError as exc:
                 log.info("relay for Kafka broker %d at %s:%d: %s; closing", peer.relay_to, address.host,
