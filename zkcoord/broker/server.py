@@ -605,9 +605,14 @@ class Broker:
             response = self._sasl_authenticate(request, peer)
         else:
             response = self.handlers.api_versions(request)
-            if peer.relay_to is not None:
-                # Kafka's versions for what the relay sends on, ours for the rest.
-                response = gateway.relay_api_versions(response, self._relay(frame, peer)[0][4:])
+            if self.kafka_view is not None:
+                # Kafka's versions for what the relays send on, ours for the rest. The
+                # gateway's own port too: a client may take its first answer for the
+                # whole cluster's (kafka-python does, before OffsetForLeaderEpoch).
+                kafka_answer = (self._relay(frame, peer)[0][4:] if peer.relay_to is not None
+                                else self._ask_any_kafka_broker(frame))
+                if kafka_answer is not None:
+                    response = gateway.relay_api_versions(response, kafka_answer)
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
 
@@ -632,14 +637,22 @@ class Broker:
                          address.port, exc)
                 raise _Closed() from None
         try:
-            peer.upstream.sendall(len(frame).to_bytes(4, "big") + frame)
-            if not gateway.answered(frame):
-                return None
-            head = _recv_exactly(peer.upstream, 4)
-            return [head + _recv_exactly(peer.upstream, int.from_bytes(head, "big"))]
+            answer = _exchange(peer.upstream, frame, gateway.answered(frame))
+            return None if answer is None else [answer]
         except OSError as exc:
             log.info("relay for Kafka broker %d: %s; closing", peer.relay_to, exc)
             raise _Closed() from None
+
+    def _ask_any_kafka_broker(self, frame: bytes) -> Optional[bytes]:
+        """Kafka's answer to ``frame`` (its size left out) from the first of
+        its brokers that gives one, on a connection of its own; None if none does."""
+        for node, address in sorted(self._kafka_brokers.items()):
+            try:
+                with socket.create_connection((address.host, address.port), timeout=RELAY_CONNECT_TIMEOUT_S) as sock:
+                    return _exchange(sock, frame)[4:]
+            except OSError as exc:
+                log.info("gateway %d: Kafka broker %d did not answer: %s", self.config.broker_id, node, exc)
+        return None
 
     def _may(self, peer: Peer, operation: str, say_refusals: bool = True):
         """Whether ``peer`` may do ``operation`` on a topic, as a function of
@@ -764,6 +777,16 @@ def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> in
         if n == 0:
             raise _Closed()
         return n
+
+
+def _exchange(sock, frame: bytes, answered: bool = True) -> Optional[bytes]:
+    """Send a request frame (without its size) to Kafka over ``sock``; its
+    answer, size included (None when ``answered`` is False: none comes)."""
+    sock.sendall(len(frame).to_bytes(4, "big") + frame)
+    if not answered:
+        return None
+    head = _recv_exactly(sock, 4)
+    return head + _recv_exactly(sock, int.from_bytes(head, "big"))
 
 
 def _recv_exactly(sock, n: int) -> bytes:
