@@ -194,7 +194,8 @@ def test_stock_members_at_the_gateway_and_thin_consumers_read_kafka_exactly_once
 
     # Kafka never coordinated the group: its members only ever joined at the gateway.
     # (Asked until every broker answers: one may just have been restarted.)
-    wait_until(lambda: group not in kafka_groups(kafka), SETTLE_S, message="Kafka to list its groups, ours not among them")
+    wait_until(lambda: group not in kafka_groups(kafka), SETTLE_S,
+               message="Kafka to list its groups, ours not among them")
 
     # Kafka's admin API, bootstrapped at the gateway, finds the group there.
     admin = AdminClient({"bootstrap.servers": gateway(servers)})  # referenced until its future is done
