@@ -64,7 +64,8 @@ def test_kafkas_metadata_becomes_the_gateways_cache():
     topic_id = uuid.uuid4()
     response = MetadataResponse(
         version=12, throttle_time_ms=0, cluster_id="kafka-cluster", controller_id=2,
-        brokers=[Broker(node_id=1, host="k1", port=9092, rack="r1"), Broker(node_id=2, host="k2", port=9092, rack=None)],
+        brokers=[Broker(node_id=1, host="k1", port=9092, rack="r1"),
+                 Broker(node_id=2, host="k2", port=9092, rack=None)],
         topics=[
             Topic(error_code=0, name="t", topic_id=topic_id, is_internal=False, partitions=[
                 Topic.MetadataResponsePartition(error_code=0, partition_index=0, leader_id=2, leader_epoch=5,
