@@ -51,6 +51,11 @@ def test_metadata_and_the_group_apis_are_answered_by_the_gateway():
     assert not gateway.relayed(frame(coordinator, 1))
 
 
+def test_kafkas_own_group_apis_are_never_relayed():
+    describe_kafka_group = (69).to_bytes(2, "big") + (0).to_bytes(2, "big") + (1).to_bytes(4, "big") + b"\x00\x00"
+    assert not gateway.relayed(describe_kafka_group)
+
+
 @pytest.mark.parametrize("acks, answered", [(0, False), (1, True), (-1, True)])
 def test_kafka_answers_a_produce_unless_its_acks_are_0(acks, answered):
     sent = frame(produce(acks), 9)

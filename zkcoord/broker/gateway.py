@@ -61,6 +61,19 @@ log = logging.getLogger(__name__)
 ANSWERED_HERE = frozenset({protocol.API_KEY_API_VERSIONS, protocol.API_KEY_METADATA, protocol.API_KEY_SASL_HANDSHAKE,
                            protocol.API_KEY_SASL_AUTHENTICATE, protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT,
                            *protocol.GROUP_APIS})
+# Kafka's APIs that act on Kafka's own groups (and its transactions' commits
+# to them): relayed, they would describe, delete or commit to a Kafka group
+# of the same name, not the zkcoord group. Neither offered nor relayed.
+NOT_OFFERED = frozenset({
+    25,  # AddOffsetsToTxn
+    28,  # TxnOffsetCommit
+    42,  # DeleteGroups
+    47,  # OffsetDelete
+    69,  # ConsumerGroupDescribe
+    *range(76, 80),  # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge
+    88, 89,  # StreamsGroupHeartbeat, StreamsGroupDescribe
+    *range(90, 93),  # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
+})
 NONE = 0
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
@@ -153,8 +166,10 @@ def client_id(frame: bytes) -> Optional[str]:
 
 
 def relayed(frame: bytes) -> bool:
-    """Whether a relay sends the request on to its Kafka broker."""
-    return api_key(frame) not in ANSWERED_HERE
+    """Whether a relay sends the request on to its Kafka broker (what it
+    does not, it answers, or refuses as a broker refuses an unknown API)."""
+    key = api_key(frame)
+    return key not in ANSWERED_HERE and key not in NOT_OFFERED
 
 
 def relay_api_versions(ours, kafka_answer: bytes):
@@ -169,12 +184,12 @@ def relay_api_versions(ours, kafka_answer: bytes):
     >>> from zkcoord.broker.protocol import API_KEY_FETCH, API_KEY_METADATA, api_versions_response
     >>> kafka = api_versions_response(3)
     >>> kafka.api_keys = [type(k)(api_key=k.api_key, min_version=4, max_version=17) for k in kafka.api_keys]
-    >>> kafka.api_keys.append(type(kafka.api_keys[0])(api_key=23, min_version=2, max_version=4))
+    >>> kafka.api_keys += [type(kafka.api_keys[0])(api_key=key, min_version=0, max_version=4) for key in (23, 69)]
     >>> kafka.with_header(correlation_id=5)
     >>> answer = relay_api_versions(api_versions_response(3), bytes(kafka.encode(header=True)))
     >>> {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys
-    ...  if k.api_key in (API_KEY_FETCH, API_KEY_METADATA, 23)}
-    {1: (4, 17), 3: (0, 12), 23: (2, 4)}
+    ...  if k.api_key in (API_KEY_FETCH, API_KEY_METADATA, 23, 69)}
+    {1: (4, 17), 3: (0, 12), 23: (0, 4)}
     """
     try:
         # ApiVersions answers with header version 0 (the correlation id alone), whatever its version.
@@ -184,7 +199,7 @@ def relay_api_versions(ours, kafka_answer: bytes):
         return ours
     if kafka.error_code != NONE:
         return ours
-    versions = {k.api_key: k for k in kafka.api_keys if k.api_key not in ANSWERED_HERE}
+    versions = {k.api_key: k for k in kafka.api_keys if k.api_key not in ANSWERED_HERE | NOT_OFFERED}
     versions.update({k.api_key: k for k in ours.api_keys if k.api_key in ANSWERED_HERE})
     ours.api_keys = [versions[key] for key in sorted(versions)]
     return ours
