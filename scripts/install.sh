@@ -12,7 +12,9 @@
 # tests run, and Chromium, which the console's browser tests drive; with
 # "kafka" (or "test"), Maven, and through it Apache Kafka's releases from
 # Maven Central (kafka/pom.xml) into ~/.cache/zkcoord/kafka, for the harness
-# that starts real Kafka brokers (zkcoord/testing/kafka.py).
+# that starts real Kafka brokers (zkcoord/testing/kafka.py); with "test", a JDK
+# too, to build the Java member driver (java/member-driver/: Kafka's own
+# KafkaConsumer as group members) against those jars.
 # Safe to run again: it installs only what is missing.
 # Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
 set -euo pipefail
@@ -20,7 +22,7 @@ cd "$(dirname "$0")/.."
 
 extras="${1:-}"
 debs=(zookeeper default-jre-headless kcat iproute2 iptables gcc libc6-dev python3-dev)
-case ",$extras," in *,spark,*) debs+=(default-jdk-headless) ;; esac
+case ",$extras," in *,spark,*|*,test,*) debs+=(default-jdk-headless) ;; esac
 case ",$extras," in *,kerberos,*|*,test,*) debs+=(libkrb5-dev) ;; esac
 case ",$extras," in *,test,*) debs+=(krb5-kdc krb5-admin-server krb5-user chromium) ;; esac
 case ",$extras," in *,spark,*|*,kafka,*|*,test,*) debs+=(maven) ;; esac
@@ -41,3 +43,4 @@ python3 -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
 case ",$extras," in *,spark,*) python3 -m zkcoord.spark.jvm >/dev/null
                              python3 -m zkcoord.testing.spark_kafka >/dev/null ;; esac
 case ",$extras," in *,kafka,*|*,test,*) python3 -m zkcoord.testing.kafka_jars ;; esac
+case ",$extras," in *,test,*) python3 -m zkcoord.testing.java_members >/dev/null ;; esac

@@ -1,7 +1,8 @@
 """The admin APIs against real broker processes, through the admin clients
 of confluent-kafka (librdkafka) and kafka-python: DescribeCluster (and the
-cluster id Metadata carries), CreateTopics with its errors, DescribeConfigs
-of topics and brokers. Every answer is checked against ZooKeeper or the
+cluster id Metadata carries), CreateTopics and CreatePartitions with their
+errors, DescribeConfigs of topics and brokers, IncrementalAlterConfigs
+refused. Every answer is checked against ZooKeeper or the
 broker's settings; a truncated frame of each API closes only its connection."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import textwrap
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType,
+)
 from kafka.admin import KafkaAdminClient
 from kafka.errors import InvalidPartitionsError, TopicAlreadyExistsError
 from kafka.protocol.admin import CreateTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest
@@ -103,16 +106,21 @@ def test_a_broker_keeps_the_cluster_id_it_finds_and_refuses_one_it_cannot_read(c
 # -- CreateTopics ----------------------------------------------------------------------
 
 
-def create(admin: AdminClient, topics: list[NewTopic], **options) -> dict:
-    """Each topic's error code (0 when created)."""
+def error_codes(futures: dict) -> dict:
+    """Each topic's error code (0 when done), from an admin call's futures by topic."""
     out = {}
-    for name, future in admin.create_topics(topics, operation_timeout=20, **options).items():
+    for name, future in futures.items():
         try:
             future.result()
             out[name] = 0
         except KafkaException as exc:
             out[name] = exc.args[0].code()
     return out
+
+
+def create(admin: AdminClient, topics: list[NewTopic], **options) -> dict:
+    """Each topic's error code (0 when created)."""
+    return error_codes(admin.create_topics(topics, operation_timeout=20, **options))
 
 
 def test_confluent_create_topics_creates_as_zkcoord_topics_does_and_explains_refusals(two_brokers):
@@ -197,6 +205,35 @@ def test_create_topics_at_every_era_of_the_request(two_brokers, version):
         assert configs["segment.bytes"] == str(SEGMENT_BYTES) and configs["cleanup.policy"] == "delete"
 
 
+# -- CreatePartitions ------------------------------------------------------------------
+
+
+def grow(admin: AdminClient, growths: list[NewPartitions], **options) -> dict:
+    """Each topic's error code (0 when grown)."""
+    return error_codes(admin.create_partitions(growths, operation_timeout=20, **options))
+
+
+def test_create_partitions_grows_topics_as_zkcoord_topics_add_partitions_does(two_brokers):
+    zk = two_brokers.zk
+    two_brokers.create_topic("grown", 2)
+    bootstrap = two_brokers.brokers[1].bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert grow(admin, [NewPartitions("grown", 4)], validate_only=True) == {"grown": 0}
+    assert len(layout.decode_topic("grown", zk.get(layout.topic_path("grown"))[0]).partitions) == 2
+    assert grow(admin, [NewPartitions("grown", 5)]) == {"grown": 0}
+    # placed round robin over the live brokers, continuing where the topic left off
+    assert layout.decode_topic("grown", zk.get(layout.topic_path("grown"))[0]).partitions == {
+        0: (0,), 1: (1,), 2: (0,), 3: (1,), 4: (0,)}
+    # a new partition the answering broker leads is there for a producer at once
+    confluent_produce(bootstrap, "grown", 3, [b"at once"])
+    assert [v for _, _, v in confluent_read(bootstrap, "grown", 3, 0, 1)] == [b"at once"]
+    assert grow(admin, [NewPartitions("grown", 3), NewPartitions("missing", 2),
+                        NewPartitions("grown-placed", 2, replica_assignment=[[1]])]) == {
+        "grown": KafkaError.INVALID_PARTITIONS, "missing": KafkaError.UNKNOWN_TOPIC_OR_PART,
+        "grown-placed": KafkaError.INVALID_REPLICA_ASSIGNMENT}
+    assert len(layout.decode_topic("grown", zk.get(layout.topic_path("grown"))[0]).partitions) == 5
+
+
 # -- DescribeConfigs -------------------------------------------------------------------
 
 
@@ -264,6 +301,25 @@ def test_describe_configs_v0_and_a_key_filter(two_brokers):
     assert (results[1].error_code, results[1].configs) == (0, [])       # no cluster-wide dynamic defaults
     assert results[2].error_code == handlers.INVALID_REQUEST and "resource type 8" in results[2].error_message
     assert results[3].error_code == handlers.INVALID_REQUEST and "ask that broker" in results[3].error_message
+
+
+def test_incremental_alter_configs_is_refused_saying_why_and_changes_nothing(two_brokers):
+    two_brokers.create_topic("altered", 1)
+    admin = AdminClient({"bootstrap.servers": two_brokers.brokers[0].bootstrap})
+    shorter = [ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)]
+    resources = [ConfigResource(ResourceType.TOPIC, "altered", incremental_configs=shorter),
+                 ConfigResource(ResourceType.TOPIC, "missing", incremental_configs=shorter)]
+    errors = {}
+    for resource, future in admin.incremental_alter_configs(resources, request_timeout=20).items():
+        with pytest.raises(KafkaException) as info:
+            future.result()
+        errors[resource.name] = info.value.args[0]
+    assert errors["altered"].code() == KafkaError.INVALID_CONFIG
+    assert "settings this broker was started with" in errors["altered"].str()
+    assert errors["missing"].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    topic = ConfigResource(ResourceType.TOPIC, "altered")
+    assert admin.describe_configs([topic], request_timeout=20)[topic].result()["retention.ms"].value == \
+        str(7 * 24 * 3600 * 1000)
 
 
 # -- malformed frames ------------------------------------------------------------------

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer, KafkaError
+from confluent_kafka import Consumer as KafkaConsumer, KafkaError, KafkaException
 from kafka import KafkaConsumer as PythonConsumer
 
 from tests.e2e.checks import produce
@@ -49,12 +49,13 @@ def secured(zk_ensemble, tmp_path_factory):
             store.set_user(zk, name, f"{name}-pw")
         for who in ("alice", "carol", "mallory"):
             store.add_acls(zk, acl.group("g"), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
-        for stock_group in ("g-stock-1", "g-stock-2", "g-stock-3"):  # one a test: each commits all it reads
+        for stock_group in ("g-stock-1", "g-stock-2", "g-stock-3", "g-stock-java"):  # one a test: each commits all it reads
             store.add_acls(zk, acl.group(stock_group), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
         for who in ("alice", "mallory"):
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.READ)])
         store.add_acls(zk, acl.group("g-reset"), [acl.AclEntry("User:carol", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.group("g-cli"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
+        store.add_acls(zk, acl.group("g-admin"), [acl.AclEntry("User:alice", acl.ALLOW, acl.READ)])
         for who in ("ANONYMOUS", "bob", "carol"):  # carol: an operator looks at log ends as herself
             store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry(f"User:{who}", acl.ALLOW, acl.DESCRIBE)])
         store.add_acls(zk, acl.topic(TOPIC), [acl.AclEntry("User:ANONYMOUS", acl.ALLOW, acl.WRITE)])
@@ -319,6 +320,42 @@ def test_a_stock_client_without_read_on_the_group_is_refused(secured):
         python.close()
 
 
+def test_the_java_client_authenticates_and_consumes_or_is_refused_the_group(secured, tmp_path):
+    """Kafka's own KafkaConsumer over SASL: alice joins and reads; bob, with
+    no READ on the group, gets GroupAuthorizationException from poll under
+    either group protocol."""
+    from zkcoord.testing.java_members import JavaMembers
+
+    def java(name, user, mechanism, group, **settings):
+        return JavaMembers(tmp_path / name, [TOPIC], {
+            "bootstrap.servers": secured.broker_list, "group.id": group, "auto.offset.reset": "earliest",
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+            "sasl.jaas.config": f'{_JAAS_MODULES[mechanism]} required username="{user}" password="{user}-pw";',
+            **settings}).start(wait=False)
+
+    classic = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    drivers = [java("alice", "alice", "SCRAM-SHA-512", "g-stock-java", **classic),
+               java("bob-classic", "bob", "PLAIN", "g-stock-java", **classic),
+               java("bob-consumer", "bob", "SCRAM-SHA-256", "g-stock-java", **{"group.protocol": "consumer"})]
+    try:
+        alice, *bobs = drivers
+        alice.wait_for(lambda: len(alice.records()) >= 40, 60, "alice's Java member to read the topic")
+        assert sorted(alice.records()) == sorted((TOPIC, p, o) for p in range(PARTITIONS) for o in range(20))
+        assert alice.errors() == []
+        for bob in bobs:
+            errors = bob.wait_for(lambda: bob.errors(0), 60, "bob's refusal")
+            assert errors[0]["class"] == "org.apache.kafka.common.errors.GroupAuthorizationException", errors
+            assert bob.records() == []
+    finally:
+        for driver in drivers:
+            driver.stop()
+
+
+_JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
 def test_a_server_requiring_authentication_without_a_credential_of_its_own_refuses_to_start(zk_connect, tmp_path):
     import subprocess
     import sys
@@ -365,3 +402,29 @@ def test_create_topics_asks_create_and_refuses_a_partition_count_that_would_hold
         assert time.monotonic() - started < 10
     finally:
         admin.close()
+
+
+def test_a_commit_from_outside_the_group_asks_read_and_goes_through_the_coordinator(secured):
+    """An admin client's alterConsumerGroupOffsets (kafka-consumer-groups
+    --reset-offsets): Read on the group, as Kafka asks, then an offset reset
+    the broker sends the coordinator with its own credential."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from zkcoord.zk.nodes import read_offsets
+
+    def alter(user: str) -> list:
+        admin = AdminClient({"bootstrap.servers": secured.broker_list, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": f"{user}-pw"})
+        future = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("g-admin", [
+            TopicPartition(TOPIC, 0, 5)])])["g-admin"]
+        try:
+            return [tp.error for tp in future.result(timeout=30).topic_partitions]
+        except KafkaException as exc:
+            return [exc.args[0]]
+
+    (refused,) = alter("bob")  # no ACL on g-admin
+    assert refused is not None and refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert read_offsets(secured.zk, "g-admin") == {}
+    assert alter("alice") == [None]
+    assert read_offsets(secured.zk, "g-admin") == {(TOPIC, 0): 5}

@@ -2,11 +2,11 @@
 cluster: thin consumers in a zkcoord group and the Spark source (both paths),
 read_committed and read_uncommitted.
 
-The cluster is Kafka 3.9 in ZooKeeper mode, three brokers, replication factor
-3, sharing its chroot with zkcoord servers that run without an embedded
-broker: the coordinator reads Kafka's own /brokers/topics there. (A KRaft
-cluster needs the coordinator to learn topics through Kafka's Metadata API;
-the reading side under test does not depend on the mode.)
+Here the cluster is Kafka 3.9 in ZooKeeper mode, three brokers, replication
+factor 3, sharing its chroot with zkcoord servers that run without an
+embedded broker: the coordinator reads Kafka's own /brokers/topics there.
+``test_transactions_kraft.py`` runs the same test on Kafka 4 in KRaft mode,
+with its own ``kafka``, ``zkcoord_servers`` and ``spark_options`` fixtures.
 
 The log each partition gets, in order: records outside any transaction;
 two producers' transactions interleaved, one committed and one aborted; the
@@ -37,6 +37,18 @@ pytestmark = pytest.mark.kafka
 
 TOPIC = "transactions"
 PARTITIONS = (0, 1)
+TRANSACTION_TIMEOUT_MS = 600_000  # Kafka's transaction.max.timeout.ms is 900000 by default
+
+
+@pytest.fixture(scope="module")
+def kafka(zookeeper_kafka):
+    return zookeeper_kafka
+
+
+@pytest.fixture(scope="module")
+def spark_options() -> dict[str, str]:
+    """What the Spark source needs beside ``zookeeper`` to find the brokers: nothing, they are registered there."""
+    return {}
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +86,11 @@ class Writer:
 
     def producer(self, name: str) -> Producer:
         if name not in self.transactional:
+            # Long enough that the open transaction outlives the slowest reads
+            # of a loaded machine: one that times out is aborted by Kafka, and
+            # the records behind it become stable before the test says so.
             producer = Producer({**self.kafka.client_config(), "transactional.id": f"{name}-{uuid.uuid4().hex[:6]}",
-                                 "transaction.timeout.ms": 60_000})
+                                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
             producer.init_transactions(30)
             self.transactional[name] = producer
         return self.transactional[name]
@@ -109,10 +124,9 @@ class Writer:
 
 
 @pytest.fixture(scope="module")
-def written(zookeeper_kafka, zkcoord_servers):
+def written(kafka, zkcoord_servers):
     """The log up to the open transaction: (writer, log, what the open
     transaction sent, the plain records behind it)."""
-    kafka = zookeeper_kafka
     kafka.create_topic(TOPIC, partitions=len(PARTITIONS), replication_factor=3)
     for p in PARTITIONS:
         kafka.wait_for_isr(TOPIC, p, {1, 2, 3})
@@ -178,8 +192,8 @@ class Members:
             member.close()
 
 
-def test_consumers_and_spark_read_committed_and_uncommitted(zookeeper_kafka, zkcoord_servers, written, spark):  # noqa: F811
-    kafka = zookeeper_kafka
+def test_consumers_and_spark_read_committed_and_uncommitted(kafka, zkcoord_servers, written, spark_options,
+                                                            spark):  # noqa: F811
     writer, log, still_open, behind = written
     committed = Members(zkcoord_servers, "txn-committed", READ_COMMITTED)
     uncommitted = Members(zkcoord_servers, "txn-uncommitted", READ_UNCOMMITTED, count=1)
@@ -197,9 +211,9 @@ def test_consumers_and_spark_read_committed_and_uncommitted(zookeeper_kafka, zkc
 
         # The Spark source plans up to the last stable offset read_committed.
         for source in ("zkcoord", PYTHON_SOURCE_NAME):
-            assert spark_values(spark, source, kafka_chroot_of(zkcoord_servers), READ_COMMITTED) == \
+            assert spark_values(spark, source, zkcoord_servers.zookeeper, READ_COMMITTED, spark_options) == \
                 sorted(log.committed), source
-        assert spark_values(spark, "zkcoord", kafka_chroot_of(zkcoord_servers), READ_UNCOMMITTED) == \
+        assert spark_values(spark, "zkcoord", zkcoord_servers.zookeeper, READ_UNCOMMITTED, spark_options) == \
             everything_so_far
 
         # The open transaction commits, a last one aborts: each partition
@@ -223,18 +237,15 @@ def test_consumers_and_spark_read_committed_and_uncommitted(zookeeper_kafka, zkc
         assert sorted(uncommitted.delivered) == sorted(log.committed + log.aborted), "every data record, once each"
 
         for source in ("zkcoord", PYTHON_SOURCE_NAME):
-            assert spark_values(spark, source, kafka_chroot_of(zkcoord_servers), READ_COMMITTED) == \
+            assert spark_values(spark, source, zkcoord_servers.zookeeper, READ_COMMITTED, spark_options) == \
                 sorted(log.committed), source
     finally:
         committed.close()
         uncommitted.close()
 
 
-def kafka_chroot_of(servers: LocalCluster) -> str:
-    return servers.zookeeper
-
-
-def spark_values(spark, source: str, zookeeper: str, isolation_level: str) -> list[bytes]:  # noqa: F811
+def spark_values(spark, source: str, zookeeper: str, isolation_level: str,  # noqa: F811
+                 options: dict[str, str]) -> list[bytes]:
     rows = (spark.read.format(source).option("zookeeper", zookeeper).option("subscribe", TOPIC)
-            .option("isolationLevel", isolation_level).load().select("value").collect())
+            .option("isolationLevel", isolation_level).options(**options).load().select("value").collect())
     return sorted(bytes(r.value) for r in rows)

@@ -1,16 +1,19 @@
 """Kafka 3.9 in ZooKeeper mode, three brokers on our ensemble, in a chroot
 zkcoord shares: the harness's replication checks, and Kafka's own /brokers
-nodes read with zkcoord's codecs (zkcoord.zk.layout)."""
+nodes read with zkcoord's codecs (zkcoord.zk.layout); and zkcoord given
+another chroot than Kafka's, told where Kafka's topics are."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from confluent_kafka import TopicCollection
 
 from tests.kafka.replication import ReplicationChecks
-from zkcoord.testing import wait_until
+from zkcoord.testing import fresh_chroot, wait_until
+from zkcoord.testing.process import zkcoord_command
 from zkcoord.zk.layout import broker_path, partition_state_path, topic_path
 from zkcoord.zk.layout.kafka import decode_broker, decode_partition_state, decode_topic, kafka_uuid
 
@@ -69,3 +72,30 @@ def test_topic_nodes_written_by_kafka_decode_with_zkcoords_reader(kafka, zk):
         decode_topic(topic, zk.get(topic_path(topic))[0])), 30, message=f"{topic} grown to 5 in ZooKeeper")
     assert grown.topic_id == assignment.topic_id
     assert {p: grown.partitions[p] for p in range(3)} == assignment.partitions
+
+
+def test_a_topic_kafka_registered_under_another_chroot_is_an_error_naming_that_chroot(kafka, kafka_chroot,
+                                                                                      zk_ensemble):
+    # zkcoord given a chroot of its own, not Kafka's: the topic is Kafka's all
+    # the same, and the user is told where it is and what to change.
+    topic = "elsewhere"
+    kafka.create_topic(topic, partitions=1, replication_factor=3)
+    kafkas = "/" + kafka_chroot[0].partition("/")[2]
+    with fresh_chroot(zk_ensemble.connect_string, prefix="zkcoord-apart") as (apart, _client):
+        done = subprocess.run(zkcoord_command("topics", "describe", "--zookeeper", apart, "--topic", topic),
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert (f"topic {topic!r} is not registered under zkcoord's ZooKeeper chroot /{apart.partition('/')[2]}, but "
+            f"Kafka registered it under {kafkas}: zkcoord's --zookeeper and Kafka's zookeeper.connect must name the "
+            f"same chroot") in done.stderr, done.stderr
+    assert f"here --zookeeper {zk_ensemble.connect_string}{kafkas}" in done.stderr
+
+
+def test_a_topic_in_no_chroot_where_no_broker_is_registered_says_the_chroots_likely_differ(zk_ensemble):
+    with fresh_chroot(zk_ensemble.connect_string, prefix="zkcoord-alone") as (alone, _client):
+        done = subprocess.run(zkcoord_command("topics", "describe", "--zookeeper", alone, "--topic", "nowhere"),
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "topic 'nowhere' does not exist under zkcoord's ZooKeeper chroot" in done.stderr, done.stderr
+    assert "where no Kafka broker is registered either: zkcoord's --zookeeper and Kafka's zookeeper.connect" \
+           in done.stderr

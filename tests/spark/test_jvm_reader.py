@@ -178,6 +178,9 @@ def test_read_committed_leaves_out_aborted_transactions_alike(spark):
                                                                  producer_id=1), data(3, 1))
     assert [row[0] for row in same_on_both(spark, emptied, aborted=[[1, 0]])["rows"]] == [3], \
         "an empty control batch (the cleaner's) is no marker"
+    other = log(data(0, 1), marker(1, 1, -2), data(2, 1), marker(3, 1, ABORT_MARKER), data(4, 1, transactional=False))
+    assert [row[0] for row in same_on_both(spark, other, aborted=[[1, 0]])["rows"]] == [4], \
+        "a control record of type 0xFFFE is no abort marker, and no error"
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -10,7 +10,7 @@ driven by hand (``answer``) or obey whatever is sent to them (``obey``).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -18,7 +18,7 @@ from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord import wire
 from zkcoord.coordinator import actions
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.core import CoordinatorCore
+from zkcoord.coordinator.core import CoordinatorCore, CoreMetrics
 from zkcoord.coordinator.lease import incarnation_proof
 from zkcoord.records import LogEnd
 
@@ -99,6 +99,47 @@ class FakeZooKeeper:
         return None
 
 
+def carry_out(action, sent: dict, closed: set, timers: dict) -> bool:
+    """Carry out a Send, a Close or a timer as the executor would, into
+    ``sent`` (conn -> [(message, correlation id)]), ``closed`` and ``timers``;
+    False for any other action (an operation)."""
+    if isinstance(action, actions.Send):
+        sent[action.conn].append((action.message, action.correlation_id))
+    elif isinstance(action, actions.Close):
+        closed.add(action.conn)
+    elif isinstance(action, actions.SetTimer):
+        timers[action.key] = action.at
+    elif isinstance(action, actions.CancelTimer):
+        timers.pop(action.key, None)
+    else:
+        return False
+    return True
+
+
+class Recorded(CoreMetrics):
+    """Every report of the core, counted."""
+
+    def __init__(self):
+        self.counts = Counter()
+        self.rebalances = []
+        self.flushes = []
+
+    def ping_sent(self):
+        self.counts["ping"] += 1
+
+    def member_expired(self, reason):
+        self.counts[reason] += 1
+
+    def rebalanced(self, report):
+        self.rebalances.append(report)
+
+    def rebalance_failed(self):
+        self.counts["rebalance_failed"] += 1
+
+    def offsets_flushed(self, seconds, failed):
+        self.flushes.append((seconds, failed))
+
+
 def incarnation_of(member_id: str) -> str:
     """The incarnation secret the harness's member ``member_id`` registers with by default."""
     return f"{member_id}'s incarnation"
@@ -136,15 +177,9 @@ class CoreHarness:
 
     def apply(self, todo: list) -> None:
         for action in todo:
-            if isinstance(action, actions.Send):
-                self.sent[action.conn].append((action.message, action.correlation_id))
-                self.log.append((self.now, action.conn, action.message))
-            elif isinstance(action, actions.Close):
-                self.closed.add(action.conn)
-            elif isinstance(action, actions.SetTimer):
-                self.timers[action.key] = action.at
-            elif isinstance(action, actions.CancelTimer):
-                self.timers.pop(action.key, None)
+            if carry_out(action, self.sent, self.closed, self.timers):
+                if isinstance(action, actions.Send):
+                    self.log.append((self.now, action.conn, action.message))
             elif isinstance(action, actions.BrokerOperation) and self.brokers_answer:
                 self.apply(self.core.done(action.token, self.now, self.zk.apply(action), None))
             elif isinstance(action, actions.ZooKeeperOperation + actions.BrokerOperation):

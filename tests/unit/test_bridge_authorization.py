@@ -108,3 +108,29 @@ def test_another_principal_joining_a_kip848_member_id_is_refused_and_the_member_
     answer = bridge.consumer_group_heartbeat(heartbeat, "10.0.0.9", MALLORY)
     assert answer.error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
     assert bridge._find("g", "k-alice") is alices and not alices.member.gone
+
+
+# -- Kafka's admin tools: a commit from outside the group, OffsetDelete ---------------------------
+
+def test_a_commit_from_outside_the_group_and_an_offset_delete_ask_what_kafka_asks(bridge):
+    """kafka-consumer-groups --reset-offsets commits with no member id and no
+    generation (Read on the group, as any commit), --delete-offsets asks
+    Delete on the group: refused before the coordinator or ZooKeeper is asked."""
+    from zkcoord.broker.protocol import OffsetCommitRequest, OffsetDeleteRequest
+
+    stranger = user("eve")
+    Topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest(version=8, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                                 group_instance_id=None, retention_time_ms=-1, topics=[
+                                     Topic(name="t", partitions=[Topic.OffsetCommitRequestPartition(
+                                         partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+                                         committed_metadata="")])])
+    answer = bridge.offset_commit(commit, stranger, "10.0.0.9")
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [bridge_module.GROUP_AUTHORIZATION_FAILED]
+    Deleted = OffsetDeleteRequest.OffsetDeleteRequestTopic
+    delete = OffsetDeleteRequest(version=0, group_id="g", topics=[
+        Deleted(name="t", partitions=[Deleted.OffsetDeleteRequestPartition(partition_index=0)])])
+    answer = bridge.offset_delete(delete, stranger, "10.0.0.9")
+    assert (answer.error_code, answer.topics) == (bridge_module.GROUP_AUTHORIZATION_FAILED, [])
+    assert {(principal, operation) for principal, operation, _ in bridge.asked} == {
+        (stranger, acl.READ), (stranger, acl.DELETE)}

@@ -227,7 +227,7 @@ def test_illegal_state_moves_fail_loudly():
     h = CoreHarness()
     h.apply(h.core.step_down(h.now))
     with pytest.raises(IllegalTransition):
-        h.core._become(CoordinatorState.ACTIVE)
+        h.core.office.become(CoordinatorState.ACTIVE)
 
 
 # -- finding 8: failover ------------------------------------------------------------------------
@@ -678,7 +678,7 @@ def test_a_flush_asked_for_during_a_write_writes_what_arrived_meanwhile():
 def test_a_read_that_ends_late_never_lowers_a_committed_offset_we_wrote():
     h = CoreHarness()
     h.core.committed["g"] = {P[0]: 50}
-    h.core._offsets_read("g", {P[0]}, {P[0]: 40})
+    h.core.offsets.learn("g", {P[0]}, {P[0]: 40})
     assert h.core.committed["g"][P[0]] == 50
 
 
@@ -782,7 +782,7 @@ def test_a_machine_seen_paused_ends_the_office_until_round_trips_begun_after_it_
 
 
 def test_a_registration_is_checked_against_each_list_of_strategies_once(monkeypatch):
-    from zkcoord.coordinator import core as core_module
+    from zkcoord.coordinator.core import membership as core_module
 
     h = CoreHarness()
     for n in range(300):

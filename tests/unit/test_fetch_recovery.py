@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from zkcoord.fetch import recovery
-from zkcoord.fetch.recovery import NO_EPOCH, OutOfRange, Reset, Step, Truncation
+from zkcoord.fetch.recovery import NO_EPOCH, EpochAhead, OutOfRange, Reset, Step, Truncation
 
 EARLIEST, LATEST = -2, -1
 
@@ -35,8 +35,12 @@ def test_diverging_epoch_resumes_at_its_end_offset_with_that_epoch():
     assert recovery.diverged(30, 0, 20) == Truncation(position=30, offset=20, epoch=0)
 
 
-def test_a_divergence_beyond_the_position_never_moves_it_forward():
-    assert recovery.diverged(30, 2, 45) == Truncation(position=30, offset=30, epoch=2)
+def test_a_diverging_epoch_ending_at_or_beyond_the_position_truncated_nothing_only_the_epoch_is_taken():
+    # The leader's epoch 2 ends at 45 (or at 30): the log holds everything
+    # read below 30 as it was, so nothing is truncated, re-read or counted.
+    assert recovery.diverged(30, 2, 45) == EpochAhead(epoch=2)
+    assert recovery.diverged(30, 2, 30) == EpochAhead(epoch=2)
+    assert recovery.diverged(30, 2, 29) == Truncation(position=30, offset=29, epoch=2)
 
 
 def test_out_of_range_beyond_the_end_of_a_log_read_up_to_there_is_a_truncation_whatever_the_policy():
@@ -64,6 +68,14 @@ def test_metadata_naming_an_older_leader_epoch_is_not_taken():
     assert recovery.newer_leader(5, 6) and recovery.newer_leader(5, 5)
     assert not recovery.newer_leader(5, 4)
     assert recovery.newer_leader(NO_EPOCH, 0) and recovery.newer_leader(5, NO_EPOCH)
+
+
+def test_a_topic_created_again_under_its_name_starts_its_epochs_anew():
+    # Leader epoch 7 of the deleted topic; the new one's leader is at epoch 0.
+    assert recovery.recreated("old-id", "new-id")
+    assert not recovery.newer_leader(7, 0), "without forgetting, the new topic's leader would be refused forever"
+    assert not recovery.recreated("old-id", "old-id")
+    assert not recovery.recreated(None, "new-id") and not recovery.recreated("old-id", None)
 
 
 def test_the_fetchers_truncation_counter_sums_its_topics():

@@ -37,6 +37,7 @@ def test_an_answer_with_topic_ids_is_read_with_leaders_and_kafkas_id_text():
     assert read.topics == {"orders": TopicMetadata(kafka_uuid(ORDERS_ID.bytes),
                                                    {0: "127.0.0.1:9092", 1: "127.0.0.1:9093", 2: None})}
     assert read.topics["orders"].partition_count == 3
+    assert read.refused == {"secret"}, "a topic refused to us is told apart from one unknown"
 
 
 def test_an_answer_without_topic_ids_reads_none():
@@ -49,17 +50,18 @@ def meta(count: int, topic_id: str) -> TopicMetadata:
     return TopicMetadata(topic_id, {p: None for p in range(count)})
 
 
-@pytest.mark.parametrize("known, seen, changes", [
-    ({}, {"t": meta(2, "a")}, {"t": (2, "a")}),                      # new
-    ({"t": (2, "a")}, {"t": meta(2, "a")}, {}),                      # unchanged
-    ({"t": (2, "a")}, {"t": meta(5, "a")}, {"t": (5, "a")}),         # grown
-    ({"t": (5, "a")}, {"t": meta(2, "a")}, {}),                      # a lagging broker: never shrunk
-    ({"t": (5, "a")}, {"t": meta(2, "b")}, {"t": (2, "b")}),         # deleted and created again
-    ({"t": (2, "a")}, {}, {"t": (0, None)}),                         # deleted
-    ({"t": (0, None)}, {}, {}),                                      # deleted, already said
+@pytest.mark.parametrize("known, seen, missing_before, changes", [
+    ({}, {"t": meta(2, "a")}, (), {"t": (2, "a")}),                      # new
+    ({"t": (2, "a")}, {"t": meta(2, "a")}, (), {}),                      # unchanged
+    ({"t": (2, "a")}, {"t": meta(5, "a")}, (), {"t": (5, "a")}),         # grown
+    ({"t": (5, "a")}, {"t": meta(2, "a")}, (), {}),                      # a lagging broker: never shrunk
+    ({"t": (5, "a")}, {"t": meta(2, "b")}, (), {"t": (2, "b")}),         # deleted and created again
+    ({"t": (2, "a")}, {}, (), {}),                                       # missing once: not yet gone
+    ({"t": (2, "a")}, {}, {"t"}, {"t": (0, None)}),                      # missing twice in a row: deleted
+    ({"t": (0, None)}, {}, {"t"}, {}),                                   # deleted, already said
 ])
-def test_topic_changes(known, seen, changes):
-    assert topic_changes(known, seen) == changes
+def test_topic_changes(known, seen, missing_before, changes):
+    assert topic_changes(known, seen, missing_before) == changes
 
 
 class FakeConnection:
@@ -125,3 +127,30 @@ def test_a_member_naming_a_topic_not_known_asks_for_a_read_now():
     watch._wanted.clear()
     watch.look_for([], pattern=True)
     assert watch._wanted.is_set()
+
+
+def test_a_topic_missing_from_one_answer_is_confirmed_by_another_broker_before_it_is_gone():
+    # Broker 1 answers without "orders" once (its metadata not loaded yet,
+    # say): the watch reads again at once, from broker 2, and the topic's
+    # subscribers hear nothing. Missing from two answers in a row, it is gone.
+    asked = []
+    answers = {"h:1": [cluster([1, 2], orders=(2, "a")), cluster([1, 2]), cluster([1, 2])],
+               "h:2": [cluster([1, 2], orders=(2, "a")), cluster([1, 2])]}
+
+    def connect(address):
+        asked.append(address)
+        return FakeConnection(answers[address])
+
+    watch = KafkaClusterWatch(["h:1", "h:2"], 60.0, connect)
+    told = []
+    watch._apply(watch._read())
+    watch.subscribe(lambda *change: told.append(change))
+    watch._apply(watch._read())
+    assert watch._wanted.is_set(), "a topic missing once is read again at once"
+    watch._apply(watch._read())
+    assert asked == ["h:1", "h:1", "h:2"] and told == [("orders", 2, "a")], "the flap told nobody"
+    assert watch.known == {"orders": (2, "a")} and not watch._missing
+    watch._apply(watch._read())
+    watch._apply(watch._read())
+    assert asked[3:] == ["h:2", "h:1"] and told[1:] == [("orders", 0, None)], \
+        "missing from two answers in a row, of two brokers: gone"

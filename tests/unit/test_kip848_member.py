@@ -7,6 +7,8 @@ partition sent to the client counts as held whatever it reports before."""
 
 from __future__ import annotations
 
+import pytest
+
 from zkcoord.broker.groups import kip848
 from zkcoord.broker.groups.kip848 import ConsumerMember
 from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID
@@ -142,3 +144,11 @@ def test_a_kip848_client_is_warned_its_heartbeat_interval_and_a_second_before_th
     member = ConsumerMember("m-2", ("t",), session_timeout_ms=30000, rebalance_timeout_ms=20000,
                             heartbeat_interval_s=5.0)
     assert member.lease_at_risk(5.99) and not member.lease_at_risk(6.01)  # 5 s to hear it, 1 s to let go
+
+
+def test_a_server_assignor_is_taken_by_zkcoords_name_or_kafkas_and_an_unknown_one_refused():
+    assert kip848.strategies_for("range") == ("range",)
+    assert kip848.strategies_for("uniform") == ("sticky",)  # Kafka's default server assignor
+    assert kip848.strategies_for(None)[0] == "sticky" and kip848.strategies_for("") == kip848.strategies_for(None)
+    with pytest.raises(kip848.UnsupportedAssignor, match="'fancy' is not supported; supported: range, roundrobin"):
+        kip848.strategies_for("fancy")

@@ -5,7 +5,6 @@ found in Kafka answers; registries kept apart; every metric documented."""
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 
 from kafka.protocol.consumer import FetchResponse
@@ -13,37 +12,13 @@ from kafka.protocol.metadata import MetadataResponse
 
 from zkcoord import wire
 from zkcoord.coordinator import actions
-from zkcoord.coordinator.core import EXPIRED_NO_ANSWER, EXPIRED_STATIC, CoordinatorCore, CoreMetrics
+from zkcoord.coordinator.core import EXPIRED_NO_ANSWER, EXPIRED_STATIC, CoordinatorCore
 from zkcoord.metrics import families
 
-from tests.unit.core_harness import T_MS, CoreHarness
+from tests.unit.core_harness import T_MS, CoreHarness, Recorded
 
 T = T_MS / 1000.0
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "METRICS.md"
-
-
-class Recorded(CoreMetrics):
-    """Every report of the core, counted."""
-
-    def __init__(self):
-        self.counts = Counter()
-        self.rebalances = []
-        self.flushes = []
-
-    def ping_sent(self):
-        self.counts["ping"] += 1
-
-    def member_expired(self, reason):
-        self.counts[reason] += 1
-
-    def rebalanced(self, report):
-        self.rebalances.append(report)
-
-    def rebalance_failed(self):
-        self.counts["rebalance_failed"] += 1
-
-    def offsets_flushed(self, seconds, failed):
-        self.flushes.append((seconds, failed))
 
 
 def harness() -> tuple[CoreHarness, Recorded]:

@@ -119,6 +119,18 @@ def test_a_malformed_marker_is_corrupt_in_both_decoders(key):
     assert offsets(decode_both(records)) == [0], "read_uncommitted never opens a marker"
 
 
+@pytest.mark.parametrize("kind", [-2, -1, 2, 0x7FFF])  # 0xFFFE, 0xFFFF as int16; LEADER_CHANGE; any other
+def test_a_control_record_of_another_type_is_no_abort_marker_in_both_decoders(kind):
+    # Kafka's consumer acts on ABORT only: any other control record (one it
+    # reads as UNKNOWN too) neither ends an aborted transaction nor is
+    # corrupt. The compiled decoder once took type 0xFFFE (-2) for its
+    # error status and failed with SystemError.
+    records = log(data(0, 1), marker(1, 1, kind), data(2, 1), marker(3, 1, ABORT_MARKER), data(4, 1, transactional=False))
+    columns = decode_both(records, aborted_transactions=[(1, 0)])
+    assert offsets(columns) == [4] and columns.next_offset == 5
+    assert offsets(decode_both(records, aborted_transactions=[])) == [0, 2, 4]
+
+
 def test_an_empty_control_batch_left_by_the_cleaner_is_no_marker():
     # Kafka's log cleaner keeps a producer's last batch, emptied, so that its
     # state survives compaction: no records, so no abort marker (as Kafka's

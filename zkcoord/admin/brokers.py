@@ -39,6 +39,7 @@ class BrokerOffsets:
         self.plain_without_tls = plain_without_tls
         self._connections: dict[str, BrokerConnection] = {}
         self._metadata: dict[TopicPartition, Optional[str]] = {}
+        self.problems: list[str] = []  # why offsets_known left partitions out, for the user to hear
 
     def __enter__(self) -> "BrokerOffsets":
         return self
@@ -66,6 +67,8 @@ class BrokerOffsets:
             try:
                 return self._connect(address)
             except BrokerConnectionError as exc:
+                if not exc.retriable:  # too old, or our credential refused: the next broker says the same
+                    raise
                 failures.append(str(exc))
         raise NoBroker("no broker reachable" + (f": {'; '.join(failures)}" if failures else " (none is registered)"))
 
@@ -97,13 +100,18 @@ class BrokerOffsets:
     def offsets_known(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """:meth:`offsets` of the partitions whose leader answers, one request
         per leader; a partition without a leader, or whose leader cannot be
-        reached or answers with an error, is left out."""
+        reached or answers with an error, is left out. A broker that refuses
+        us for good (too old, our credential refused: no retry helps) is
+        no broker down: its error is raised."""
         partitions = list(partitions)
         try:
             unknown = [tp for tp in partitions if self._metadata.get(tp) is None]
             if unknown:
                 self._metadata.update(self._any().partitions({t for t, _ in unknown}))
-        except ZkcoordError:
+        except ZkcoordError as exc:
+            if not getattr(exc, "retriable", True):
+                raise
+            self.problems.append(str(exc))
             return {}
         by_leader: dict[str, list[TopicPartition]] = {}
         for tp in partitions:
@@ -114,7 +122,10 @@ class BrokerOffsets:
         for leader, led in by_leader.items():
             try:
                 answers = self._connect(leader).list_offsets(led, timestamp)
-            except ZkcoordError:  # that broker is down: its partitions are left out
+            except ZkcoordError as exc:  # that broker is down: its partitions are left out
+                if not getattr(exc, "retriable", True):
+                    raise
+                self.problems.append(str(exc))
                 continue
             result.update({TopicPartition(*tp): o for tp, o in answers.items() if isinstance(o, int)})
         return result

@@ -8,22 +8,29 @@ persisted view (state, owners, offsets in Kafka 0.8's layout), headed by
 what is ours: which server coordinates the group (its slot and that slot's
 epoch), the generation and strategy, a failed rebalance if any. ``--output
 json`` prints all of it as one document. `zkcoord groups reset-offsets` is
-in reset.py.
+in reset.py; what both share (finding a group's coordinator, reaching the
+servers and brokers, Kafka's table layout) in client.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Callable, Optional
 
 from kazoo.exceptions import NoNodeError
 
 from zkcoord.admin import add_security_options, security_from, zookeeper_session
+from zkcoord.admin.client import (
+    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap, read_or_none, table,
+)
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import read_brokers, read_group_state, read_offsets, read_owners, read_servers
+
+log = logging.getLogger(__name__)
 
 
 def list_groups(client) -> list[str]:
@@ -35,45 +42,6 @@ def list_groups(client) -> list[str]:
             continue
     names.discard("coordinator")  # /consumers/coordinator is the elected server, not a group
     return sorted(names)
-
-
-def _read(client, path: str, decode):
-    try:
-        return decode(client.get(path)[0])
-    except NoNodeError:
-        return None
-
-
-def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Optional[int]]:
-    """``group``'s coordinator slot, the cluster's slot count, the server
-    elected in that slot (None if none is) and the slot's epoch (None if
-    never elected). A cluster without a slot count node has one slot."""
-    from zkcoord.coordinator.slots import slot_of
-
-    slots = slot_count(client)
-    slot = slot_of(group, slots)
-    server, epoch, _since_ms = slot_holder(client, slot)
-    return slot, slots, server, epoch
-
-
-def slot_count(client) -> int:
-    """How many coordinator slots the cluster has (one without a slot count node)."""
-    return _read(client, layout.SLOTS, layout.decode_slot_count) or 1
-
-
-def slot_holder(client, slot: int) -> tuple[Optional[str], Optional[int], Optional[int]]:
-    """Coordinator slot ``slot``'s elected server (None if none is), its
-    epoch (None if never elected) and since when the server holds it (the
-    election node's creation, in ms since 1970; None if none is elected)."""
-    path = layout.slot_coordinator_path(slot)
-    try:
-        data, stat = client.get(path)
-        server, since_ms = layout.decode_coordinator(data, path), stat.ctime
-    except NoNodeError:
-        server = since_ms = None
-    epoch = _read(client, layout.slot_epoch_path(slot),
-                  lambda data: layout.decode_coordinator_epoch(data, layout.slot_epoch_path(slot)))
-    return server, epoch, since_ms
 
 
 # Kafka's names for a group's state, as `kafka-consumer-groups --describe --state` prints them.
@@ -99,7 +67,7 @@ def group_state(client, group: str) -> tuple[str, Optional[layout.GroupState]]:
     """The group's state as Kafka's tool names it (state_name), and the
     coordinator's persisted state (None: never written)."""
     state = read_group_state(client, group)
-    failure = _read(client, layout.group_failure_path(group), layout.decode_group_failure)
+    failure = read_or_none(client, layout.group_failure_path(group), layout.decode_group_failure)
     return state_name(state, read_owners(client, group), failure, bool(read_offsets(client, group))), state
 
 
@@ -112,7 +80,7 @@ def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -
     servers = read_servers(client)
     endpoint = servers.get(server) if server is not None else None
     state = read_group_state(client, group)
-    failure = _read(client, layout.group_failure_path(group), layout.decode_group_failure)
+    failure = read_or_none(client, layout.group_failure_path(group), layout.decode_group_failure)
     owners, offsets = read_owners(client, group), read_offsets(client, group)
     assignment = dict(state.assignment) if state is not None else {}
     clients = dict(state.clients) if state is not None else {}
@@ -152,14 +120,6 @@ def _show(value) -> str:
 
 def _host(host: Optional[str]) -> str:
     return "-" if host is None else "/" + host  # as Kafka's tool prints an address
-
-
-def table(header: list[str], rows: list[list[str]], fixed: dict[int, int]) -> list[str]:
-    """Left-aligned columns, as Kafka's tool prints them: the widths it fixes
-    (``fixed``, by column) or the widest value; the last column unpadded."""
-    widths = [fixed.get(i, max([len(header[i])] + [len(r[i]) for r in rows])) for i in range(len(header))]
-    return [" ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths)) + " " + line[-1]
-            for line in [header, *rows]]
 
 
 def coordinator_lines(view: dict) -> list[str]:
@@ -228,7 +188,11 @@ def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credent
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
         with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls,
                            credential=credential, plain_without_tls=plain_without_tls) as brokers:
-            return brokers.offsets_known(partitions, LATEST_TIMESTAMP)
+            known = brokers.offsets_known(partitions, LATEST_TIMESTAMP)
+            if brokers.problems:
+                log.warning("no lag for %d of %d partition(s): %s", len(set(partitions) - set(known)),
+                            len(set(partitions)), "; ".join(brokers.problems))
+            return known
 
     return ends
 
@@ -254,14 +218,12 @@ def register(subparsers) -> None:
                           help="json: one document holding every view (default text)")
     describe.add_argument("--json", dest="output", action="store_const", const="json", help="--output json")
     describe.add_argument("--no-lag", action="store_true", help="do not ask the brokers for log end offsets")
-    reset.add_client_options(describe)  # the brokers' log ends, as they must be asked
+    add_client_options(describe)  # the brokers' log ends, as they must be asked
     describe.set_defaults(func=run)
     reset.register(actions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from zkcoord.admin.reset import client_credential, client_tls, kafka_bootstrap
-
     try:
         if args.groups_action == "describe":
             layout.group_path(args.group)

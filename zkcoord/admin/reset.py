@@ -26,6 +26,10 @@ from datetime import datetime, timedelta
 from typing import Mapping, Optional
 
 from zkcoord.admin import add_security_options, security_from, zookeeper_session
+from zkcoord.admin.client import (
+    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap,
+    refuse_password_without_tls, table,
+)
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.records import TopicPartition
 
@@ -159,67 +163,11 @@ def plan_offsets(mode: Mode, partitions, committed: Mapping[TopicPartition, int]
 
 def render_plan(group: str, plan: Mapping[TopicPartition, int]) -> list[str]:
     """The plan as Kafka's tool prints it."""
-    from zkcoord.admin.groups import table
-
     return table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
                  [[group, t, str(p), str(o)] for (t, p), o in sorted(plan.items())], {2: 10})
 
 
 # -- the coordinator and the brokers ------------------------------------------------------------
-
-def client_tls(args: argparse.Namespace):
-    """The client SSLContext the command's --tls-* options describe (None: plaintext), made once."""
-    if not hasattr(args, "tls_context"):
-        from zkcoord import settings
-        from zkcoord.security.config import TlsConfig
-        from zkcoord.security.tls import client_context
-
-        args.tls_context = client_context(settings.from_args(TlsConfig, args))
-    return args.tls_context
-
-
-def add_client_options(parser: argparse.ArgumentParser) -> None:
-    """How a command reaches the servers and brokers: TLS, and a user for those that authenticate."""
-    from zkcoord import settings
-    from zkcoord.security.config import CLIENT_TLS, TlsConfig
-
-    settings.add_options(parser, TlsConfig, only=CLIENT_TLS)
-    parser.add_argument("--user", help="the operator's user, for servers and brokers that authenticate "
-                                       "(zkcoord users)")
-    parser.add_argument("--password-file", metavar="PATH",
-                        help="file whose first line is --user's password (default: $ZKCOORD_PASSWORD)")
-    parser.add_argument("--password-without-tls", action="store_true",
-                        help="let the password cross connections without TLS, where it is sent readable "
-                             "(ResetOffsets to a coordinator, SASL/PLAIN to a broker); by default refused")
-    parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT,...",
-                        help="Kafka brokers to ask for partitions and offsets, for a Kafka that registers none "
-                             "in ZooKeeper (KRaft mode; the servers' --kafka-bootstrap); by default the brokers "
-                             "registered in ZooKeeper, or those the servers name")
-
-
-def kafka_bootstrap(args: argparse.Namespace) -> Optional[list[str]]:
-    """The addresses of --kafka-bootstrap (None without it); ConfigError if one is not host:port."""
-    from zkcoord.coordinator.config import kafka_addresses
-
-    return kafka_addresses(args.kafka_bootstrap) if args.kafka_bootstrap else None
-
-
-def client_credential(args: argparse.Namespace):
-    """(user, password) of the command's --user (None without one), read once; ConfigError without a password."""
-    if not hasattr(args, "password"):
-        from zkcoord.security.secrets import password_for
-
-        args.password = password_for(args.user, args.password_file)
-    return (args.user, args.password) if args.user else None
-
-
-def refuse_password_without_tls(args: argparse.Namespace) -> None:
-    """PasswordWithoutTls if the command would send --user's password to the coordinator readable, unallowed."""
-    from zkcoord.security import secrets
-
-    secrets.refuse_password_without_tls(args.user, client_tls(args) is not None, args.password_without_tls,
-                                        "the coordinator connection", "--password-without-tls")
-
 
 def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     """The address of the group's coordinator, and the brokers' addresses:
@@ -229,7 +177,6 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     from zkcoord.consumer.membership import parse_bootstrap
 
     if args.zookeeper:
-        from zkcoord.admin.groups import group_coordinator
         from zkcoord.zk.nodes import read_brokers, read_servers
 
         with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
@@ -262,12 +209,29 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     raise NoCoordinator("no server could say who coordinates the group: " + "; ".join(failures))
 
 
+def send_reset(address: tuple[str, int], request, tls=None, timeout: float = ANSWER_TIMEOUT_S):
+    """One ResetOffsetsRequest to the coordinator at ``address``, on a
+    connection of its own (the coordinator answers and closes it); its
+    answer, refusals included. Raises ZkcoordError or OSError when it could
+    not be asked or did not answer."""
+    from zkcoord import wire
+    from zkcoord.channel import Channel
+
+    channel = Channel.connect(address[0], address[1], CONNECT_TIMEOUT_S, tls=tls)
+    try:
+        answer = channel.request(request, timeout)
+    finally:
+        channel.close()
+    if not isinstance(answer, wire.ResetOffsetsResponse):
+        raise wire.MalformedFrame(f"expected ResetOffsetsResponse, got {type(answer).__name__}")
+    return answer
+
+
 def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute: bool):
     """Send a ResetOffsetsRequest to the group's coordinator, found again and
     asked again while it moves, is not available or the group rebalances
     (for up to RETRY_FOR_S); returns its answer."""
     from zkcoord import wire
-    from zkcoord.channel import Channel
 
     refuse_password_without_tls(args)
     request = wire.ResetOffsetsRequest(group_id=args.group, execute=execute, force=args.force,
@@ -277,14 +241,8 @@ def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute
     deadline = time.monotonic() + RETRY_FOR_S
     while True:
         try:
-            (host, port), _ = locate(args)
-            channel = Channel.connect(host, port, CONNECT_TIMEOUT_S, tls=client_tls(args))
-            try:
-                answer = channel.request(request, ANSWER_TIMEOUT_S)
-            finally:
-                channel.close()
-            if not isinstance(answer, wire.ResetOffsetsResponse):
-                raise wire.MalformedFrame(f"expected ResetOffsetsResponse, got {type(answer).__name__}")
+            address, _ = locate(args)
+            answer = send_reset(address, request, client_tls(args))
             if answer.error_code == wire.ErrorCode.NONE:
                 return answer
             error = wire.error_for(answer.error_code, answer.error_message)

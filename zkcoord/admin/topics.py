@@ -151,18 +151,21 @@ def create_topic(client, topic: str, partitions: Optional[int] = None, *,
 def read_topic(client, topic: str):
     from kazoo.exceptions import NoNodeError
 
+    from zkcoord.zk.chroots import missing_topic
+
     check_topic_name(topic)
     try:
         data, stat = client.get(layout.topic_path(topic))
     except NoNodeError:
-        raise UnknownTopicError(f"topic {topic!r} does not exist") from None
+        raise UnknownTopicError(missing_topic(client, topic)) from None
     return layout.decode_topic(topic, data), stat
 
 
-def add_partitions(client, topic: str, total: int) -> dict[int, tuple[int, ...]]:
-    """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic).
-    The write is conditional on the node's version, so concurrent changes fail
-    instead of being lost."""
+def add_partitions(client, topic: str, total: int, validate_only: bool = False) -> dict[int, tuple[int, ...]]:
+    """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic);
+    returns the partitions added. The write is conditional on the node's
+    version, so concurrent changes fail instead of being lost. With
+    ``validate_only`` every check is made and nothing is written."""
     check_count(total, "--partitions")
     assignment, stat = read_topic(client, topic)
     current = len(assignment.partitions)
@@ -170,6 +173,8 @@ def add_partitions(client, topic: str, total: int) -> dict[int, tuple[int, ...]]
         raise InvalidPartitionCountError(
             f"topic {topic!r} has {current} partitions; the new count must be larger, got {total}")
     added = plan_partitions(broker_ids(client), current, total - current, start_index=current)
+    if validate_only:
+        return added
     merged = {**assignment.partitions, **added}
     updated = layout.TopicAssignment(merged, assignment.version, assignment.topic_id)
     client.set(layout.topic_path(topic), layout.encode_topic(updated), version=stat.version)

@@ -1,12 +1,15 @@
 """The admin APIs the broker answers, as decisions without I/O: CreateTopics
-(what to create and the answer once the broker has tried), DescribeConfigs
-(the broker's settings under Kafka's names, kafka_configs) and
+(what to create and the answer once the broker has tried), CreatePartitions
+(likewise, for topics that grow), DescribeConfigs
+(the broker's settings under Kafka's names, kafka_configs),
+IncrementalAlterConfigs (refused: those are settings the broker started with) and
 DescribeCluster (the brokers, the cluster id and the controller), each with
 the ACL Kafka asks (the authorizer's answers are passed in).
 
-CreateTopics writes topics the way ``zkcoord topics create`` does
-(zkcoord/admin/topics.py); the broker carries out the creations this module
-plans (server.py, through zkstate.py) and hands the outcomes back here to be
+CreateTopics writes topics the way ``zkcoord topics create`` does, and
+CreatePartitions grows them as ``zkcoord topics add-partitions`` does
+(zkcoord/admin/topics.py); the broker carries out what this module plans
+(server.py, through zkstate.py) and hands the outcomes back here to be
 answered. Error codes and messages follow Kafka 2.8's.
 """
 
@@ -14,7 +17,10 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional, Union
 
-from kafka.protocol.admin import CreateTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsResponse, CreateTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
 
 from zkcoord.admin import topics as topic_admin
 from zkcoord.broker import handlers as codes
@@ -47,6 +53,7 @@ class TopicOutcome(NamedTuple):
 
 _CREATION_ERRORS = (
     (topic_admin.TopicExistsError, codes.TOPIC_ALREADY_EXISTS),
+    (topic_admin.UnknownTopicError, codes.UNKNOWN_TOPIC_OR_PARTITION),
     (topic_admin.InvalidTopicNameError, codes.INVALID_TOPIC_EXCEPTION),
     (topic_admin.InvalidPartitionCountError, codes.INVALID_PARTITIONS),
     (topic_admin.InvalidReplicationFactorError, codes.INVALID_REPLICATION_FACTOR),
@@ -139,6 +146,45 @@ def create_topics_response(request, outcomes: list[TopicOutcome], config: Broker
     return CreateTopicsResponse(version=request.API_VERSION, throttle_time_ms=0, topics=results)
 
 
+# -- CreatePartitions ------------------------------------------------------------------
+
+
+class PartitionsGrowth(NamedTuple):
+    """A topic to grow to ``total`` partitions (or, with validate_only, to check)."""
+
+    name: str
+    total: int
+    validate_only: bool
+
+
+def plan_create_partitions(request) -> list[Union[PartitionsGrowth, TopicOutcome]]:
+    """One step per topic of the request, in its order: a growth to carry
+    out, or the error the request itself earns (a repeated name; placements
+    given: partitions are placed round robin over the live brokers, as
+    `zkcoord topics add-partitions` places them)."""
+    names = [topic.name for topic in request.topics]
+    repeated = {name for name in names if names.count(name) > 1}
+    steps: list[Union[PartitionsGrowth, TopicOutcome]] = []
+    for topic in request.topics:
+        if topic.name in repeated:
+            steps.append(TopicOutcome(topic.name, codes.INVALID_REQUEST,
+                                      f"topic {topic.name!r} appears more than once in the request"))
+        elif topic.assignments is not None:
+            steps.append(TopicOutcome(topic.name, codes.INVALID_REPLICA_ASSIGNMENT,
+                                      "new partitions are placed by the broker (round robin over the live "
+                                      "brokers); placements cannot be given"))
+        else:
+            steps.append(PartitionsGrowth(topic.name, topic.count, bool(request.validate_only)))
+    return steps
+
+
+def create_partitions_response(request, outcomes: list[TopicOutcome]):
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    return CreatePartitionsResponse(
+        version=request.API_VERSION, throttle_time_ms=0,
+        results=[Result(name=o.name, error_code=o.error_code, error_message=o.error_message) for o in outcomes])
+
+
 # -- DescribeConfigs ------------------------------------------------------------------
 
 
@@ -146,18 +192,28 @@ def _everything(_operation: str, _resource: acl.Resource) -> bool:
     return True
 
 
-# Who answers for a resource that may not be described, by its config resource type.
-_DESCRIBE_CONFIGS_REFUSED = {kafka_configs.RESOURCE_TOPIC: codes.TOPIC_AUTHORIZATION_FAILED,
-                             kafka_configs.RESOURCE_BROKER: codes.CLUSTER_AUTHORIZATION_FAILED}
+# Who answers for a resource whose configs may not be described or altered, by its config resource type.
+_CONFIGS_REFUSED = {kafka_configs.RESOURCE_TOPIC: codes.TOPIC_AUTHORIZATION_FAILED,
+                    kafka_configs.RESOURCE_BROKER: codes.CLUSTER_AUTHORIZATION_FAILED}
 
 
 def _configs_acl_resource(resource) -> Optional[acl.Resource]:
-    """What DescribeConfigs of ``resource`` asks DescribeConfigs on, as Kafka
-    asks: a topic itself, a broker the cluster (None: a type not described)."""
+    """What DescribeConfigs (or AlterConfigs) of ``resource`` asks the
+    operation on, as Kafka asks: a topic itself, a broker the cluster (None:
+    a type not described)."""
     if resource.resource_type == kafka_configs.RESOURCE_TOPIC:
         return acl.topic(resource.resource_name)
     if resource.resource_type == kafka_configs.RESOURCE_BROKER:
         return acl.cluster()
+    return None
+
+
+def _configs_refusal(resource, operation: str, authorize, principal: Principal):
+    """(error code, message) when the client may not do ``operation`` to
+    ``resource``'s configs, else None."""
+    asked = _configs_acl_resource(resource)
+    if asked is not None and not authorize(operation, asked):
+        return _CONFIGS_REFUSED[resource.resource_type], acl.refusal(principal, operation, asked)
     return None
 
 
@@ -172,10 +228,9 @@ def describe_configs(request, config: BrokerConfig, metadata_cache: MetadataCach
     documentation = bool(getattr(request, "include_documentation", False)) and version >= 3
     results = []
     for resource in request.resources:
-        asked = _configs_acl_resource(resource)
-        if asked is not None and not authorize(acl.DESCRIBE_CONFIGS, asked):
-            error, message, entries = (_DESCRIBE_CONFIGS_REFUSED[resource.resource_type],
-                                       acl.refusal(principal, acl.DESCRIBE_CONFIGS, asked), [])
+        refused = _configs_refusal(resource, acl.DESCRIBE_CONFIGS, authorize, principal)
+        if refused is not None:
+            (error, message), entries = refused, []
         else:
             error, message, entries = _resource_configs(resource, config, metadata_cache)
         if resource.configuration_keys is not None:
@@ -225,6 +280,32 @@ def _config_result(entry: kafka_configs.ConfigEntry, resource_type: int, synonym
     return Config(name=entry.name, value=entry.value, read_only=True, is_default=entry.is_default,
                   config_source=entry.source, is_sensitive=False, synonyms=listed,
                   config_type=entry.config_type, documentation=entry.documentation if documentation else None)
+
+
+def alter_configs(request, config: BrokerConfig, metadata_cache: MetadataCache,
+                  authorize: Callable[[str, acl.Resource], bool] = _everything, principal: Principal = ANONYMOUS):
+    """IncrementalAlterConfigs: every change is refused with INVALID_CONFIG,
+    as Kafka refuses a setting that cannot be changed while the broker runs.
+    A topic's configs are the broker's settings (kafka_configs), set when it
+    starts; a resource the client may not alter, or that does not exist, is
+    refused as Kafka refuses it first. A resource with no change is done."""
+    Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    results = []
+    for resource in request.resources:
+        refused = _configs_refusal(resource, acl.ALTER_CONFIGS, authorize, principal)
+        if refused is None:
+            error, message, _ = _resource_configs(resource, config, metadata_cache)
+            refused = (error, message) if error != codes.NONE else None
+        if refused is None and resource.configs:
+            names = ", ".join(sorted({c.name for c in resource.configs}))
+            refused = (codes.INVALID_CONFIG,
+                       f"{names}: configs are the settings this broker was started with (every topic has the "
+                       f"broker's; there are no per-topic or dynamic configs); restart the broker with new "
+                       f"settings instead")
+        error, message = refused or (codes.NONE, None)
+        results.append(Result(error_code=error, error_message=message, resource_type=resource.resource_type,
+                              resource_name=resource.resource_name))
+    return IncrementalAlterConfigsResponse(version=request.API_VERSION, throttle_time_ms=0, responses=results)
 
 
 # -- DescribeCluster ------------------------------------------------------------------

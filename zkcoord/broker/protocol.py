@@ -17,11 +17,12 @@ import os
 from typing import NamedTuple, Optional, Union
 
 from kafka.protocol.admin import (
-    CreateTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    IncrementalAlterConfigsRequest, ListGroupsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
-    OffsetFetchRequest, SyncGroupRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest,
@@ -56,7 +57,9 @@ API_KEY_API_VERSIONS = ApiVersionsRequest.API_KEY
 API_KEY_INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
 API_KEY_FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 API_KEY_CREATE_TOPICS = CreateTopicsRequest.API_KEY
+API_KEY_CREATE_PARTITIONS = CreatePartitionsRequest.API_KEY
 API_KEY_DESCRIBE_CONFIGS = DescribeConfigsRequest.API_KEY
+API_KEY_INCREMENTAL_ALTER_CONFIGS = IncrementalAlterConfigsRequest.API_KEY
 API_KEY_DESCRIBE_CLUSTER = DescribeClusterRequest.API_KEY
 API_KEY_JOIN_GROUP = JoinGroupRequest.API_KEY
 API_KEY_CONSUMER_GROUP_HEARTBEAT = ConsumerGroupHeartbeatRequest.API_KEY
@@ -77,6 +80,7 @@ GROUP_APIS = {
     OffsetFetchRequest.API_KEY: "offset_fetch",
     ListGroupsRequest.API_KEY: "list_groups",
     DescribeGroupsRequest.API_KEY: "describe_groups",
+    OffsetDeleteRequest.API_KEY: "offset_delete",
 }
 
 # Produce 0-2 and Fetch 0-3 predate record batches (magic 2): their messages
@@ -90,7 +94,11 @@ SUPPORTED: dict[int, SupportedApi] = {
     API_KEY_API_VERSIONS: SupportedApi(ApiVersionsRequest, 0, 3),
     API_KEY_INIT_PRODUCER_ID: SupportedApi(InitProducerIdRequest, 0, 4),
     API_KEY_CREATE_TOPICS: SupportedApi(CreateTopicsRequest, 0, 7),
+    API_KEY_CREATE_PARTITIONS: SupportedApi(CreatePartitionsRequest, 0, 3),
     API_KEY_DESCRIBE_CONFIGS: SupportedApi(DescribeConfigsRequest, 0, 4),
+    # Answered, each change refused (admin_apis.alter_configs): kafka-configs
+    # --alter then says why rather than that the broker is too old.
+    API_KEY_INCREMENTAL_ALTER_CONFIGS: SupportedApi(IncrementalAlterConfigsRequest, 0, 1),
     # Kafka 2.8 has v0 only; v1 (the endpoint type) is what kafka-python's
     # describe_cluster() can read.
     API_KEY_DESCRIBE_CLUSTER: SupportedApi(DescribeClusterRequest, 0, 1),
@@ -104,8 +112,12 @@ SUPPORTED: dict[int, SupportedApi] = {
     LeaveGroupRequest.API_KEY: SupportedApi(LeaveGroupRequest, 0, 4),
     OffsetCommitRequest.API_KEY: SupportedApi(OffsetCommitRequest, 0, 8),
     OffsetFetchRequest.API_KEY: SupportedApi(OffsetFetchRequest, 0, 7),
-    ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 4),
+    # ListGroups 5 filters by type and names it (Kafka 4's kafka-consumer-groups --list --type).
+    ListGroupsRequest.API_KEY: SupportedApi(ListGroupsRequest, 0, 5),
     DescribeGroupsRequest.API_KEY: SupportedApi(DescribeGroupsRequest, 0, 5),
+    # Answered with Kafka's refusals, and a refusal of its own where Kafka
+    # would delete a committed offset (the bridge's offset_delete).
+    OffsetDeleteRequest.API_KEY: SupportedApi(OffsetDeleteRequest, 0, 0),
     # KIP-848's server-side assignment (librdkafka's group.protocol=consumer
     # needs version 1: the client names itself and may subscribe by regex).
     API_KEY_CONSUMER_GROUP_HEARTBEAT: SupportedApi(ConsumerGroupHeartbeatRequest, 0, 1),

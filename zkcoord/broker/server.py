@@ -585,11 +585,14 @@ class Broker:
                 for t in request.topics], self.config)
         elif key == protocol.API_KEY_CREATE_TOPICS:
             response = self._create_topics(request, peer)
+        elif key == protocol.API_KEY_CREATE_PARTITIONS:
+            response = self._create_partitions(request, peer)
         elif key == protocol.API_KEY_DESCRIBE_CONFIGS:
-            response = admin_apis.describe_configs(
-                request, self.config, self.metadata_cache,
-                lambda operation, resource: self.authorize(peer.principal, operation, resource, peer.host),
-                peer.principal)
+            response = admin_apis.describe_configs(request, self.config, self.metadata_cache,
+                                                   self._authorizer(peer), peer.principal)
+        elif key == protocol.API_KEY_INCREMENTAL_ALTER_CONFIGS:
+            response = admin_apis.alter_configs(request, self.config, self.metadata_cache,
+                                                self._authorizer(peer), peer.principal)
         elif key == protocol.API_KEY_DESCRIBE_CLUSTER:
             response = admin_apis.describe_cluster(request, self.config.broker_id, self.metadata_cache,
                                                    lambda: self._cluster_operations(peer))
@@ -653,6 +656,10 @@ class Broker:
             except OSError as exc:
                 log.info("gateway %d: Kafka broker %d did not answer: %s", self.config.broker_id, node, exc)
         return None
+
+    def _authorizer(self, peer: Peer):
+        """The authorizer's answers for ``peer``, as a function of (operation, resource)."""
+        return lambda operation, resource: self.authorize(peer.principal, operation, resource, peer.host)
 
     def _may(self, peer: Peer, operation: str, say_refusals: bool = True):
         """Whether ``peer`` may do ``operation`` on a topic, as a function of
@@ -745,18 +752,58 @@ class Broker:
             if not step.validate_only:
                 log.info("broker %d created topic %s (%d partitions)", self.config.broker_id, step.name,
                          len(assignment))
-        created = {o.name for o in outcomes if o.error_code == NONE and not getattr(request, "validate_only", False)}
-        deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
-        while created - self.metadata_cache.topics.keys() and time.monotonic() < deadline:
+        created = {o.name: len(o.assignment) for o in outcomes
+                   if o.error_code == NONE and not getattr(request, "validate_only", False)}
+        outcomes = self._await_loaded(request.timeout_ms, created, outcomes,
+                                      "the topic was created; brokers had not loaded it by the timeout")
+        return admin_apis.create_topics_response(request, outcomes, self.config)
+
+    def _create_partitions(self, request, peer: Peer):
+        """Carry out admin_apis' plan in ZooKeeper, then wait (up to the
+        request's timeout) until this broker's metadata shows the new counts."""
+        outcomes = []
+        grown = {}
+        for step in admin_apis.plan_create_partitions(request):
+            if isinstance(step, admin_apis.TopicOutcome):
+                outcomes.append(step)
+                continue
+            if not self.authorize(peer.principal, acl.ALTER, acl.topic(step.name), peer.host):
+                outcomes.append(admin_apis.TopicOutcome(step.name, TOPIC_AUTHORIZATION_FAILED,
+                                                        acl.refusal(peer.principal, acl.ALTER, acl.topic(step.name))))
+                continue
+            try:
+                self._zkstate.add_partitions(step.name, step.total, step.validate_only)
+            except (ZkcoordError, KazooException) as exc:  # ours by their kind; ZooKeeper's as a timeout
+                log.info("adding partitions to topic %s refused: %s", step.name, exc)
+                outcomes.append(admin_apis.outcome_of_error(step.name, exc))
+                continue
+            outcomes.append(admin_apis.TopicOutcome(step.name, NONE, None))
+            if not step.validate_only:
+                grown[step.name] = step.total
+                log.info("broker %d grew topic %s to %d partitions", self.config.broker_id, step.name, step.total)
+        outcomes = self._await_loaded(request.timeout_ms, grown, outcomes,
+                                      "the partitions were added; brokers had not loaded them by the timeout")
+        return admin_apis.create_partitions_response(request, outcomes)
+
+    def _await_loaded(self, timeout_ms: int, counts: dict[str, int], outcomes: list, late_message: str) -> list:
+        """Wait up to ``timeout_ms`` until this broker's metadata shows every
+        topic of ``counts`` with (at least) its partition count, so that a
+        client may use them at once; past the timeout they exist but are
+        answered REQUEST_TIMED_OUT, as Kafka answers."""
+        def late() -> set[str]:
+            return {name for name, count in counts.items()
+                    if len(self.metadata_cache.topics.get(name, ())) < count}
+
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while late() and time.monotonic() < deadline:
             reconciled = self._reconciled
             self._wake.set()
             reconciled.wait(timeout=deadline - time.monotonic())
-        if request.timeout_ms > 0:
-            late = created - self.metadata_cache.topics.keys()
-            outcomes = [o._replace(error_code=REQUEST_TIMED_OUT,
-                                   error_message="the topic was created; brokers had not loaded it by the timeout")
-                        if o.name in late else o for o in outcomes]
-        return admin_apis.create_topics_response(request, outcomes, self.config)
+        if timeout_ms <= 0:
+            return outcomes
+        behind = late()
+        return [o._replace(error_code=REQUEST_TIMED_OUT, error_message=late_message) if o.name in behind else o
+                for o in outcomes]
 
 
 def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> int:

@@ -111,6 +111,10 @@ class ZkState:
         return topic_admin.create_topic(self.client, name, partitions, assignment=assignment,
                                         validate_only=validate_only)
 
+    def add_partitions(self, name: str, total: int, validate_only: bool) -> dict[int, tuple[int, ...]]:
+        """Grow a topic as ``zkcoord topics alter`` does; raises its TopicAdminErrors."""
+        return topic_admin.add_partitions(self.client, name, total, validate_only)
+
     def claim_producer_ids(self) -> layout.ProducerIdBlock:
         """Claim the next block of producer ids for this broker, as Kafka's
         brokers do: a conditional write of the block after the last one

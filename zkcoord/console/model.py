@@ -15,7 +15,8 @@ import collections
 import logging
 from typing import Callable, Optional
 
-from zkcoord.admin.groups import (PREPARING_REBALANCE, describe_group, list_groups, slot_count, slot_holder)
+from zkcoord.admin.client import slot_count, slot_holder
+from zkcoord.admin.groups import PREPARING_REBALANCE, describe_group, list_groups
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk.nodes import read_brokers, read_owners, read_servers
 

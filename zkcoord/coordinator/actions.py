@@ -1,6 +1,6 @@
 """What the coordinator's core asks its executor to do.
 
-The core (core.py) never touches a socket, ZooKeeper or a clock: each of its
+The core (core/) never touches a socket, ZooKeeper or a clock: each of its
 handlers returns a list of these actions, and the executor (runtime.py)
 carries them out in order. ZooKeeper operations carry a token; the executor
 reports each one's end to ``CoordinatorCore.done(token, ...)``. Timers are

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Callable, Collection, Iterable, Mapping, Optional
 
 from zkcoord.coordinator.topics import TopicSource
 from zkcoord.errors import ZkcoordError
@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 MIN_GAP_S = 0.2
 
 
-def topic_changes(known: Mapping[str, tuple[int, Optional[str]]],
-                  seen: Mapping[str, TopicMetadata]) -> dict[str, tuple[int, Optional[str]]]:
+def topic_changes(known: Mapping[str, tuple[int, Optional[str]]], seen: Mapping[str, TopicMetadata],
+                  missing_before: Collection[str] = ()) -> dict[str, tuple[int, Optional[str]]]:
     """The (partitions, topic id) of every topic whose Metadata answer
     ``seen`` differs from ``known``; (0, None) for one known and now gone.
 
@@ -43,11 +43,19 @@ def topic_changes(known: Mapping[str, tuple[int, Optional[str]]],
     larger count stands. A new id is a topic deleted and created again, with
     whatever count it now has.
 
+    A topic is gone only when missing from two answers in a row: it was
+    missing from the answer before too (``missing_before``, from
+    :func:`missing`). One answer without it may be a broker whose metadata
+    is not loaded yet (one just restarted); taken at its word, the topic's
+    groups would lose every partition and get them back a moment later.
+
     >>> known = {"a": (2, "id-a"), "b": (1, "id-b"), "c": (4, "id-c")}
     >>> seen = {"a": TopicMetadata("id-a", {0: None, 1: None, 2: None}),  # grown
     ...         "c": TopicMetadata("id-c", {0: None, 1: None}),           # a lagging broker
     ...         "d": TopicMetadata("id-d", {0: None})}                    # new
-    >>> sorted(topic_changes(known, seen).items())
+    >>> sorted(topic_changes(known, seen).items())                        # b missing once: not yet gone
+    [('a', (3, 'id-a')), ('d', (1, 'id-d'))]
+    >>> sorted(topic_changes(known, seen, missing_before={"b"}).items())  # missing again: gone
     [('a', (3, 'id-a')), ('b', (0, None)), ('d', (1, 'id-d'))]
     """
     changes = {}
@@ -57,10 +65,15 @@ def topic_changes(known: Mapping[str, tuple[int, Optional[str]]],
         if before == now or (before is not None and before[1] == now[1] and before[0] > now[0]):
             continue
         changes[topic] = now
-    for topic, (count, _) in known.items():
-        if count and topic not in seen:
+    for topic in missing(known, seen):
+        if topic in missing_before:
             changes[topic] = (0, None)
     return changes
+
+
+def missing(known: Mapping[str, tuple[int, Optional[str]]], seen: Mapping[str, TopicMetadata]) -> set[str]:
+    """The topics ``known`` to exist that the answer ``seen`` lacks."""
+    return {topic for topic, (count, _) in known.items() if count and topic not in seen}
 
 
 class KafkaClusterWatch(TopicSource):
@@ -81,6 +94,7 @@ class KafkaClusterWatch(TopicSource):
         self._wanted = threading.Event()
         self._running = False
         self._answered: Optional[str] = None  # the broker that answered last: asked first
+        self._missing: set[str] = set()  # known topics the last answer lacked: gone if the next lacks them too
 
     def start(self) -> None:
         """Read once (raising KafkaUnreachable, or BrokerTooOld or a refused
@@ -123,7 +137,12 @@ class KafkaClusterWatch(TopicSource):
     def _read(self) -> ClusterMetadata:
         # The broker that answered last first: one broker's view, not several
         # brokers' views in turn, each a little behind or ahead of the others.
-        ordered = dict.fromkeys(([self._answered] if self._answered else []) + self.addresses() + self.bootstrap)
+        # But a topic missing from its answer is confirmed by another broker:
+        # the one that answered may be the one whose view lags.
+        ordered = list(dict.fromkeys(([self._answered] if self._answered else []) + self.addresses()
+                                     + self.bootstrap))
+        if self._missing and len(ordered) > 1:
+            ordered = ordered[1:] + ordered[:1]
         answer = ask_any(ordered, self._answering)
         self.reads += 1
         return answer
@@ -135,7 +154,14 @@ class KafkaClusterWatch(TopicSource):
 
     def _apply(self, seen: ClusterMetadata) -> None:
         self.last = seen
-        for topic, known in sorted(topic_changes(self.known, seen.topics).items()):
+        missing_now = missing(self.known, seen.topics)
+        changes = topic_changes(self.known, seen.topics, self._missing)
+        self._missing = missing_now - set(changes)
+        if self._missing:
+            log.info("Kafka topic(s) %s missing from a Metadata answer: reading again to confirm",
+                     ", ".join(sorted(self._missing)))
+            self._wanted.set()
+        for topic, known in sorted(changes.items()):
             if known[0] != self.known.get(topic, (0, None))[0]:
                 log.info("Kafka topic %s has %d partition(s)", topic, known[0])
             self._tell(topic, known)

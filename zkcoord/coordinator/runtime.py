@@ -195,7 +195,7 @@ class Coordinator:
                  topics: Optional[TopicSource], clock: Callable[[], float] = lease_clock,
                  metrics: CoreMetrics = NO_METRICS, wall_clock: Callable[[], float] = wall_clock,
                  log_ends: Optional[Callable[[frozenset, float], Mapping[TopicPartition, LogEnd]]] = None):
-        """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (core.py dates its office from it);
+        """``zk_session_timeout_ms``: the session timeout ZooKeeper granted (the core dates its office from it);
         ``topics``: the server's partition counts (needed to start); ``metrics``: what the core counts into;
         ``log_ends``: the log ends of partitions whose leaders answered within a time (the server's
         LogEndReader, shared by its coordinators; needed once an offset is to be checked)."""

@@ -42,6 +42,7 @@ from kazoo.protocol.states import KeeperState
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import access
+from zkcoord.coordinator.core import EXPIRY_REASONS, CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.admission import GatedStreamServer
 from zkcoord.coordinator.config import ServerConfig, kafka_addresses
 from zkcoord.coordinator.kafka_cluster import KafkaClusterWatch
@@ -169,13 +170,15 @@ class Server:
         self.candidacy = Candidacy()
         self._waiting_logged: Optional[int] = None  # the count (its zxid) under which it said it waits
         self.coordinators: dict[int, Coordinator] = {}  # by the slot held
-        self.core_metrics = families.CoordinatorMetrics(self.metrics_registry)
+        self.core_metrics = families.CoordinatorMetrics(self.metrics_registry, EXPIRY_REASONS)
         # The process's limits, shared by both listeners: one budget of partial frames.
         self.guard = Guard(config.limits, families.ListenerMetrics(self.metrics_registry).refused)
         self._listener = self.guard.listener("coordinator")
+        every_state = CoordinatorCore.empty_census()
         self.metrics_registry.register(families.CoordinatorCollector(
             lambda: {slot: coordinator.core for slot, coordinator in self.coordinators.items()},
-            lambda: self.slots))
+            lambda: self.slots, group_states=every_state.groups, member_states=every_state.members,
+            slot_states=[state.value for state in CoordinatorState]))
         self.metrics_host = config.metrics.host or config.host
         self._metrics_endpoint: Optional[MetricsEndpoint] = None
         self.broker = None

@@ -197,22 +197,26 @@ static inline uint64_t be(const unsigned char *p, int n) {
 
 enum { DONE_BATCH = 0, DONE_ALL = 1 };
 
-/* The type of a control batch's marker (0 abort, 1 commit): the int16 after
- * the version in its first record's key; -2 with an exception set when the
- * marker is malformed. records.py's _marker_type. */
-static int marker_type(const unsigned char *p, Py_ssize_t n, int64_t base_offset) {
+/* The type of a control batch's marker (0 abort, 1 commit, or any other
+ * int16: Kafka's other control records, and types it may add) into *type:
+ * the int16 after the version in its first record's key. Returns 0, or -1
+ * with an exception set when the marker is malformed (the type goes apart
+ * from the status: every int16, -1 and -2 too, is a type).
+ * records.py's _marker_type. */
+static int marker_type(const unsigned char *p, Py_ssize_t n, int64_t base_offset, int *type) {
     Cursor c = {p, p + n};
     int64_t length, ignored;
     const char *key;
     Py_ssize_t key_len;
     if (read_varint(&c, 5, &length) < 0 || length < 0 || length > c.end - c.p)
-        return corrupt("a transaction marker is malformed", base_offset), -2;
+        return corrupt("a transaction marker is malformed", base_offset), -1;
     c.end = c.p + length;
     c.p++; /* attributes */
     if (read_varint(&c, 10, &ignored) < 0 || read_varint(&c, 5, &ignored) < 0 ||
         read_field(&c, &key, &key_len) < 0 || key == NULL || key_len < 4)
-        return corrupt("a transaction marker is malformed", base_offset), -2;
-    return (int16_t)be((const unsigned char *)key + 2, 2);
+        return corrupt("a transaction marker is malformed", base_offset), -1;
+    *type = (int16_t)be((const unsigned char *)key + 2, 2);
+    return 0;
 }
 
 /* Which batches of a read_committed fetch are of aborted transactions:
@@ -426,12 +430,12 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         int aborted_batch = 0;
         int64_t producer = (int64_t)be(b + 43, 8);
         if (read_committed && producer >= 0) {
-            int type = -1;
+            int type = -1, status = 0;
             if (control && count > 0) { /* the cleaner leaves empty control batches: no marker */
                 const unsigned char *records = b + HEADER_SIZE;
                 Py_ssize_t records_len = LOG_OVERHEAD + batch_length - HEADER_SIZE;
                 if (codec == 0) {
-                    type = marker_type(records, records_len, base_offset);
+                    status = marker_type(records, records_len, base_offset, &type);
                 } else {
                     PyObject *payload = PyMemoryView_FromMemory((char *)records, records_len, PyBUF_READ);
                     PyObject *plain = payload ? PyObject_CallFunction(decompress, "iO", codec, payload) : NULL;
@@ -441,11 +445,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                         Py_XDECREF(plain);
                         goto done;
                     }
-                    type = marker_type(inner.buf, inner.len, base_offset);
+                    status = marker_type(inner.buf, inner.len, base_offset, &type);
                     PyBuffer_Release(&inner);
                     Py_DECREF(plain);
                 }
-                if (type == -2)
+                if (status < 0)
                     goto done;
             }
             aborted_batch = aborted_skips(&aborted, producer, batch_next - 1, attributes & 0x10, type == 0);

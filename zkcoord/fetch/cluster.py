@@ -17,6 +17,7 @@ from zkcoord.errors import ZkcoordError
 from zkcoord.zk.layout.kafka import kafka_uuid
 
 NONE = 0
+TOPIC_AUTHORIZATION_FAILED = 29
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -25,6 +26,13 @@ class KafkaUnreachable(ZkcoordError):
     brokers may come back; the message says what each one did."""
 
     retriable = True
+
+
+def topic_id_of(topic) -> Optional[str]:
+    """The Uuid text form of a Metadata answer's topic (kafka-python's), or
+    None when the answer has none (Metadata before 10, or the zero Uuid)."""
+    raw_id = getattr(topic, "topic_id", None)
+    return kafka_uuid(raw_id.bytes) if isinstance(raw_id, uuid.UUID) and raw_id != ZERO_UUID else None
 
 
 class TopicMetadata(NamedTuple):
@@ -40,6 +48,10 @@ class TopicMetadata(NamedTuple):
 class ClusterMetadata(NamedTuple):
     brokers: dict[int, str]  # node id -> "host:port"
     topics: dict[str, TopicMetadata]  # only topics answered without a topic-level error
+    # Topics named in the request that the broker would not describe to this
+    # client's principal (TOPIC_AUTHORIZATION_FAILED): an ACL is missing. A
+    # request for every topic leaves them out without a word, as Kafka does.
+    refused: frozenset[str] = frozenset()
     # The kafka-python MetadataResponse itself: leaders' epochs, replicas and
     # ISRs, for a group gateway that names Kafka's leaders to its clients.
     response: Any = None
@@ -49,15 +61,16 @@ class ClusterMetadata(NamedTuple):
         """The value of a kafka-python MetadataResponse (any version)."""
         brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         topics = {}
+        refused = set()
         for topic in response.topics:
+            if topic.error_code == TOPIC_AUTHORIZATION_FAILED:
+                refused.add(topic.name)
             if topic.error_code != NONE or topic.name is None:
-                continue  # unknown, not authorized, being deleted: nothing to say of it
-            raw_id = getattr(topic, "topic_id", None)
-            topic_id = kafka_uuid(raw_id.bytes) if isinstance(raw_id, uuid.UUID) and raw_id != ZERO_UUID else None
-            topics[topic.name] = TopicMetadata(topic_id, {
+                continue  # unknown, not authorized, being deleted: nothing more to say of it
+            topics[topic.name] = TopicMetadata(topic_id_of(topic), {
                 p.partition_index: brokers.get(p.leader_id) if p.error_code == NONE else None
                 for p in topic.partitions})
-        return cls(brokers, topics, response)
+        return cls(brokers, topics, frozenset(refused), response)
 
     def leaders(self) -> dict[tuple[str, int], Optional[str]]:
         """Every partition known, with its leader's address."""

@@ -40,7 +40,7 @@ from zkcoord.fetch.connection import (
 )
 from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, last_batch_epoch
-from zkcoord.fetch.recovery import NO_EPOCH, Truncation
+from zkcoord.fetch.recovery import NO_EPOCH, EpochAhead, Truncation
 from zkcoord.records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,12 @@ class UnknownPartitionError(FetchError):
     """An assigned partition does not exist on the brokers."""
 
     retriable = True
+
+
+class TopicAuthorizationError(FetchError):
+    """A broker refused this consumer's principal a topic (Kafka's
+    TOPIC_AUTHORIZATION_FAILED): an ACL allowing it to READ the topic is
+    missing. No retry helps until one is added."""
 
 
 class OffsetOutOfRangeError(FetchError):
@@ -173,7 +179,7 @@ class _Partition:
     """What the fetcher knows of one assigned partition."""
 
     __slots__ = ("epoch", "fetch_offset", "next", "start", "leader", "since", "error", "backoff_until", "turn",
-                 "leader_epoch", "last_epoch")
+                 "leader_epoch", "last_epoch", "topic_id")
 
     def __init__(self, epoch: int, offset: int):
         self.epoch = epoch  # new on every assignment and reset: what was fetched before is dropped
@@ -183,6 +189,7 @@ class _Partition:
         self.leader: Optional[str] = None
         self.leader_epoch = NO_EPOCH  # the leader's, from Metadata: sent with each fetch
         self.last_epoch = NO_EPOCH  # Kafka's leader epoch of the batch before fetch_offset, if known
+        self.topic_id: Optional[str] = None  # the topic's id, from Metadata 10+: the epochs above are that topic's
         self.since = time.monotonic()  # when it was assigned or last led
         self.error: Optional[FetchError] = None  # raised by the next fetch()
         self.backoff_until = 0.0
@@ -235,7 +242,8 @@ class ColumnarFetcher:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
-        self._failure: Optional[FetchError] = None  # a thread died: every call raises it
+        # A thread died, or a broker refused us for good: every call raises it.
+        self._failure: Optional[ZkcoordError] = None
         self._brokers: dict[str, tuple[threading.Thread, list]] = {}  # address -> (thread, [its connection])
         self._leader_thread = self._start_thread(self._find_leaders_loop, f"fetcher-{client_id}-leaders")
 
@@ -416,6 +424,8 @@ class ColumnarFetcher:
             try:
                 return self._connect(address, 5.0)
             except BrokerConnectionError as exc:
+                if not exc.retriable:  # too old, or the credential refused: the others would say the same
+                    raise
                 problems.append(str(exc))
         raise BrokerConnectionError("; ".join(problems))
 
@@ -425,6 +435,20 @@ class ColumnarFetcher:
         thread = threading.Thread(target=self._guarded, args=(loop, *args), name=name, daemon=True)
         thread.start()
         return thread
+
+    def _refused_for_good(self, error: BrokerConnectionError) -> bool:
+        """Whether ``error`` is a broker refusing this fetcher in a way no
+        retry helps (too old for it, its credential refused): then every
+        call raises it from now on, as the consumer must hear of it rather
+        than wait for records forever."""
+        if error.retriable:
+            return False
+        log.error("fetcher %s: %s", self._client_id, error)
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+            self._changed.notify_all()
+        return True
 
     def _guarded(self, loop, *args) -> None:
         try:
@@ -454,10 +478,13 @@ class ColumnarFetcher:
             self._find_leaders(due)
 
     def _find_leaders(self, epochs: dict) -> None:
+        refused: dict[str, int] = {}
         try:
             with self._metadata_connection() as probe:
-                found = probe.led({topic for topic, _ in epochs})
+                found, refused = probe.led_or_refused({topic for topic, _ in epochs})
         except BrokerConnectionError as exc:
+            if self._refused_for_good(exc):
+                return
             log.info("fetcher: no broker answers for leaders: %s", exc)
             found = None
         now = time.monotonic()
@@ -470,7 +497,17 @@ class ColumnarFetcher:
                 state = self._partitions.get(tp)
                 if state is None or state.epoch != epoch:
                     continue
+                if tp[0] in refused:  # not described to us: an ACL is missing, not the topic
+                    state.error = self._not_authorized(tp, refused[tp[0]])
+                    state.backoff_until = now + RETRY_BACKOFF * 4
+                    continue
                 leader = (found or {}).get(tp)
+                if leader is not None and recovery.recreated(state.topic_id, leader.topic_id):
+                    log.warning("fetcher: topic %s was deleted and created again (id %s, was %s): its leader "
+                                "epochs start anew", tp[0], leader.topic_id, state.topic_id)
+                    state.leader_epoch = state.last_epoch = NO_EPOCH
+                if leader is not None and leader.topic_id is not None:
+                    state.topic_id = leader.topic_id
                 if leader is not None and not recovery.newer_leader(state.leader_epoch, leader.epoch):
                     leader = None  # a broker whose metadata lags names a deposed leader: ask again
                 state.leader = leader.address if leader is not None else None
@@ -507,6 +544,8 @@ class ColumnarFetcher:
                     try:
                         holder.append(self._connect(address, REQUEST_TIMEOUT_S))
                     except BrokerConnectionError as exc:
+                        if self._refused_for_good(exc):
+                            return
                         log.info("fetcher: %s", exc)
                         self._lost_leader(wanted)
                         continue
@@ -534,7 +573,7 @@ class ColumnarFetcher:
         connection failed."""
         # Per partition: records, a new start, a truncation, an error for the
         # consumer, or None (retriable: find the leader again).
-        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, FetchError, None]] = {}
+        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, EpochAhead, FetchError, None]] = {}
         positions = {}
         for tp, work in partitions.items():
             if work.offset >= 0:
@@ -564,9 +603,9 @@ class ColumnarFetcher:
                 outcomes[tp] = self._on_partition_error(connection, tp, positions[tp], result,
                                                         read_here=partitions[tp].last_epoch != NO_EPOCH)
                 continue
-            truncation = recovery.diverged(positions[tp], result.diverging_epoch, result.diverging_end)
-            if truncation is not None:
-                outcomes[tp] = truncation
+            divergence = recovery.diverged(positions[tp], result.diverging_epoch, result.diverging_end)
+            if divergence is not None:  # the leader sends no records with it
+                outcomes[tp] = divergence
                 continue
             try:
                 # Never beyond the high watermark: what lies above it is not committed.
@@ -586,6 +625,8 @@ class ColumnarFetcher:
             log.info("fetcher: %s; finding its leader again", error)
             return None
         if step is recovery.Step.FAIL:
+            if error.code == recovery.TOPIC_AUTHORIZATION_FAILED:
+                return self._not_authorized(tp, error.code)
             return FetchError(str(error))
         try:
             log_start = self._bound(connection, tp, EARLIEST)
@@ -601,6 +642,12 @@ class ColumnarFetcher:
             return OffsetOutOfRangeError(f"{tp[0]}-{tp[1]}: offset {offset} is outside the log "
                                          f"({decision.log_start} to {decision.log_end})")
         return decision  # a Truncation, or None: fetch again from the leader
+
+    def _not_authorized(self, tp, code: int) -> TopicAuthorizationError:
+        principal = f"User:{self._credential[0]}" if self._credential else "User:ANONYMOUS (no credential)"
+        return TopicAuthorizationError(
+            f"{tp[0]}-{tp[1]}: the brokers refuse {principal} the topic (Kafka error {code}, "
+            f"TOPIC_AUTHORIZATION_FAILED): an ACL allowing it to READ topic {tp[0]} is missing")
 
     def _deliver(self, partitions: dict, outcomes: dict) -> None:
         now = time.monotonic()
@@ -632,6 +679,8 @@ class ColumnarFetcher:
                         state.start = outcome.offset
                 elif isinstance(outcome, Truncation):
                     self._truncated(tp, state, outcome)
+                elif isinstance(outcome, EpochAhead):  # nothing truncated: fetch on from here in that epoch
+                    state.last_epoch = outcome.epoch
                 elif isinstance(outcome, FetchError):
                     state.error = outcome
                 else:  # retriable: ask again where the partition is led

@@ -24,7 +24,7 @@ from kafka.protocol.sasl import (
 )
 
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
-from zkcoord.fetch.cluster import ClusterMetadata
+from zkcoord.fetch.cluster import TOPIC_AUTHORIZATION_FAILED, ClusterMetadata, topic_id_of
 from zkcoord.fetch.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 from zkcoord.fetch.records import RecordColumns, decode_batches
 from zkcoord.fetch.recovery import LEADERSHIP_ERRORS, NO_EPOCH
@@ -42,6 +42,7 @@ LIST_OFFSETS_ISOLATION_VERSION = 2  # the first ListOffsets with isolation_level
 # The versions this client speaks: Fetch from 4 (record batches, log start
 # offset) to 12 (the last that names topics, not topic ids); ListOffsets 1 to 7.
 FETCH_VERSIONS = (4, 12)
+OLDEST_KAFKA = "0.11"  # the first release with Fetch 4, ListOffsets 1 and Metadata 1
 LIST_OFFSETS_VERSIONS = (1, 7)
 # Metadata from 1 (topics by name, leaders: every broker since 0.10) to 12
 # (the last of our embedded broker); from 7 on it carries each partition's
@@ -150,6 +151,7 @@ class Leader(NamedTuple):
 
     address: str
     epoch: int  # NO_EPOCH below Metadata 7
+    topic_id: Optional[str] = None  # None below Metadata 10: a topic created again has a new one
 
 
 class BrokerConnection:
@@ -266,8 +268,10 @@ class BrokerConnection:
         if low is None or max(low, ours[0]) > min(high, ours[1]):
             # Below ours: a Kafka too old (Fetch 4 is Kafka 0.11's); above: one
             # that has dropped what we speak (as Kafka 4 dropped pre-2.1 versions, KIP-896).
+            why = ("a Kafka newer than this client, which dropped the versions it speaks" if low is not None
+                   and low > ours[1] else f"a Kafka too old for this client, which needs Kafka {OLDEST_KAFKA} or later")
             raise BrokerTooOld(f"broker {self.address} offers {name} versions {low}..{high}; "
-                               f"this client speaks {ours[0]}..{ours[1]}")
+                               f"this client speaks {ours[0]}..{ours[1]}: {why}")
         return min(high, ours[1])
 
     def versions(self) -> dict[str, int]:
@@ -403,17 +407,27 @@ class BrokerConnection:
 
     def led(self, topics) -> dict[tuple[str, int], Optional[Leader]]:
         """:meth:`partitions` with each leader's epoch."""
+        return self.led_or_refused(topics)[0]
+
+    def led_or_refused(self, topics) -> tuple[dict[tuple[str, int], Optional[Leader]], dict[str, int]]:
+        """:meth:`led`, and the topics the broker would not describe to this
+        client's principal, with the error code (TOPIC_AUTHORIZATION_FAILED:
+        an ACL is missing, which a topic unknown is not)."""
         response, version = self._metadata(topics)
         addresses = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         known: dict[tuple[str, int], Optional[Leader]] = {}
+        refused: dict[str, int] = {}
         for topic_data in response.topics:
+            if topic_data.error_code == TOPIC_AUTHORIZATION_FAILED:
+                refused[topic_data.name] = topic_data.error_code
             if topic_data.error_code != NONE:
                 continue
+            topic_id = topic_id_of(topic_data)
             for part in topic_data.partitions:
                 address = addresses.get(part.leader_id) if part.error_code == NONE else None
                 known[(topic_data.name, part.partition_index)] = None if address is None else Leader(
-                    address, part.leader_epoch if version >= 7 else NO_EPOCH)
-        return known
+                    address, part.leader_epoch if version >= 7 else NO_EPOCH, topic_id)
+        return known, refused
 
     def cluster(self, topics=None) -> ClusterMetadata:
         """What this broker knows of the cluster: its brokers, and ``topics``

@@ -13,7 +13,8 @@ answering from a log that is not the partition's:
   than the broker's: it has not heard of the election yet), and the other
   errors of leadership moving: find the leader again, after a short backoff;
 - ``OFFSET_OUT_OF_RANGE``: read the log's bounds, then :func:`out_of_range`;
-- any other error: the consumer hears of it.
+- any other error: the consumer hears of it; TOPIC_AUTHORIZATION_FAILED
+  (from Metadata or Fetch: an ACL is missing) as an authorization error.
 
 A leader elected uncleanly (a replica that was not in sync) may lack
 records that were committed and already delivered: the log was *truncated*
@@ -21,10 +22,12 @@ under the consumer. The fetcher sends, with each Fetch, the epoch of the last
 batch it fetched (``last_fetched_epoch``); a leader whose log ends that epoch
 before the fetch offset answers with the *diverging epoch* and where it ends
 (Fetch 12 and later, as followers learn it). :func:`diverged` turns that
-into a :class:`Truncation`: fetching resumes at the divergence point, so that
-the records the new leader holds there are read, neither skipped (fetching
-on from the old position) nor read again unannounced: the fetcher logs a
-warning and counts it. A position beyond the end of a log whose epochs were
+into a :class:`Truncation` when that end lies below the fetch position:
+fetching resumes at the divergence point, so that the records the new leader
+holds there are read, neither skipped (fetching on from the old position)
+nor read again unannounced: the fetcher logs a warning and counts it. An
+epoch that ends at or beyond the position truncated nothing the fetcher
+read: it is :class:`EpochAhead`, and the fetcher only takes the epoch. A position beyond the end of a log whose epochs were
 not known shows up as ``OFFSET_OUT_OF_RANGE`` instead (a broker without
 Fetch 12): if the fetcher had read up to there, it resumes at the log's
 end, also as a truncation; a position it never read (a committed offset) is
@@ -35,6 +38,8 @@ from __future__ import annotations
 
 import enum
 from typing import NamedTuple, Optional, Union
+
+from zkcoord.fetch.cluster import TOPIC_AUTHORIZATION_FAILED
 
 # Kafka's error codes this module decides on.
 OFFSET_OUT_OF_RANGE = 1
@@ -84,6 +89,16 @@ class Truncation(NamedTuple):
     epoch: int
 
 
+class EpochAhead(NamedTuple):
+    """The leader's log holds everything below the fetch position, in
+    ``epoch``, which ends at or beyond the position: nothing was truncated;
+    fetching goes on from the position with ``epoch`` as the last fetched
+    epoch (as Kafka's consumer completes a validation that finds no
+    truncation)."""
+
+    epoch: int
+
+
 class Reset(NamedTuple):
     """Resume at the reset policy's bound: EARLIEST or LATEST (logical)."""
 
@@ -98,14 +113,17 @@ class OutOfRange(NamedTuple):
     log_end: int
 
 
-def diverged(position: int, diverging_epoch: int, end_offset: int) -> Optional[Truncation]:
+def diverged(position: int, diverging_epoch: int, end_offset: int) -> Union[Truncation, EpochAhead, None]:
     """What a Fetch answer's diverging epoch means for a fetcher at
     ``position``: None when the answer names none (epoch -1, as Kafka sends
-    it when the logs agree), else the truncation to its end offset (never
-    beyond the position: what lies below it was read from the log as it was)."""
+    it when the logs agree); the truncation to its end offset when that lies
+    below the position; else :class:`EpochAhead` (what lies below the
+    position was read from the log as it still is)."""
     if diverging_epoch < 0 or end_offset < 0:
         return None
-    return Truncation(position, min(position, end_offset), diverging_epoch)
+    if end_offset >= position:
+        return EpochAhead(diverging_epoch)
+    return Truncation(position, end_offset, diverging_epoch)
 
 
 def out_of_range(offset: int, log_start: int, log_end: int, reset: str, read_here: bool,
@@ -134,6 +152,17 @@ def out_of_range(offset: int, log_start: int, log_end: int, reset: str, read_her
     return None
 
 
+def recreated(known_topic_id: Optional[str], answered_topic_id: Optional[str]) -> bool:
+    """Whether Metadata naming topic id ``answered_topic_id`` is of another
+    topic than the one known as ``known_topic_id``: the topic was deleted and
+    created again under its name. Its epochs start anew (the new topic's
+    leaders begin at 0), so what the fetcher knew of the old topic's epochs
+    is forgotten, as Kafka's consumer does; otherwise every leader of the new
+    topic would look older than the deposed ones of the old. None (an answer
+    below Metadata 10, or nothing known yet) tells nothing."""
+    return known_topic_id is not None and answered_topic_id is not None and known_topic_id != answered_topic_id
+
+
 def newer_leader(known_epoch: int, answered_epoch: int) -> bool:
     """Whether Metadata naming a leader of epoch ``answered_epoch`` is news
     to a fetcher that knows ``known_epoch``: a broker's metadata cache lags
@@ -143,5 +172,5 @@ def newer_leader(known_epoch: int, answered_epoch: int) -> bool:
     return answered_epoch == NO_EPOCH or known_epoch == NO_EPOCH or answered_epoch >= known_epoch
 
 
-__all__ = ["LEADERSHIP_ERRORS", "NO_EPOCH", "OutOfRange", "Reset", "Step", "Truncation", "diverged", "newer_leader",
+__all__ = ["EpochAhead", "LEADERSHIP_ERRORS", "NO_EPOCH", "OutOfRange", "TOPIC_AUTHORIZATION_FAILED", "Reset", "Step", "Truncation", "diverged", "newer_leader", "recreated",
            "on_error", "out_of_range"]

@@ -24,10 +24,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import GaugeMetricFamily
 
 from zkcoord.broker import protocol
-from zkcoord.coordinator.core import (
-    EXPIRED_MAX_POLL, EXPIRED_NO_ANSWER, EXPIRED_STATIC, CoordinatorCore, CoordinatorState, CoreMetrics,
-    RebalanceReport,
-)
 
 PREFIX = "zkcoord_"
 # ZooKeeper round trips and offset writes: a fraction of a millisecond on a
@@ -111,18 +107,21 @@ class LoginMetrics:
 # -- the coordinator -------------------------------------------------------------------------------
 
 
-class CoordinatorMetrics(CoreMetrics):
+class CoordinatorMetrics:
     """What the cores of a server's coordinators count, over every slot and
-    epoch this process has held."""
+    epoch this process has held: the core's metrics interface (``CoreMetrics``
+    in zkcoord/coordinator/core/observed.py), filled here without this
+    package knowing the core. ``expiry_reasons``: the reasons a member may be
+    dropped for, each shown at 0 before it first happens."""
 
-    def __init__(self, registry: CollectorRegistry):
+    def __init__(self, registry: CollectorRegistry, expiry_reasons: Iterable[str] = ()):
         pings = Counter(PREFIX + "pings_sent_total", "Pings sent to members", registry=registry)
         expiries = Counter(PREFIX + "member_expiries_total",
                            "Members dropped without leaving, by why: no_answer (a request unanswered within its "
                            "timeout), max_poll_interval (alive but not polling), static_timeout (a static member "
                            "not back within its session timeout)", ["reason"], registry=registry)
-        self._expired = {reason: expiries.labels(reason)
-                         for reason in (EXPIRED_NO_ANSWER, EXPIRED_MAX_POLL, EXPIRED_STATIC)}
+        self._expiries = expiries
+        self._expired = {reason: expiries.labels(reason) for reason in expiry_reasons}
         self._rebalances = Counter(PREFIX + "rebalances_total", "Rebalances completed (the group stable again)",
                                    registry=registry)
         self._rebalance_seconds = Histogram(PREFIX + "rebalance_duration_seconds",
@@ -144,9 +143,13 @@ class CoordinatorMetrics(CoreMetrics):
         self.rebalance_failed = failures.inc
 
     def member_expired(self, reason: str) -> None:
-        self._expired[reason].inc()
+        child = self._expired.get(reason)
+        if child is None:
+            child = self._expired[reason] = self._expiries.labels(reason)
+        child.inc()
 
-    def rebalanced(self, report: RebalanceReport) -> None:
+    def rebalanced(self, report) -> None:
+        """``report``: the core's RebalanceReport (its ``seconds``)."""
         self._rebalances.inc()
         self._rebalance_seconds.observe(report.seconds)
 
@@ -160,12 +163,18 @@ class CoordinatorMetrics(CoreMetrics):
 class CoordinatorCollector:
     """Groups, members and coordinator slots, read from the cores at each scrape.
 
-    ``cores`` gives the core of each slot this server holds now; ``slot_count``
-    the cluster's number of slots."""
+    ``cores`` gives the core of each slot this server holds now (its
+    ``census()``, ``state`` and ``epoch``); ``slot_count`` the cluster's number
+    of slots. ``group_states``, ``member_states`` and ``slot_states`` are every
+    state a group, a member and a slot's coordinator may be in: each is shown,
+    at 0 when nothing is in it."""
 
-    def __init__(self, cores: Callable[[], Mapping[int, CoordinatorCore]], slot_count: Callable[[], int]):
+    def __init__(self, cores: Callable[[], Mapping[int, object]], slot_count: Callable[[], int],
+                 group_states: Iterable[str] = (), member_states: Iterable[str] = (),
+                 slot_states: Iterable[str] = ()):
         self._cores = cores
         self._slot_count = slot_count
+        self._states = (tuple(group_states), tuple(member_states), tuple(slot_states))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         groups = GaugeMetricFamily(PREFIX + "groups", "Groups this server coordinates, by phase", labels=["state"])
@@ -175,15 +184,13 @@ class CoordinatorCollector:
                                   "of its coordinator in each", labels=["state"])
         epochs = GaugeMetricFamily(PREFIX + "coordinator_epoch", "The coordinator epoch of each slot this server "
                                    "holds", labels=["slot"])
-        empty = CoordinatorCore.empty_census()  # every state shown, at 0 when nothing is in it
-        group_counts, member_counts = dict(empty.groups), dict(empty.members)
-        slot_counts = dict.fromkeys((state.value for state in CoordinatorState), 0)
+        group_counts, member_counts, slot_counts = (dict.fromkeys(states, 0) for states in self._states)
         for slot, core in sorted(self._cores().items()):
             census = core.census()
             for counts, found in ((group_counts, census.groups), (member_counts, census.members)):
                 for state, n in found.items():
-                    counts[state] += n
-            slot_counts[core.state.value] += 1
+                    counts[state] = counts.get(state, 0) + n
+            slot_counts[core.state.value] = slot_counts.get(core.state.value, 0) + 1
             epochs.add_metric([str(slot)], core.epoch)
         for family, counts in ((groups, group_counts), (members, member_counts), (slots, slot_counts)):
             for state, n in counts.items():

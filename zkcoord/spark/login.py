@@ -18,10 +18,9 @@ from typing import Optional
 from zkcoord.fetch.connection import (
     BrokerAuthenticationError, BrokerConnection, PartitionError, PlainWithoutTlsRefused,
 )
+from zkcoord.fetch.cluster import TOPIC_AUTHORIZATION_FAILED
 from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.spark.errors import AuthenticationError, TopicAuthorizationError
-
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 @dataclass(frozen=True)
@@ -58,8 +57,14 @@ def refusal(exc: PartitionError, topic: str, partition: int, login: Optional[Log
     """The error to raise for a partition error that is an ACL's refusal, or None."""
     if exc.code != TOPIC_AUTHORIZATION_FAILED:
         return None
+    return topic_refused(f"{topic}-{partition}", topic, login, operation, f"broker {address}")
+
+
+def topic_refused(what: str, topic: str, login: Optional[Login], operation: str,
+                  who_answered: str) -> TopicAuthorizationError:
+    """The error for ``topic`` refused to ``login`` (TOPIC_AUTHORIZATION_FAILED)."""
     who = f"User:{login.user}" if login else "the source's principal (no sasl.username: its TLS certificate's, " \
                                            "or User:ANONYMOUS)"
     return TopicAuthorizationError(
-        f"{topic}-{partition}: {who} is not authorized to {operation} topic {topic!r} (broker {address} "
-        f"answered TOPIC_AUTHORIZATION_FAILED, Kafka error {exc.code}); an ACL must allow it")
+        f"{what}: {who} is not authorized to {operation} topic {topic!r} ({who_answered} answered "
+        f"TOPIC_AUTHORIZATION_FAILED, Kafka error {TOPIC_AUTHORIZATION_FAILED}); an ACL must allow it")

@@ -21,6 +21,7 @@ from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartiti
 from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SaslOptions, SourceOptions, login
 from zkcoord.zk import layout
+from zkcoord.zk.chroots import missing_topic
 from zkcoord.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,11 @@ class ClusterView:
     def topics(self, options: SourceOptions) -> list[str]:
         """Subscribed topics that exist now."""
         if self.kafka_bootstrap:
-            return sorted(t for t in self._kafka().topics if options.matches(t))
+            # Topics named are asked by name: one refused says so (every topic's
+            # answer leaves out, silently, those the principal may not see).
+            answer = self._kafka(options.topics or None)
+            self._refuse(answer)
+            return sorted(t for t in answer.topics if options.matches(t))
         if self.zk.exists(layout.BROKER_TOPICS) is None:
             return []
         return sorted(t for t in self.zk.get_children(layout.BROKER_TOPICS) if options.matches(t))
@@ -105,8 +110,10 @@ class ClusterView:
         from kazoo.exceptions import NoNodeError
 
         if self.kafka_bootstrap:
-            known = self._kafka(topics).topics
-            return [(topic, p) for topic in topics if topic in known for p in sorted(known[topic].leaders)]
+            answer = self._kafka(topics)
+            self._refuse(answer)
+            return [(topic, p) for topic in topics if topic in answer.topics
+                    for p in sorted(answer.topics[topic].leaders)]
         result = []
         for topic in topics:
             try:
@@ -151,7 +158,7 @@ class ClusterView:
                     except NoNodeError:
                         if skip_unavailable:
                             continue
-                        raise UnknownPartitionError(f"topic {topic!r} does not exist") from None
+                        raise UnknownPartitionError(missing_topic(self.zk, topic)) from None
                     assignments[topic] = layout.decode_topic(topic, data)
                 replicas = assignments[topic].partitions.get(partition)
                 if replicas is None:
@@ -180,8 +187,17 @@ class ClusterView:
         except ZkcoordError as exc:
             raise SparkSourceError(f"Kafka at {','.join(self.kafka_bootstrap)}: {exc}") from None
 
+    def _refuse(self, answer) -> None:
+        """TopicAuthorizationError for the first topic Kafka would not describe to the source."""
+        from zkcoord.spark.login import topic_refused
+
+        for topic in sorted(answer.refused):
+            raise topic_refused(topic, topic, self.sasl, "Describe", f"Kafka at {','.join(self.kafka_bootstrap)}")
+
     def _kafka_leaders(self, partitions: list[TopicPartition], skip_unavailable: bool) -> dict[TopicPartition, str]:
-        known = self._kafka({topic for topic, _ in partitions}).topics
+        answer = self._kafka({topic for topic, _ in partitions})
+        self._refuse(answer)
+        known = answer.topics
         result = {}
         for topic, partition in partitions:
             leaders = known[topic].leaders if topic in known else None

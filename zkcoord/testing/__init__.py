@@ -10,6 +10,9 @@ only through this package.
 - :mod:`~zkcoord.testing.kafka`: real Apache Kafka clusters as processes (Kafka 3.9 in
   ZooKeeper mode sharing zkcoord's chroot, Kafka 4 in KRaft mode);
 - :mod:`~zkcoord.testing.kafka_jars`: Kafka's releases, fetched from Maven Central and cached;
+- :mod:`~zkcoord.testing.kafka_tools`: Kafka's own command-line tools, run from those jars;
+- :mod:`~zkcoord.testing.java_members`: Kafka's own Java ``KafkaConsumer`` as group members,
+  N to a JVM, reporting every assignment, record, commit and error;
 - :mod:`~zkcoord.testing.spark`: a Spark standalone cluster (master and workers) as processes;
 - :mod:`~zkcoord.testing.faults`: TCP proxies that drop or cut connections, session expiry;
 - :mod:`~zkcoord.testing.checks`: the invariants seen from outside;

@@ -46,6 +46,9 @@ from zkcoord.zk.layout.kafka import kafka_uuid
 ZOOKEEPER_MODE = "zookeeper"
 KRAFT_MODE = "kraft"
 RELEASE_LINE = {ZOOKEEPER_MODE: "3.9", KRAFT_MODE: "4"}
+# A ZooKeeper-mode release older than every version zkcoord's client speaks:
+# for the tests that a Kafka too old is refused with a clear error.
+TOO_OLD_LINE = "0.10"
 
 # A small heap and a serial collector: three brokers, ZooKeeper and the tests
 # share two cores. Exit on OOM rather than limp on.
@@ -89,10 +92,14 @@ class KafkaSettings:
     session_timeout_ms: int = 4000
     heap_mb: int = 384
     properties: Mapping[str, str] = field(default_factory=dict)
+    release_line: Optional[str] = None  # None: the mode's (RELEASE_LINE); TOO_OLD_LINE in ZooKeeper mode
 
     def __post_init__(self) -> None:
         if self.mode not in RELEASE_LINE:
             raise ClusterError(f"Kafka mode must be one of {sorted(RELEASE_LINE)}, not {self.mode!r}")
+        if self.release_line not in (None, RELEASE_LINE[self.mode]) and \
+                (self.mode, self.release_line) != (ZOOKEEPER_MODE, TOO_OLD_LINE):
+            raise ClusterError(f"Kafka {self.release_line} does not run in {self.mode} mode here")
         if self.brokers < 1:
             raise ClusterError(f"a Kafka cluster needs a broker, not {self.brokers}")
         if not 1 <= self.min_insync_replicas <= self.brokers:
@@ -277,7 +284,7 @@ class KafkaCluster:
         self.directory = Path(directory)
         self.settings = settings
         self.zookeeper = zookeeper
-        self.version, jars = kafka_jars.classpath(RELEASE_LINE[settings.mode])
+        self.version, jars = kafka_jars.classpath(settings.release_line or RELEASE_LINE[settings.mode])
         self.java = kafka_jars.java()
         self.jars = jars
         self.cluster_id = kafka_uuid(uuid.uuid4().bytes)  # KRaft's; ZooKeeper mode has Kafka make its own

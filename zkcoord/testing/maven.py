@@ -1,12 +1,15 @@
 """Jars from Maven Central, fetched once by the install step and read from a
 cache afterwards: tests and benchmarks never download.
 
-:func:`copy_runtime_jars` has Maven resolve artifacts with their runtime
-dependencies (``maven-dependency-plugin``'s ``copy-dependencies`` on a POM
-written for the purpose) and copies the jars into one directory, replaced
-whole so that a failed fetch never leaves half a cache. Maven's settings are
-our own, one mirror for every repository, so that nothing comes from anywhere
-but Maven Central whatever a POM or the user's settings declare.
+:func:`run_maven` is the one way the project runs Maven: in batch mode,
+bounded in time, with settings of our own, one mirror for every repository,
+so that nothing comes from anywhere but Maven Central whatever a POM or the
+user's settings declare. :func:`copy_runtime_jars` has it resolve artifacts
+with their runtime dependencies (``maven-dependency-plugin``'s
+``copy-dependencies`` on a POM written for the purpose) and copies the jars
+into one directory, replaced whole so that a failed fetch never leaves half
+a cache; Kafka's releases are a Maven project of the repository's
+(:mod:`zkcoord.testing.kafka_jars`).
 """
 
 from __future__ import annotations
@@ -78,8 +81,38 @@ def _settings() -> str:
 def _mvn() -> str:
     found = shutil.which("mvn")
     if found is None:
-        raise JarCacheError("no mvn: install Maven (Debian's maven; scripts/install.sh spark does)")
+        raise JarCacheError("no mvn: install Maven (Debian's maven; scripts/install.sh spark or kafka does)")
     return found
+
+
+class MavenFailed(JarCacheError):
+    """Maven ran and failed; ``output`` is what it printed."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__(message)
+        self.output = output
+
+
+def run_maven(pom: Path, *arguments: str, doing: str) -> None:
+    """``mvn -B -q -U -f pom arguments...`` with Central-only settings,
+    within FETCH_TIMEOUT_S. ``doing`` says what for, in the errors: raises
+    JarCacheError without mvn or past the time, MavenFailed when it fails
+    (its [ERROR] lines in the message)."""
+    mvn = _mvn()
+    with tempfile.TemporaryDirectory(prefix="zkcoord-maven-") as scratch:
+        settings = Path(scratch) / "settings.xml"
+        settings.write_text(_settings())
+        # -U: an artifact missing at the last try is looked for again (it may have been published since).
+        command = [mvn, "-B", "-q", "-U", "-Dstyle.color=never", "-f", str(pom), "-s", str(settings),
+                   "-gs", str(settings), *arguments]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise JarCacheError(f"mvn took more than {FETCH_TIMEOUT_S:.0f} s {doing}") from None
+    if done.returncode != 0:
+        output = done.stdout + done.stderr
+        errors = "\n".join(line for line in output.splitlines() if "[ERROR]" in line) or output
+        raise MavenFailed(f"mvn failed {doing}:\n{errors}", output)
 
 
 def copy_runtime_jars(artifacts: Sequence[Artifact], target: Path, *, exclude: Iterable[str] = ()) -> list[Path]:
@@ -88,35 +121,24 @@ def copy_runtime_jars(artifacts: Sequence[Artifact], target: Path, *, exclude: I
     ids in ``exclude`` (those the classpath has already); returns the jars.
     Raises ArtifactNotFound when Maven Central lacks one of ``artifacts``,
     JarCacheError when Maven fails otherwise."""
-    mvn = _mvn()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as scratch:
         scratch_dir = Path(scratch)
         (scratch_dir / "pom.xml").write_text(_pom(artifacts))
-        (scratch_dir / "settings.xml").write_text(_settings())
         jars = scratch_dir / "jars"
         jars.mkdir()
-        # -U: an artifact missing at the last try is looked for again (it may have been published since).
-        command = [mvn, "-B", "-q", "-U", "-f", str(scratch_dir / "pom.xml"),
-                   "-s", str(scratch_dir / "settings.xml"), "-gs", str(scratch_dir / "settings.xml"),
-                   f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
-                   f"-DoutputDirectory={jars}"]
+        arguments = [f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={jars}"]
         excluded = sorted(set(exclude))
         if excluded:
-            command.append(f"-DexcludeArtifactIds={','.join(excluded)}")
+            arguments.append(f"-DexcludeArtifactIds={','.join(excluded)}")
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise JarCacheError(f"mvn took more than {FETCH_TIMEOUT_S:.0f} s fetching "
-                                f"{', '.join(map(str, artifacts))}") from None
-        if done.returncode != 0:
-            output = done.stdout + done.stderr
+            run_maven(scratch_dir / "pom.xml", *arguments, doing=f"fetching {', '.join(map(str, artifacts))}")
+        except MavenFailed as exc:
             for artifact in artifacts:
                 jar = f"{artifact.group}:{artifact.name}:jar:{artifact.version}"
-                if f"Could not find artifact {jar}" in output or f"{jar} was not found" in output:
-                    raise ArtifactNotFound(f"{artifact} is not on Maven Central")
-            errors = "\n".join(line for line in output.splitlines() if "[ERROR]" in line) or output
-            raise JarCacheError(f"mvn could not fetch {', '.join(map(str, artifacts))}:\n{errors}")
+                if f"Could not find artifact {jar}" in exc.output or f"{jar} was not found" in exc.output:
+                    raise ArtifactNotFound(f"{artifact} is not on Maven Central") from None
+            raise
         if target.exists():
             shutil.rmtree(target)
         jars.replace(target)

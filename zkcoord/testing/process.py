@@ -69,19 +69,25 @@ class ManagedProcess:
     """One child process. ``port_file``, when given, is the readiness file the
     process writes once it serves (``--port-file``); ``start`` then waits for
     it and ``ports`` holds what it says. ``env`` holds variables set for it on
-    top of the harness's own environment."""
+    top of the harness's own environment. Its output goes to its log, or,
+    with ``stdout_name``, its stdout to that file beside the log (a program
+    whose stdout is data); with ``commands``, its stdin is a pipe the harness
+    writes to (``proc.stdin``), else it reads nothing."""
 
     started: ClassVar[list["ManagedProcess"]] = []
 
     def __init__(self, name: str, directory: Path, command: Sequence[str],
                  port_file: Optional[Path] = None, log_name: str = "process.log",
-                 env: Optional[Mapping[str, str]] = None):
+                 env: Optional[Mapping[str, str]] = None, stdout_name: Optional[str] = None,
+                 commands: bool = False):
         self.name = name
         self.directory = Path(directory)
         self.command = list(command)
         self.port_file = port_file
         self.log_path = self.directory / log_name
         self.env = dict(env or {})
+        self.stdout_path = None if stdout_name is None else self.directory / stdout_name
+        self.commands = commands
         self.proc: Optional[subprocess.Popen] = None
         self.ports: dict[str, int] = {}
         self.paused = False
@@ -96,9 +102,10 @@ class ManagedProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.port_file is not None:
             self.port_file.unlink(missing_ok=True)
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab") as log, open(self.stdout_path or os.devnull, "ab") as output:
             self.proc = subprocess.Popen(
-                self.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                self.command, stdin=subprocess.PIPE if self.commands else subprocess.DEVNULL,
+                stdout=output if self.stdout_path else log, stderr=log if self.stdout_path else subprocess.STDOUT,
                 env={**os.environ, **self.env} if self.env else None,
                 start_new_session=True,  # a Ctrl-C meant for the harness is not theirs
             )

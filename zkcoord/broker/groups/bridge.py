@@ -34,8 +34,8 @@ import gevent.event
 from kafka import errors as kafka_errors
 from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (
-    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetFetchResponse,
-    SyncGroupResponse,
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetDeleteResponse,
+    OffsetFetchResponse, SyncGroupResponse,
 )
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment, ConsumerProtocolSubscription, ConsumerProtocolType,
@@ -46,12 +46,12 @@ from zkcoord import wire
 from zkcoord.broker.groups import classic
 from zkcoord.broker.groups.classic import ClassicMember
 from zkcoord.broker.groups.fences import BridgeFences, tie_of
+from zkcoord.broker.groups import kip848
 from zkcoord.broker.groups.kip848 import (
     FENCED_MEMBER_EPOCH, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerMember,
 )
 from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatResponse
 from zkcoord.consumer.config import MemberConfig
-from zkcoord.coordinator.assignors import ASSIGNORS
 from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.limits import REFUSED_AUTHORIZATION, abuse_log
@@ -78,6 +78,8 @@ OFFSET_OUT_OF_RANGE = kafka_errors.OffsetOutOfRangeError.errno
 GROUP_AUTHORIZATION_FAILED = kafka_errors.GroupAuthorizationFailedError.errno
 TOPIC_AUTHORIZATION_FAILED = kafka_errors.TopicAuthorizationFailedError.errno
 SASL_AUTHENTICATION_FAILED = kafka_errors.SaslAuthenticationFailedError.errno
+POLICY_VIOLATION = kafka_errors.PolicyViolationError.errno
+GROUP_SUBSCRIBED_TO_TOPIC = kafka_errors.GroupSubscribedToTopicError.errno
 
 # How long a new member's JoinGroup waits for the coordinator to register it,
 # and then for its first Start (a member that gets nothing hears no Start; it
@@ -97,6 +99,27 @@ _REFUSALS = {
     wire.ErrorCode.TOPIC_AUTHORIZATION_FAILED: TOPIC_AUTHORIZATION_FAILED,
     wire.ErrorCode.STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL: FENCED_INSTANCE_ID,
 }
+# What a reset the coordinator refused becomes for a client committing from
+# outside the group. Kafka answers UNKNOWN_MEMBER_ID to such a commit while
+# the group has members; ZooKeeper's answers are retried as Kafka's
+# coordinator moving (the admin client asks again).
+_RESET_REFUSALS = {
+    wire.ErrorCode.NONE: NONE,
+    wire.ErrorCode.GROUP_NOT_EMPTY: classic.UNKNOWN_MEMBER_ID,
+    wire.ErrorCode.REBALANCE_IN_PROGRESS: classic.REBALANCE_IN_PROGRESS,
+    wire.ErrorCode.NOT_COORDINATOR: COORDINATOR_NOT_AVAILABLE,
+    wire.ErrorCode.COORDINATOR_NOT_AVAILABLE: COORDINATOR_NOT_AVAILABLE,
+    wire.ErrorCode.UNKNOWN_PARTITION: kafka_errors.UnknownTopicOrPartitionError.errno,
+    wire.ErrorCode.OFFSET_OUT_OF_RANGE: OFFSET_OUT_OF_RANGE,
+    wire.ErrorCode.INVALID_REQUEST: INVALID_REQUEST,
+    wire.ErrorCode.GROUP_AUTHORIZATION_FAILED: GROUP_AUTHORIZATION_FAILED,
+}
+# How long a commit from outside the group waits for the coordinator to write it.
+OUTSIDE_COMMIT_WAIT_S = 15.0
+# Kafka's type of every group (ListGroups v5): the one whose members and
+# offsets DescribeGroups describes, which is how this broker describes a
+# group, whatever protocol its members joined with.
+GROUP_TYPE = "classic"
 # A group whose stored state cannot be read: Kafka's name for a state not known.
 UNKNOWN_STATE = "Unknown"
 
@@ -293,6 +316,9 @@ class GroupBridge:
         from zkcoord.admin.groups import list_groups
 
         wanted = {s.lower() for s in (getattr(request, "states_filter", None) or [])}
+        types = {t.lower() for t in (getattr(request, "types_filter", None) or [])}
+        if types and GROUP_TYPE not in types:
+            return ListGroupsResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE, groups=[])
         # As Kafka: Describe on the cluster lists every group; else those one may Describe.
         every = self.authorize is None or self.authorize(principal, acl.DESCRIBE, acl.cluster(), client_host)
         listed = []
@@ -305,7 +331,7 @@ class GroupBridge:
             if wanted and state.lower() not in wanted:
                 continue
             listed.append(ListGroupsResponse.ListedGroup(group_id=group, protocol_type=ConsumerProtocolType,
-                                                         group_state=state))
+                                                         group_state=state, group_type=GROUP_TYPE))
         return ListGroupsResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=NONE, groups=listed)
 
     def _state_of(self, group: str):
@@ -337,15 +363,19 @@ class GroupBridge:
                 continue
             state_name, state = self._state_of(group)
             local = {registration_id(b.member): b for b in self._groups.get(group, {}).values()}
+            clients = dict(state.clients) if state else {}
             members = []
             for member_id, pairs in sorted((state.assignment if state else {}).items()):
                 bridged = local.get(member_id)
+                # A member this broker does not bridge: as its coordinator recorded it.
+                recorded = clients.get(member_id) or layout.MemberClient("")
                 partitions = frozenset(TopicPartition(t, p) for t, p in pairs)
                 members.append(Member(
                     member_id=member_id,
                     group_instance_id=bridged.member.instance_id if bridged else None,
-                    client_id=bridged.member.client_id if bridged else "zkcoord",
-                    client_host=bridged.member.client_host if bridged else "",
+                    client_id=bridged.member.client_id if bridged else recorded.client_id or "zkcoord",
+                    # Kafka names a client's host as Java prints an address: "/127.0.0.1".
+                    client_host=_as_kafka_host(bridged.member.client_host if bridged else recorded.host),
                     member_metadata=bridged.member.subscription if bridged else _subscription_bytes(partitions),
                     member_assignment=_assignment_bytes(partitions, 0)))
             described.append(Group(error_code=NONE, error_message=None, group_id=group, group_state=state_name,
@@ -792,6 +822,11 @@ class GroupBridge:
                 check_pattern(pattern)
             except PatternError as exc:
                 return answer(INVALID_REQUEST, message=str(exc))
+        try:
+            strategies = kip848.strategies_for(request.server_assignor)
+        except kip848.UnsupportedAssignor as exc:
+            log.info("group %s: refusing member %s: %s", request.group_id, request.member_id or "(new)", exc)
+            return answer(kip848.UNSUPPORTED_ASSIGNOR, message=str(exc))
         if bridged is not None and ((topics is not None and topics != bridged.member.topics)
                                     or (pattern is not None and (pattern or None) != bridged.member.pattern)):
             # A new subscription is a new registration: the client joins again.
@@ -807,7 +842,8 @@ class GroupBridge:
                 return answer(classic.UNKNOWN_MEMBER_ID, message="another client's member holds this member id")
             if not topics and not pattern:
                 return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
-            bridged = self._join_consumer_member(request, topics or (), pattern or None, client_host, now, principal)
+            bridged = self._join_consumer_member(request, topics or (), pattern or None, strategies, client_host, now,
+                                                 principal)
             if isinstance(bridged, int):
                 return answer(bridged, message="the coordinator refused the member; see the broker's log")
         member = bridged.member
@@ -830,8 +866,8 @@ class GroupBridge:
         self._refence(bridged)
         return answer(error, member, assignment)
 
-    def _join_consumer_member(self, request, topics, pattern: Optional[str], client_host: str, now: float,
-                              principal: Principal = ANONYMOUS):
+    def _join_consumer_member(self, request, topics, pattern: Optional[str], strategies: tuple[str, ...],
+                              client_host: str, now: float, principal: Principal = ANONYMOUS):
         """A new KIP-848 member, registered with its coordinator; or the error for its client."""
         member_id = request.member_id or str(uuid.uuid4())
         if request.instance_id is not None and self._held_by_other(self._groups.get(request.group_id, {}),
@@ -848,10 +884,6 @@ class GroupBridge:
             instance_id=request.instance_id, client_id=request.header.client_id or "", client_host=client_host,
             last_heard=now, principal=principal, heartbeat_interval_s=self.heartbeat_interval_ms / 1000.0)
         bridged = self._add(member, request.group_id)
-        assignor = request.server_assignor
-        # A server_assignor zkcoord has picks the strategy; otherwise the member
-        # takes any, so that it always shares one with the group.
-        strategies = (assignor,) if assignor in ASSIGNORS else ("sticky", *sorted(set(ASSIGNORS) - {"sticky"}))
         error = self._register(bridged, strategies)
         if error != NONE:
             self._drop(bridged, "its registration was refused")
@@ -867,31 +899,79 @@ class GroupBridge:
         generation = getattr(request, "generation_id_or_member_epoch", -1)
         member_id = getattr(request, "member_id", "")
         bridged = self._find_own(request.group_id, member_id, principal) if member_id else None
+        # Kafka's commit from outside the group (an admin client's
+        # alterConsumerGroupOffsets, kafka-consumer-groups --reset-offsets):
+        # no member id and no generation.
+        from_admin = member_id == "" and generation < 0
         now = self.clock()
-        topics = []
+        errors: dict[TopicPartition, int] = {}
+        outside: dict[TopicPartition, int] = {}
         for topic in request.topics:
-            partitions = []
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
                 if not group_allowed:
-                    error = GROUP_AUTHORIZATION_FAILED
+                    errors[tp] = GROUP_AUTHORIZATION_FAILED
                 elif not self._allowed(principal, acl.READ, acl.topic(topic.name), client_host):
-                    error = TOPIC_AUTHORIZATION_FAILED
+                    errors[tp] = TOPIC_AUTHORIZATION_FAILED
+                elif bridged is None and from_admin:
+                    outside[tp] = part.committed_offset
                 elif bridged is None:
                     # No member: offsets of a group move only through its
                     # coordinator (its members' commits, or an admin reset).
-                    error = self._unknown(request.group_id, member_id)
+                    errors[tp] = self._unknown(request.group_id, member_id)
                 else:
                     error = bridged.member.commit_error(generation, tp, now)
                     if error == NONE and part.committed_offset >= 0:
                         error = self._within_log(request.group_id, member_id, tp, part.committed_offset)
                     if error == NONE and part.committed_offset >= 0:
                         bridged.member.commit(tp, part.committed_offset)
-                partitions.append(Partition(partition_index=part.partition_index, error_code=error))
-            topics.append(Topic(name=topic.name, partitions=partitions))
-        if bridged is None and member_id == "":
+                    errors[tp] = error
+        if outside:
+            error = self._commit_from_outside(request.group_id, outside)
+            errors.update((tp, error) for tp in outside)
+        topics = [Topic(name=topic.name, partitions=[
+            Partition(partition_index=part.partition_index,
+                      error_code=errors[TopicPartition(topic.name, part.partition_index)])
+            for part in topic.partitions]) for topic in request.topics]
+        if bridged is None and member_id == "" and not from_admin:
             log.info("group %s: refused a commit from outside the group (no member id)", request.group_id)
         return OffsetCommitResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics)
+
+    def _commit_from_outside(self, group: str, offsets: dict[TopicPartition, int]) -> int:
+        """Commit ``offsets`` for a client outside the group: as an offset
+        reset, through the group's coordinator, which holds the offsets not
+        yet written and refuses while the group has members (Kafka accepts
+        such a commit only for an empty group too). One Kafka error code for
+        every partition: the reset is whole or nothing."""
+        from zkcoord.admin.groups import group_coordinator
+        from zkcoord.admin.reset import send_reset
+
+        try:
+            server = group_coordinator(self.zk, group)[2]
+            endpoint = read_servers(self.zk).get(server) if server is not None else None
+        except ZkcoordError as exc:
+            log.warning("group %s: cannot find its coordinator: %s", group, exc)
+            endpoint = None
+        if endpoint is None:
+            return COORDINATOR_NOT_AVAILABLE
+        user, password = self._credential or ("", "")
+        if password and self._tls_context is None and not self._password_without_tls:
+            log.warning("group %s: a commit from outside the group needs the broker's credential sent to the "
+                        "coordinator, which is not allowed without TLS", group)
+            return COORDINATOR_NOT_AVAILABLE
+        request = wire.ResetOffsetsRequest(
+            group_id=group, execute=True, force=False, user=user, password=password,
+            offsets=tuple(wire.TopicPartitionOffset(t, p, o) for (t, p), o in sorted(offsets.items())))
+        try:
+            answer = send_reset((endpoint.host, endpoint.port), request, self._tls_context, OUTSIDE_COMMIT_WAIT_S)
+        except (ZkcoordError, OSError) as exc:
+            log.info("group %s: the coordinator did not take a commit from outside the group: %s", group, exc)
+            return COORDINATOR_NOT_AVAILABLE
+        error = _RESET_REFUSALS.get(answer.error_code, UNKNOWN_SERVER_ERROR)
+        log.info("group %s: commit from outside the group of %s: %s", group,
+                 ", ".join(f"{t}-{p} at {o}" for (t, p), o in sorted(offsets.items())),
+                 "done" if error == NONE else f"refused ({answer.error_message})")
+        return error
 
     def _within_log(self, group: str, member_id: str, tp: TopicPartition, offset: int) -> int:
         """OFFSET_OUT_OF_RANGE for an offset beyond the partition's log end
@@ -941,6 +1021,58 @@ class GroupBridge:
             for name, partitions in wanted.items()]
         return OffsetFetchResponse(version=request.API_VERSION, throttle_time_ms=0, topics=topics, error_code=NONE)
 
+    def offset_delete(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
+        """Kafka's OffsetDelete, with Kafka's refusals: a group that does not
+        exist (GROUP_ID_NOT_FOUND), a topic the group's members consume
+        (GROUP_SUBSCRIBED_TO_TOPIC: their partitions are the ones held).
+        Where Kafka would delete a committed offset, zkcoord refuses with
+        POLICY_VIOLATION: an offset moves only through the group's
+        coordinator, which resets offsets but deletes none (`zkcoord groups
+        reset-offsets`, or a commit from outside the group, moves one
+        instead). A partition with no committed offset has nothing to
+        delete, and is answered done, as Kafka answers it."""
+        Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        Partition = Topic.OffsetDeleteResponsePartition
+        group = request.group_id
+
+        def answer(error: int, partition_error=None):
+            """A group's error alone (as Kafka answers one), or every partition's."""
+            return OffsetDeleteResponse(version=request.API_VERSION, throttle_time_ms=0, error_code=error, topics=[
+                Topic(name=t.name, partitions=[
+                    Partition(partition_index=p.partition_index,
+                              error_code=partition_error(t.name, p.partition_index)) for p in t.partitions])
+                for t in request.topics] if partition_error is not None else [])
+
+        try:
+            layout.group_path(group)
+        except layout.LayoutError:
+            return answer(INVALID_GROUP_ID)
+        if not self._allowed(principal, acl.DELETE, acl.group(group), client_host):
+            return answer(GROUP_AUTHORIZATION_FAILED)
+        from zkcoord.admin.groups import DEAD
+
+        state_name, state = self._state_of(group)
+        if state_name == DEAD:
+            return answer(GROUP_ID_NOT_FOUND)
+        try:
+            committed = read_offsets(self.zk, group)
+        except ZkcoordError as exc:
+            log.info("group %s: offsets not readable: %s", group, exc)
+            return answer(COORDINATOR_NOT_AVAILABLE)
+        consumed = {t for pairs in (state.assignment if state else {}).values() for t, _ in pairs}
+        consumed |= {t for b in self._groups.get(group, {}).values() if not b.member.gone for t in b.member.topics}
+        readable = {t.name: self._allowed(principal, acl.READ, acl.topic(t.name), client_host)
+                    for t in request.topics}
+
+        def partition_error(topic: str, partition: int) -> int:
+            if not readable[topic]:
+                return TOPIC_AUTHORIZATION_FAILED
+            if topic in consumed:
+                return GROUP_SUBSCRIBED_TO_TOPIC
+            return POLICY_VIOLATION if TopicPartition(topic, partition) in committed else NONE
+
+        return answer(NONE, partition_error)
+
 
 def registration_id(member) -> str:
     """The zkcoord consumer id a client's member registers under: its
@@ -948,6 +1080,10 @@ def registration_id(member) -> str:
     librdkafka makes member ids of standard base64, whose "/" a consumer id
     may not hold."""
     return (member.instance_id or member.member_id).replace("/", "_")
+
+
+def _as_kafka_host(host: str) -> str:
+    return "/" + host if host and not host.startswith("/") else host
 
 
 def _by_topic(partitions) -> dict[str, list[int]]:

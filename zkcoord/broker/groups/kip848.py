@@ -18,14 +18,45 @@ from typing import Optional
 from kafka import errors as kafka_errors
 
 from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
+from zkcoord.coordinator.assignors import ASSIGNORS
 
 FENCED_MEMBER_EPOCH = kafka_errors.FencedMemberEpochError.errno
 STALE_MEMBER_EPOCH = kafka_errors.StaleMemberEpochError.errno
+UNSUPPORTED_ASSIGNOR = kafka_errors.UnsupportedAssignorError.errno
 # MemberEpoch values a client sends: joining (or rejoining after losing
 # everything), leaving, and a static member leaving for a while.
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+
+
+# Kafka's own server-side assignors (its group.consumer.assignors), by the
+# zkcoord strategy that assigns alike: a client may name either.
+KAFKA_SERVER_ASSIGNORS = {"uniform": "sticky", "range": "range"}
+
+
+class UnsupportedAssignor(ValueError):
+    """A client named a server assignor zkcoord has no strategy for."""
+
+
+def strategies_for(server_assignor: Optional[str]) -> tuple[str, ...]:
+    """The zkcoord strategies a member registers with when its client names
+    ``server_assignor`` (group.remote.assignor): the one it names, by
+    zkcoord's name or Kafka's; when it names none, any, sticky first, so that
+    it always shares one with the group. A name neither knows raises
+    UnsupportedAssignor, as Kafka's coordinator refuses it (rather than
+    assigning in a way the client did not ask for).
+
+    >>> strategies_for("uniform"), strategies_for("roundrobin"), strategies_for(None)
+    (('sticky',), ('roundrobin',), ('sticky', 'range', 'roundrobin'))
+    """
+    if not server_assignor:
+        return ("sticky", *sorted(set(ASSIGNORS) - {"sticky"}))
+    strategy = server_assignor if server_assignor in ASSIGNORS else KAFKA_SERVER_ASSIGNORS.get(server_assignor)
+    if strategy is None:
+        raise UnsupportedAssignor(f"server assignor {server_assignor!r} is not supported; supported: "
+                                  f"{', '.join(sorted({*ASSIGNORS, *KAFKA_SERVER_ASSIGNORS}))}")
+    return (strategy,)
 
 
 @dataclass

@@ -16,40 +16,25 @@ never picked up. Without it the source runs on its Python data source, slower.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import Optional
 
 from zkcoord.caches import user_cache
-from zkcoord.java import java_tool
+from zkcoord.java import JavaBuildError, cached_jar, source_digest
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
 JAVA_RELEASE = "17"  # Spark 4's oldest Java
 
 
-class JvmBuildError(RuntimeError):
+class JvmBuildError(JavaBuildError, RuntimeError):
     """The jar cannot be built here (no javac, no pyspark, a compile error)."""
 
 
 def jar_name(pyspark_version: str, digest: str) -> str:
     return f"zkcoord-spark-{pyspark_version}-{digest[:12]}.jar"
-
-
-def _sources() -> list[Path]:
-    return sorted(p for p in SOURCES.rglob("*") if p.is_file())
-
-
-def _digest() -> str:
-    h = hashlib.sha256()
-    for path in _sources():
-        h.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def _pyspark() -> tuple[str, Path]:
@@ -69,7 +54,7 @@ def jar_path() -> Path:
     """Where the jar for the installed pyspark and these sources is, or
     would be built: the first of the directories that holds it or can."""
     version, _ = _pyspark()
-    name = jar_name(version, _digest())
+    name = jar_name(version, source_digest(SOURCES))
     for directory in _directories():
         if (directory / name).is_file():
             return directory / name
@@ -88,43 +73,16 @@ def built_jar() -> Optional[Path]:
     return path if path.is_file() else None
 
 
-def _javac() -> str:
-    javac = java_tool("javac")
-    if javac is None:
-        raise JvmBuildError("no javac: install a JDK (Debian's default-jdk-headless)")
-    return javac
-
-
 def build(*, force: bool = False) -> Path:
     """Compile the sources into the jar (once per pyspark version and sources)."""
-    target = jar_path()
-    if target.is_file() and not force:
-        return target
-    _, spark_jars = _pyspark()
-    java_files = [str(p) for p in _sources() if p.suffix == ".java"]
-    with tempfile.TemporaryDirectory(prefix="zkcoord-jvm-") as scratch:
-        classes = Path(scratch) / "classes"
-        classes.mkdir()
-        # No -Werror: a newer pyspark deprecating an API the reader uses must not break installs.
-        command = [_javac(), "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8",
-                   "-cp", str(spark_jars / "*"), "-d", str(classes), *java_files]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise JvmBuildError(f"javac failed:\n{done.stdout}{done.stderr}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".jar.partial")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: zkcoord\r\n\r\n")
-            for path in sorted(classes.rglob("*.class")):
-                jar.write(path, str(path.relative_to(classes)))
-            for path in _sources():
-                if path.suffix != ".java":  # resources: the DataSourceRegister service entry
-                    jar.write(path, str(path.relative_to(SOURCES)))
-        partial.replace(target)
-    for old in target.parent.glob("zkcoord-spark-*.jar"):
-        if old != target:
-            old.unlink()
-    return target
+    try:
+        # Resources (the DataSourceRegister service entry) go in beside the classes.
+        return cached_jar(SOURCES, lambda: [str(_pyspark()[1] / "*")], jar_path(), JAVA_RELEASE,
+                          replaces="zkcoord-spark-*.jar", force=force)
+    except JvmBuildError:
+        raise
+    except JavaBuildError as exc:
+        raise JvmBuildError(str(exc)) from None
 
 
 def main(argv: Optional[list[str]] = None) -> int:
