@@ -44,7 +44,6 @@ gateway is the whole cluster as its clients see it:
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Mapping, Optional
 
 from kazoo.exceptions import NoNodeError
@@ -53,7 +52,7 @@ from zkcoord.broker import protocol
 from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.broker.zkstate import ZkState
 from zkcoord.errors import ZkcoordError
-from zkcoord.zk.layout.kafka import kafka_uuid
+from zkcoord.fetch.cluster import topic_id_of
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +74,6 @@ NOT_OFFERED = frozenset({
     *range(90, 93),  # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
 })
 NONE = 0
-_NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 class GatewayError(ZkcoordError):
@@ -93,9 +91,9 @@ def cache_of_response(response) -> MetadataCache:
     for topic in response.topics:
         if topic.error_code != NONE or topic.name is None:
             continue
-        topic_id = getattr(topic, "topic_id", None)
-        if isinstance(topic_id, uuid.UUID) and topic_id != _NO_TOPIC_ID:
-            cache.topic_ids[topic.name] = kafka_uuid(topic_id.bytes)
+        topic_id = topic_id_of(topic)
+        if topic_id is not None:
+            cache.topic_ids[topic.name] = topic_id
         cache.topics[topic.name] = {
             p.partition_index: PartitionInfo(p.leader_id, getattr(p, "leader_epoch", -1), tuple(p.replica_nodes),
                                              tuple(p.isr_nodes))
