@@ -18,7 +18,8 @@ from tests.e2e.checks import delivered_values, produce
 from tests.e2e.conftest import SERVER_ARGS
 from tests.e2e.test_rebalancing import Production, delivered_exactly_once, more_deliveries
 from zkcoord.testing import LocalCluster, wait_until, zkcoord_command
-from zkcoord.testing.cluster import send_acknowledged
+from zkcoord.fetch.connection import BrokerConnection
+from zkcoord.testing.cluster import ServerProcess, send_acknowledged
 from zkcoord.testing.kafka import KafkaCluster
 from zkcoord.zk.nodes import read_offsets
 
@@ -199,3 +200,43 @@ def test_groups_describe_and_reset_offsets_over_kafka(kafka, cluster, members):
     assert reset.returncode == 0, reset.stderr
     assert described() == {0: (27, 27, 0), 1: (0, 20, 20)}
 
+
+
+# -- a group gateway in Kafka's chroot (docs/KAFKA.md, "Gateway") ------------------------------------------
+
+GATEWAY_ID = 11  # apart from Kafka's broker ids, 1 to 3
+
+
+@pytest.fixture(scope="module")
+def gateway(kafka, kafka_chroot, cluster, tmp_path_factory) -> Iterator[ServerProcess]:
+    """A server of the cluster whose broker is a group gateway: it reads
+    Kafka's brokers and topics from the shared chroot and relays to them."""
+    server = ServerProcess(GATEWAY_ID, kafka_chroot[0], tmp_path_factory.mktemp("gateway"), ("--gateway", *SERVER_ARGS))
+    try:
+        yield server.start()
+    finally:
+        server.terminate(timeout=10)
+
+
+def test_a_stock_member_at_a_gateway_reads_exactly_once_beside_a_thin_one_while_a_leader_is_killed(
+        kafka, cluster, gateway, members):
+    topic, partitions = "gatewayed", 4
+    kafka.create_topic(topic, partitions=partitions, replication_factor=3)
+    with BrokerConnection(gateway.broker, timeout_s=10) as at_gateway:
+        wait_until(lambda: topic in at_gateway.cluster([topic]).topics, 30, message="the gateway to learn the topic")
+        seen = at_gateway.cluster([topic])
+    assert set(seen.brokers) == {*kafka.brokers, GATEWAY_ID}
+    ids = {address: node for node, address in seen.brokers.items()}
+    assert {p: ids[a] for (_, p), a in seen.leaders().items()} == {p: kafka.leader_of(topic, p) for p in range(4)}
+
+    members += [cluster.add_consumer("gatewayed", topics=[topic]),
+                cluster.add_consumer("gatewayed", topics=[topic], kafka_brokers=gateway.broker)]
+    settled(members, topic, partitions)
+    production = Production(cluster, topic)
+    try:
+        more_deliveries(members, 100, SETTLE_S, "deliveries through the gateway's relays")
+        without_its_leader(kafka, members, topic, 0, partitions, "killed", lambda broker: broker.kill())
+    finally:
+        produced = production.stop()
+    delivered_exactly_once(members, produced, timeout=SETTLE_S, where=" through the gateway")
+    assert members[1].records(), "the stock member read nothing"

@@ -153,6 +153,11 @@ def test_a_minimal_drill_command_line_gives_the_default_settings(tmp_path):
     (("server", "--id", "1", "--zookeeper", "zk", "--data-dir", "d", "--host", "localhost"),
      "host must be an IP address"),
     (("server", "--id", "1", "--zookeeper", "zk"), "--data-dir is required"),
+    (("broker", "--id", "1", "--zookeeper", "zk"), "--data-dir is required"),
+    (("server", "--id", "1", "--zookeeper", "zk", "--gateway", "--no-broker"), "cannot go with --no-broker"),
+    (("server", "--id", "1", "--zookeeper", "zk", "--gateway", "--data-dir", "d"), "a gateway holds no partitions"),
+    (("server", "--id", "1", "--zookeeper", "zk", "--data-dir", "d", "--kafka-bootstrap", "k:9092"),
+     "--no-broker.*--gateway"),
     (("broker", "--id", "-1", "--zookeeper", "zk", "--data-dir", "d"), "--id must be at least 0, not -1"),
     (("broker", "--id", "1", "--zookeeper", "zk", "--data-dir", "d", "--segment-bytes", "10"),
      "--segment-bytes must be at least 1024, not 10"),
@@ -165,6 +170,14 @@ def test_a_bad_option_is_a_config_error_naming_the_flag(argv, message):
                    "consume": consumer_config_from}[argv[0]]
     with pytest.raises(ConfigError, match=message):
         config_from(parse(*argv))
+
+
+def test_a_gateway_refuses_the_authorizer_its_relays_would_bypass():
+    from zkcoord.broker.config import BrokerConfig
+    from zkcoord.security.config import SecurityConfig
+
+    with pytest.raises(ConfigError, match="--gateway with --authorizer on"):
+        BrokerConfig(broker_id=1, gateway=True, security=SecurityConfig(authorizer="on"))
 
 
 # -- the checks themselves -------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
     settings.add_options(parser, ZkSecurity)
-    settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT})
+    # A gateway needs what only a server has (Kafka's Metadata, from --kafka-bootstrap).
+    settings.add_options(parser, BrokerConfig, defaults={"port": KAFKA_PORT}, exclude=("gateway",))
     settings.add_options(parser, LogConfig)
     settings.add_options(parser, MetricsConfig)
     settings.add_options(parser, TlsConfig)

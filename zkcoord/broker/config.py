@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from zkcoord.errors import ConfigError
 from zkcoord.limits import ConnectionLimits
 from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.settings import INT32_MAX, NODE_ID, PORT, bind_address, check, setting
@@ -41,7 +42,9 @@ class BrokerConfig:
     """Everything a broker needs besides its ZooKeeper client."""
 
     broker_id: int = setting(help="broker id, as in /brokers/ids", flag="--id", **NODE_ID)
-    data_dir: str = setting(help="directory of the partition logs", non_empty=True)
+    # None only for a gateway, which holds no partitions (__post_init__).
+    data_dir: Optional[str] = setting(None, "directory of the partition logs (required unless --gateway)",
+                                      non_empty=True)
     host: str = bind_address()
     port: int = setting(0, "the Kafka protocol's port (0: a free one)", **PORT)
     advertised_host: Optional[str] = setting(None, "name to publish in ZooKeeper instead of the host, "
@@ -66,6 +69,12 @@ class BrokerConfig:
                                                 "what it held until its client shows it let go, or until no "
                                                 "broker has refused it a fetch for this long (the same on every "
                                                 "broker)", minimum=1000)
+    # The records live on Kafka, so the gateway has nothing to fetch or
+    # produce, and registers nowhere Kafka would see it (broker/gateway.py).
+    gateway: bool = setting(False, "run the broker as a group gateway beside an Apache Kafka cluster that holds "
+                                   "the records (ZooKeeper mode: sharing this chroot; KRaft: --kafka-bootstrap): "
+                                   "it holds no partitions, names Kafka's brokers as the leaders in Metadata and "
+                                   "itself for FindCoordinator, and serves the group and offset APIs")
     # Kafka's connections.max.idle.ms.
     idle_timeout_ms: int = setting(600_000, "close a connection that sends nothing for this long", minimum=1)
     # One listener, TLS or plaintext: a cluster's clients all reach its
@@ -78,6 +87,16 @@ class BrokerConfig:
 
     def __post_init__(self):
         check(self)
+        if self.gateway and self.data_dir is not None:
+            raise ConfigError("a gateway holds no partitions: --data-dir is for the embedded broker, not with "
+                              "--gateway")
+        if self.gateway and self.security.authorizing:
+            # A relay sends Produce and Fetch on to Kafka unread: Kafka's ACLs, not ours, would have to judge them.
+            raise ConfigError("--gateway with --authorizer on is not offered: the gateway's relays pass records "
+                              "to and from Kafka without asking the authorizer; authorize at Kafka")
+        if not self.gateway and self.data_dir is None:
+            raise ConfigError("--data-dir is required for the embedded broker (or pass --gateway beside a "
+                              "Kafka cluster, or --no-broker)")
         self.security.refuse_bridge_password_without_tls(self.tls)
 
     @property

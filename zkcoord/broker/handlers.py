@@ -48,6 +48,7 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
+NOT_CONTROLLER = 41
 INVALID_REQUEST = 42
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
@@ -98,12 +99,16 @@ class MetadataCache:
     # Kafka Uuid strings of the topics that have one (Kafka 2.8's topic ids).
     topic_ids: dict[str, str] = field(default_factory=dict)
     cluster_id: Optional[str] = None
+    # Kafka's controller, named by a gateway (None: zkcoord's brokers, which run none).
+    controller: Optional[int] = None
 
     def controller_id(self, own_id: int) -> int:
-        """The broker named as controller. No controller runs and any broker
-        carries out what clients send a controller (creating topics), so every
-        broker names the same one, the lowest live id (itself while it knows
-        of no other)."""
+        """The broker named as controller. Among zkcoord's brokers no
+        controller runs and any broker carries out what clients send a
+        controller (creating topics), so every broker names the same one, the
+        lowest live id (itself while it knows of no other)."""
+        if self.controller is not None:
+            return self.controller
         return min(self.brokers, default=own_id)
 
 

@@ -15,6 +15,7 @@ at once from the size a client announces).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import socket
@@ -37,14 +38,16 @@ from zkcoord.broker import sasl as sasl_codes
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.fence_store import FencePublisher, FenceReader
 from zkcoord.broker.groups import GroupBridge
-from zkcoord.broker.handlers import (NONE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED, Handlers, MetadataCache,
-                                     lists_every_topic)
+from zkcoord.broker import gateway
+from zkcoord.broker.gateway import KafkaView, with_gateway
+from zkcoord.broker.handlers import (NONE, NOT_CONTROLLER, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
+                                     BrokerAddress, Handlers, MetadataCache, lists_every_topic)
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.peer import Peer
 from zkcoord.broker.sasl import SaslSession
 from zkcoord.security.checks import LoginChecks, PeerLogins
 from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
-from zkcoord.broker.zkstate import ZkState
+from zkcoord.broker.zkstate import ProducerIdsUnavailable, ZkState
 from zkcoord.errors import TlsError, ZkcoordError, describe
 from zkcoord.filemodes import private_directory
 from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, REFUSED_AUTHORIZATION, TLS_HANDSHAKE, FrameAccount,
@@ -69,6 +72,9 @@ class BrokerError(ZkcoordError):
 
 # Kafka's sasl.server.max.receive.size: what a client may send before it authenticates.
 UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
+# How long a gateway's relay waits to connect to its Kafka broker before it
+# closes the client's connection (the client then asks for metadata again).
+RELAY_CONNECT_TIMEOUT_S = 10.0
 # After a refusal, how long the broker waits for the client to close first.
 DRAIN_BEFORE_CLOSE_S = 1.0
 
@@ -88,8 +94,13 @@ class Broker:
     """
 
     def __init__(self, config: BrokerConfig, zk_client: KazooClient, metrics: Optional[BrokerMetrics] = None,
-                 guard: Optional[Guard] = None, logins: Optional[LoginChecks] = None):
+                 guard: Optional[Guard] = None, logins: Optional[LoginChecks] = None, kafka=None):
+        """``kafka``: a gateway's KafkaClusterWatch, where it reads a KRaft
+        Kafka's cluster (None: ZooKeeper's /brokers, which a ZooKeeper-mode
+        Kafka shares)."""
         self.config = config
+        self._kafka = kafka
+        self.kafka_view: Optional[KafkaView] = None  # a gateway's
         self._listener = (guard or Guard(config.limits)).listener("broker")
         self.zk = zk_client
         self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
@@ -117,14 +128,18 @@ class Broker:
         self.port: Optional[int] = None
         self.groups: Optional[GroupBridge] = None
         self.acls: Optional[security_store.AclCache] = None  # with the authorizer on
+        # A gateway's relays, by the id of the Kafka broker each stands for (gateway.py).
+        self._relays: dict[int, gevent.server.StreamServer] = {}
+        self._kafka_brokers: dict[int, BrokerAddress] = {}
 
     # -- lifecycle -------------------------------------------------------
 
     def start(self) -> None:
         if self._server is not None:
             raise BrokerError("broker already started")
-        # Its owner's alone: the partition logs hold every record, whatever the topics' ACLs say.
-        private_directory(self.config.data_dir, "the broker's partition logs")
+        if not self.config.gateway:
+            # Its owner's alone: the partition logs hold every record, whatever the topics' ACLs say.
+            private_directory(self.config.data_dir, "the broker's partition logs")
         self._server = gevent.server.StreamServer((self.config.host, self.config.port), self._serve,
                                                   spawn=self._pool, backlog=256)
         try:
@@ -144,18 +159,25 @@ class Broker:
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
             rack=self.config.rack)
         self._zkstate = ZkState(self.zk, registration, self._wake.set)
+        if self.config.gateway:
+            self.kafka_view = KafkaView(self._zkstate, self._kafka, on_change=self._wake.set)
         try:
             try:
                 self.metadata_cache.cluster_id = self._zkstate.cluster_id()
             except layout.LayoutError as exc:
                 raise BrokerError(f"cannot serve without the cluster id: {exc}") from None
-            self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
-            self._reconcile()
+            if self.kafka_view is None:
+                self._zkstate.register(wait_s=self.config.register_timeout_ms / 1000)
+                self._reconcile()
+            else:
+                self.kafka_view.check(self._read_kafka(), self.config.broker_id)  # GatewayError
+                self._reconcile()
         except Exception:
             self._server.close()
             self._server = None
             try:
-                self._zkstate.unregister()
+                if self.kafka_view is None:
+                    self._zkstate.unregister()
             except (Exception, self.zk.handler.timeout_exception):  # ephemeral anyway; the original error matters more
                 pass
             for plog in self.logs.values():
@@ -167,13 +189,14 @@ class Broker:
         if security.authorizing:
             self.acls = security_store.AclCache(
                 self.zk, self.config.security.acl_change_expiration_ms).start()
-        # Every broker refuses what any bridge fences; this one's bridge fences its own members.
+        # Every broker refuses what any bridge fences; this one's bridge fences
+        # its own members. A gateway too: its clients' fetches pass through its relays.
         idle_ms = self.config.fetch_fence_idle_ms
         self.fence_reader = FenceReader(self.zk, idle_ms)
         self._fence_publisher = FencePublisher(self.zk, idle_ms, on_fetched=lambda key: self.groups.fence_fetched(key),
                                                on_lifted=lambda key: self.groups.fence_lifted(key))
         self.groups = GroupBridge(
-            self.config.broker_id, self.zk, self._live_brokers, lambda: self.metadata_cache.topic_ids,
+            self.config.broker_id, self.zk, self._coordinators, lambda: self.metadata_cache.topic_ids,
             heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
             session_timeout_ms=self.config.group_consumer_session_timeout_ms, fence_idle_ms=idle_ms,
             log_end=self._log_end,
@@ -203,6 +226,8 @@ class Broker:
                 tls.shutdown(sock, socket.SHUT_RD)  # answers in flight still go out, over TLS where it is
             except OSError:
                 pass
+        for relay in self._relays.values():
+            relay.close()
         if self.groups is not None:
             self.groups.close()
             self.fence_reader.close()
@@ -213,7 +238,7 @@ class Broker:
         self._pool.kill(block=True, timeout=1)
         gevent.killall(self._greenlets, block=True, timeout=1)
         self.zk.remove_listener(self._on_zk_state)
-        if self.zk.connected:
+        if self.zk.connected and self.kafka_view is None:
             try:
                 self._zkstate.unregister()
             except (Exception, self.zk.handler.timeout_exception) as exc:  # ephemeral: goes with the session
@@ -240,14 +265,35 @@ class Broker:
                 return
             try:
                 if self.zk.connected:
-                    self._zkstate.ensure_registered()
+                    if self.kafka_view is None:
+                        self._zkstate.ensure_registered()
                     self._reconcile()
             except Exception as exc:
                 log.warning("broker %d: reconcile with ZooKeeper failed: %s", self.config.broker_id, describe(exc))
                 gevent.sleep(0.5)
                 self._wake.set()
 
+    def _read_kafka(self) -> MetadataCache:
+        """A gateway's view of the Kafka cluster beside it."""
+        return self.kafka_view.read(self.metadata_cache.cluster_id)
+
     def _reconcile(self) -> None:
+        if self.kafka_view is not None:
+            kafka = self._read_kafka()
+            self.kafka_view.watch_problems(kafka, self.config.broker_id)
+            self._kafka_brokers = kafka.brokers
+            for node in kafka.brokers.keys() - self._relays.keys():
+                self._open_relay(node)
+            own = BrokerAddress(self.config.advertised, self.port, self.config.rack)
+            relays = {node: BrokerAddress(self.config.advertised, relay.server_port, kafka.brokers[node].rack)
+                      for node, relay in self._relays.items() if node in kafka.brokers}
+            cached = with_gateway(kafka, self.config.broker_id, own, relays)
+            # One assignment: a Metadata answer reads a whole view, never half of two.
+            self.metadata_cache = cached
+            self.handlers.metadata_cache = cached
+            self._reconciled.set()
+            self._reconciled = gevent.event.Event()
+            return
         snapshot = self._zkstate.read()
         self.metadata_cache.brokers = snapshot.metadata_cache.brokers
         self.metadata_cache.topics = snapshot.metadata_cache.topics
@@ -291,12 +337,34 @@ class Broker:
                         log.info("%s-%d: retention deleted %d segments; log starts at %d",
                                  key[0], key[1], deleted, plog.log_start_offset)
 
-    def _live_brokers(self) -> dict[int, tuple[str, int]]:
+    def _open_relay(self, node: int) -> None:
+        """A listener standing for Kafka broker ``node``: what its clients
+        send it goes on to that broker, but for what the gateway answers."""
+        relay = gevent.server.StreamServer((self.config.host, 0), functools.partial(self._serve, relay_to=node),
+                                           spawn=self._pool, backlog=256)
+        try:
+            relay.start()
+        except OSError as exc:
+            log.error("gateway %d: no relay for Kafka broker %d: %s", self.config.broker_id, node, exc)
+            return
+        self._relays[node] = relay
+        log.info("gateway %d: Kafka broker %d relayed on %s:%d", self.config.broker_id, node, self.config.host,
+                 relay.server_port)
+
+    def _coordinators(self) -> dict[int, tuple[str, int]]:
+        """The brokers FindCoordinator may name: the live brokers; a
+        gateway names itself, as Kafka's brokers must never be named."""
+        if self.kafka_view is not None:
+            return {self.config.broker_id: (self.config.advertised, self.port)}
         return {node: (addr.host, addr.port) for node, addr in self.metadata_cache.brokers.items()}
 
     def _next_producer_id(self) -> int:
         """A producer id no broker sharing this ZooKeeper has handed out or
         will: the next of this broker's block, claimed anew when it is used up."""
+        if self.kafka_view is not None:
+            # Kafka's brokers hand out the ids Kafka knows: InitProducerId is
+            # answered COORDINATOR_NOT_AVAILABLE, and the client asks one of them.
+            raise ProducerIdsUnavailable("a gateway hands out no producer ids: Kafka's brokers do")
         if self._producer_ids is None or self._next_pid > self._producer_ids.last:
             block = self._zkstate.claim_producer_ids()  # raises ProducerIdsUnavailable
             self._producer_ids, self._next_pid = block, block.first
@@ -306,10 +374,12 @@ class Broker:
 
     # -- connections ---------------------------------------------------------
 
-    def _serve(self, sock, address) -> None:
+    def _serve(self, sock, address, relay_to: Optional[int] = None) -> None:
+        """``relay_to``: the Kafka broker a gateway's relay stands for."""
         if not self._listener.admit(address[0]):
             sock.close()
             return
+        peer: Optional[Peer] = None
         self._connections.add(sock)
         peer_name = "%s:%s" % address[:2]
         account = self._listener.account(peer_name)
@@ -325,7 +395,8 @@ class Broker:
                 self._connections.add(wrapped)
                 sock = wrapped
             # Who the client is: its TLS certificate's name, until SASL says otherwise.
-            peer = Peer(address[0], self._sasl_session(address[0]), principal=tls.principal_of(sock))
+            peer = Peer(address[0], self._sasl_session(address[0]), principal=tls.principal_of(sock),
+                        relay_to=relay_to)
             if peer.principal != ANONYMOUS:
                 log.info("%s is %s by its TLS certificate", peer_name, peer.principal)
             elif self.config.security.authentication_required:
@@ -366,6 +437,8 @@ class Broker:
             # keep serving the others.
             log.exception("closing %s after an unexpected error", address)
         finally:
+            if peer is not None and peer.upstream is not None:
+                peer.upstream.close()
             account.close()
             self._listener.release(address[0])
             self._connections.discard(sock)
@@ -464,6 +537,13 @@ class Broker:
 
     def _handle(self, frame: bytes, peer: Peer) -> Optional[list]:
         client_host = peer.host
+        if peer.relay_to is not None and gateway.relayed(frame):
+            if self.config.security.authentication_required and not peer.authenticated:
+                raise ProtocolError("a request to relay before authenticating, and authentication is required")
+            if gateway.api_key(frame) != protocol.API_KEY_FETCH or not self.fence_reader.refused(
+                    peer.host, gateway.client_id(frame)):
+                return self._relay(frame, peer)
+            # A fenced client's fetch is answered here (NOT_LEADER_OR_FOLLOWER: the gateway leads nothing).
         request = protocol.decode_request(frame)
         if isinstance(request, UnsupportedApiVersions):
             self.metrics.request(protocol.API_KEY_API_VERSIONS)
@@ -486,6 +566,10 @@ class Broker:
             if response is None:
                 return None
         elif key == protocol.API_KEY_METADATA:
+            if self.kafka_view is not None:
+                # A client asking again has often met a moved leader: read Kafka's view again soon.
+                self.kafka_view.refresh()
+                self._wake.set()
             # A listing of every topic leaves out what may not be described: no refusal to log.
             response = self.handlers.metadata(request, self._may(peer, acl.DESCRIBE,
                                                                  say_refusals=not lists_every_topic(request)),
@@ -495,6 +579,10 @@ class Broker:
             response = self.handlers.list_offsets(request, self._may(peer, acl.DESCRIBE))
         elif key == protocol.API_KEY_INIT_PRODUCER_ID:
             response = self.handlers.init_producer_id(request, lambda: self._may_produce_idempotently(peer))
+        elif key == protocol.API_KEY_CREATE_TOPICS and self.kafka_view is not None:
+            response = admin_apis.create_topics_response(request, [
+                admin_apis.TopicOutcome(t.name, NOT_CONTROLLER, "topics are Kafka's: ask its controller")
+                for t in request.topics], self.config)
         elif key == protocol.API_KEY_CREATE_TOPICS:
             response = self._create_topics(request, peer)
         elif key == protocol.API_KEY_CREATE_PARTITIONS:
@@ -520,8 +608,54 @@ class Broker:
             response = self._sasl_authenticate(request, peer)
         else:
             response = self.handlers.api_versions(request)
+            if self.kafka_view is not None:
+                # Kafka's versions for what the relays send on, ours for the rest. The
+                # gateway's own port too: a client may take its first answer for the
+                # whole cluster's (kafka-python does, before OffsetForLeaderEpoch).
+                kafka_answer = (self._relay(frame, peer)[0][4:] if peer.relay_to is not None
+                                else self._ask_any_kafka_broker(frame))
+                if kafka_answer is not None:
+                    response = gateway.relay_api_versions(response, kafka_answer)
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
+
+    def _relay(self, frame: bytes, peer: Peer) -> Optional[list]:
+        """Send ``frame`` to the Kafka broker ``peer`` reaches through this
+        relay, and its answer back as it came (none to a Produce with acks=0).
+        A broker that cannot be reached closes the client's connection: it
+        connects again, or asks for metadata anew."""
+        if peer.upstream is None:
+            address = self._kafka_brokers.get(peer.relay_to)
+            if address is None:
+                log.info("relay for Kafka broker %d: the broker is gone; closing", peer.relay_to)
+                raise _Closed()
+            try:
+                peer.upstream = socket.create_connection((address.host, address.port),
+                                                         timeout=RELAY_CONNECT_TIMEOUT_S)
+                # Then as long as the client may wait: a fetch's long poll is Kafka's to end.
+                peer.upstream.settimeout(self.config.idle_timeout_ms / 1000)
+                peer.upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as exc:
+                log.info("relay for Kafka broker %d at %s:%d: %s; closing", peer.relay_to, address.host,
+                         address.port, exc)
+                raise _Closed() from None
+        try:
+            answer = _exchange(peer.upstream, frame, gateway.answered(frame))
+            return None if answer is None else [answer]
+        except OSError as exc:
+            log.info("relay for Kafka broker %d: %s; closing", peer.relay_to, exc)
+            raise _Closed() from None
+
+    def _ask_any_kafka_broker(self, frame: bytes) -> Optional[bytes]:
+        """Kafka's answer to ``frame`` (its size left out) from the first of
+        its brokers that gives one, on a connection of its own; None if none does."""
+        for node, address in sorted(self._kafka_brokers.items()):
+            try:
+                with socket.create_connection((address.host, address.port), timeout=RELAY_CONNECT_TIMEOUT_S) as sock:
+                    return _exchange(sock, frame)[4:]
+            except OSError as exc:
+                log.info("gateway %d: Kafka broker %d did not answer: %s", self.config.broker_id, node, exc)
+        return None
 
     def _authorizer(self, peer: Peer):
         """The authorizer's answers for ``peer``, as a function of (operation, resource)."""
@@ -690,6 +824,27 @@ def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> in
         if n == 0:
             raise _Closed()
         return n
+
+
+def _exchange(sock, frame: bytes, answered: bool = True) -> Optional[bytes]:
+    """Send a request frame (without its size) to Kafka over ``sock``; its
+    answer, size included (None when ``answered`` is False: none comes)."""
+    sock.sendall(len(frame).to_bytes(4, "big") + frame)
+    if not answered:
+        return None
+    head = _recv_exactly(sock, 4)
+    return head + _recv_exactly(sock, int.from_bytes(head, "big"))
+
+
+def _recv_exactly(sock, n: int) -> bytes:
+    """``n`` bytes from ``sock`` (a relay's connection to Kafka)."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(min(n - len(data), 1 << 20))
+        if not chunk:
+            raise ConnectionResetError("Kafka closed the connection")
+        data += chunk
+    return bytes(data)
 
 
 def _drain_before_close(sock) -> None:

@@ -149,8 +149,10 @@ class ZkState:
         except (layout.LayoutError, KazooException, self.client.handler.timeout_exception) as exc:
             raise ProducerIdsUnavailable(f"no producer ids could be claimed from {path}: {exc!r}") from None
 
-    def read(self) -> Snapshot:
-        """The whole metadata cache, re-arming watches on every node read."""
+    def read(self, lead: bool = True) -> Snapshot:
+        """The whole metadata cache, re-arming watches on every node read.
+        ``lead``: take the lead of the partitions whose first replica is this
+        broker (False for a gateway: Kafka's controller writes the states)."""
         cache = MetadataCache()
         # Brokers come and go with their ephemeral nodes: the listing is watched, not each registration.
         for broker_id, registration in read_brokers(self.client, watch=self._watch).items():
@@ -175,7 +177,7 @@ class ZkState:
                 if not replicas:
                     continue
                 state = self._partition_state(topic, index)
-                if replicas[0] == self.broker_id:
+                if lead and replicas[0] == self.broker_id:
                     state = self._lead(topic, index, state)
                     led[(topic, index)] = state.leader_epoch
                 if state is None:

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-broker", action="store_true", help="run without the embedded broker")
     # The embedded broker shares the server's id and host.
     settings.add_options(p, BrokerConfig, only=("port", "data_dir", "group_consumer_heartbeat_interval_ms",
-                                                "group_consumer_session_timeout_ms", "fetch_fence_idle_ms"),
+                                                "group_consumer_session_timeout_ms", "fetch_fence_idle_ms", "gateway"),
                          flags={"port": "--broker-port"}, optional=("data_dir",))
     settings.add_options(p, LogConfig)
     settings.add_options(p, MetricsConfig)
@@ -55,9 +55,9 @@ def config_from(args: argparse.Namespace):
     limits = settings.from_args(ConnectionLimits, args)  # both listeners'
     security = security_from_args(args)  # both: who may do what
     broker = None
+    if args.no_broker and getattr(args, "BrokerConfig.gateway"):
+        raise ConfigError("--gateway is a mode of the embedded broker: it cannot go with --no-broker")
     if not args.no_broker:
-        if getattr(args, "BrokerConfig.data_dir") is None:
-            raise ConfigError("--data-dir is required for the embedded broker (or pass --no-broker)")
         broker = settings.from_args(BrokerConfig, args, broker_id=getattr(args, "ServerConfig.server_id"),
                                     host=getattr(args, "ServerConfig.host"),
                                     log=settings.from_args(LogConfig, args), tls=tls, limits=limits,

@@ -107,7 +107,8 @@ class ServerConfig:
     # Kafka in KRaft mode registers nothing in ZooKeeper.
     kafka_bootstrap: Optional[str] = setting(
         None, "a Kafka cluster's brokers (host:port,...): learn its brokers, topics and partition counts from "
-              "its Metadata API instead of from ZooKeeper's /brokers (Kafka in KRaft mode; needs --no-broker). "
+              "its Metadata API instead of from ZooKeeper's /brokers (Kafka in KRaft mode; needs --no-broker or "
+              "--gateway). "
               "Reached with the server's TLS and its own credential", validate=kafka_addresses)
     kafka_metadata_interval_ms: int = setting(
         5000, "with --kafka-bootstrap, how often Kafka's Metadata is read (at once, too, when a member names "
@@ -115,9 +116,10 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         check(self)
-        if self.kafka_bootstrap is not None and self.broker is not None:
+        if self.kafka_bootstrap is not None and self.broker is not None and not self.broker.gateway:
             raise ConfigError("--kafka-bootstrap names the Kafka cluster that holds the records: the server "
-                              "runs without its embedded broker then (--no-broker)")
+                              "runs without its embedded broker then (--no-broker), or with it as a group "
+                              "gateway (--gateway)")
         self.security.refuse_bridge_password_without_tls(self.tls)
         if self.tls.serves and not self.tls.speaks:
             # The embedded broker's bridge registers stock members with the

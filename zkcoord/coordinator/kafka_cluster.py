@@ -87,8 +87,10 @@ class KafkaClusterWatch(TopicSource):
         self.interval_s = interval_s
         self._connect = connect
         self.brokers: dict[int, str] = {}  # node id -> host:port, as last read
+        self.last: Optional[ClusterMetadata] = None  # the whole of the last answer read
         self.reads = 0  # Metadata answers read: for tests and the state dump
         self._broker_listeners: list[Callable[[], None]] = []
+        self._read_listeners: list[Callable[[], None]] = []
         self._wanted = threading.Event()
         self._running = False
         self._answered: Optional[str] = None  # the broker that answered last: asked first
@@ -108,6 +110,11 @@ class KafkaClusterWatch(TopicSource):
     def on_brokers_changed(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (it must not wait) whenever the brokers change."""
         self._broker_listeners.append(listener)
+
+    def on_read(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (it must not wait) after every answer read (a
+        gateway repeats the leaders to its clients: it follows each read)."""
+        self._read_listeners.append(listener)
 
     def addresses(self) -> list[str]:
         return list(self.brokers.values())
@@ -146,6 +153,7 @@ class KafkaClusterWatch(TopicSource):
         return connection
 
     def _apply(self, seen: ClusterMetadata) -> None:
+        self.last = seen
         missing_now = missing(self.known, seen.topics)
         changes = topic_changes(self.known, seen.topics, self._missing)
         self._missing = missing_now - set(changes)
@@ -162,3 +170,5 @@ class KafkaClusterWatch(TopicSource):
             self.brokers = dict(seen.brokers)
             for listener in list(self._broker_listeners):
                 listener()
+        for listener in list(self._read_listeners):
+            listener()

@@ -274,10 +274,23 @@ class Server:
                 self.zk, self.config.security.acl_change_expiration_ms).start()
         if self.config.broker is not None:
             from zkcoord.broker import Broker
+            from zkcoord.broker.gateway import GatewayError
 
+            # A gateway reads a KRaft Kafka's cluster from the same watch as the coordinators.
             self.broker = Broker(self.config.broker, self.zk, metrics=families.BrokerMetrics(self.metrics_registry),
-                                 guard=self.guard, logins=self.logins)
-            self.broker.start()  # first: its logs' files count against the connections' room
+                                 guard=self.guard, logins=self.logins, kafka=self.kafka)
+            try:
+                self.broker.start()  # first: its logs' files count against the connections' room
+            except GatewayError as exc:  # said once, whole: the server does not start
+                listener.close()
+                if self._metrics_endpoint is not None:
+                    self._metrics_endpoint.stop()
+                if self.acls is not None:
+                    self.acls.stop()
+                self.topics.stop()
+                self.zk.stop()
+                self.zk.close()
+                raise ServerError(str(exc)) from None
         limit = connection_limit(self.config.max_connections,
                                  others=self.config.broker.max_connections if self.broker is not None else 0)
         log.info("server %d serves at most %d connections", self.config.server_id, limit)

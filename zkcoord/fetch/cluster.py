@@ -11,7 +11,7 @@ bootstrap list one after the other until one answers.
 from __future__ import annotations
 
 import uuid
-from typing import Callable, Iterable, NamedTuple, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk.layout.kafka import kafka_uuid
@@ -52,6 +52,9 @@ class ClusterMetadata(NamedTuple):
     # client's principal (TOPIC_AUTHORIZATION_FAILED): an ACL is missing. A
     # request for every topic leaves them out without a word, as Kafka does.
     refused: frozenset[str] = frozenset()
+    # The kafka-python MetadataResponse itself: leaders' epochs, replicas and
+    # ISRs, for a group gateway that names Kafka's leaders to its clients.
+    response: Any = None
 
     @classmethod
     def of(cls, response) -> "ClusterMetadata":
@@ -67,7 +70,7 @@ class ClusterMetadata(NamedTuple):
             topics[topic.name] = TopicMetadata(topic_id_of(topic), {
                 p.partition_index: brokers.get(p.leader_id) if p.error_code == NONE else None
                 for p in topic.partitions})
-        return cls(brokers, topics, frozenset(refused))
+        return cls(brokers, topics, frozenset(refused), response)
 
     def leaders(self) -> dict[tuple[str, int], Optional[str]]:
         """Every partition known, with its leader's address."""

@@ -25,7 +25,8 @@ from zkcoord.zk.security import ZkSecurity, command_line
 class ServerProcess(ManagedProcess):
     """`zkcoord server`: a coordinator candidate with its embedded broker
     (unless ``--no-broker`` is among its arguments: records live elsewhere,
-    in Kafka's brokers sharing the chroot)."""
+    in Kafka's brokers sharing the chroot; with ``--gateway`` its broker is a
+    group gateway beside Kafka, and has no data directory)."""
 
     def __init__(self, server_id: int, zookeeper: str, directory: Path, server_args: Sequence[str] = ()):
         super().__init__(f"server {server_id}", directory, [], port_file=directory / "ports.json")
@@ -39,7 +40,8 @@ class ServerProcess(ManagedProcess):
         return zkcoord_command(
             "server", "--id", str(self.server_id), "--zookeeper", self.zookeeper,
             "--port", str(port), "--broker-port", str(broker_port), "--port-file", str(self.port_file),
-            "--data-dir", str(self.directory / "data"), *self.server_args)
+            *(() if "--gateway" in self.server_args else ("--data-dir", str(self.directory / "data"))),
+            *self.server_args)
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         if self.ports:  # a restart binds what it had
