@@ -28,7 +28,7 @@ from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
 from zkcoord.security.config import TlsConfig
 from zkcoord.drill.cli import settings_from as drill_settings_from
 from zkcoord.drill.config import DrillSettings
-from zkcoord.drill.schedule import KINDS
+from zkcoord.drill.schedule import parse_kinds
 from zkcoord.errors import ConfigError
 from zkcoord.metrics.config import MetricsConfig
 from zkcoord.zk.ensemble import EnsembleConfig
@@ -144,7 +144,7 @@ def test_a_minimal_consume_command_line_gives_the_default_config():
 
 def test_a_minimal_drill_command_line_gives_the_default_settings(tmp_path):
     got = drill_settings_from(parse("drill", "--seed", "5", "--dir", str(tmp_path / "d")))
-    assert got == DrillSettings(seed=5, kinds=tuple(KINDS), directory=tmp_path / "d")
+    assert got == DrillSettings(seed=5, kinds=tuple(parse_kinds("all")), directory=tmp_path / "d")
 
 
 @pytest.mark.parametrize("argv, message", [
