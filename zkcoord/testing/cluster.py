@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from zkcoord.testing.process import ClusterError, ManagedProcess, zkcoord_command
 from zkcoord.testing.waiting import wait_until
@@ -303,11 +303,33 @@ class LocalCluster:
         return added
 
     def wait_led(self, topic: str, partitions: int, first: int = 0, timeout: float = 20.0) -> None:
+        """Until partitions ``first`` to ``partitions - 1`` of ``topic`` have
+        leaders in ZooKeeper and, on a plaintext cluster, every live broker
+        knows them: a broker learns a topic from its ZooKeeper watch a moment
+        after the nodes are written and answers UNKNOWN_TOPIC_OR_PARTITION
+        until then, which a client retries but a test's raw request does not."""
         from zkcoord.zk import layout
 
         wait_until(lambda: all(self.zk.exists(layout.partition_state_path(topic, p))
                                for p in range(first, partitions)),
                    timeout, message=f"{topic} partitions to get leaders")
+        if not self.client_settings:
+            wait_until(lambda: all(self._broker_knows(address, topic, range(first, partitions))
+                                   for address in self.broker_list.split(",") if address),
+                       timeout, message=f"every broker to know {topic}'s partitions")
+
+    @staticmethod
+    def _broker_knows(address: str, topic: str, partitions: Iterable[int]) -> bool:
+        """Whether the broker at ``address`` answers Metadata with a leader for each of ``partitions``."""
+        from zkcoord.errors import ZkcoordError
+        from zkcoord.fetch.connection import BrokerConnection
+
+        try:
+            with BrokerConnection(address, timeout_s=5.0) as connection:
+                known = connection.cluster([topic]).topics.get(topic)
+        except ZkcoordError:
+            return False
+        return known is not None and all(known.leaders.get(p) is not None for p in partitions)
 
     def produce(self, topic: str, records, timeout: float = 30.0) -> int:
         """Send (partition, key, value) records with acks=all; wait until every
