@@ -91,6 +91,7 @@ from zkcoord.testing.kafka_members import (  # noqa: E402
     CONSUMER_PROTOCOL, COOPERATIVE_STICKY, EAGER_RANGE, KafkaMemberSettings, find_coordinators, new_member,
 )
 from zkcoord.testing.process import cpu_seconds  # noqa: E402
+from zkcoord.testing.waiting import WaitTimeout  # noqa: E402
 
 REBALANCE_TIMEOUT_MS = 30_000
 INITIAL_REBALANCE_DELAY_MS = 1000  # zkcoord's default; Kafka's group.initial.rebalance.delay.ms set to it
@@ -278,7 +279,7 @@ def until_whole(ledger: Ledger, since: float, deadline_s: float, observe_s: floa
 
     try:
         wait_until(settled, deadline_s, interval=0.05, message="the group to be whole")
-    except Exception:  # the deadline: said in the outcome, the bench goes on
+    except WaitTimeout:  # said in the outcome; the bench goes on
         return Outcome(deadline_s, False)
     return Outcome(max(0.0, ledger.whole_since - since), True)
 
