@@ -69,11 +69,11 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Optional, Sequence  # noqa: E402
 
@@ -98,7 +98,6 @@ INITIAL_REBALANCE_DELAY_MS = 1000  # zkcoord's default; Kafka's group.initial.re
 COORDINATOR_SESSION_MS = 4000  # Kafka: broker.session.timeout.ms; zkcoord: the servers' ZooKeeper session
 ZKCOORD_STRATEGY = "sticky"
 KAFKA_METADATA_INTERVAL_MS = 2000
-QUIET_S = 2.0  # no ownership change for this long: the group has stopped moving
 LEADER_POLL_S = 0.2
 KAFKA_SYSTEMS = (EAGER_RANGE, COOPERATIVE_STICKY, CONSUMER_PROTOCOL)
 ZKCOORD = "zkcoord"
@@ -106,7 +105,7 @@ SYSTEM_NAMES = {EAGER_RANGE: "kafka classic eager range", COOPERATIVE_STICKY: "k
                 CONSUMER_PROTOCOL: "kafka consumer protocol (KIP-848)", ZKCOORD: "zkcoord"}
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Sizes:
     formations: tuple[tuple[int, int], ...]  # (members, partitions), run in order; the last is the one kept
     capacity_groups: int
@@ -117,6 +116,7 @@ class Sizes:
     deadline_s: float  # of each wait for a group to be whole
     kafka_heap_mb: int
     session_timeout_ms: int = 10_000  # every member's
+    quiet_s: float = 2.0  # no ownership change for this long: the group has stopped moving
 
     @property
     def heartbeat_ms(self) -> int:
@@ -139,7 +139,7 @@ FULL = Sizes(formations=((100, 1000), (1000, 10_000)), capacity_groups=50, capac
              kafka_heap_mb=1024)
 QUICK = Sizes(formations=((4, 12),), capacity_groups=2, capacity_members=5, capacity_partitions=10,
               capacity_ramp_s=0.5, capacity_window_s=2.0, deadline_s=30.0, kafka_heap_mb=384,
-              session_timeout_ms=3000)
+              session_timeout_ms=3000, quiet_s=0.5)
 
 
 # -- what "consumed" means, once for every system ----------------------------------------------------------
@@ -260,7 +260,7 @@ class MemberView:
         return 0
 
 
-@dataclass
+@dataclasses.dataclass
 class Outcome:
     seconds: float
     finished: bool  # False: the deadline ran out; ``seconds`` is that deadline
@@ -269,18 +269,18 @@ class Outcome:
         return f"{self.seconds:.2f} s" if self.finished else f"> {self.seconds:.0f} s (not whole by the deadline)"
 
 
-def until_whole(ledger: Ledger, since: float, deadline_s: float, observe_s: float = 0.0) -> Outcome:
-    """Wait until the group is whole and has been quiet for QUIET_S (and at
+def until_whole(ledger: Ledger, since: float, sizes: Sizes, observe_s: float = 0.0) -> Outcome:
+    """Wait until the group is whole and has been quiet for ``sizes.quiet_s`` (and at
     least ``observe_s`` has passed since ``since``): the time from ``since``
     until it last became whole."""
     def settled() -> bool:
         now = time.monotonic()
-        return ledger.whole and now - ledger.last_change >= QUIET_S and now - since >= observe_s
+        return ledger.whole and now - ledger.last_change >= sizes.quiet_s and now - since >= observe_s
 
     try:
-        wait_until(settled, deadline_s, interval=0.05, message="the group to be whole")
+        wait_until(settled, sizes.deadline_s, interval=0.05, message="the group to be whole")
     except WaitTimeout:  # said in the outcome; the bench goes on
-        return Outcome(deadline_s, False)
+        return Outcome(sizes.deadline_s, False)
     return Outcome(max(0.0, ledger.whole_since - since), True)
 
 
@@ -460,7 +460,7 @@ class Bench:
             cpu = process_cpu_s()
             started = group.ledger.mark()
             system.add_members(group, members, partitions)
-            outcome = until_whole(group.ledger, started, self.sizes.deadline_s)
+            outcome = until_whole(group.ledger, started, self.sizes)
             self.say(f"formation N={members} P={partitions}", system, outcome,
                      f"member process CPU {process_cpu_s() - cpu:.1f} s")
             if i == last and outcome.finished:
@@ -469,22 +469,22 @@ class Bench:
 
     def failures(self, system, group: Group, members: int, partitions: int) -> None:
         where = f"N={members} P={partitions}"
-        deadline = self.sizes.deadline_s
         joined = group.ledger.mark()
         system.add_members(group, 1, partitions)
-        outcome = until_whole(group.ledger, joined, deadline)
+        outcome = until_whole(group.ledger, joined, self.sizes)
         self.say(f"one join {where}", system, outcome,
                  f"{group.ledger.paused_s:.1f} partition-seconds not consumed")
 
         killed = group.ledger.mark()
         system.kill_member(group, 0)
-        self.say(f"member failure {where}", system, until_whole(group.ledger, killed, deadline))
+        self.say(f"member failure {where}", system, until_whole(group.ledger, killed, self.sizes))
 
         failed = group.ledger.mark()
         restart = system.kill_coordinator(group)
         try:
             # Watched for a session past the kill: a member dropped late counts.
-            outcome = until_whole(group.ledger, failed, deadline, observe_s=self.sizes.session_timeout_ms / 1000 + QUIET_S)
+            outcome = until_whole(group.ledger, failed, self.sizes,
+                                  observe_s=self.sizes.session_timeout_ms / 1000 + self.sizes.quiet_s)
             self.say(f"coordinator failure {where}", system, outcome,
                      f"{group.ledger.moves} partitions moved to another member (records delivered twice: "
                      f"what each had read since its last commit), "
@@ -499,7 +499,7 @@ class Bench:
 
     def let_sessions_end(self) -> None:
         """Killed members' sessions end on the coordinator a session later: not during the next system's run."""
-        gevent.sleep(self.sizes.session_timeout_ms / 1000 + QUIET_S)
+        gevent.sleep(self.sizes.session_timeout_ms / 1000 + self.sizes.quiet_s)
 
     def capacity(self, system) -> None:
         sizes = self.sizes
@@ -517,7 +517,7 @@ class Bench:
         total = sizes.capacity_groups * sizes.capacity_members
         try:
             for group in groups:
-                outcome = until_whole(group.ledger, time.monotonic(), sizes.deadline_s)
+                outcome = until_whole(group.ledger, time.monotonic(), sizes)
                 if not outcome.finished:
                     self.say(f"capacity {total} members", system, Outcome(0.0, False),
                              f"group {group.name} not whole by the deadline")
@@ -575,6 +575,8 @@ class Bench:
 
 def run(args, work: Path) -> str:
     sizes = QUICK if args.quick else FULL
+    if args.formations:
+        sizes = dataclasses.replace(sizes, formations=tuple(args.formations))
     raise_fd_limit()
     print(f"load before the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on "
           f"{os.cpu_count()} cores", flush=True)
@@ -606,11 +608,24 @@ def run(args, work: Path) -> str:
     return bench.summary()
 
 
+def members_by_partitions(text: str) -> tuple[int, int]:
+    try:
+        members, partitions = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NxP (members x partitions)") from None
+    if not 0 < members < partitions:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 < members < partitions (one join must get one)")
+    return members, partitions
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few members and partitions: a smoke run")
     parser.add_argument("--kafka", nargs="+", default=list(KAFKA_SYSTEMS), choices=KAFKA_SYSTEMS,
                         help="the Kafka protocols to run (default: all three)")
+    parser.add_argument("--formations", nargs="+", type=members_by_partitions, metavar="NxP",
+                        help="the groups formed, N members on P partitions each, the last kept for the "
+                             "other workloads (default 100x1000 1000x10000; --quick 4x12)")
     parser.add_argument("--no-capacity", action="store_true", help="skip the capacity workload")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     return run_in_scratch("bench-vs-kafka-", run, parser.parse_args(argv))

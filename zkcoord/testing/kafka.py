@@ -55,7 +55,7 @@ PORT_ATTEMPTS = 3
 # KRaft's controller refuses an operation of more than 10,000 records
 # (POLICY_VIOLATION, "excessively large batch operation"), one per partition:
 # bigger topics are created at this size and grown in steps of it.
-PARTITIONS_PER_OPERATION = 5000
+PARTITIONS_PER_OPERATION = 2000
 # librdkafka's own log lines go through this logger (pytest shows them for a failing test).
 CLIENT_LOG = logging.getLogger(__name__)
 
@@ -360,11 +360,15 @@ class KafkaCluster:
         """Every node's address, dead or alive, as a client would be configured."""
         return ",".join(b.address for b in self.brokers.values() if b.node_ports)
 
-    def new_admin(self) -> AdminClient:
-        """A new admin client on the reachable brokers (see client_config).
-        Keep it referenced until its futures are done: a client collected
-        as garbage fails them (_DESTROY)."""
-        return AdminClient(self.client_config())
+    def new_admin(self, timeout: Optional[float] = None) -> AdminClient:
+        """A new admin client on the reachable brokers (see client_config),
+        waiting up to ``timeout`` for an answer if given (creating thousands
+        of partitions takes longer than the usual 10 s). Keep it referenced
+        until its futures are done: a client collected as garbage fails them (_DESTROY)."""
+        config = self.client_config()
+        if timeout is not None:
+            config["socket.timeout.ms"] = int(timeout * 1000)
+        return AdminClient(config)
 
     def client_config(self) -> dict:
         """Settings for a new client of the harness's, bootstrapped on the
@@ -455,7 +459,7 @@ class KafkaCluster:
         PARTITIONS_PER_OPERATION partitions, CreatePartitions too) and wait
         until every partition has a leader."""
         replication = replication_factor or min(3, self.settings.brokers)
-        admin = self.new_admin()
+        admin = self.new_admin(timeout)
         first = min(partitions, PARTITIONS_PER_OPERATION)
         futures = admin.create_topics([NewTopic(topic, first, replication, config=dict(config or {}))],
                                            operation_timeout=timeout, request_timeout=timeout)
@@ -467,7 +471,7 @@ class KafkaCluster:
 
     def add_partitions(self, topic: str, total: int, timeout: float = 30.0) -> None:
         """Grow ``topic`` to ``total`` partitions (CreatePartitions); wait until each has a leader."""
-        admin = self.new_admin()
+        admin = self.new_admin(timeout)
         admin.create_partitions([NewPartitions(topic, total)], operation_timeout=timeout,
                                 request_timeout=timeout)[topic].result(timeout)
         self.wait_led(topic, range(total), timeout)
