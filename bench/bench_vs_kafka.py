@@ -185,6 +185,10 @@ class Ledger:
     def whole(self) -> bool:
         return self.single == self.partitions and not self.dead_leaders and self.holding == self.members
 
+    def describe(self) -> str:
+        return (f"{self.holding} of {self.members} members hold partitions; {self.single} of {self.partitions} "
+                f"partitions held once, {self.unowned} by nobody, {len(self.dead_leaders)} without a leader")
+
     def _integrate(self, now: float) -> None:
         self.paused_s += (self.partitions - self.consumed) * (now - self._integrated_to)
         self._integrated_to = now
@@ -280,6 +284,7 @@ def until_whole(ledger: Ledger, since: float, sizes: Sizes, observe_s: float = 0
     try:
         wait_until(settled, sizes.deadline_s, interval=0.05, message="the group to be whole")
     except WaitTimeout:  # said in the outcome; the bench goes on
+        print(f"  not whole: {ledger.describe()}", flush=True)
         return Outcome(sizes.deadline_s, False)
     return Outcome(max(0.0, ledger.whole_since - since), True)
 
@@ -573,6 +578,15 @@ class Bench:
         return f"{max(min(kafka), 0.001) / max(ours.seconds, 0.001):.2f}x"
 
 
+def warm_up_group_coordinator(kafka: KafkaCluster, timeout: float = 600.0) -> None:
+    """Kafka creates ``__consumer_offsets`` at the first FindCoordinator and
+    loads its partitions after: minutes under load, which no workload should
+    time. Wait until groups spread over every one of its partitions have a coordinator."""
+    groups = [f"warm-up-{i}" for i in range(50)]
+    wait_until(lambda: len(find_coordinators(kafka.bootstrap.split(","), groups)) == len(groups), timeout,
+               interval=0.5, message="Kafka's group coordinator to serve every __consumer_offsets partition")
+
+
 def run(args, work: Path) -> str:
     sizes = QUICK if args.quick else FULL
     if args.formations:
@@ -586,6 +600,7 @@ def run(args, work: Path) -> str:
         kafka.start(timeout=180)
         print(f"kafka {kafka.version}, KRaft, {len(kafka.brokers)} brokers, __consumer_offsets and topics "
               f"replicated 3 times", flush=True)
+        warm_up_group_coordinator(kafka)
         topics = {(m, p) for m, p in sizes.formations} | {(sizes.capacity_members, sizes.capacity_partitions)}
         bench = Bench(kafka, [], sizes)
         for members, partitions in sorted(topics):

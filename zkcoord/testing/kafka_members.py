@@ -72,6 +72,7 @@ LOST_PLACE = (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH)
 
 RETRY_BACKOFF_S = 0.1  # the Java client's retry.backoff.ms
 REQUEST_TIMEOUT_S = 30.0  # the Java client's request.timeout.ms
+JOIN_GRACE_S = 5.0  # a JoinGroup may wait the rebalance timeout and this (as in the Java client)
 SIZE = struct.Struct(">i")
 
 
@@ -306,7 +307,8 @@ class KafkaMember:
             if self.settings.group not in found:
                 raise ConnectionError(f"no coordinator for group {self.settings.group} yet")
             self.coordinator = found[self.settings.group][1]
-        self.connection = KafkaConnection(self.coordinator, self.client_id)
+        self.connection = KafkaConnection(self.coordinator, self.client_id,
+                                          max(REQUEST_TIMEOUT_S, self.settings.rebalance_timeout_ms / 1000 + JOIN_GRACE_S))
 
     def _coordinator_lost(self, reason) -> None:
         """Find the coordinator again, after a pause; what is held stays held (as in the Java client)."""
