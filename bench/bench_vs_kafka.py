@@ -93,7 +93,12 @@ from zkcoord.testing.kafka_members import (  # noqa: E402
 from zkcoord.testing.process import cpu_seconds  # noqa: E402
 from zkcoord.testing.waiting import WaitTimeout  # noqa: E402
 
-REBALANCE_TIMEOUT_MS = 30_000
+# The Java client's rebalance timeout is its max.poll.interval.ms, 300 s by
+# default; it also bounds how long Kafka stretches a new group's initial
+# delay while members keep joining, and a JoinGroup waits that long and 5 s.
+# (At 30 s, a thousand eager members on the loaded machine had their
+# JoinGroups time out on the client's side, and every retry stretched the round again.)
+REBALANCE_TIMEOUT_MS = 300_000
 INITIAL_REBALANCE_DELAY_MS = 1000  # zkcoord's default; Kafka's group.initial.rebalance.delay.ms set to it
 COORDINATOR_SESSION_MS = 4000  # Kafka: broker.session.timeout.ms; zkcoord: the servers' ZooKeeper session
 ZKCOORD_STRATEGY = "sticky"
@@ -301,7 +306,28 @@ class Group:
         self.members: list = []  # (handle, view)
 
 
-class KafkaSystem:
+class System:
+    """What the workloads ask of a system: ``add_members``, ``coordinator_pid``,
+    ``kill_coordinator``, ``settings``, and ``end`` (one member gone at once, no leave)."""
+
+    name = ""
+
+    @staticmethod
+    def end(member) -> None:
+        raise NotImplementedError
+
+    def kill_member(self, group: Group, index: int) -> None:
+        member, view = group.members.pop(index)
+        self.end(member)
+        group.ledger.died(view)
+
+    def stop(self, group: Group) -> None:
+        for member, _ in group.members:
+            self.end(member)
+        group.members.clear()
+
+
+class KafkaSystem(System):
     """Kafka's coordinator with one protocol; its members are kafka_members greenlets."""
 
     def __init__(self, kafka: KafkaCluster, protocol: str, sizes: Sizes):
@@ -324,15 +350,9 @@ class KafkaSystem:
             member = new_member(bootstrap, settings, view, f"bench-{self._serial}").start()
             group.members.append((member, view))
 
-    def kill_member(self, group: Group, index: int) -> None:
-        member, view = group.members.pop(index)
+    @staticmethod
+    def end(member) -> None:
         member.kill()
-        group.ledger.died(view)
-
-    def stop(self, group: Group) -> None:
-        for member, view in group.members:
-            member.kill()
-        group.members.clear()
 
     def coordinator_pid(self, groups: Sequence[str]) -> int:
         found = find_coordinators(self.kafka.bootstrap.split(","), groups)
@@ -370,11 +390,11 @@ class KafkaSystem:
             return (f"group.consumer.session.timeout.ms={self.sizes.session_timeout_ms} "
                     f"group.consumer.heartbeat.interval.ms={self.sizes.heartbeat_ms} assignor uniform (server)")
         return (f"session.timeout.ms={self.sizes.session_timeout_ms} heartbeat.interval.ms={self.sizes.heartbeat_ms} "
-                f"rebalance.timeout.ms={REBALANCE_TIMEOUT_MS} group.initial.rebalance.delay.ms="
+                f"rebalance.timeout.ms (max.poll.interval.ms)={REBALANCE_TIMEOUT_MS} group.initial.rebalance.delay.ms="
                 f"{INITIAL_REBALANCE_DELAY_MS} assignor {self.protocol} (leader member)")
 
 
-class ZkcoordSystem:
+class ZkcoordSystem(System):
     """Two zkcoord servers without brokers beside the Kafka cluster, on a ZooKeeper ensemble."""
 
     def __init__(self, kafka: KafkaCluster, work: Path, sizes: Sizes):
@@ -405,15 +425,9 @@ class ZkcoordSystem:
             membership.start()
             group.members.append((membership, view))
 
-    def kill_member(self, group: Group, index: int) -> None:
-        membership, view = group.members.pop(index)
+    @staticmethod
+    def end(membership) -> None:
         membership.abandon()  # the connection closes at once, as the kernel closes a killed process's
-        group.ledger.died(view)
-
-    def stop(self, group: Group) -> None:
-        for membership, _ in group.members:
-            membership.abandon()
-        group.members.clear()
 
     def coordinator_pid(self, groups: Sequence[str]) -> int:
         return self.cluster.servers[self.cluster.coordinator_id()].pid
