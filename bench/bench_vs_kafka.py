@@ -380,7 +380,7 @@ class KafkaSystem(System):
                                            if partitions[p].leader in (node, -1)})
 
         gevent.spawn(watch_leaders)
-        return lambda: self.kafka.restart(node, timeout=120)
+        return lambda: self.kafka.restart(node, timeout=900)  # recovers every log it led: minutes
 
     def _partitions(self, topic: str) -> dict:
         return self.kafka.metadata(topic, timeout=5.0).topics[topic].partitions
