@@ -60,7 +60,7 @@ the largest size run: above 1, zkcoord is ahead. A wait that ran out counts
 its deadline (the line says ``>``). Every phase has a deadline, and every
 process started is stopped on exit, on error too.
 
-    python bench/bench_vs_kafka.py            # the sizes of issue 34 (about 20 minutes on two cores)
+    python bench/bench_vs_kafka.py            # the sizes of issue 34 (35 minutes on two loaded cores)
     python bench/bench_vs_kafka.py --quick    # a smoke run of a few members (tests/kafka/test_bench_vs_kafka.py)
 """
 
@@ -455,11 +455,12 @@ def process_cpu_s() -> float:
 
 
 class Bench:
-    def __init__(self, kafka: KafkaCluster, systems: list, sizes: Sizes):
+    """The workloads, run on one system at a time, and their figures."""
+
+    def __init__(self, kafka: KafkaCluster, sizes: Sizes):
         self.kafka = kafka
-        self.systems = systems
         self.sizes = sizes
-        # results[workload][system name] = (Outcome or seconds, the line's detail)
+        # results[workload][system name]: its time, or for capacity its share of a core
         self.results: dict[str, dict[str, Outcome]] = {}
         self.restarts: list[gevent.Greenlet] = []  # of the coordinators killed
 
@@ -619,7 +620,7 @@ def run(args, work: Path) -> str:
               f"replicated 3 times", flush=True)
         warm_up_group_coordinator(kafka)
         topics = {(m, p) for m, p in sizes.formations} | {(sizes.capacity_members, sizes.capacity_partitions)}
-        bench = Bench(kafka, [], sizes)
+        bench = Bench(kafka, sizes)
         for members, partitions in sorted(topics):
             kafka.create_topic(bench.topic(members, partitions), partitions, timeout=300)
         zkcoord = ZkcoordSystem(kafka, work, sizes)
