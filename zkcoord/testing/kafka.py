@@ -62,6 +62,10 @@ TOO_OLD_LINE = "0.10"
 JVM_OPTIONS = ("-Xms64m", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true")
 BIND_FAILURE = "Address already in use"
 PORT_ATTEMPTS = 3
+# KRaft's controller refuses an operation of more than 10,000 records
+# (POLICY_VIOLATION, "excessively large batch operation"), one per partition:
+# bigger topics are created at this size and grown in steps of it.
+PARTITIONS_PER_OPERATION = 2000
 # librdkafka's own log lines go through this logger (pytest shows them for a failing test).
 CLIENT_LOG = logging.getLogger(__name__)
 
@@ -491,13 +495,18 @@ class KafkaCluster:
 
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: Optional[int] = None,
                      config: Optional[Mapping[str, str]] = None, timeout: float = 30.0) -> None:
-        """Create ``topic`` through Kafka's admin API (CreateTopics) and wait
+        """Create ``topic`` through Kafka's admin API (CreateTopics; past
+        PARTITIONS_PER_OPERATION partitions, CreatePartitions too) and wait
         until every partition has a leader."""
         replication = replication_factor or self.settings.replication_factor
         admin = self.new_admin(operation_timeout=timeout)
-        futures = admin.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))],
+        first = min(partitions, PARTITIONS_PER_OPERATION)
+        futures = admin.create_topics([NewTopic(topic, first, replication, config=dict(config or {}))],
                                            operation_timeout=timeout, request_timeout=timeout)
         futures[topic].result(timeout)
+        for total in range(first + PARTITIONS_PER_OPERATION, partitions + PARTITIONS_PER_OPERATION,
+                           PARTITIONS_PER_OPERATION):
+            self.add_partitions(topic, min(total, partitions), timeout)
         self.wait_led(topic, range(partitions), timeout)
 
     def add_partitions(self, topic: str, total: int, timeout: float = 30.0) -> None:
@@ -535,8 +544,14 @@ class KafkaCluster:
 
     def wait_led(self, topic: str, partitions: Iterable[int], timeout: float = 30.0) -> None:
         wanted = list(partitions)
-        wait_until(lambda: all(self.leader_of(topic, p) >= 0 for p in wanted), timeout, interval=0.2,
-                   message=f"{topic} partitions {wanted} to have leaders")
+
+        def led() -> bool:
+            if self.mode == ZOOKEEPER_MODE:
+                return all(self.leader_of(topic, p) >= 0 for p in wanted)
+            known = self.metadata(topic).topics[topic].partitions  # one Metadata for them all
+            return all(p in known and known[p].leader >= 0 for p in wanted)
+
+        wait_until(led, timeout, interval=0.2, message=f"{topic}'s {len(wanted)} partitions to have leaders")
 
     def wait_for_leader(self, topic: str, partition: int, not_on: Iterable[int] = (),
                         timeout: float = 30.0) -> int:
