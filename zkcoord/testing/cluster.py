@@ -304,7 +304,7 @@ class LocalCluster:
 
     def wait_led(self, topic: str, partitions: int, first: int = 0, timeout: float = 20.0) -> None:
         """Until partitions ``first`` to ``partitions - 1`` of ``topic`` have
-        leaders in ZooKeeper and, on a plaintext cluster, every live broker
+        leaders in ZooKeeper and, where the brokers take anyone, every live broker
         knows them: a broker learns a topic from its ZooKeeper watch a moment
         after the nodes are written and answers UNKNOWN_TOPIC_OR_PARTITION
         until then, which a client retries but a test's raw request does not."""
@@ -313,10 +313,16 @@ class LocalCluster:
         wait_until(lambda: all(self.zk.exists(layout.partition_state_path(topic, p))
                                for p in range(first, partitions)),
                    timeout, message=f"{topic} partitions to get leaders")
-        if not self.client_settings:
+        if self._brokers_take_anyone:
             wait_until(lambda: all(self._broker_knows(address, topic, range(first, partitions))
                                    for address in self.broker_list.split(",") if address),
                        timeout, message=f"every broker to know {topic}'s partitions")
+
+    @property
+    def _brokers_take_anyone(self) -> bool:
+        """Whether a client without TLS or a login may ask the brokers Metadata."""
+        return not self.client_settings and not {"--authentication-required", "--sasl-mechanism"} & set(
+            self.server_args)
 
     @staticmethod
     def _broker_knows(address: str, topic: str, partitions: Iterable[int]) -> bool:

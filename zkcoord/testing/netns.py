@@ -117,7 +117,11 @@ class NetworkNamespace:
         self.heal()
         _run("iptables", "-t", "nat", "-D", "PREROUTING", *self._host_dnat(), check=False)
         if self.created:
-            _run("ip", "netns", "del", self.name, check=False)  # takes the veth pair with it
+            # The pair goes with the namespace, but only once the kernel frees
+            # it, later; deleted here, it is gone before the next namespace of
+            # this name (the same process's next test) asks for the same links.
+            _run("ip", "link", "del", self.host_link, check=False)
+            _run("ip", "netns", "del", self.name, check=False)
             self.created = False
 
     def command(self, *command: str) -> list[str]:
