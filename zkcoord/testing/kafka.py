@@ -89,6 +89,10 @@ logger.request.level = WARN
 """
 
 
+# librdkafka refuses a socket.timeout.ms above this.
+SOCKET_TIMEOUT_MAX_MS = 300_000
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """How a cluster is sized and tuned; ``properties`` override or add
@@ -386,7 +390,8 @@ class KafkaCluster:
         a broker may hold the answer to its requests (CreateTopics waits
         for the new partitions' leaders), on top of the client's socket timeout."""
         config = self.client_config()
-        config["socket.timeout.ms"] += int(operation_timeout * 1000)
+        config["socket.timeout.ms"] = min(config["socket.timeout.ms"] + int(operation_timeout * 1000),
+                                          SOCKET_TIMEOUT_MAX_MS)
         return AdminClient(config)
 
     def client_config(self) -> dict:
