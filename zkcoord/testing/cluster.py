@@ -75,6 +75,7 @@ class BrokerProcess(ManagedProcess):
             "broker", "--id", str(broker_id), "--zookeeper", zookeeper, "--data-dir", str(directory / "data"),
             "--port", "0", "--port-file", str(port_file), *broker_args), port_file=port_file)
         self.broker_id = broker_id
+        self.broker_args = tuple(broker_args)
 
     @property
     def data_dir(self) -> Path:
@@ -320,9 +321,10 @@ class LocalCluster:
 
     @property
     def _brokers_take_anyone(self) -> bool:
-        """Whether a client without TLS or a login may ask the brokers Metadata."""
-        return not self.client_settings and not {"--authentication-required", "--sasl-mechanism"} & set(
-            self.server_args)
+        """Whether a client without TLS or a login may ask the brokers Metadata of any topic."""
+        options = set(self.server_args).union(*(broker.broker_args for broker in self.brokers))
+        return not self.client_settings and not {"--authentication-required", "--sasl-mechanism",
+                                                 "--authorizer"} & options
 
     @staticmethod
     def _broker_knows(address: str, topic: str, partitions: Iterable[int]) -> bool:
