@@ -278,3 +278,17 @@ def test_a_hung_broker_holds_up_only_its_own_partitions(cluster):
             hung.resume()
     finally:
         f.close()
+
+
+def test_a_credential_is_not_asked_of_a_broker_that_authenticates_nobody(shared_cluster, topic):
+    # A thin consumer hands its fetcher the credential it logs in to the
+    # coordinator with; a broker offering no SASL at all serves it as anyone
+    # (it was refused for good: "offers no SASL mechanism").
+    sent = produce(shared_cluster.brokers[0].bootstrap, topic, {0: 20})
+    fetcher = ColumnarFetcher(shared_cluster.brokers[0].bootstrap, client_id="with-a-login",
+                              credential=("alice", "alice-pw"), plain_without_tls=True)
+    try:
+        fetcher.assign({(topic, 0): 0})
+        assert [r.value for r in drain(fetcher, 20)] == sent[0]
+    finally:
+        fetcher.close()

@@ -186,7 +186,13 @@ class BrokerConnection:
         self._open()
         if credential is not None:
             try:
-                self._authenticate(*credential)
+                if not self._authenticate(*credential):
+                    # A broker that authenticates nobody (it offers no SASL at
+                    # all) serves anyone: the credential, given for the
+                    # coordinator too, is not asked for. It closed this
+                    # connection on the handshake, so open another.
+                    self.close()
+                    self._open()
             except BaseException:
                 self.close()
                 raise
@@ -220,11 +226,14 @@ class BrokerConnection:
             self.close()
             raise
 
-    def _authenticate(self, user: str, password: str) -> None:
+    def _authenticate(self, user: str, password: str) -> bool:
         """SASL with the strongest mechanism the broker offers: SCRAM-SHA-512,
-        SCRAM-SHA-256, else PLAIN (over TLS where the password must not be seen)."""
+        SCRAM-SHA-256, else PLAIN (over TLS where the password must not be
+        seen). False if the broker offers none at all (it authenticates nobody)."""
         offered = self._request(SaslHandshakeRequest(version=SASL_VERSION, mechanism=PREFERRED_MECHANISMS[0]),
                                 SaslHandshakeResponse, SASL_VERSION)
+        if not offered.mechanisms:
+            return False
         mechanism = next((m for m in PREFERRED_MECHANISMS if m in offered.mechanisms), None)
         if mechanism is None:
             raise BrokerAuthenticationError(f"broker {self.address} offers no SASL mechanism this client speaks "
@@ -254,6 +263,7 @@ class BrokerConnection:
                 client.verify(self._sasl_step(client.final(server_first), user))
         except scram.AuthenticationFailed as exc:
             raise BrokerAuthenticationError(f"broker {self.address}: {exc}") from None
+        return True
 
     def _sasl_step(self, token: bytes, user: str) -> bytes:
         answer = self._request(SaslAuthenticateRequest(version=SASL_VERSION, auth_bytes=token),
