@@ -24,6 +24,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from zkcoord.fetch.connection import BrokerConnection, PartitionError
 from zkcoord.testing import LocalCluster, cluster_in_chroot, fresh_chroot, wait_until
 from zkcoord.testing.cluster import ConsumerProcess, send_acknowledged
+from zkcoord.testing.java_members import JavaMember
 from zkcoord.testing.kafka import KafkaCluster
 from zkcoord.testing.process import zkcoord_command
 from zkcoord.zk.layout.kafka import parse_kafka_uuid
@@ -71,12 +72,32 @@ def servers_view(servers: LocalCluster, topic: str):
 # terminate() leaves the group cleanly): the group test below takes in every
 # entry, so a Java KafkaConsumer is one more entry here.
 StockMember = Callable[[LocalCluster, str, str], ConsumerProcess]
+JAVA_STARTED: list[JavaMember] = []  # stopped when the module ends
+
+
+def java_member(servers: LocalCluster, group: str, topic: str) -> JavaMember:
+    """Kafka's own KafkaConsumer (classic protocol), with the session the other members have."""
+    member = JavaMember(servers.directory / f"java-{len(JAVA_STARTED)}", [topic], {
+        "bootstrap.servers": gateway(servers), "group.id": group, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 4000, "heartbeat.interval.ms": 500}, name=f"java member {len(JAVA_STARTED)}")
+    JAVA_STARTED.append(member)
+    return member.start()
+
+
 STOCK_MEMBERS: dict[str, StockMember] = {
     "librdkafka": lambda servers, group, topic: servers.add_consumer(
         group, topics=[topic], kafka_brokers=gateway(servers)),
     "kafka-python": lambda servers, group, topic: servers.add_consumer(
         group, topics=[topic], kafka_brokers=gateway(servers), extra=("--kafka-client", "kafka-python")),
+    "java": java_member,
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def java_members_stopped() -> Iterator[None]:
+    yield
+    for member in JAVA_STARTED:
+        member.kill()
 
 
 def values(prefix: str, partitions: int, per_partition: int) -> list[tuple]:

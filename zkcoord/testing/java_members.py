@@ -288,6 +288,43 @@ class JavaMembers:
         return Counter(self.records())
 
 
+class JavaMember:
+    """One KafkaConsumer in a JVM of its own, seen as the harness sees a
+    stock member run by ``zkcoord consume --kafka-brokers`` (a
+    ConsumerProcess): ``records()`` as dicts with topic, partition and
+    offset, ``assignment()``, ``alive``, ``terminate()`` (it leaves its group
+    cleanly and the JVM exits; the exit code), ``kill()``; so a test that
+    takes stock members of any client library takes Kafka's own too."""
+
+    stock = True
+
+    def __init__(self, directory: Path, topics: Iterable[str], properties: Mapping[str, object],
+                 name: str = "java-member"):
+        self.name = name
+        self.driver = JavaMembers(directory, topics, properties, name=name)
+
+    def start(self, timeout: float = 60.0) -> "JavaMember":
+        self.driver.start(timeout)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.driver.process.alive and not self.driver.closed(0)
+
+    def assignment(self) -> set[Partition]:
+        return set(self.driver.assignment(0))
+
+    def records(self) -> list[dict]:
+        return [{"topic": topic, "partition": partition, "offset": offset}
+                for topic, partition, offset in self.driver.records()]
+
+    def terminate(self, timeout: float = 30.0) -> Optional[int]:
+        return self.driver.stop(timeout)
+
+    def kill(self) -> None:
+        self.driver.kill()
+
+
 def main() -> int:
     try:
         print(build())
