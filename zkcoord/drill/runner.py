@@ -268,7 +268,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
     resources.workers = workers = [Producer(brokers, topic, settings.rate, directory, bound,
                                             cluster.client_settings),
                                    Sampler(zookeeper, topic, directory, bound, cluster.zk_security)]
-    ctx.acknowledged = workers[0].highest_acknowledged
+    ctx.watch_acknowledgements = workers[0].watch_acknowledgements
     for worker in workers:
         worker.start()
     if ctx.wait_whole(120) is None:
