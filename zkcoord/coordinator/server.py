@@ -297,7 +297,7 @@ class Server:
         self._stream = GatedStreamServer(listener, self._handle, spawn=gevent.pool.Pool(limit))
         self._stream.start()
         self._register()
-        self.metadata = MetadataView(self.zk, self.slots, kafka=self.kafka)
+        self.metadata = MetadataView(self.zk, self.slots, kafka=self.kafka, protocol=self.log_ends.protocol)
         self.metadata.start()
         self._elector = gevent.spawn(self._elect_forever)
         log.info("server %d listening on %s:%d (%d coordinator slot%s)", self.config.server_id, self.config.host,
