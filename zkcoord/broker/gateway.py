@@ -27,8 +27,9 @@ gateway is the whole cluster as its clients see it:
   ApiVersions, Metadata (Kafka's topics, leaders, leader epochs and ISRs,
   read where zkcoord reads them: ZooKeeper's /brokers in ZooKeeper mode,
   Kafka's Metadata in KRaft mode, each broker at its relay's address, and
-  the gateway itself under its own id), SASL, FindCoordinator (the gateway
-  itself) and the group and offset APIs, through the bridge
+  the gateway itself under its own id), DescribeCluster (the same brokers),
+  SASL, FindCoordinator (the gateway itself) and the group and offset APIs,
+  through the bridge
   (broker/groups/bridge.py) into the zkcoord coordinators.
 - **Fences.** Every fetch passes through a gateway, so the bridge's fetch
   fences hold as at embedded brokers: a fenced client's Fetch is answered
