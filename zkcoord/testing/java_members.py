@@ -56,7 +56,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from zkcoord.caches import user_cache
 from zkcoord.java import JavaBuildError, cached_jar, source_digest
 from zkcoord.testing import kafka_jars
-from zkcoord.testing.kafka import JVM_OPTIONS
+from zkcoord.testing.kafka import JVM_OPTIONS, QUICK_START_JIT
 from zkcoord.testing.process import ClusterError, ManagedProcess, ProcessExited
 from zkcoord.testing.waiting import wait_until
 
@@ -106,7 +106,7 @@ def driver_command(arguments: Sequence[str], heap_mb: int, log_level: str = "WAR
     jar = build()
     _, jars = _kafka_classpath()
     classpath = ":".join([str(jar), *(str(j) for j in jars)])  # the driver's log4j2.properties first
-    return [java, f"-Xmx{heap_mb}m", *JVM_OPTIONS, f"-Dmember.driver.log.level={log_level}",
+    return [java, f"-Xmx{heap_mb}m", *JVM_OPTIONS, *QUICK_START_JIT, f"-Dmember.driver.log.level={log_level}",
             "-cp", classpath, MAIN_CLASS, *arguments]
 
 
