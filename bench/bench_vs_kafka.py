@@ -10,7 +10,14 @@ coordinates the group differs:
   protocol (eager ``range``, and ``cooperative-sticky``) and with the consumer
   protocol (KIP-848, the ``uniform`` server assignor); the members are
   zkcoord.testing.kafka_members, greenlets sending what the Java client sends
-  (JoinGroup/SyncGroup/Heartbeat, or ConsumerGroupHeartbeat);
+  (JoinGroup/SyncGroup/Heartbeat, or ConsumerGroupHeartbeat); and, for the
+  formations of up to 100 members and the workloads after them, also the
+  reference Java client itself (``org.apache.kafka:kafka-clients``' own
+  KafkaConsumer, run by zkcoord.testing.java_members' driver, a hundred to a
+  JVM, the leader's assignor Kafka's own RangeAssignor or
+  CooperativeStickyAssignor), in rows of their own labelled ``Java client``
+  beside the load generator's, so that a reader sees how closely the load
+  generator behaves like the client it stands in for;
 - **zkcoord**: two ``zkcoord server --no-broker --kafka-bootstrap`` processes
   (one coordinating, one standing by) on a three-node ZooKeeper ensemble,
   learning the topics from Kafka's Metadata; the members are the production
@@ -19,11 +26,16 @@ coordinates the group differs:
 
 **Consumed** means the same on both sides: a partition is consumed while
 exactly one live member has been told it holds it (the zkcoord member's
-Start; the Kafka member's SyncGroup or heartbeat assignment) and its leader
+Start; the Kafka member's SyncGroup or heartbeat assignment; the Java
+client's ``onPartitionsAssigned``, until its ``onPartitionsRevoked`` or
+``onPartitionsLost``, as dated by the member driver) and its leader
 broker is alive, so that the member's next Fetch would be served. A group is
 **whole** when every partition is consumed and every member holds at least
 one. Every member's listener reports to one :class:`Ledger` per group, which
-dates each change, so both systems are timed by the same code. The members
+dates each change, so both systems are timed by the same code (the Java
+client's changes at the time its JVM wrote them, read back every 50 ms, and
+its workloads timed from its members' own start, so neither a JVM's start nor
+the reading is timed). The members
 fetch and commit nothing: "records delivered twice" is reported as the
 partitions that changed owner during the failure (each such move re-delivers
 what its old owner read since its last commit; a partition that stays put
@@ -56,12 +68,18 @@ It prints one line per workload and system, then, last, exactly:
     vs kafka: formation Ax; one join Bx; coordinator failure Cx; member failure Dx; capacity Ex
 
 each figure the best Kafka protocol's time (or CPU) divided by zkcoord's, at
-the largest size run: above 1, zkcoord is ahead. A wait that ran out counts
+the largest size run: above 1, zkcoord is ahead. "Best Kafka" is the best
+row of any protocol whatever its members, load generator or Java client: at
+the default sizes the largest is 1,000 members, which only the load generator
+runs; with ``--formations 100x1000`` the Java rows take part. Before it, each
+Java row is printed again beside the load generator's of the same protocol
+and workload (``java client beside the load generator: ...``). A wait that ran out counts
 its deadline (the line says ``>``). Every phase has a deadline, and every
 process started is stopped on exit, on error too.
 
     python bench/bench_vs_kafka.py            # the sizes of issue 34 (35 minutes on two loaded cores)
     python bench/bench_vs_kafka.py --quick    # a smoke run of a few members (tests/kafka/test_bench_vs_kafka.py)
+    python bench/bench_vs_kafka.py --formations 100x1000 --no-capacity   # 100 members, Java client and load generator
 """
 
 from gevent import monkey
@@ -90,6 +108,7 @@ from zkcoord.testing.kafka import KRAFT_MODE, KafkaCluster, KafkaSettings  # noq
 from zkcoord.testing.kafka_members import (  # noqa: E402
     CONSUMER_PROTOCOL, COOPERATIVE_STICKY, EAGER_RANGE, KafkaMemberSettings, find_coordinators, new_member,
 )
+from zkcoord.testing.java_members import JavaMembers  # noqa: E402
 from zkcoord.testing.process import cpu_seconds  # noqa: E402
 from zkcoord.testing.waiting import WaitTimeout  # noqa: E402
 
@@ -108,6 +127,17 @@ KAFKA_SYSTEMS = (EAGER_RANGE, COOPERATIVE_STICKY, CONSUMER_PROTOCOL)
 ZKCOORD = "zkcoord"
 SYSTEM_NAMES = {EAGER_RANGE: "kafka classic eager range", COOPERATIVE_STICKY: "kafka classic cooperative-sticky",
                 CONSUMER_PROTOCOL: "kafka consumer protocol (KIP-848)", ZKCOORD: "zkcoord"}
+# The reference Java client's rows: formations of up to this many members (a
+# JVM per hundred KafkaConsumers is what this machine holds beside the cluster);
+# the load generator's rows cover the rest.
+JAVA_MAX_MEMBERS = 100
+JAVA_ASSIGNORS = {EAGER_RANGE: "org.apache.kafka.clients.consumer.RangeAssignor",
+                  COOPERATIVE_STICKY: "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}
+
+
+def java_name(protocol: str) -> str:
+    """A Java client row's system: the load generator's name, so labelled."""
+    return f"{SYSTEM_NAMES[protocol]}, Java client"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +151,8 @@ class Sizes:
     deadline_s: float  # of each wait for a group to be whole
     kafka_heap_mb: int
     session_timeout_ms: int = 10_000  # every member's
+    # The Java client's rows include the coordinator failure (a broker restart, awaited, per protocol).
+    java_coordinator_failure: bool = True
     quiet_s: float = 2.0  # no ownership change for this long: the group has stopped moving
 
     @property
@@ -144,7 +176,7 @@ FULL = Sizes(formations=((100, 1000), (1000, 10_000)), capacity_groups=50, capac
              kafka_heap_mb=1024)
 QUICK = Sizes(formations=((4, 12),), capacity_groups=2, capacity_members=5, capacity_partitions=10,
               capacity_ramp_s=0.5, capacity_window_s=2.0, deadline_s=30.0, kafka_heap_mb=384,
-              session_timeout_ms=3000, quiet_s=0.5)
+              session_timeout_ms=3000, quiet_s=0.5, java_coordinator_failure=False)
 
 
 # -- what "consumed" means, once for every system ----------------------------------------------------------
@@ -169,10 +201,10 @@ class Ledger:
         self._integrated_to = time.monotonic()
         self._next_id = 0
 
-    def member(self) -> "MemberView":
+    def member(self, at: Optional[float] = None) -> "MemberView":
         self._next_id += 1
         self.members += 1
-        self._update()
+        self._update(at)
         return MemberView(self, self._next_id)
 
     def mark(self) -> float:
@@ -198,8 +230,13 @@ class Ledger:
         self.paused_s += (self.partitions - self.consumed) * (now - self._integrated_to)
         self._integrated_to = now
 
-    def _update(self) -> None:
-        now = time.monotonic()
+    def _at(self, at: Optional[float]) -> float:
+        """A change's time: now, or when a member reported it (``at``, on
+        time.monotonic()), never before what is already integrated."""
+        return time.monotonic() if at is None else max(at, self._integrated_to)
+
+    def _update(self, at: Optional[float] = None) -> None:
+        now = self._at(at)
         self.last_change = now
         if self.whole:
             if self.whole_since is None:
@@ -207,8 +244,9 @@ class Ledger:
         else:
             self.whole_since = None
 
-    def change(self, view: "MemberView", gained: set[int], lost: set[int]) -> None:
-        self._integrate(time.monotonic())
+    def change(self, view: "MemberView", gained: set[int], lost: set[int], at: Optional[float] = None) -> None:
+        at = self._at(at)
+        self._integrate(at)
         had = bool(view.held)
         for p in lost:
             self.owners[p] -= 1
@@ -222,7 +260,7 @@ class Ledger:
         view.held = (view.held - lost) | gained
         if view.alive:
             self.holding += bool(view.held) - had
-        self._update()
+        self._update(at)
 
     def _count(self, p: int, before: int) -> None:
         after = self.owners[p]
@@ -251,6 +289,7 @@ class MemberView:
         self.id = member_id
         self.held: frozenset = frozenset()
         self.alive = True
+        self.started_at: Optional[float] = None  # time.monotonic(), where the member reports its start
 
     def on_start(self, partitions):
         if self.alive:
@@ -311,10 +350,19 @@ class System:
     ``kill_coordinator``, ``settings``, and ``end`` (one member gone at once, no leave)."""
 
     name = ""
+    max_members: Optional[int] = None  # larger formations are not run on this system
+    kills_coordinator = True  # runs the coordinator failure
 
     @staticmethod
     def end(member) -> None:
         raise NotImplementedError
+
+    def member_cpu(self, group: "Group", bench_cpu_before: float) -> str:
+        """What the members' process (here the bench's own) used since ``bench_cpu_before``."""
+        return f"member process CPU {process_cpu_s() - bench_cpu_before:.1f} s"
+
+    def close(self) -> None:
+        pass
 
     def kill_member(self, group: Group, index: int) -> None:
         member, view = group.members.pop(index)
@@ -392,6 +440,142 @@ class KafkaSystem(System):
         return (f"session.timeout.ms={self.sizes.session_timeout_ms} heartbeat.interval.ms={self.sizes.heartbeat_ms} "
                 f"rebalance.timeout.ms (max.poll.interval.ms)={REBALANCE_TIMEOUT_MS} group.initial.rebalance.delay.ms="
                 f"{INITIAL_REBALANCE_DELAY_MS} assignor {self.protocol} (leader member)")
+
+
+class JavaDriver:
+    """One member driver's JVM in a group: its JavaMembers, the ledger's view
+    of each of its members (made at the member's ``started``), and how far its
+    events have been read."""
+
+    def __init__(self, members: JavaMembers, ledger: Ledger):
+        self.members = members
+        self.ledger = ledger
+        self.views: dict[int, MemberView] = {}
+        self.read = 0
+        self.first_start: Optional[float] = None  # time.monotonic() of its first member's start
+
+    def pump(self) -> None:
+        """Tell the ledger what the members reported since the last pump, each at its reported time."""
+        events = self.members.events()
+        fresh, self.read = events[self.read:], len(events)
+        for event in fresh:
+            kind = event["event"]
+            at = event["ts"] / 1000.0 - (time.time() - time.monotonic())
+            if kind == "started":
+                view = self.views[event["member"]] = self.ledger.member(at)
+                view.started_at = at
+                self.first_start = at if self.first_start is None else min(self.first_start, at)
+            elif kind in ("assigned", "revoked", "lost"):
+                view = self.views[event["member"]]
+                if not view.alive:
+                    continue
+                partitions = {p for _, p in event["partitions"]}
+                if kind == "assigned":
+                    self.ledger.change(view, partitions - view.held, set(), at)
+                else:
+                    self.ledger.change(view, set(), partitions & view.held, at)
+            elif kind == "error":
+                print(f"  java member {event.get('member')}: {event['phase']}: {event['class']}: "
+                      f"{event['message']}", flush=True)
+
+
+class JavaKafkaSystem(KafkaSystem):
+    """Kafka's coordinator with one protocol; its members are the reference
+    Java KafkaConsumer, run by the member driver (zkcoord.testing.java_members).
+
+    A member to be killed alone has a JVM of its own: of ``count`` members
+    added at once, the first runs alone (the one the member failure kills)
+    and the others share one JVM. The driver dates each member's start and
+    every assignment change (its rebalance listener's calls); a greenlet reads
+    them every PUMP_S and tells the ledger, at the times the driver wrote,
+    so a JVM's start and the reading's lag are not timed. A workload's clock
+    starts at its members' first start (the consumer created and subscribed)."""
+
+    PUMP_S = 0.05
+    max_members = JAVA_MAX_MEMBERS
+
+    def __init__(self, kafka: KafkaCluster, protocol: str, sizes: Sizes, work: Path):
+        super().__init__(kafka, protocol, sizes)
+        self.name = java_name(protocol)
+        self.work = work / "java" / protocol
+        self.kills_coordinator = sizes.java_coordinator_failure
+        self.drivers: dict[str, list[JavaDriver]] = {}  # by group name
+        self._pumping = gevent.spawn(self._pump_forever)
+
+    def member_counts(self, count: int) -> list[int]:
+        return [1, count - 1] if count > 1 else [count]
+
+    def properties(self, group: str) -> dict[str, str]:
+        common = {"bootstrap.servers": self.kafka.bootstrap, "group.id": group}
+        if self.protocol == CONSUMER_PROTOCOL:  # the session and heartbeat are the broker's (Sizes.kafka_properties)
+            return {**common, "group.protocol": "consumer"}
+        return {**common, "group.protocol": "classic", "partition.assignment.strategy": JAVA_ASSIGNORS[self.protocol],
+                "session.timeout.ms": str(self.sizes.session_timeout_ms),
+                "heartbeat.interval.ms": str(self.sizes.heartbeat_ms),
+                "max.poll.interval.ms": str(REBALANCE_TIMEOUT_MS)}
+
+    def add_members(self, group: Group, count: int, partitions: int) -> float:
+        drivers = self.drivers.setdefault(group.name, [])
+        started = []
+        for members in self.member_counts(count):
+            self._serial += 1
+            driver = JavaDriver(JavaMembers(self.work / f"{group.name}-{self._serial}", [group.topic],
+                                            self.properties(group.name), members=members, records="ranges",
+                                            name=f"java-members-{self._serial}"), group.ledger)
+            driver.members.start(wait=False)
+            started.append(driver)
+            drivers.append(driver)  # pumped from now on
+        for driver in started:
+            driver.members.wait_ready(self.sizes.deadline_s)
+            driver.pump()  # every member's start, and so its view, is in
+            group.members.extend((driver, view) for _, view in sorted(driver.views.items()))
+        return min(driver.first_start for driver in started)
+
+    def _pump_forever(self) -> None:
+        while True:
+            for drivers in list(self.drivers.values()):
+                for driver in drivers:
+                    driver.pump()
+            gevent.sleep(self.PUMP_S)
+
+    def kill_member(self, group: Group, index: int) -> None:
+        driver, view = group.members[index]
+        if driver.members.members != 1:
+            raise RuntimeError("a Java member killed alone must run in a JVM of its own")
+        driver.pump()  # what it reported before it died
+        super().kill_member(group, index)
+
+    @staticmethod
+    def end(driver: JavaDriver) -> None:
+        driver.members.kill()
+
+    def stop(self, group: Group) -> None:
+        for driver in self.drivers.pop(group.name, []):
+            driver.members.kill()
+        group.members.clear()
+
+    def member_cpu(self, group: Group, bench_cpu_before: float) -> str:
+        """The group's JVMs' CPU since they started, and how long its members took to start."""
+        drivers = self.drivers.get(group.name, [])
+        cpu = sum(cpu_seconds(d.members.process.pid) for d in drivers if d.members.process.alive)
+        starts = [v.started_at for d in drivers for v in d.views.values()]
+        return f"member JVMs CPU {cpu:.1f} s, members started over {max(starts) - min(starts):.1f} s"
+
+    def close(self) -> None:
+        self._pumping.kill()
+        for drivers in self.drivers.values():
+            for driver in drivers:
+                driver.members.kill()
+        self.drivers.clear()
+
+    def group_name(self, label: str) -> str:
+        return f"kafka-{self.protocol}-java-{label}"
+
+    def settings(self) -> str:
+        shown = {k: v for k, v in self.properties("").items() if k not in ("bootstrap.servers", "group.id")}
+        assignor = "uniform (server)" if self.protocol == CONSUMER_PROTOCOL else f"{self.protocol} (leader member)"
+        return (f"KafkaConsumer {' '.join(f'{k}={v}' for k, v in shown.items())}, assignor {assignor}; "
+                f"the broker's settings as for the load generator's members")
 
 
 class ZkcoordSystem(System):
@@ -473,16 +657,17 @@ class Bench:
         return f"vs-{members}x{partitions}"
 
     def formation_and_failures(self, system) -> None:
-        last = len(self.sizes.formations) - 1
-        for i, (members, partitions) in enumerate(self.sizes.formations):
+        formations = [(m, p) for m, p in self.sizes.formations if system.max_members is None or m <= system.max_members]
+        last = len(formations) - 1
+        for i, (members, partitions) in enumerate(formations):
             label = f"{members}x{partitions}"
             group = Group(system.group_name(label), self.topic(members, partitions), Ledger(partitions))
             cpu = process_cpu_s()
             started = group.ledger.mark()
-            system.add_members(group, members, partitions)
+            # A system whose members report their own start (the Java client's JVMs) times from it.
+            started = system.add_members(group, members, partitions) or started
             outcome = until_whole(group.ledger, started, self.sizes)
-            self.say(f"formation N={members} P={partitions}", system, outcome,
-                     f"member process CPU {process_cpu_s() - cpu:.1f} s")
+            self.say(f"formation N={members} P={partitions}", system, outcome, system.member_cpu(group, cpu))
             if i == last and outcome.finished:
                 self.failures(system, group, members, partitions)
             system.stop(group)
@@ -490,7 +675,7 @@ class Bench:
     def failures(self, system, group: Group, members: int, partitions: int) -> None:
         where = f"N={members} P={partitions}"
         joined = group.ledger.mark()
-        system.add_members(group, 1, partitions)
+        joined = system.add_members(group, 1, partitions) or joined
         outcome = until_whole(group.ledger, joined, self.sizes)
         self.say(f"one join {where}", system, outcome,
                  f"{group.ledger.paused_s:.1f} partition-seconds not consumed")
@@ -499,6 +684,8 @@ class Bench:
         system.kill_member(group, 0)
         self.say(f"member failure {where}", system, until_whole(group.ledger, killed, self.sizes))
 
+        if not system.kills_coordinator:
+            return
         failed = group.ledger.mark()
         restart = system.kill_coordinator(group)
         try:
@@ -586,9 +773,21 @@ class Bench:
             parts.append(f"{short} {ratio}")
         return "vs kafka: " + "; ".join(parts)
 
+    def java_beside_load_generator(self) -> None:
+        """Each Java client row beside the load generator's for the same protocol and workload."""
+        for workload, results in self.results.items():
+            for protocol in KAFKA_SYSTEMS:
+                java, generated = results.get(java_name(protocol)), results.get(SYSTEM_NAMES[protocol])
+                if java is None or generated is None:
+                    continue
+                ratio = (f"; Java / load generator {java.seconds / generated.seconds:.2f}"
+                         if java.finished and generated.finished and generated.seconds > 0 else "")
+                print(f"java client beside the load generator: {workload}: {SYSTEM_NAMES[protocol]}: "
+                      f"Java {java}, load generator {generated}{ratio}", flush=True)
+
     @staticmethod
     def ratio(results: dict[str, Outcome]) -> str:
-        """Best Kafka figure over zkcoord's (a floor of 1 ms or 0.1% keeps a zero from dividing)."""
+        """Best Kafka figure over zkcoord's, whatever the client (load generator or Java) (a floor of 1 ms or 0.1% keeps a zero from dividing)."""
         kafka = [o.seconds for name, o in results.items() if name != SYSTEM_NAMES[ZKCOORD]]
         ours = results.get(SYSTEM_NAMES[ZKCOORD])
         if not kafka or ours is None:
@@ -624,9 +823,14 @@ def run(args, work: Path) -> str:
         for members, partitions in sorted(topics):
             kafka.create_topic(bench.topic(members, partitions), partitions, timeout=300)
         zkcoord = ZkcoordSystem(kafka, work, sizes)
+        systems = []
         try:
-            systems = [KafkaSystem(kafka, protocol, sizes) for protocol in KAFKA_SYSTEMS if protocol in args.kafka] + \
-                [zkcoord]
+            for protocol in KAFKA_SYSTEMS:  # each protocol's Java rows right after its load generator's
+                if protocol in args.kafka:
+                    systems.append(KafkaSystem(kafka, protocol, sizes))
+                if protocol in args.java and any(m <= JAVA_MAX_MEMBERS for m, _ in sizes.formations):
+                    systems.append(JavaKafkaSystem(kafka, protocol, sizes, work))
+            systems.append(zkcoord)
             for system in systems:
                 print(f"settings: {system.name}: {system.settings()}", flush=True)
             for system in systems:
@@ -635,9 +839,12 @@ def run(args, work: Path) -> str:
                 bench.wait_for_restarts()  # not during the next system's run
             if not args.no_capacity:
                 for system in systems:
-                    bench.capacity(system)
+                    if not isinstance(system, JavaKafkaSystem):  # thousands of members: the load generator's
+                        bench.capacity(system)
         finally:
-            zkcoord.close()
+            for system in systems:
+                system.close()
+    bench.java_beside_load_generator()
     return bench.summary()
 
 
@@ -659,6 +866,11 @@ def main(argv=None) -> int:
     parser.add_argument("--formations", nargs="+", type=members_by_partitions, metavar="NxP",
                         help="the groups formed, N members on P partitions each, the last kept for the "
                              "other workloads (default 100x1000 1000x10000; --quick 4x12)")
+    parser.add_argument("--java", nargs="+", default=list(KAFKA_SYSTEMS), choices=KAFKA_SYSTEMS,
+                        help=f"the Kafka protocols also run with the reference Java KafkaConsumer as members, on "
+                             f"the formations of up to {JAVA_MAX_MEMBERS} members (default: all three)")
+    parser.add_argument("--no-java", dest="java", action="store_const", const=[],
+                        help="no Java client rows: the load generator's only")
     parser.add_argument("--no-capacity", action="store_true", help="skip the capacity workload")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     return run_in_scratch("bench-vs-kafka-", run, parser.parse_args(argv))
