@@ -34,8 +34,8 @@ broker is alive, so that the member's next Fetch would be served. A group is
 one. Every member's listener reports to one :class:`Ledger` per group, which
 dates each change, so both systems are timed by the same code (the Java
 client's changes at the time its JVM wrote them, read back every 50 ms, and
-its workloads timed from its members' own start, so neither a JVM's start nor
-the reading is timed). The members
+its workloads timed from the go that releases its members, created and
+subscribed beforehand, so neither a JVM's start nor the reading is timed). The members
 fetch and commit nothing: "records delivered twice" is reported as the
 partitions that changed owner during the failure (each such move re-delivers
 what its old owner read since its last commit; a partition that stays put
@@ -289,7 +289,6 @@ class MemberView:
         self.id = member_id
         self.held: frozenset = frozenset()
         self.alive = True
-        self.started_at: Optional[float] = None  # time.monotonic(), where the member reports its start
 
     def on_start(self, partitions):
         if self.alive:
@@ -443,16 +442,17 @@ class KafkaSystem(System):
 
 
 class JavaDriver:
-    """One member driver's JVM in a group: its JavaMembers, the ledger's view
-    of each of its members (made at the member's ``started``), and how far its
-    events have been read."""
+    """One member driver's JVM in a group, its members created and waiting
+    for the go: its JavaMembers, the ledger's view of each member (made at
+    the go), and how far its events have been read."""
 
     def __init__(self, members: JavaMembers, ledger: Ledger):
         self.members = members
         self.ledger = ledger
+        self.created: list[int] = []  # members created and subscribed
         self.views: dict[int, MemberView] = {}
         self.read = 0
-        self.first_start: Optional[float] = None  # time.monotonic() of its first member's start
+        self.went: Optional[float] = None  # time.monotonic() of the go: its members' start
 
     def pump(self) -> None:
         """Tell the ledger what the members reported since the last pump, each at its reported time."""
@@ -462,9 +462,10 @@ class JavaDriver:
             kind = event["event"]
             at = event["ts"] / 1000.0 - (time.time() - time.monotonic())
             if kind == "started":
-                view = self.views[event["member"]] = self.ledger.member(at)
-                view.started_at = at
-                self.first_start = at if self.first_start is None else min(self.first_start, at)
+                self.created.append(event["member"])
+            elif kind == "go":
+                self.views.update((member, self.ledger.member(at)) for member in self.created)
+                self.went = at
             elif kind in ("assigned", "revoked", "lost"):
                 view = self.views[event["member"]]
                 if not view.alive:
@@ -485,11 +486,14 @@ class JavaKafkaSystem(KafkaSystem):
 
     A member to be killed alone has a JVM of its own: of ``count`` members
     added at once, the first runs alone (the one the member failure kills)
-    and the others share one JVM. The driver dates each member's start and
-    every assignment change (its rebalance listener's calls); a greenlet reads
-    them every PUMP_S and tells the ledger, at the times the driver wrote,
-    so a JVM's start and the reading's lag are not timed. A workload's clock
-    starts at its members' first start (the consumer created and subscribed)."""
+    and the others share one JVM. Every member is created and subscribed
+    first; then the go releases their first polls, JVM after JVM, and a
+    workload's clock starts at the first go (so neither a JVM's start nor the
+    creation of a hundred consumers is timed, and the members join together,
+    as the load generator's do). The driver dates the go and every
+    assignment change (its rebalance listener's calls); a greenlet reads them
+    every PUMP_S and tells the ledger, at the times the driver wrote, so the
+    reading's lag is not timed either."""
 
     PUMP_S = 0.05
     max_members = JAVA_MAX_MEMBERS
@@ -521,15 +525,19 @@ class JavaKafkaSystem(KafkaSystem):
             self._serial += 1
             driver = JavaDriver(JavaMembers(self.work / f"{group.name}-{self._serial}", [group.topic],
                                             self.properties(group.name), members=members, records="ranges",
-                                            name=f"java-members-{self._serial}"), group.ledger)
+                                            name=f"java-members-{self._serial}", start_on_go=True), group.ledger)
             driver.members.start(wait=False)
             started.append(driver)
-            drivers.append(driver)  # pumped from now on
         for driver in started:
             driver.members.wait_ready(self.sizes.deadline_s)
-            driver.pump()  # every member's start, and so its view, is in
+        for driver in started:  # all at once, then read back
+            driver.members.go()
+        for driver in started:
+            driver.members.wait_for(lambda: driver.members.events("go"), self.sizes.deadline_s, "the go")
+            driver.pump()  # the go, and so every member's view, is in
+            drivers.append(driver)  # pumped from now on
             group.members.extend((driver, view) for _, view in sorted(driver.views.items()))
-        return min(driver.first_start for driver in started)
+        return min(driver.went for driver in started)
 
     def _pump_forever(self) -> None:
         while True:
@@ -555,11 +563,10 @@ class JavaKafkaSystem(KafkaSystem):
         group.members.clear()
 
     def member_cpu(self, group: Group, bench_cpu_before: float) -> str:
-        """The group's JVMs' CPU since they started, and how long its members took to start."""
-        drivers = self.drivers.get(group.name, [])
-        cpu = sum(cpu_seconds(d.members.process.pid) for d in drivers if d.members.process.alive)
-        starts = [v.started_at for d in drivers for v in d.views.values()]
-        return f"member JVMs CPU {cpu:.1f} s, members started over {max(starts) - min(starts):.1f} s"
+        """The group's JVMs' CPU since they started (the consumers' creation too)."""
+        cpu = sum(cpu_seconds(d.members.process.pid) for d in self.drivers.get(group.name, ())
+                  if d.members.process.alive)
+        return f"member JVMs CPU {cpu:.1f} s (from their start)"
 
     def close(self) -> None:
         self._pumping.kill()

@@ -13,14 +13,17 @@ Its command line, kept stable for the tests and ``bench/`` alike::
 
     java -cp DRIVER_JAR:KAFKA_JARS zkcoord.kafka.MemberDriver --topics t1,t2
          [--members N] [--properties FILE] [--instance-id-prefix P]
-         [--records each|ranges] [--poll-ms MS] [key=value ...]
+         [--records each|ranges] [--poll-ms MS] [--start now|go] [key=value ...]
 
 Each member is one KafkaConsumer on a thread of its own, with the consumer
 properties of FILE and then the key=value arguments; the driver turns auto
 commit off and commits synchronously after each poll what it processed (and
 what it processed of partitions it loses, before they go). It gives member
 ``i`` the client.id ``<client.id or group.id>-<i>`` and, with
-``--instance-id-prefix``, the group.instance.id ``<P>-<i>``. Stdout is one
+``--instance-id-prefix``, the group.instance.id ``<P>-<i>``. With ``--start
+go`` each member, once created and subscribed, waits for the ``go`` command
+before its first poll (members of several JVMs, or created over seconds,
+then join together; bench/bench_vs_kafka.py times from the go). Stdout is one
 JSON object a line, each with ``event``, ``member`` (its index; none for the
 driver's own) and ``ts`` (epoch ms):
 
@@ -32,9 +35,10 @@ driver's own) and ``ts`` (epoch ms):
 - ``committed``: ``offsets``, ``[[topic, partition, next offset], ...]``;
 - ``error``: ``phase`` (create, poll, commit, close, command), ``class``
   (the exception's Java class), ``message``;
-- ``ready`` once every member is started, ``exit`` last.
+- ``ready`` once every member is started; ``go`` when the go command
+  released the members' first poll; ``exit`` last.
 
-Stdin takes ``close <i>`` (member i leaves cleanly) and ``quit`` (all leave,
+Stdin takes ``go``, ``close <i>`` (member i leaves cleanly) and ``quit`` (all leave,
 the driver exits); end of input is a quit. The client's log goes to stderr
 (the process's log here), at WARN unless ``log_level`` says otherwise. A
 crash is the whole JVM's (kill -9): a member to be killed alone runs in a
@@ -122,9 +126,11 @@ class JavaMembers:
     def __init__(self, directory: Path, topics: Iterable[str], properties: Mapping[str, object], *,
                  members: int = 1, instance_id_prefix: Optional[str] = None, records: str = "each",
                  poll_ms: int = 100, heap_mb: Optional[int] = None, log_level: str = "WARN",
-                 name: str = "java-members"):
+                 name: str = "java-members", start_on_go: bool = False):
         arguments = ["--topics", ",".join(topics), "--members", str(members), "--records", records,
                      "--poll-ms", str(poll_ms)]
+        if start_on_go:
+            arguments += ["--start", "go"]
         if instance_id_prefix is not None:
             arguments += ["--instance-id-prefix", instance_id_prefix]
         arguments += [f"{key}={value}" for key, value in properties.items()]
@@ -165,6 +171,10 @@ class JavaMembers:
             raise ProcessExited(f"{self.process.name} is not running:\n{self.process.log_tail()}")
         self.process.proc.stdin.write(line.encode() + b"\n")
         self.process.proc.stdin.flush()
+
+    def go(self) -> None:
+        """Release the members' first poll (``start_on_go``); the driver writes a ``go`` event, dated, first."""
+        self.command("go")
 
     def close_member(self, index: int, timeout: float = 30.0) -> None:
         """Member ``index`` leaves its group cleanly (KafkaConsumer.close); waits until it has."""

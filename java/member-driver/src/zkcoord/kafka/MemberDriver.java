@@ -38,7 +38,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * <pre>
  * java -cp DRIVER_JAR:KAFKA_JARS zkcoord.kafka.MemberDriver --topics t1,t2 [--members N]
  *      [--properties FILE] [--instance-id-prefix P] [--records each|ranges] [--poll-ms MS]
- *      [key=value ...]
+ *      [--start now|go] [key=value ...]
  * </pre>
  *
  * Consumer properties come from FILE, then from the key=value arguments
@@ -46,7 +46,11 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * session.timeout.ms, ...). The driver sets enable.auto.commit=false (it
  * commits itself), byte-array deserializers, and per member a client.id of
  * {@code <client.id or group.id>-<i>} and, with --instance-id-prefix, a
- * group.instance.id of {@code <prefix>-<i>} (static membership).
+ * group.instance.id of {@code <prefix>-<i>} (static membership). With
+ * {@code --start go}, each member, once created and subscribed, waits for
+ * the {@code go} command before its first poll (so that members of several
+ * JVMs, or created over seconds, join their group together); by default it
+ * polls at once.
  *
  * <p>Stdout carries one JSON object per line, each with "event", "member" (the
  * index, from 0; absent for the driver's own) and "ts" (epoch milliseconds):
@@ -63,16 +67,20 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *     exception's class), "message": every exception the consumer throws;
  *     after one from create the member is closed, after others it polls on;</li>
  * <li>{@code closed}: the member's consumer is closed (it left its group);</li>
- * <li>{@code ready} (no member): every member is started; {@code exit}: the
- *     driver ends.</li>
+ * <li>{@code ready} (no member): every member is started; {@code go} (no
+ *     member): the go command released the members' first poll;
+ *     {@code exit}: the driver ends.</li>
  * </ul>
- * Stdin takes one command a line: {@code close I} (member I leaves cleanly),
+ * Stdin takes one command a line: {@code go} (with --start go: the members
+ * start polling), {@code close I} (member I leaves cleanly),
  * {@code quit} (every member leaves, then the driver exits). End of input
  * is a quit, so the driver never outlives whoever started it. The Kafka
  * client's own log goes to stderr.
  */
 public final class MemberDriver {
     private static final Object OUT_LOCK = new Object();
+    /** Released by the go command (at once without --start go, and at the end in any case). */
+    private static final CountDownLatch GO = new CountDownLatch(1);
     private static final PrintWriter OUT =
             new PrintWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8), false);
 
@@ -88,6 +96,9 @@ public final class MemberDriver {
             System.exit(2);
             return;
         }
+        if (!options.startOnGo) {
+            GO.countDown();
+        }
         List<Member> members = new ArrayList<>();
         for (int i = 0; i < options.members; i++) {
             members.add(new Member(i, options));
@@ -100,6 +111,7 @@ public final class MemberDriver {
         }
         emit(new Event("ready", -1).put("members", options.members));
         readCommands(members);
+        GO.countDown();  // members still waiting for go close at once
         for (Member member : members) {
             member.requestClose();
         }
@@ -117,6 +129,13 @@ public final class MemberDriver {
             String[] words = line.trim().split("\\s+");
             if (words[0].equals("quit")) {
                 return;
+            }
+            if (words[0].equals("go") && words.length == 1) {
+                if (GO.getCount() > 0) {
+                    emit(new Event("go", -1));  // before any member's first poll
+                    GO.countDown();
+                }
+                continue;
             }
             if (words[0].equals("close") && words.length == 2) {
                 try {
@@ -160,6 +179,7 @@ public final class MemberDriver {
         String instanceIdPrefix;
         boolean recordRanges;
         long pollMs = 100;
+        boolean startOnGo;
         final Properties consumer = new Properties();
 
         static Options parse(String[] args) throws IOException {
@@ -176,6 +196,12 @@ public final class MemberDriver {
                         case "--topics": options.topics = Arrays.asList(value.split(",")); break;
                         case "--instance-id-prefix": options.instanceIdPrefix = value; break;
                         case "--poll-ms": options.pollMs = positive(arg, value); break;
+                        case "--start":
+                            if (!value.equals("now") && !value.equals("go")) {
+                                throw new IllegalArgumentException("--start is now or go, not " + value);
+                            }
+                            options.startOnGo = value.equals("go");
+                            break;
                         case "--records":
                             if (!value.equals("each") && !value.equals("ranges")) {
                                 throw new IllegalArgumentException("--records is each or ranges, not " + value);
@@ -270,6 +296,12 @@ public final class MemberDriver {
             }
             emit(new Event("started", index));
             started.countDown();
+            try {
+                GO.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                closing = true;
+            }
             Duration poll = Duration.ofMillis(options.pollMs);
             while (!closing) {
                 try {
