@@ -17,7 +17,11 @@ coordinates the group differs:
   JVM, the leader's assignor Kafka's own RangeAssignor or
   CooperativeStickyAssignor), in rows of their own labelled ``Java client``
   beside the load generator's, so that a reader sees how closely the load
-  generator behaves like the client it stands in for;
+  generator behaves like the client it stands in for (at 100 members, in
+  bench/RESULTS.md: it is optimistic, the Java client 1.1 to 3 times as
+  long on formation, one join and member failure, its first polls slower
+  and its heartbeats out of phase, 7.5 times on KIP-848's formation where
+  its members were fenced; on coordinator failure either way);
 - **zkcoord**: two ``zkcoord server --no-broker --kafka-bootstrap`` processes
   (one coordinating, one standing by) on a three-node ZooKeeper ensemble,
   learning the topics from Kafka's Metadata; the members are the production
@@ -33,10 +37,10 @@ broker is alive, so that the member's next Fetch would be served. A group is
 **whole** when every partition is consumed and every member holds at least
 one. Every member's listener reports to one :class:`Ledger` per group, which
 dates each change, so both systems are timed by the same code (the Java
-client's changes at the time its JVM wrote them, read back every 50 ms, and
-its workloads timed from the go that releases its members, created and
-subscribed beforehand, so neither a JVM's start nor the reading is timed). The members
-fetch and commit nothing: "records delivered twice" is reported as the
+client's changes at the time its JVM wrote them, read back every 50 ms; its
+workloads timed from the go that releases its members, created and
+subscribed beforehand: neither a JVM's start nor the reading is timed). The
+members fetch and commit nothing: "records delivered twice" is reported as the
 partitions that changed owner during the failure (each such move re-delivers
 what its old owner read since its last commit; a partition that stays put
 re-delivers nothing).
@@ -73,9 +77,9 @@ row of any protocol whatever its members, load generator or Java client: at
 the default sizes the largest is 1,000 members, which only the load generator
 runs; with ``--formations 100x1000`` the Java rows take part. Before it, each
 Java row is printed again beside the load generator's of the same protocol
-and workload (``java client beside the load generator: ...``). A wait that ran out counts
-its deadline (the line says ``>``). Every phase has a deadline, and every
-process started is stopped on exit, on error too.
+and workload (``java client beside the load generator: ...``). A wait that
+ran out counts its deadline (the line says ``>``). Every phase has a
+deadline, and every process started is stopped on exit, on error too.
 
     python bench/bench_vs_kafka.py            # the sizes of issue 34 (35 minutes on two loaded cores)
     python bench/bench_vs_kafka.py --quick    # a smoke run of a few members (tests/kafka/test_bench_vs_kafka.py)
@@ -104,11 +108,11 @@ from _common import ZK_TICK_MS, raise_fd_limit, run_in_scratch  # noqa: E402
 from zkcoord.consumer.config import MemberConfig  # noqa: E402
 from zkcoord.consumer.membership import GroupMembership  # noqa: E402
 from zkcoord.testing import LocalCluster, start_ensemble, wait_until  # noqa: E402
+from zkcoord.testing.java_members import JavaMembers  # noqa: E402
 from zkcoord.testing.kafka import KRAFT_MODE, KafkaCluster, KafkaSettings  # noqa: E402
 from zkcoord.testing.kafka_members import (  # noqa: E402
     CONSUMER_PROTOCOL, COOPERATIVE_STICKY, EAGER_RANGE, KafkaMemberSettings, find_coordinators, new_member,
 )
-from zkcoord.testing.java_members import JavaMembers  # noqa: E402
 from zkcoord.testing.process import cpu_seconds  # noqa: E402
 from zkcoord.testing.waiting import WaitTimeout  # noqa: E402
 
@@ -794,7 +798,8 @@ class Bench:
 
     @staticmethod
     def ratio(results: dict[str, Outcome]) -> str:
-        """Best Kafka figure over zkcoord's, whatever the client (load generator or Java) (a floor of 1 ms or 0.1% keeps a zero from dividing)."""
+        """Best Kafka figure, whatever its client (load generator or Java), over
+        zkcoord's (a floor of 1 ms or 0.1% keeps a zero from dividing)."""
         kafka = [o.seconds for name, o in results.items() if name != SYSTEM_NAMES[ZKCOORD]]
         ours = results.get(SYSTEM_NAMES[ZKCOORD])
         if not kafka or ours is None:
