@@ -26,8 +26,8 @@ from kazoo.client import KazooClient
 from zkcoord.zk import client as zk_client
 from zkcoord.zk.gevent_handler import GeventHandler
 
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.testing import LocalCluster, exit_on_signal, start_ensemble, wait_until
 from zkcoord.zk import layout
 from zkcoord.zk.ensemble import LocalEnsemble
@@ -215,7 +215,7 @@ MEMBER_WARNINGS = CountingHandler()
 
 
 def quiet_logs() -> None:
-    member_log = logging.getLogger("zkcoord.consumer.membership")
+    member_log = logging.getLogger("zkcoord.member.membership")
     member_log.addHandler(MEMBER_WARNINGS)
     member_log.propagate = False
     logging.getLogger("kazoo").setLevel(logging.ERROR)

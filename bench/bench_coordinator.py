@@ -47,7 +47,7 @@ from _common import (  # noqa: E402
     MEMBER_WARNINGS, STABLE_LINE, ZK_SESSION_TIMEOUT_MS, ZK_TICK_MS, Harness, Member, close_all, complete,
     quiet_logs, raise_fd_limit, settle,
 )
-from zkcoord.consumer.membership import CONNECT_TIMEOUT_S  # noqa: E402
+from zkcoord.member.membership import CONNECT_TIMEOUT_S  # noqa: E402
 from zkcoord.testing import cpu_seconds, exit_on_signal, wait_until  # noqa: E402
 
 REBALANCE_SESSION_TIMEOUT_MS = 10_000  # the members' session (ping every third of it)

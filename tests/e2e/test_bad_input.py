@@ -21,8 +21,8 @@ import pytest
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel, ChannelClosed
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.zk import layout
 from tests.e2e.checks import wait_whole
 from zkcoord.testing import partitions_of

@@ -7,7 +7,7 @@ import pytest
 from zkcoord import wire
 from zkcoord.coordinator import access
 from zkcoord.errors import ConfigError
-from zkcoord.consumer.config import MemberConfig
+from zkcoord.member.config import MemberConfig
 from zkcoord.security import acl
 from zkcoord.security.acl import ALLOW, AclEntry
 from zkcoord.security.principal import user

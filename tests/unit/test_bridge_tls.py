@@ -10,9 +10,9 @@ import threading
 from zkcoord.broker.groups import bridge as bridge_module
 from zkcoord.broker.groups.bridge import GroupBridge
 from zkcoord.broker.groups.classic import ClassicMember
-from zkcoord.consumer import membership as membership_module
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
+from zkcoord.member import membership as membership_module
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.security.principal import user
 from zkcoord.zk.layout import ServerInfo
 

@@ -11,8 +11,8 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.consumer.membership import GroupMembership, MembershipFailed
-from zkcoord.consumer.protocol import LeaseExpired
+from zkcoord.member.membership import GroupMembership, MembershipFailed
+from zkcoord.member.protocol import LeaseExpired
 from zkcoord.records import Record
 from zkcoord.wire.codec import Frame
 

@@ -18,8 +18,8 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import METADATA_WAIT_MS, GroupMembership
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import METADATA_WAIT_MS, GroupMembership
 from zkcoord.testing import wait_until
 
 EPOCH = 5

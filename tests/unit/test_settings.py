@@ -22,15 +22,16 @@ from zkcoord.broker.config import BrokerConfig, LogConfig
 from zkcoord.cli import build_parser
 from zkcoord.console.config import ConsoleConfig
 from zkcoord.consumer.cli import config_from as consumer_config_from
-from zkcoord.consumer.config import ConsumerConfig, MemberConfig
+from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.coordinator.cli import config_from as server_config_from
 from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
-from zkcoord.security.config import TlsConfig
 from zkcoord.drill.cli import settings_from as drill_settings_from
 from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.schedule import parse_kinds
 from zkcoord.errors import ConfigError
+from zkcoord.member.config import MemberConfig
 from zkcoord.metrics.config import MetricsConfig
+from zkcoord.security.config import TlsConfig
 from zkcoord.zk.ensemble import EnsembleConfig
 
 CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig, CoordinatorConfig, ServerConfig,

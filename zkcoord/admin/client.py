@@ -93,7 +93,7 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 
 def kafka_bootstrap(args: argparse.Namespace) -> Optional[list[str]]:
     """The addresses of --kafka-bootstrap (None without it); ConfigError if one is not host:port."""
-    from zkcoord.coordinator.config import kafka_addresses
+    from zkcoord.addresses import kafka_addresses
 
     return kafka_addresses(args.kafka_bootstrap) if args.kafka_bootstrap else None
 

@@ -173,8 +173,8 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     """The address of the group's coordinator, and the brokers' addresses:
     from ZooKeeper (``--zookeeper``) or asked of the servers (``--bootstrap``)."""
     from zkcoord import wire
+    from zkcoord.addresses import parse_bootstrap
     from zkcoord.channel import Channel
-    from zkcoord.consumer.membership import parse_bootstrap
 
     if args.zookeeper:
         from zkcoord.zk.nodes import read_brokers, read_servers

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from zkcoord import wire
+from zkcoord.addresses import kafka_addresses
 from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.errors import ConfigError
 from zkcoord.limits import ConnectionLimits
@@ -15,16 +16,6 @@ from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
 from zkcoord.zk.security import ZkSecurity
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")
-
-
-def kafka_addresses(bootstrap: str) -> list[str]:
-    """A Kafka bootstrap list, host:port,..., as its addresses; ConfigError if an entry is not host:port."""
-    from zkcoord.consumer.membership import parse_bootstrap
-
-    try:
-        return [f"{host}:{port}" for host, port in parse_bootstrap(bootstrap)]
-    except ConfigError as exc:
-        raise ConfigError(f"Kafka bootstrap: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,12 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NodeExistsEr
 from kazoo.protocol.states import KeeperState
 
 from zkcoord import wire
+from zkcoord.addresses import kafka_addresses
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import access
 from zkcoord.coordinator.core import EXPIRY_REASONS, CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.admission import GatedStreamServer
-from zkcoord.coordinator.config import ServerConfig, kafka_addresses
+from zkcoord.coordinator.config import ServerConfig
 from zkcoord.coordinator.kafka_cluster import KafkaClusterWatch
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator

@@ -37,9 +37,9 @@ import time
 from typing import Iterator, Optional
 
 from zkcoord import wire
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
-from zkcoord.consumer.protocol import NO_OFFSET
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
+from zkcoord.member.protocol import NO_OFFSET
 from zkcoord.records import TopicPartition
 from zkcoord.security.secrets import refuse_password_without_tls
 from zkcoord.spark.errors import SparkSourceError

@@ -51,10 +51,10 @@ from zkcoord.broker.groups.kip848 import (
     FENCED_MEMBER_EPOCH, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerMember,
 )
 from zkcoord.broker.groups.messages import ConsumerGroupHeartbeatResponse
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.limits import REFUSED_AUTHORIZATION, abuse_log
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.patterns import PatternError, check_pattern
 from zkcoord.records import TopicPartition
 from zkcoord.security import acl

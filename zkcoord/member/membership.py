@@ -4,7 +4,7 @@
 the bootstrap servers in turn (for ever, logging AllKnownBrokersNotAvailable
 after each full round), registers, and then only answers what the
 coordinator pushes: Ping, Stop and Start. What to answer, and whether the
-member may still deliver, is :class:`~zkcoord.consumer.protocol.MemberProtocol`'s
+member may still deliver, is :class:`~zkcoord.member.protocol.MemberProtocol`'s
 decision; this module only does the I/O and the retries around it:
 
 - a refused request (stale epoch or generation) is answered with an error
@@ -28,11 +28,12 @@ import uuid
 from typing import Callable, Optional, Sequence
 
 from zkcoord import wire
-from zkcoord.clock import lease_clock, wall_clock
+from zkcoord.addresses import parse_bootstrap
 from zkcoord.channel import Channel
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState
+from zkcoord.clock import lease_clock, wall_clock
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.protocol import MemberProtocol, MembershipListener, MemberState
 from zkcoord.records import TopicPartition
 from zkcoord.security.secrets import refuse_password_without_tls
 from zkcoord.security.tls import client_context
@@ -70,21 +71,6 @@ class AllKnownBrokersNotAvailable(ZkcoordError):
     """No bootstrap server answered in a full round (seed 001's error event)."""
 
     retriable = True
-
-
-def parse_bootstrap(bootstrap: Sequence[str]) -> list[tuple[str, int]]:
-    if isinstance(bootstrap, str):
-        bootstrap = [b for b in bootstrap.split(",") if b]
-    result = []
-    for entry in bootstrap:
-        host, sep, port = str(entry).rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"bootstrap entry {entry!r} is not host:port")
-        result.append((host, int(port)))
-    if not result:
-        raise ConfigError("the bootstrap list is empty")
-    return result
-
 
 
 class GroupMembership:
