@@ -17,8 +17,8 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
+from zkcoord.batch_format import CorruptBatchError, UnsupportedMagicError
 from zkcoord.broker import legacy, protocol
-from zkcoord.broker.formats import CorruptBatchError, UnsupportedMagicError
 from zkcoord.broker.log import (
     InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
     ReadSlice, RecordTooLargeError,

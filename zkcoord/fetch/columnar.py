@@ -32,9 +32,9 @@ import threading
 import time
 from typing import Iterable, NamedTuple, Optional, Union
 
-from zkcoord.consumer.buffer import RecordBuffer
 from zkcoord.errors import ZkcoordError
 from zkcoord.fetch import recovery
+from zkcoord.fetch.buffer import RecordBuffer
 from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerConnection, BrokerConnectionError, PartitionError,
 )

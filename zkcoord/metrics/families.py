@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Mapping
 
 import kafka.errors
+from kafka.protocol.api_key import ApiKey
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 
-from zkcoord.broker import protocol
 
 PREFIX = "zkcoord_"
 # ZooKeeper round trips and offset writes: a fraction of a millisecond on a
@@ -230,9 +230,11 @@ class FetcherMetrics:
 
 
 def api_name(api_key: int) -> str:
-    """Kafka's name of an API the broker offers (``Fetch``), else its key."""
-    api = protocol.SUPPORTED.get(api_key)
-    return api.request.__name__.removesuffix("Request") if api is not None else str(api_key)
+    """Kafka's name of an API (``Fetch``), as kafka-python's table of API keys has it, else its key."""
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
 
 
 def error_name(code: int) -> str:
