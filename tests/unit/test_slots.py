@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from zkcoord.coordinator.server import FAILED_ROUND_S  # how often a server whose takeover failed tries again
+from zkcoord.coordinator.election import FAILED_ROUND_S  # how often a server whose takeover failed tries again
 from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, MAX_SLOTS, MAX_WITHDRAWAL_S, WITHDRAWAL_S, Candidacy,
                                        SlotCount, elections_of_an_earlier_count, fair_share, slot_of, slot_share,
                                        slot_to_release, slots_to_seek, validate_slot_count)
