@@ -9,10 +9,8 @@ import pytest
 from confluent_kafka import Producer
 
 from zkcoord.testing import wait_until
-from zkcoord.fetch.columnar import (
-    EARLIEST, LATEST, ColumnarFetcher, FetchError, FetcherClosedError, OffsetOutOfRangeError,
-    UnknownPartitionError,
-)
+from zkcoord.fetch.columnar import EARLIEST, LATEST, ColumnarFetcher
+from zkcoord.fetch.errors import FetchError, FetcherClosedError, OffsetOutOfRangeError, UnknownPartitionError
 from zkcoord.records import Record
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.spark.conftest import spark  # noqa: F401 - the run's one SparkSession
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.fetch.columnar import TopicAuthorizationError
+from zkcoord.fetch.errors import TopicAuthorizationError
 from zkcoord.security import certs, store
 from zkcoord.security.secrets import write_private
 from zkcoord.testing import LocalCluster, cluster_in_chroot, wait_until
