@@ -10,7 +10,8 @@ from confluent_kafka import Producer
 
 from zkcoord.testing import wait_until
 from zkcoord.fetch.columnar import EARLIEST, LATEST, ColumnarFetcher
-from zkcoord.fetch.errors import FetchError, FetcherClosedError, OffsetOutOfRangeError, UnknownPartitionError
+from zkcoord.errors import OffsetOutOfRangeError, UnknownPartitionError
+from zkcoord.fetch.errors import FETCHER_ERRORS, FetchError, FetcherClosedError
 from zkcoord.records import Record
 
 
@@ -42,7 +43,7 @@ def first_error(fetcher, timeout=15.0) -> Exception:
     def raised():
         try:
             fetcher.fetch(10, 0.2)
-        except FetchError as exc:
+        except FETCHER_ERRORS as exc:
             caught.append(exc)
         return caught
     wait_until(raised, timeout=timeout, interval=0, message="the fetcher to raise")

@@ -9,11 +9,8 @@ import pytest
 from tests.broker.batches import make_batch, read_values
 from zkcoord import batch_format
 from zkcoord.batch_format import CorruptBatchError
-from zkcoord.broker.log import (
-    InvalidProducerEpochError, LogConfig, OffsetOutOfRangeError, OutOfOrderSequenceError,
-    PartitionLog,
-)
-from zkcoord.errors import ConfigError
+from zkcoord.broker.log import InvalidProducerEpochError, LogConfig, OutOfOrderSequenceError, PartitionLog
+from zkcoord.errors import ConfigError, OffsetOutOfRangeError
 
 
 class Clock:

@@ -152,7 +152,8 @@ def test_a_broker_that_keeps_failing_leaves_one_registration_watcher(zk):
     from zkcoord.zk import layout
 
     registration = layout.BrokerRegistration(broker_id=0, host="127.0.0.1", port=1,
-                                             endpoints=(layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 1),))
+                                             endpoints=(layout.ListenerEndpoint("PLAINTEXT", "PLAINTEXT",
+                                                                               "127.0.0.1", 1),))
     zk.create(layout.broker_path(0), layout.encode_broker(registration), makepath=True)
     attempts = []
 

@@ -262,7 +262,7 @@ class ScriptedCoordinator:
                 if isinstance(got.message, wire.ClusterMetadataRequest):
                     channel.send(wire.ClusterMetadataResponse(
                         coordinator_id=1, coordinator_epoch=self.epoch,
-                        servers=(wire.Endpoint(1, "127.0.0.1", self.port),)), got.correlation_id)
+                        servers=(wire.NodeAddress(1, "127.0.0.1", self.port),)), got.correlation_id)
                 elif isinstance(got.message, wire.RegisterConsumerRequest):
                     channel.send(wire.RegisterConsumerResponse(coordinator_epoch=self.epoch), got.correlation_id)
                     self.registered.put((channel, got.message))

@@ -18,7 +18,7 @@ from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout as L
 from zkcoord.zk.layout import (
     BrokerRegistration,
-    Endpoint,
+    ListenerEndpoint,
     GroupState,
     LayoutError,
     PartitionState,
@@ -36,7 +36,7 @@ PLAIN = "PLAINTEXT"
 def _one_plaintext_listener(host, jmx_port, timestamp_ms, version, rack=None):
     """Broker 7 as every sample below registers it: one PLAINTEXT listener on port 9092."""
     return BrokerRegistration(
-        7, host, 9092, (Endpoint(PLAIN, PLAIN, host, 9092),), rack, jmx_port, timestamp_ms, version
+        7, host, 9092, (ListenerEndpoint(PLAIN, PLAIN, host, 9092),), rack, jmx_port, timestamp_ms, version
     )
 
 
@@ -110,7 +110,7 @@ def test_broker_v5_with_rack_listeners_and_features_is_kafka_order():
     # min_version then max_version.
     reg = BrokerRegistration.for_endpoints(
         3,
-        [Endpoint("INTERNAL", "SASL_SSL", "b3.example", 9094), Endpoint("CLIENT", PLAIN, "::1", 9092)],
+        [ListenerEndpoint("INTERNAL", "SASL_SSL", "b3.example", 9094), ListenerEndpoint("CLIENT", PLAIN, "::1", 9092)],
         timestamp_ms=1700000000000,
         rack="r1",
         features={"metadata.version": (1, 7)},
@@ -127,7 +127,7 @@ def test_broker_v5_with_rack_listeners_and_features_is_kafka_order():
 
 def test_broker_without_plaintext_listener():
     reg = BrokerRegistration.for_endpoints(
-        1, [Endpoint("SECURE", "SSL", "h", 9093)], timestamp_ms=5, version=4
+        1, [ListenerEndpoint("SECURE", "SSL", "h", 9093)], timestamp_ms=5, version=4
     )
     data = L.encode_broker(reg)
     assert json.loads(data)["host"] is None and json.loads(data)["port"] == -1
@@ -702,7 +702,7 @@ hosts = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,20}", fullmatch=True)
 listener_names = st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True)
 endpoints = st.lists(
     st.builds(
-        Endpoint,
+        ListenerEndpoint,
         listener_names,
         st.sampled_from(L.SECURITY_PROTOCOLS),
         st.one_of(hosts, st.just(""), st.just("fe80::1")),

@@ -10,7 +10,7 @@ from zkcoord import wire
 from zkcoord.errors import ZkcoordError
 from zkcoord.wire.codec import layout_of
 from zkcoord.wire import (
-    ClusterMetadataRequest, ClusterMetadataResponse, Endpoint, ErrorCode,
+    ClusterMetadataRequest, ClusterMetadataResponse, NodeAddress, ErrorCode,
     ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, PingRequest, PingResponse, RegisterConsumerRequest,
     RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse, RestartFetcherResponse, StartRequest,
     StopRequest, StopResponse, TopicPartition, TopicPartitionOffset as TPO,
@@ -88,7 +88,7 @@ int32 = st.integers(-2**31, 2**31 - 1)
 int64 = st.integers(-2**63, 2**63 - 1)
 text = st.text(max_size=20)
 codes = st.one_of(st.sampled_from(ErrorCode), int16)
-endpoints = st.builds(Endpoint, int32, text, int32)
+endpoints = st.builds(NodeAddress, int32, text, int32)
 tps = st.builds(TopicPartition, text, int32)
 tpos = st.builds(TPO, text, int32, int64)
 tpos_v0 = st.builds(TPO, text, st.integers(0, 2**31 - 1), int64)  # version 0 writes the partition as digits

@@ -40,7 +40,7 @@ def test_the_answer_follows_elections_and_servers_without_a_read_per_request(zk,
                message="the election and both servers")
     answer = view.answer()
     assert answer.coordinator_epoch == 7
-    assert answer.servers == (wire.Endpoint(1, "127.0.0.1", 9001), wire.Endpoint(2, "127.0.0.1", 9002))
+    assert answer.servers == (wire.NodeAddress(1, "127.0.0.1", 9001), wire.NodeAddress(2, "127.0.0.1", 9002))
     reads = view.reads
     assert all(view.answer() is answer for _ in range(10_000)) and view.reads == reads
 

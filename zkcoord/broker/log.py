@@ -22,7 +22,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from zkcoord import batch_format
 from zkcoord.batch_format import CorruptBatchError
 from zkcoord.broker.config import LogConfig
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import OffsetOutOfRangeError, ZkcoordError
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,6 @@ _SEQ_MAX = 2**31 - 1
 
 class LogError(ZkcoordError):
     """Base of partition-log errors that map to a Kafka error code."""
-
-
-class OffsetOutOfRangeError(LogError):
-    """A read asked for an offset below the log start or beyond the log end."""
 
 
 class OutOfOrderSequenceError(LogError):

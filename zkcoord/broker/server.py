@@ -150,7 +150,7 @@ class Broker(PeerAccess, TopicAdmin):
         # for its transport alone.
         protocol = (("SASL_" if self.config.security.authentication_required else "")
                     + ("SSL" if self._tls is not None else "PLAINTEXT"))
-        endpoint = layout.Endpoint(protocol, protocol, self.config.advertised, self.port)
+        endpoint = layout.ListenerEndpoint(protocol, protocol, self.config.advertised, self.port)
         registration = layout.BrokerRegistration.for_endpoints(
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
             rack=self.config.rack)

@@ -32,16 +32,14 @@ import threading
 import time
 from typing import Iterable, NamedTuple, Optional, Union
 
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import OffsetOutOfRangeError, UnknownPartitionError, ZkcoordError
 from zkcoord.fetch import recovery
 from zkcoord.fetch.buffer import RecordBuffer
 from zkcoord.fetch.chunks import Chunk, DecodedPartition
 from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerConnection, BrokerConnectionError, PartitionError,
 )
-from zkcoord.fetch.errors import (
-    FetchError, FetcherClosedError, OffsetOutOfRangeError, TopicAuthorizationError, UnknownPartitionError,
-)
+from zkcoord.fetch.errors import FETCHER_ERRORS, FetchError, FetcherClosedError, TopicAuthorizationError
 from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, last_batch_epoch
 from zkcoord.fetch.recovery import NO_EPOCH, EpochAhead, Truncation
@@ -104,7 +102,7 @@ class _Partition:
         self.last_epoch = NO_EPOCH  # Kafka's leader epoch of the batch before fetch_offset, if known
         self.topic_id: Optional[str] = None  # the topic's id, from Metadata 10+: the epochs above are that topic's
         self.since = time.monotonic()  # when it was assigned or last led
-        self.error: Optional[FetchError] = None  # raised by the next fetch()
+        self.error: Optional[ZkcoordError] = None  # raised by the next fetch()
         self.backoff_until = 0.0
         self.turn = 0  # when it last got records: the least recently served go first in a request
 
@@ -486,7 +484,7 @@ class ColumnarFetcher:
         connection failed."""
         # Per partition: records, a new start, a truncation, an error for the
         # consumer, or None (retriable: find the leader again).
-        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, EpochAhead, FetchError, None]] = {}
+        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, EpochAhead, ZkcoordError, None]] = {}
         positions = {}
         for tp, work in partitions.items():
             if work.offset >= 0:
@@ -594,7 +592,7 @@ class ColumnarFetcher:
                     self._truncated(tp, state, outcome)
                 elif isinstance(outcome, EpochAhead):  # nothing truncated: fetch on from here in that epoch
                     state.last_epoch = outcome.epoch
-                elif isinstance(outcome, FetchError):
+                elif isinstance(outcome, FETCHER_ERRORS):
                     state.error = outcome
                 else:  # retriable: ask again where the partition is led
                     state.leader = None

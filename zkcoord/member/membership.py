@@ -114,7 +114,7 @@ class GroupMembership:
         self.tls = client_context(config.tls) if tls_context is FROM_CONFIG else tls_context
         refuse_password_without_tls(config.user, self.tls is not None, config.password_without_tls,
                                     "the coordinator connections", PASSWORD_WITHOUT_TLS_OPTION)
-        self.brokers: list[wire.Endpoint] = []
+        self.brokers: list[wire.NodeAddress] = []
         self.error: Optional[ZkcoordError] = None  # raised to the application by the next poll()
         self.registered = threading.Event()
         self.registrations = 0  # how many times it has registered: more than once means it lost its place

@@ -24,7 +24,7 @@ from zkcoord.wire.errors import (
 )
 from zkcoord.wire.messages import (
     LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest,
-    ClusterMetadataResponse, Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
+    ClusterMetadataResponse, NodeAddress, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
     RegisterConsumerRequest, RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse,
     RestartFetcherResponse, StartRequest, StopRequest, StopResponse, TopicPartition,
@@ -44,7 +44,7 @@ __all__ = [
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
     "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
-    "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
+    "ClusterMetadataResponse", "NodeAddress", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",
     "RegisterConsumerResponse", "ResetOffsetsRequest", "ResetOffsetsResponse", "RestartFetcherResponse",

@@ -53,7 +53,7 @@ class MessageType(IntEnum):
 # --- array entries -------------------------------------------------------
 
 @dataclass(frozen=True)
-class Endpoint:
+class NodeAddress:
     """A server or broker: id and where to reach it."""
 
     id: int
@@ -82,7 +82,7 @@ def offsets_of(entries) -> dict:
     return {(e.topic, e.partition): e.offset for e in entries}
 
 
-ENDPOINT = Entry(Endpoint, "id" / Int32, "host" / String, "port" / Int32)
+ENDPOINT = Entry(NodeAddress, "id" / Int32, "host" / String, "port" / Int32)
 # The partition identity every part of zkcoord uses (records.py), as it goes on the wire.
 TP = Entry(TopicPartition, "topic" / String, "partition" / Int32)
 TPO = Entry(TopicPartitionOffset,

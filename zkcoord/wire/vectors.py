@@ -3,7 +3,7 @@ messages of this package, and the tool that writes their bytes.
 
 A vector's ``fields`` are what its message carries in its version, as JSON:
 integers, strings, booleans, null (an absent optional tail), arrays, and
-objects for array entries (Endpoint, TopicPartition, TopicPartitionOffset,
+objects for array entries (NodeAddress, TopicPartition, TopicPartitionOffset,
 told apart by their keys). The committed file is the contract:
 tests/unit/test_wire_vectors.py checks this package against it. When a
 vector is added, the tool fills in its ``type`` and ``frame`` from the rest:
