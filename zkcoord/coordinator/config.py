@@ -13,6 +13,7 @@ from zkcoord.limits import ConnectionLimits
 from zkcoord.metrics.config import MetricsConfig
 from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
+from zkcoord.zk.config import ZooKeeperConfig
 from zkcoord.zk.security import ZkSecurity
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")
@@ -72,7 +73,8 @@ class ServerConfig:
     zookeeper: str = setting(help="ZooKeeper connect string (host:port,...[/chroot])", non_empty=True)
     host: str = bind_address()
     port: int = setting(0, "the coordinator protocol's port (0: a free one)", **PORT)
-    zk_session_timeout_ms: int = setting(6000, "ZooKeeper session timeout asked for", minimum=500)
+    zk_session: ZooKeeperConfig = setting(help="the ZooKeeper session asked for", factory=ZooKeeperConfig,
+                                          cli=False)
     zk_security: ZkSecurity = setting(help="ZooKeeper credentials, TLS and ACL policy", factory=ZkSecurity,
                                       cli=False)
     max_connections: Optional[int] = setting(None, "most connections served at once (default: as many as "

@@ -139,7 +139,7 @@ class Server(SlotElector):
             config.zookeeper, config.zk_security,
             logger=self._zk_log,
             handler=handler,
-            timeout=config.zk_session_timeout_ms / 1000.0,
+            timeout=config.zk_session.session_timeout_ms / 1000.0,
             connection_retry=zk_client.reconnecting_for_ever(handler),  # a server never gives up
         )
         zk_metrics.watch(lambda: self.zk.connected)
@@ -231,9 +231,9 @@ class Server(SlotElector):
             self.zk.stop()
             self.zk.close()
             raise ServerError("kazoo did not report the session timeout ZooKeeper granted")
-        if granted != self.config.zk_session_timeout_ms:
+        if granted != self.config.zk_session.session_timeout_ms:
             log.warning("ZooKeeper granted a session timeout of %d ms (asked for %d ms)",
-                        granted, self.config.zk_session_timeout_ms)
+                        granted, self.config.zk_session.session_timeout_ms)
         try:
             listener = socket.create_server((self.config.host, self.config.port), backlog=1024)
         except OSError as exc:
