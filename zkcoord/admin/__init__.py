@@ -1,4 +1,11 @@
-"""Administration commands that act on ZooKeeper directly (topics, groups)."""
+"""Administration commands that act on ZooKeeper directly (topics, groups).
+
+Owns the operators' commands: topics, groups, offsets and their resets,
+ACLs, users, brokers' offsets. Layer 4 of the map in docs/DESIGN.md: it may
+import ``fetch``, ``zk``, ``channel``, ``wire``, ``security``, ``metrics``
+and the base modules; ``client`` still takes a group's slot from the
+coordinator (tests/unit/test_layering.py lists it).
+"""
 
 from __future__ import annotations
 

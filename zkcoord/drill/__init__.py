@@ -11,4 +11,8 @@ checker that judges the recorded history against the invariants.
 - :mod:`~zkcoord.drill.checker`: the invariants over a history (pure);
 - :mod:`~zkcoord.drill.report`, :mod:`~zkcoord.drill.timeline`: what a person reads;
 - :mod:`~zkcoord.drill.runner`: the whole run; :mod:`~zkcoord.drill.cli`: the command.
+
+Layer 9 of the map in docs/DESIGN.md: it may import every package below it
+(the harness above all, the coordinator's and the consumer's settings, zk
+and the base modules); only the console and the command line import it.
 """

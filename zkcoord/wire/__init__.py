@@ -7,6 +7,10 @@ consumers and zkcoord servers (seed 001's messages, extended).
 prefix. Every decoding failure is a :class:`WireError`. wire/README.md
 describes every message byte by byte, and wire/vectors.json and
 wire/errors.json are the contract this package is tested against.
+
+Layer 1 of the map in docs/DESIGN.md: it imports only the base modules
+(``errors`` for its root exception); everything that speaks the protocol
+imports it.
 """
 
 from zkcoord.wire.codec import (

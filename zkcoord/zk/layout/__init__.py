@@ -22,6 +22,9 @@ raises :class:`LayoutError` (or a subclass) naming the node and the field.
 
 Callers import from this package; names that begin with an underscore are
 shared by its modules and are not part of it.
+
+Part of ``zk``, layer 2 of the map in docs/DESIGN.md: it imports the base
+modules and ``security``'s types (the ACL and user nodes' codecs).
 """
 
 from zkcoord.zk.layout.names import (
