@@ -30,8 +30,6 @@ KNOWN_UPWARD = {
     # whose codecs of those nodes are built on security's types.
     ("zkcoord.security.checks", "zk"),
     ("zkcoord.security.store", "zk"),
-    # Issue 35: the groups commands take a group's slot (slot_of) from above.
-    ("zkcoord.admin.client", "coordinator"),
 }
 
 

@@ -9,10 +9,11 @@ import zlib
 import pytest
 
 from zkcoord.coordinator.election import FAILED_ROUND_S  # how often a server whose takeover failed tries again
-from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, MAX_SLOTS, MAX_WITHDRAWAL_S, WITHDRAWAL_S, Candidacy,
-                                       SlotCount, elections_of_an_earlier_count, fair_share, slot_of, slot_share,
-                                       slot_to_release, slots_to_seek, validate_slot_count)
+from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, MAX_WITHDRAWAL_S, WITHDRAWAL_S, Candidacy, SlotCount,
+                                       elections_of_an_earlier_count, fair_share, slot_share, slot_to_release,
+                                       slots_to_seek)
 from zkcoord.errors import ConfigError
+from zkcoord.zk.layout import MAX_SLOTS, slot_of, validate_slot_count
 
 
 def test_a_groups_slot_is_the_crc32_of_its_utf8_bytes_modulo_the_count():

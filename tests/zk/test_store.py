@@ -211,7 +211,7 @@ def test_operations_are_split_in_order_under_the_limit():
 
 
 def test_each_slot_is_fenced_on_its_own_epoch_and_loads_only_its_groups(zk):
-    from zkcoord.coordinator.slots import slot_of
+    from zkcoord.zk.layout import slot_of
 
     groups = [f"g{i}" for i in range(12)]
     mine = {0: [g for g in groups if slot_of(g, 2) == 0], 1: [g for g in groups if slot_of(g, 2) == 1]}
@@ -352,7 +352,7 @@ def test_a_coordinator_whose_election_node_was_deleted_by_hand_can_neither_prove
     # Its session lives, so the node was not taken by ZooKeeper: without a
     # check of it, the proof would keep its office (and its pings going)
     # until a successor's claim, and so would its writes.
-    from zkcoord.coordinator.slots import slot_of
+    from zkcoord.zk.layout import slot_of
 
     store = CoordinatorStore(zk, 1, slot=1, slots=2)
     store.claim_epoch(elected_as=b"1")

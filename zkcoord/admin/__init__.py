@@ -3,8 +3,7 @@
 Owns the operators' commands: topics, groups, offsets and their resets,
 ACLs, users, brokers' offsets. Layer 4 of the map in docs/DESIGN.md: it may
 import ``fetch``, ``zk``, ``channel``, ``wire``, ``security``, ``metrics``
-and the base modules; ``client`` still takes a group's slot from the
-coordinator (tests/unit/test_layering.py lists it).
+and the base modules.
 """
 
 from __future__ import annotations

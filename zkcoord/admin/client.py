@@ -15,6 +15,7 @@ from typing import Optional
 from kazoo.exceptions import NoNodeError
 
 from zkcoord.zk import layout
+from zkcoord.zk.layout import slot_of
 
 
 # -- a group's coordinator, as ZooKeeper says --------------------------------------------------------
@@ -31,8 +32,6 @@ def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Opti
     """``group``'s coordinator slot, the cluster's slot count, the server
     elected in that slot (None if none is) and the slot's epoch (None if
     never elected). A cluster without a slot count node has one slot."""
-    from zkcoord.coordinator.slots import slot_of
-
     slots = slot_count(client)
     slot = slot_of(group, slots)
     server, epoch, _since_ms = slot_holder(client, slot)

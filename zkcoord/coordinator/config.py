@@ -7,13 +7,13 @@ from typing import Optional
 
 from zkcoord import wire
 from zkcoord.addresses import kafka_addresses
-from zkcoord.coordinator.slots import validate_slot_count
 from zkcoord.errors import ConfigError
 from zkcoord.limits import ConnectionLimits
 from zkcoord.metrics.config import MetricsConfig
 from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
 from zkcoord.zk.config import ZooKeeperConfig
+from zkcoord.zk.layout import validate_slot_count
 from zkcoord.zk.security import ZkSecurity
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")

@@ -28,9 +28,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from zkcoord import wire
-from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ConfigError
 from zkcoord.zk import layout
+from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.nodes import read_brokers, read_servers
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ from zkcoord.coordinator.election import SlotElector
 from zkcoord.coordinator.kafka_cluster import KafkaClusterWatch
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
-from zkcoord.coordinator.slots import Candidacy, SlotCount, slot_of, validate_slot_count
+from zkcoord.coordinator.slots import Candidacy, SlotCount
 from zkcoord.coordinator.log_ends import LogEndReader
 from zkcoord.coordinator.topics import TopicSource, TopicWatch
 from zkcoord.errors import ConfigError, TlsError, ZkcoordError
@@ -65,6 +65,7 @@ from zkcoord.security.principal import ANONYMOUS, Principal, user
 from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
+from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read

@@ -41,34 +41,17 @@ This module decides; the server (coordinator/server.py) carries it out.
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Optional
 
-from zkcoord.errors import ConfigError
+from zkcoord.zk.layout import validate_slot_count
 
-# Slots a cluster may be created with: enough to spread the groups over
-# many servers, few enough that every server watches them all cheaply.
-MAX_SLOTS = 1024
 # Takeovers of one slot failing in a row after which a server withdraws from it.
 FAILURES_TO_WITHDRAW = 3
 # How long a withdrawal lasts; each one that follows without a takeover of
 # the slot succeeding in between lasts twice the last, up to the most.
 WITHDRAWAL_S = 30.0
 MAX_WITHDRAWAL_S = 600.0
-
-
-def validate_slot_count(slots: int) -> int:
-    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
-        raise ConfigError(f"the slot count must be an integer in [1, {MAX_SLOTS}], not {slots!r}")
-    return slots
-
-
-def slot_of(group_id: str, slots: int) -> int:
-    """The slot of ``group_id``: the CRC-32 of its UTF-8 bytes (IEEE 802.3,
-    as zlib and every language's standard library compute it) modulo the
-    slot count. A client may compute it too; the server never trusts one."""
-    return zlib.crc32(group_id.encode("utf-8")) % validate_slot_count(slots)
 
 
 def fair_share(slots: int, servers: int) -> int:

@@ -27,10 +27,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
 
 from zkcoord.coordinator.actions import Deposed
-from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
+from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.nodes import read_group_states, read_offsets, read_owners
 from zkcoord.zk.session import session_id
 

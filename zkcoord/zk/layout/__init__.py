@@ -109,6 +109,7 @@ from zkcoord.zk.layout.zkcoord_nodes import (
     GroupState,
     GroupStateManifest,
     GroupStateNodes,
+    MAX_SLOTS,
     MemberClient,
     ServerInfo,
     assemble_group_state,
@@ -130,6 +131,8 @@ from zkcoord.zk.layout.zkcoord_nodes import (
     encode_group_state_nodes,
     encode_server,
     encode_slot_count,
+    slot_of,
+    validate_slot_count,
 )
 
 __all__ = [
@@ -152,5 +155,6 @@ __all__ = [
     "decode_coordinator_epoch", "decode_group_failure", "decode_group_state", "decode_group_state_node",
     "decode_server", "decode_slot_count", "decode_versioned", "encode_coordinator", "encode_coordinator_epoch",
     "encode_group_failure", "encode_group_state", "encode_group_state_nodes", "encode_server", "encode_slot_count",
+    "MAX_SLOTS", "slot_of", "validate_slot_count",
     "FetchFence", "decode_fetch_fence", "encode_fetch_fence",
 ]

@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping, Optional
 
+from zkcoord.errors import ConfigError
 from zkcoord.zk.layout.json_codec import _Fields, _load, _prefix_errors, encode_json
 from zkcoord.zk.layout.names import (
     _INT32_MAX,
@@ -111,6 +112,25 @@ def encode_coordinator_epoch(epoch: int) -> bytes:
 
 def decode_coordinator_epoch(data: bytes, where: str = COORDINATOR_EPOCH_PATH) -> int:
     return decode_versioned(data, where, 1).integer("epoch", 0, _INT64_MAX)
+
+
+# Slots a cluster may be created with: enough to spread the groups over
+# many servers, few enough that every server watches them all cheaply.
+MAX_SLOTS = 1024
+
+
+def validate_slot_count(slots: int) -> int:
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
+        raise ConfigError(f"the slot count must be an integer in [1, {MAX_SLOTS}], not {slots!r}")
+    return slots
+
+
+def slot_of(group_id: str, slots: int) -> int:
+    """The coordinator slot of ``group_id``, whose election node holds its
+    coordinator (coordinator/slots.py): the CRC-32 of its UTF-8 bytes (IEEE 802.3,
+    as zlib and every language's standard library compute it) modulo the
+    slot count. A client may compute it too; the server never trusts one."""
+    return zlib.crc32(group_id.encode("utf-8")) % validate_slot_count(slots)
 
 
 def encode_slot_count(slots: int) -> bytes:
