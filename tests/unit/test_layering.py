@@ -24,8 +24,6 @@ ROW = re.compile(r"^\| (\d+) \| `([a-z_]+)` \|", re.MULTILINE)
 
 # (importing module, imported package): imports that point up today.
 KNOWN_UPWARD = {
-    # Issue 35: the bridge's KIP-848 decisions take the assignors' names from the coordinator.
-    ("zkcoord.broker.groups.kip848", "coordinator"),
     # Issue 35: security's checks and store read ACLs and users through zk/,
     # whose codecs of those nodes are built on security's types.
     ("zkcoord.security.checks", "zk"),

@@ -9,8 +9,7 @@ handlers, the broker's ZooKeeper state, the gateway to Apache Kafka, and the
 group APIs' bridge (``groups``). Layer 6 of the map in docs/DESIGN.md: it
 may import the member side (``member``), ``admin``, ``fetch``, ``zk``,
 ``channel``, ``wire``, ``security``, ``metrics`` and the base modules; never
-``consumer`` or the coordinator (the bridge's KIP-848 decisions still take
-the assignors' names from it: tests/unit/test_layering.py lists it).
+``consumer`` or the coordinator.
 """
 
 __all__ = ["Broker", "BrokerConfig", "BrokerError", "BrokerIdInUseError", "LogConfig"]

@@ -27,7 +27,7 @@ from zkcoord.wire.errors import (
     AuthenticationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed, StaticMemberOwnedByOtherPrincipal,
 )
 from zkcoord.wire.messages import (
-    LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest,
+    LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, STRATEGIES, ClusterMetadataRequest,
     ClusterMetadataResponse, NodeAddress, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
     RegisterConsumerRequest, RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse,
@@ -47,7 +47,8 @@ __all__ = [
     "error_for",
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
-    "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
+    "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "STRATEGIES",
+    "ClusterMetadataRequest",
     "ClusterMetadataResponse", "NodeAddress", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",

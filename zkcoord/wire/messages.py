@@ -212,6 +212,9 @@ _REGISTER_V3 = (*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "passw
 SMALLEST = "smallest"
 LARGEST = "largest"
 OFFSET_RESETS = (SMALLEST, LARGEST)
+# The assignment strategies a member may name in RegisterConsumer (the
+# coordinator's assignors, coordinator/assignors.py, one for each).
+STRATEGIES = ("range", "roundrobin", "sticky")
 
 # The longest a member waits between two tries to reach its group's
 # coordinator (wire/README.md, "Registering"); a successor counts on it when

@@ -17,8 +17,8 @@ from typing import Optional
 
 from kafka import errors as kafka_errors
 
+from zkcoord import wire
 from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
-from zkcoord.coordinator.assignors import ASSIGNORS
 
 FENCED_MEMBER_EPOCH = kafka_errors.FencedMemberEpochError.errno
 STALE_MEMBER_EPOCH = kafka_errors.StaleMemberEpochError.errno
@@ -51,11 +51,11 @@ def strategies_for(server_assignor: Optional[str]) -> tuple[str, ...]:
     (('sticky',), ('roundrobin',), ('sticky', 'range', 'roundrobin'))
     """
     if not server_assignor:
-        return ("sticky", *sorted(set(ASSIGNORS) - {"sticky"}))
-    strategy = server_assignor if server_assignor in ASSIGNORS else KAFKA_SERVER_ASSIGNORS.get(server_assignor)
+        return ("sticky", *sorted(set(wire.STRATEGIES) - {"sticky"}))
+    strategy = server_assignor if server_assignor in wire.STRATEGIES else KAFKA_SERVER_ASSIGNORS.get(server_assignor)
     if strategy is None:
         raise UnsupportedAssignor(f"server assignor {server_assignor!r} is not supported; supported: "
-                                  f"{', '.join(sorted({*ASSIGNORS, *KAFKA_SERVER_ASSIGNORS}))}")
+                                  f"{', '.join(sorted({*wire.STRATEGIES, *KAFKA_SERVER_ASSIGNORS}))}")
     return (strategy,)
 
 
