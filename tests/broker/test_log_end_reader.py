@@ -13,8 +13,9 @@ import pytest
 from tests.broker.conftest import BrokerCluster
 from zkcoord.coordinator.log_ends import LogEndReader
 from zkcoord.records import LogEnd, TopicPartition
-from zkcoord.security import certs, store, tls
+from zkcoord.security import certs, tls
 from zkcoord.testing import cluster_in_chroot, wait_until
+from zkcoord.zk import security_store as store
 
 TOPIC = "ends"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)

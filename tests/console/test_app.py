@@ -20,10 +20,10 @@ from zkcoord.console.access import Access
 from zkcoord.console.app import create_app
 from zkcoord.console.config import ConsoleConfig
 from zkcoord.security import acl
-from zkcoord.security import store as security_store
 from zkcoord.security.checks import LoginChecks
 from zkcoord.security.config import SecurityConfig
 from zkcoord.testing import cluster_in_chroot, partitions_of, wait_until
+from zkcoord.zk import security_store
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 

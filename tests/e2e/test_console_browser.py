@@ -10,9 +10,9 @@ import pytest
 from tests.console.drill_history import write_drill
 from tests.e2e.checks import wait_whole
 from tests.e2e.conftest import SERVER_ARGS
-from zkcoord.security import store as security_store
 from zkcoord.testing import LocalCluster, ProxiedEnsemble, fresh_chroot, partitions_of, wait_until
 from zkcoord.testing.console import ConsoleProcess, headless_chromium
+from zkcoord.zk import security_store
 
 PARTITIONS = 6
 SETTLE_S = 30

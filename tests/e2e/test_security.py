@@ -20,9 +20,10 @@ from tests.e2e.checks import produce
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord import wire
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.security import acl, store
+from zkcoord.security import acl
 from zkcoord.security.secrets import write_private
 from zkcoord.testing.waiting import wait_until
+from zkcoord.zk import security_store as store
 
 TOPIC = "events"
 PARTITIONS = 2

@@ -24,10 +24,10 @@ ROW = re.compile(r"^\| (\d+) \| `([a-z_]+)` \|", re.MULTILINE)
 
 # (importing module, imported package): imports that point up today.
 KNOWN_UPWARD = {
-    # Issue 35: security's checks and store read ACLs and users through zk/,
-    # whose codecs of those nodes are built on security's types.
+    # Issue 35: security's login checks read users (zk.security_store) and the
+    # brokers' and servers' registrations through zk/, whose codecs of those
+    # nodes are built on security's types.
     ("zkcoord.security.checks", "zk"),
-    ("zkcoord.security.store", "zk"),
 }
 
 

@@ -55,9 +55,9 @@ from zkcoord.filemodes import private_directory
 from zkcoord.limits import MALFORMED, TLS_HANDSHAKE, FrameAccount, Guard, LimitExceeded, abuse_log
 from zkcoord.metrics.families import BrokerMetrics
 from zkcoord.security import acl, tls
-from zkcoord.security import store as security_store
 from zkcoord.security.principal import ANONYMOUS
 from zkcoord.zk import layout
+from zkcoord.zk import security_store
 
 log = logging.getLogger(__name__)
 

@@ -58,13 +58,13 @@ from zkcoord.fetch.connection import BrokerConnection
 from zkcoord.limits import REFUSED_REGISTRATION, TLS_HANDSHAKE, Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
-from zkcoord.security import store as security_store
 from zkcoord.security import tls
 from zkcoord.security.checks import ClusterHosts, LoginChecks
 from zkcoord.security.principal import ANONYMOUS, Principal, user
 from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
+from zkcoord.zk import security_store
 from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id

@@ -7,7 +7,7 @@ for tests, the demo and ``zkcoord zk up``.
 
 It owns principals, ACLs and the authorizer's decisions, SCRAM, TLS,
 secrets and the login checks. Layer 1 of the map in docs/DESIGN.md: it may
-import the base modules; ``checks`` and ``store`` still read users, ACLs
-and registrations through ``zk``, whose codecs of those nodes are built on
-security's types (tests/unit/test_layering.py lists them).
+import the base modules; ``checks`` still reads users and registrations
+through ``zk`` (whose ``security_store`` keeps users and ACLs in ZooKeeper,
+its codecs built on security's types): tests/unit/test_layering.py lists it.
 """
