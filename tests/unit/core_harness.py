@@ -21,6 +21,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core import CoordinatorCore, CoreMetrics
 from zkcoord.coordinator.lease import incarnation_proof
 from zkcoord.records import LogEnd
+from zkcoord.zk import layout
 
 T_MS = 3000  # members' session timeout
 MARGIN_MS = 200
@@ -45,6 +46,9 @@ class FakeZooKeeper:
     states: dict = field(default_factory=dict)  # group -> GroupState
     failures: dict = field(default_factory=dict)
     writes: list = field(default_factory=list)  # every write, in order
+    # group -> its rebalance history, as its node holds it: apart from
+    # ``writes``, which the tests of the decisions count.
+    histories: dict = field(default_factory=dict)
     # The brokers' log ends, which ReadLogEnds asks for: by partition (an
     # offset, or a LogEnd with its leader's epoch), else ``default_log_end``
     # (None: its leader does not answer).
@@ -80,6 +84,9 @@ class FakeZooKeeper:
         if isinstance(op, actions.ReadOffsets):
             known = self.offsets[op.group]
             return {tp: known[tp] for tp in (known if op.partitions is None else op.partitions) if tp in known}
+        if isinstance(op, actions.WriteRebalanceHistory):
+            self.histories[op.group] = layout.kept(self.histories.get(op.group, []), op.records, op.rounds)
+            return None
         self.writes.append(op)
         if isinstance(op, actions.WriteGroupState):
             self.states[op.group] = op.state

@@ -398,6 +398,8 @@ class Coordinator:
             elif isinstance(action, actions.ReadLogEnds):
                 self._broker_reads.spawn(self._read_log_ends, action)
             elif isinstance(action, actions.ZooKeeperOperation):
+                if isinstance(action, actions.WriteRebalanceHistory):
+                    action = action.dated(self.wall_clock() - self.clock())
                 self._waiting_operations.append(action)
                 self._start_operations()
             else:
@@ -480,6 +482,8 @@ def carry_out(store: CoordinatorStore, operation):
         return store.write_owners(operation.group, operation.owners, operation.previous)
     if isinstance(operation, actions.WriteGroupFailure):
         return store.write_group_failure(operation.group, operation.failure)
+    if isinstance(operation, actions.WriteRebalanceHistory):
+        return store.append_rebalance_history(operation.group, operation.records, operation.rounds)
     if isinstance(operation, actions.ForgetGroup):
         return store.forget_group(operation.group, operation.offsets)
     raise TypeError(f"unknown ZooKeeper operation {operation!r}")

@@ -17,6 +17,7 @@ hands in):
 - requests.py: the members on each connection, what each was asked and by when;
 - offsets.py: offsets reported, pending and committed, and their writes;
 - pings.py: the ping schedule, and what a ping's answer says;
+- history.py: each group's last rounds, why and how each went, in a bounded ring;
 - rounds.py: rebalance rounds, their retries, the forced resets they carry;
 - membership.py: registration, admission, leaving, dropping and fencing members;
 - retention.py: forgetting groups empty past their retention;

@@ -19,6 +19,7 @@ from zkcoord import wire
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core.groups import GroupTable
+from zkcoord.coordinator.core.history import History
 from zkcoord.coordinator.core.known_log_ends import KnownLogEnds
 from zkcoord.coordinator.core.membership import Membership
 from zkcoord.coordinator.core.observed import NO_METRICS, Census, CoreMetrics, census_of, empty_census
@@ -53,8 +54,9 @@ class CoordinatorCore:
         requests = self.requests = Requests(office, out, metrics, expire=self._remove)
         offsets = self.offsets = Offsets(config, office, out, table, log_ends, metrics, remove=self._remove)
         pings = self.pings = Pings(office, out, table, requests, offsets, metrics, remove=self._remove)
+        history = self.history = History(config, office, out)
         rounds = self.rounds = Rounds(config, office, out, table, requests, offsets, metrics,
-                                      remove=self._remove, empty=self._empty)
+                                      remove=self._remove, empty=self._empty, history=history)
         self.membership = Membership(config, office, out, table, requests, pings, offsets, rounds, metrics)
         self.retention = Retention(config, office, out, table, offsets, rounds, self.membership.registering_in)
         self.resets = Resets(office, out, table, offsets, log_ends, rounds, empty=self.retention.empty)

@@ -344,7 +344,7 @@ class Membership:
             log.info("%s member %s removed: %s", group.describe(), member.member_id, why)
             # Before its requests fail: the round they belong to then knows
             # that another one follows.
-            self.rounds.request(group, f"member {member.member_id} left", now)
+            self.rounds.request(group, f"member {member.member_id} left: {why}", now)
         self._forget(member, why, now)
 
     def _fence(self, group: Group, member: Member, now: float) -> None:

@@ -18,7 +18,8 @@ raises :class:`LayoutError` (or a subclass) naming the node and the field.
 - :mod:`~zkcoord.zk.layout.kafka`: the nodes Kafka defines under /brokers, and /cluster/id;
 - :mod:`~zkcoord.zk.layout.consumers`: Kafka 0.8 consumer offsets and owners;
 - :mod:`~zkcoord.zk.layout.zkcoord_nodes`: zkcoord's own nodes (coordinator,
-  servers, epochs, slot count, group state and failure).
+  servers, epochs, slot count, group state and failure);
+- :mod:`~zkcoord.zk.layout.history`: a group's rebalance history.
 
 Callers import from this package; names that begin with an underscore are
 shared by its modules and are not part of it.
@@ -48,6 +49,7 @@ from zkcoord.zk.layout.paths import (
     ZKCOORD_ROOT,
     broker_path,
     group_failure_path,
+    group_history_path,
     group_path,
     group_state_chunk_path,
     group_state_chunks_path,
@@ -97,6 +99,17 @@ from zkcoord.zk.layout.consumers import (
     decode_owner,
     encode_offset,
     encode_owner,
+)
+from zkcoord.zk.layout.history import (
+    COMPLETED,
+    FAILED,
+    MAX_HISTORY_ROUNDS,
+    OUTCOMES,
+    SUPERSEDED,
+    RebalanceRecord,
+    decode_history,
+    encode_history,
+    kept,
 )
 from zkcoord.zk.layout.zkcoord_nodes import (
     GROUP_STATE_VERSION,
@@ -150,4 +163,6 @@ __all__ = [
     "decode_server", "decode_slot_count", "decode_versioned", "encode_coordinator", "encode_coordinator_epoch",
     "encode_group_failure", "encode_group_state", "encode_group_state_nodes", "encode_server", "encode_slot_count",
     "FetchFence", "decode_fetch_fence", "encode_fetch_fence",
+    "COMPLETED", "FAILED", "MAX_HISTORY_ROUNDS", "OUTCOMES", "SUPERSEDED", "RebalanceRecord", "decode_history",
+    "encode_history", "group_history_path", "kept",
 ]
