@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 
 from tests.e2e.checks import wait_whole
 from tests.e2e.conftest import SERVER_ARGS
+from zkcoord.admin.groups import read_history
 from zkcoord.admin.topics import create_topic
 from zkcoord.testing import partitions_of, wait_until, zkcoord_command
 from zkcoord.zk.nodes import read_offsets
@@ -53,7 +54,7 @@ def first_offsets(consumer) -> dict:
     return first
 
 
-def test_describe_shows_an_empty_group_as_empty_after_the_last_member_leaves(cluster_factory, zk, zk_connect):
+def test_describe_shows_a_group_its_history_and_empty_after_the_last_member_leaves(cluster_factory, zk, zk_connect):
     cluster = cluster_factory(1)
     create_topic(zk, "t", 4)
     consumer = cluster.add_consumer("g", topics=["t"])
@@ -72,6 +73,28 @@ def test_describe_shows_an_empty_group_as_empty_after_the_last_member_leaves(clu
     header = table.index(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                           "HOST", "CLIENT-ID"])
     assert ["g", "t", "0", "5", "5", "0", member, "/127.0.0.1", "-"] in table[header + 1:]
+
+    # A member joins, then is killed -9: the history says so, with each round's reason.
+    crasher = cluster.add_consumer("g", topics=["t"])
+    wait_whole(zk, "g", [consumer, crasher], partitions_of(zk, ["t"]), timeout=SETTLE_S)
+    crashed = crasher.status()["consumer_id"]
+    joined = wait_until(lambda: next((r for r in read_history(zk, "g") if r["outcome"] == "completed"
+                                      and r["trigger"] == f"member {crashed} joined"), None),
+                        timeout=SETTLE_S, message="the join's round recorded")
+    assert joined["members"] == 2 and joined["moved"] == 2 and joined["paused"] == 2
+    crasher.kill()
+    wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=SETTLE_S)
+    wait_until(lambda: (h := read_history(zk, "g")) and h[-1]["members"] == 1, timeout=SETTLE_S,
+               message="the round after the kill recorded")
+    history = described(zk_connect)["history"]  # as the command shows it
+    assert history[0]["trigger"] == f"member {member} joined" and history[0]["generation"] == 1
+    left = next(r for r in history if r["trigger"].startswith(f"member {crashed} left: its connection closed"))
+    assert left["generation"] > joined["generation"] and history[-1]["moved"] == 2
+    assert all(r["epoch"] == view["coordinator"]["epoch"] for r in history)
+    text = describe(zk_connect, "--history").stdout.splitlines()
+    header = text.index(next(line for line in text if line.startswith("STARTED ")))
+    assert f"member {crashed} left: its connection closed" in text[header + 1]  # newest first
+    assert any(f"member {crashed} joined" in line for line in text[header + 1:])
 
     consumer.terminate()  # a clean leave: its offsets are committed, then it goes
     view = wait_until(lambda: (v := described(zk_connect))["state"] == "Empty" and v, timeout=SETTLE_S,

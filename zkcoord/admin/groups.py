@@ -3,7 +3,8 @@
 `zkcoord groups list` names the groups; `zkcoord groups describe --group G`
 prints what Kafka's `kafka-consumer-groups --describe` prints (per partition
 the committed offset, log end offset, lag and owning member with its host and
-client id; or ``--members``; or ``--state``), read from the coordinator's
+client id; or ``--members``; or ``--state``; or ``--history``, its last
+rebalance rounds), read from the coordinator's
 persisted view (state, owners, offsets in Kafka 0.8's layout), headed by
 what is ours: which server coordinates the group (its slot and that slot's
 epoch), the generation and strategy, a failed rebalance if any. ``--output
@@ -15,6 +16,8 @@ servers and brokers, Kafka's table layout) in client.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
 import logging
 import sys
@@ -81,6 +84,7 @@ def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -
     endpoint = servers.get(server) if server is not None else None
     state = read_group_state(client, group)
     failure = read_or_none(client, layout.group_failure_path(group), layout.decode_group_failure)
+    history = read_history(client, group)
     owners, offsets = read_owners(client, group), read_offsets(client, group)
     assignment = dict(state.assignment) if state is not None else {}
     clients = dict(state.clients) if state is not None else {}
@@ -111,7 +115,21 @@ def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -
         "members": [{**client_of(member), "partitions": [{"topic": t, "partition": p} for t, p in sorted(tps)]}
                     for member, tps in sorted(assignment.items())],
         "partitions": rows,
+        "history": history,
     }
+
+
+def read_history(client, group: str) -> list[dict]:
+    """The group's last rebalance rounds, oldest first, as JSON-able dicts
+    ([] if it has none yet). One its coordinator left unreadable is logged
+    and shown as none: the rest of the group still is."""
+    path = layout.group_history_path(group)
+    try:
+        records = read_or_none(client, path, lambda data: layout.decode_history(data, path)) or []
+    except layout.LayoutError as exc:
+        log.warning("%s", exc)
+        return []
+    return [dataclasses.asdict(record) for record in records]
 
 
 def _show(value) -> str:
@@ -172,6 +190,24 @@ def render_state(view: dict) -> list[str]:
         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row], {})
 
 
+def render_history(view: dict) -> list[str]:
+    """The group's last rebalance rounds, newest first."""
+    lines = coordinator_lines(view) + [""]
+    if not view["history"]:
+        return lines + [f"Consumer group '{view['group']}' has no rebalance recorded."]
+    rows = [[started_at(r["started_ms"]), str(r["generation"]), r["outcome"], f"{r['duration_ms']} ms",
+             str(r["members"]), str(r["moved"]), str(r["paused"]), f"{r['paused_ms'] / 1000:.1f}",
+             r["trigger"], r["error"] or r["reason"]]
+            for r in reversed(view["history"])]
+    return lines + table(["STARTED", "GEN", "OUTCOME", "DURATION", "MEMBERS", "MOVED", "PAUSED", "PAUSED-S",
+                          "TRIGGER", "REASON"], rows, {})
+
+
+def started_at(ms: int) -> str:
+    """A round's start as UTC, to the millisecond."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
 def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credential=None,
                     plain_without_tls: bool = False, kafka_bootstrap: Optional[list[str]] = None) -> Callable:
     """A function giving partitions' log end offsets, asked of the brokers
@@ -214,6 +250,8 @@ def register(subparsers) -> None:
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--members", action="store_true", help="one line per member: host, client id, partitions")
     view.add_argument("--state", action="store_true", help="one line: coordinator, strategy, state, members")
+    view.add_argument("--history", action="store_true", help="the last rebalance rounds: when, why, how long, "
+                                                            "what moved and paused, how each ended")
     describe.add_argument("--output", choices=("text", "json"), default="text",
                           help="json: one document holding every view (default text)")
     describe.add_argument("--json", dest="output", action="store_const", const="json", help="--output json")
@@ -247,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
             if args.output == "json":
                 print(json.dumps(view, indent=2))
             else:
-                render = render_members if args.members else render_state if args.state else render_offsets
+                render = (render_members if args.members else render_state if args.state
+                          else render_history if args.history else render_offsets)
                 print("\n".join(render(view)))
             return 0
     except ZkcoordError as exc:

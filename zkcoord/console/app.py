@@ -28,7 +28,7 @@ from flask import Flask, abort, jsonify, redirect, render_template, request, ses
 from kazoo.exceptions import KazooException, NoAuthError
 from werkzeug.exceptions import HTTPException
 
-from zkcoord.admin.groups import list_groups
+from zkcoord.admin.groups import list_groups, started_at
 from zkcoord.console import drills, model
 from zkcoord.console.access import Access, LoginEnded, Viewer
 from zkcoord.console.config import ConsoleConfig
@@ -90,7 +90,7 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
     def common():
         return {"user": session.get("user"), "login_required": access.login_required,
                 "drills_shown": drill_root is not None, "refresh_ms": config.refresh_ms, "palette": PALETTE,
-                "when": _when}
+                "when": _when, "started_at": started_at}
 
     @app.route("/login", methods=["GET", "POST"])
     def login():
