@@ -34,7 +34,8 @@ ZK_SESSION_MS = 6000  # the coordinator's ZooKeeper session: its office lasts 4 
 # A new group's first round after the plain debounce, as every later one:
 # the initial delay has tests of its own (test_coordinator_core.py).
 CONFIG = CoordinatorConfig(lease_margin_ms=MARGIN_MS, rebalance_delay_ms=100, rebalance_timeout_ms=2000,
-                           rebalance_backoff_ms=100, offset_flush_interval_ms=1000, initial_rebalance_delay_ms=0)
+                           rebalance_backoff_ms=100, offset_flush_interval_ms=1000, initial_rebalance_delay_ms=0,
+                           lag_refresh_ms=0)  # the lag's own questions have a test of their own
 
 
 @dataclass

@@ -62,6 +62,10 @@ class CoordinatorConfig:
     expire_offsets: bool = setting(
         False, "forget a group's committed offsets too, with the group, once it has had no members for the "
                "group retention (Kafka's offset expiry); without it, a group with offsets is kept for good")
+    lag_refresh_ms: int = setting(
+        10_000, "how often the partitions' leaders are asked where their logs end, for the consumer lag the "
+                "metrics export (0: never; the lag is then as of the log ends learnt when offsets were committed)",
+        minimum=0)
     rebalance_history_rounds: int = setting(
         20, "rebalance rounds kept per group in its history (ZooKeeper's /zkcoord/groups/<group>/history, "
             "shown by `zkcoord groups describe --history` and the console)",

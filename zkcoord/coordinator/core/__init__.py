@@ -23,6 +23,7 @@ hands in):
 - retention.py: forgetting groups empty past their retention;
 - resets.py: an operator's offset reset, from request to answer;
 - takeover.py: the groups a predecessor left, resumed and fenced;
+- lag.py: the consumer lag, and asking the leaders for it now and then;
 - observed.py: what the core counts for its watchers, and its census.
 
 The rules the parts keep together (docs/DESIGN.md):

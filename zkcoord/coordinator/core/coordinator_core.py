@@ -21,6 +21,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core.groups import GroupTable
 from zkcoord.coordinator.core.history import History
 from zkcoord.coordinator.core.known_log_ends import KnownLogEnds
+from zkcoord.coordinator.core.lag import ConsumerLag
 from zkcoord.coordinator.core.membership import Membership
 from zkcoord.coordinator.core.observed import NO_METRICS, Census, CoreMetrics, census_of, empty_census
 from zkcoord.coordinator.core.office import CoordinatorState, Office
@@ -60,8 +61,9 @@ class CoordinatorCore:
         self.membership = Membership(config, office, out, table, requests, pings, offsets, rounds, metrics)
         self.retention = Retention(config, office, out, table, offsets, rounds, self.membership.registering_in)
         self.resets = Resets(office, out, table, offsets, log_ends, rounds, empty=self.retention.empty)
+        self.consumer_lag = ConsumerLag(config, office, out, table, offsets, log_ends)
         # Timer keys by their first element: ("answers",), ("rebalance", group),
-        # ("static", conn), ("ping",), ("flush",), ("office",), ("second-proof",), ("forget", group).
+        # ("static", conn), ("ping",), ("flush",), ("office",), ("second-proof",), ("forget", group), ("lag",).
         self._timers = {
             "answers": lambda key, now: requests.deadlines_due(now),
             "rebalance": lambda key, now: rounds.due(key[1], now),
@@ -71,6 +73,7 @@ class CoordinatorCore:
             "office": lambda key, now: office.renewal_due(now),
             "second-proof": lambda key, now: office.prove(now),
             "forget": lambda key, now: self.retention.due(key[1], now),
+            "lag": lambda key, now: self.consumer_lag.due(now),
         }
         self.metrics = metrics
 
@@ -163,6 +166,7 @@ class CoordinatorCore:
         if self.office.loading:
             self.office.start(now)
             self.offsets.start(now)
+            self.consumer_lag.start(now)
             self.rounds.schedule_pending(now)
             log.info("coordinator epoch %d started", self.epoch)
         return self.out.take()
@@ -306,6 +310,10 @@ class CoordinatorCore:
     def census(self) -> Census:
         """Groups by phase and members by state, counted now."""
         return census_of(self.table, len(self.membership.registering))
+
+    def lag_by_topic(self) -> dict[tuple[str, str], int]:
+        """(group, topic) -> its consumer lag, as far as this coordinator knows (lag.py)."""
+        return self.consumer_lag.by_topic()
 
     def describe_groups(self) -> dict:
         return {
