@@ -104,7 +104,13 @@ def test_a_group_page_shows_owners_offsets_lag_and_members(cluster):
         page = client.get(path)
         assert page.status_code == 200
         assert f"t 0 {RECORDS // PARTITIONS} {RECORDS // PARTITIONS} 0 {member} = 127.0.0.1" in text(page)
-    assert 'id="members"' in client.get("/groups/g").get_data(as_text=True)
+    assert [(m["consumer_id"], m["static"], m["session_timeout_ms"]) for m in view["members"]] == [
+        (member, False, 4000)]
+    assert f"{member} dynamic 127.0.0.1 - 4000 ms {PARTITIONS} " in text(page)
+    first = view["history"][0]
+    assert (first["generation"], first["trigger"], first["outcome"], first["moved"]) == (
+        1, f"member {member} joined", "completed", PARTITIONS)
+    assert f"1 completed {first['duration_ms']} ms 1 {PARTITIONS} 0 0.0 member {member} joined" in text(page)
 
 
 def test_a_console_without_lag_still_shows_the_group(cluster):

@@ -122,4 +122,5 @@ def test_the_state_names_where_each_member_connected_from():
     h.apply(h.core.register("a", request, 1, h.now, host="127.0.0.1", client_id="app"))
     h.register("b", "b")  # a registration that says nothing of itself
     h.stable(["a", "b"])
-    assert h.zk.states["g"].clients == {"a": layout.MemberClient("127.0.0.1", "app")}
+    assert h.zk.states["g"].clients == {"a": layout.MemberClient("127.0.0.1", "app", session_timeout_ms=T_MS),
+                                        "b": layout.MemberClient("", session_timeout_ms=T_MS)}

@@ -449,6 +449,17 @@ def test_group_state_clients_are_an_optional_field_of_version_2():
     assert L.decode_group_state(data.replace(b'"clients"', b'"future"')) == dataclasses.replace(state, clients={})
 
 
+def test_a_clients_static_flag_and_session_timeout_are_written_only_when_set():
+    state = GroupState(4, "range", {"s-1": (("t", 0),)},
+                       clients={"s-1": L.MemberClient("127.0.0.1", "app", static=True, session_timeout_ms=45_000)})
+    data = L.encode_group_state(state)
+    assert b'"s-1":{"host":"127.0.0.1","client_id":"app","static":true,"session_timeout_ms":45000}' in data
+    assert L.decode_group_state(data) == state
+    for bad in (data.replace(b'"static":true', b'"static":"yes"'), data.replace(b"45000", b"-1")):
+        with pytest.raises(L.LayoutError, match="client of member 's-1'"):
+            L.decode_group_state(bad)
+
+
 @pytest.mark.parametrize("clients", [b'[]', b'{"c":"127.0.0.1"}', b'{"c":{"client_id":"x"}}',
                                      b'{"c":{"host":1}}', b'{"c":{"host":"h","client_id":2}}'])
 def test_group_state_refuses_a_bad_client(clients):

@@ -112,11 +112,19 @@ def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -
                         "port": endpoint.port if endpoint else None, "slot": slot, "slots": slots, "epoch": epoch},
         "failure": None if failure is None else {"generation": failure.generation, "attempts": failure.attempts,
                                                  "error": failure.error},
-        "members": [{**client_of(member), "partitions": [{"topic": t, "partition": p} for t, p in sorted(tps)]}
+        "members": [{**client_of(member), **member_details(clients.get(member)),
+                     "partitions": [{"topic": t, "partition": p} for t, p in sorted(tps)]}
                     for member, tps in sorted(assignment.items())],
         "partitions": rows,
         "history": history,
     }
+
+
+def member_details(known: Optional[layout.MemberClient]) -> dict:
+    """What the coordinator recorded of a member beyond Kafka's columns
+    (None where it did not: a state written by an older server)."""
+    return {"static": known.static if known else None,
+            "session_timeout_ms": known.session_timeout_ms or None if known else None}
 
 
 def read_history(client, group: str) -> list[dict]:
