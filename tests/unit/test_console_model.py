@@ -3,7 +3,7 @@ which problems come first."""
 
 from __future__ import annotations
 
-from zkcoord.console.model import FAILED, LAG_GROWING, REBALANCING, VACANT_SLOT, LagTrend, problems
+from zkcoord.console.model import FAILED, LAG_GROWING, REBALANCING, VACANT_SLOT, LagTrend, hide_topics, problems
 
 
 def test_lag_grows_when_each_of_the_last_readings_a_gap_apart_is_higher():
@@ -45,3 +45,10 @@ def test_problems_come_worst_first():
     assert [(p["kind"], p["subject"]) for p in found] == [(FAILED, "c"), (VACANT_SLOT, "slot 1"), (REBALANCING, "b"),
                                                           (LAG_GROWING, "a")]
     assert "boom" in found[0]["text"] and found[3]["text"] == "lag growing: 1 \u2192 2 \u2192 3"
+
+
+def test_a_rounds_trigger_names_no_topic_the_viewer_may_not_see():
+    record = {"generation": 3, "trigger": "member a joined; topic secret now has 4 partition(s); "
+                                          "topic t now has 2 partition(s)"}
+    shown = hide_topics(record, lambda topic: topic == "t")
+    assert shown == {"generation": 3, "trigger": "member a joined; a topic changed; topic t now has 2 partition(s)"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 from typing import Callable, Optional
 
 from zkcoord.admin.client import slot_count, slot_holder
@@ -93,9 +94,22 @@ def group_view(client, group: str, ends: Ends, sees_topic: Callable[[str], bool]
                           for row in view["partitions"] if sees_topic(row["topic"])]
     for member in view["members"]:
         member["partitions"] = [tp for tp in member["partitions"] if sees_topic(tp["topic"])]
+    view["history"] = [hide_topics(record, sees_topic) for record in view["history"]]
     lags = [row["lag"] for row in view["partitions"]]
     view["lag"] = sum(lags) if lags and all(lag is not None for lag in lags) else None
     return view
+
+
+# How the coordinator names a topic in a round's trigger (coordinator_core.partitions_changed).
+_TOPIC_CHANGED = re.compile(r"topic (\S+) now has \d+ partition\(s\)")
+
+
+def hide_topics(record: dict, sees_topic: Callable[[str], bool]) -> dict:
+    """A round of the history with the topics the viewer may not see left unnamed."""
+    def named(match: re.Match) -> str:
+        return match.group(0) if sees_topic(match.group(1)) else "a topic changed"
+
+    return {**record, "trigger": _TOPIC_CHANGED.sub(named, record["trigger"])}
 
 
 def slots_view(client) -> list[dict]:
