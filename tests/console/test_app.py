@@ -84,11 +84,13 @@ def test_the_overview_shows_slots_servers_brokers_and_groups(cluster):
     assert [b["broker"] for b in view["brokers"]] == [1]
     g = next(g for g in view["groups"] if g["group"] == "g")
     assert (g["state"], g["members"], g["partitions"]) == ("Stable", 1, PARTITIONS)
+    assert (g["last_rebalance"]["generation"], g["last_rebalance"]["outcome"]) == (1, "completed")
     assert [(h["group"], h["state"], h["lag"]) for h in view["groups"] if h["group"] == "h"] == [("h", "Empty", 7)]
     assert view["problems"] == []
     page = client.get("/")
     assert page.status_code == 200
     assert re.search(r"\bg Stable\b", text(page)) and "None: every slot has a coordinator" in text(page)
+    assert re.search(r"UTC, completed\b", text(page))  # g's last rebalance; h has none
 
 
 def test_a_group_page_shows_owners_offsets_lag_and_members(cluster):

@@ -140,7 +140,8 @@ def overview(client, ends: Ends, sees_group: Callable[[str], bool], sees_topic: 
                        "strategy": view["strategy"], "members": len(view["members"]),
                        "partitions": len(view["partitions"]), "lag": view["lag"],
                        "lag_growing": trend.growing(name), "coordinator": view["coordinator"],
-                       "failure": view["failure"]})
+                       "failure": view["failure"],
+                       "last_rebalance": view["history"][-1] if view["history"] else None})
     trend.forget_all_but(names)
     return {
         "slots": slots,
