@@ -45,6 +45,7 @@ class ConsumerLag:
         self.offsets = offsets
         self.log_ends = log_ends
         self._asking = False
+        self._failing = ""  # why the last question failed, said once until it changes
 
     def by_topic(self) -> dict[tuple[str, str], int]:
         """(group, topic) -> the sum of its partitions' lag: each one's log
@@ -81,7 +82,9 @@ class ConsumerLag:
 
     def _answered(self, partitions, question: LogEndQuestion, found, error, _now: float) -> None:
         self._asking = False
-        if error is not None:
-            log.info("log ends of %d partition(s) not learnt for the lag: %s", len(partitions), describe(error))
-            return
-        self.log_ends.learn(found, question)
+        why = describe(error) if error is not None else ""
+        if why and why != self._failing:
+            log.info("log ends of %d partition(s) not learnt for the lag: %s", len(partitions), why)
+        self._failing = why
+        if error is None:
+            self.log_ends.learn(found, question)
