@@ -148,3 +148,20 @@ def test_a_history_node_round_trips_and_bad_ones_are_refused():
         dataclasses.replace(records[0], outcome=layout.FAILED)  # a failure says why
     with pytest.raises(layout.LayoutError):
         layout.encode_history(records * layout.MAX_HISTORY_ROUNDS)
+
+
+def test_rounds_that_end_out_of_office_are_written_once_it_is_back():
+    kit = Kit()
+    history = History(CONFIG, kit.office, kit.out)
+    group = SimpleNamespace(name="g", rebalance_pending=False)
+    round_ = SimpleNamespace(generation=1, target={}, plan=SimpleNamespace(paused=frozenset()))
+    history.began(group, round_, "member a gone", {}, kit.now)
+    kit.office.session_suspended()
+    history.ended(group, round_, kit.now, "the ZooKeeper connection is suspended")
+    assert not [a for a in kit.out.take() if isinstance(a, actions.WriteRebalanceHistory)]
+    kit.office.session_resumed(kit.now, None)
+    kit.settle()  # the office proven again
+    assert kit.office.active
+    history.write_pending()
+    kit.settle()
+    assert [(r.generation, r.outcome) for r in kit.zk.histories["g"]] == [(1, layout.FAILED)]

@@ -96,6 +96,7 @@ class CoordinatorCore:
 
     def _became_active(self, now: float) -> None:
         self.rounds.schedule_pending(now)
+        self.history.write_pending()
 
     # -- what it holds, for the runtime, the metrics and the tests ---------------------------------
 

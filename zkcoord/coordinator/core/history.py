@@ -12,7 +12,8 @@ history runs on across coordinators; one write per group at a time (the
 executor runs operations in parallel, and an older write landing last
 would drop a round), fenced as every write of the coordinator. A write that
 fails keeps its rounds for the next one, in the same bounded ring; nothing
-is written while the office is not active.
+is written while the office is not active, and what waited is written once
+it is again.
 
 Only rounds that planned a move are recorded: a round that found nothing
 to change bumps no generation and is no rebalance. A round still running
@@ -150,6 +151,11 @@ class History:
         ring.records.append(record)
         ring.unwritten.append(record)
         self._write(group.name, ring)
+
+    def write_pending(self) -> None:
+        """The office is active again: write what ended while it was not."""
+        for name, ring in list(self._rings.items()):
+            self._write(name, ring)
 
     def forget(self, name: str) -> None:
         """Group ``name`` is forgotten (its nodes deleted with it): its history goes too."""
