@@ -16,6 +16,7 @@ from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import partitions_of
 from zkcoord.zk.nodes import read_offsets, read_owners
 from zkcoord.testing import wait_until
+from zkcoord.admin.groups import read_history
 from zkcoord.admin.topics import create_topic
 from zkcoord.zk import layout
 
@@ -58,6 +59,12 @@ def test_kill_9_of_the_coordinator_hands_over_with_nothing_lost(cluster, zk):
     # "whole" here is about the coordinator: every member holds its range again.
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     _check_offsets_never_back(committed, read_offsets(zk, "g"))
+    # The successor's rounds are appended to the history its predecessor wrote.
+    history = wait_until(lambda: (h := read_history(zk, "g")) and h[-1]["epoch"] > old_epoch and h,
+                         timeout=FAILOVER_S, message="the successor's round in the history")
+    assert [r["epoch"] for r in history if r["epoch"] <= old_epoch], "the predecessor's rounds kept"
+    assert history[-1]["outcome"] == "completed"  # the members registering again with the successor asked for it
+    assert all(f"member {c.status()['consumer_id']} joined" in history[-1]["trigger"] for c in consumers)
 
 
 def test_expired_coordinator_session_hands_over_and_the_old_one_steps_down(cluster, zk):
