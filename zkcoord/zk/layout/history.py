@@ -5,7 +5,7 @@ JSON object of version 1 holding the last rounds, oldest first. The
 coordinator rewrites it, fenced, when a round ends (coordinator/core/history.py);
 `zkcoord groups describe --history` and the console read it. Its size is
 bounded: at most MAX_HISTORY_ROUNDS rounds, each with its texts cut to
-MAX_HISTORY_TEXT characters (about 150 KB at the most, far below the 1 MB a
+MAX_HISTORY_TEXT characters (under 200 KB at the most, far below the 1 MB a
 ZooKeeper node may hold).
 """
 
