@@ -136,6 +136,17 @@ def test_broker_without_plaintext_listener():
     assert reg.plaintext_address() == ("h", 9093)
 
 
+@pytest.mark.parametrize("tls, sasl, address", [
+    (True, True, ("b", 9094)),    # SASL_SSL, the secured listener beside the plaintext one
+    (False, False, ("a", 9092)),  # PLAINTEXT
+    (True, False, ("a", 9092)),   # no SSL listener: the PLAINTEXT one, as before listeners were told apart
+])
+def test_a_client_is_given_the_listener_that_speaks_what_it_speaks(tls, sasl, address):
+    reg = BrokerRegistration.for_endpoints(
+        1, [Endpoint("INTERNAL", PLAIN, "a", 9092), Endpoint("CLIENTS", "SASL_SSL", "b", 9094)], timestamp_ms=5)
+    assert reg.address_for(L.client_protocol(tls, sasl)) == address
+
+
 def test_broker_v2_listener_name_is_the_protocol():
     data = (
         b'{"jmx_port":-1,"timestamp":"1","endpoints":["SSL://a:9093","PLAINTEXT://a:9092"],'

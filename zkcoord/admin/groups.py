@@ -31,7 +31,7 @@ from zkcoord.admin.client import (
 )
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import read_brokers, read_group_state, read_offsets, read_owners, read_servers
+from zkcoord.zk.nodes import broker_addresses, read_group_state, read_offsets, read_owners, read_servers
 
 log = logging.getLogger(__name__)
 
@@ -227,8 +227,8 @@ def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credent
     from zkcoord.admin.brokers import LATEST_TIMESTAMP, TIMEOUT_S, BrokerOffsets
 
     def ends(partitions) -> dict:
-        addresses = kafka_bootstrap or ["%s:%d" % registration.plaintext_address()
-                                        for registration in read_brokers(client).values()]
+        addresses = kafka_bootstrap or broker_addresses(client, layout.client_protocol(tls is not None,
+                                                                                       credential is not None))
         # One request per leader; a partition whose leader is down, or that has none, shows no lag.
         with BrokerOffsets(addresses, TIMEOUT_S if timeout_s is None else timeout_s, tls=tls,
                            credential=credential, plain_without_tls=plain_without_tls) as brokers:

@@ -177,13 +177,14 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     from zkcoord.consumer.membership import parse_bootstrap
 
     if args.zookeeper:
-        from zkcoord.zk.nodes import read_brokers, read_servers
+        from zkcoord.zk import layout
+        from zkcoord.zk.nodes import broker_addresses, read_servers
 
         with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             slot, _, server, _ = group_coordinator(client, args.group)
             endpoint = read_servers(client).get(server) if server is not None else None
-            brokers = kafka_bootstrap(args) or ["%s:%d" % r.plaintext_address()
-                                                for r in read_brokers(client).values()]
+            brokers = kafka_bootstrap(args) or broker_addresses(client, layout.client_protocol(
+                client_tls(args) is not None, client_credential(args) is not None))
         if endpoint is None:
             raise NoCoordinator(f"no coordinator is elected for group {args.group!r} (slot {slot})")
         return (endpoint.host, endpoint.port), brokers

@@ -69,7 +69,7 @@ from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id, read_servers, read_slot_epochs, slots_with_nodes
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.security import ZooKeeperAuthError
-from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, SessionTimeoutWitness, delete_if_owned
+from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, SessionTimeoutWitness, create_own_ephemeral, delete_if_owned
 
 log = logging.getLogger(__name__)
 
@@ -296,8 +296,14 @@ class Server:
         log.info("server %d serves at most %d connections", self.config.server_id, limit)
         self._stream = GatedStreamServer(listener, self._handle, spawn=gevent.pool.Pool(limit))
         self._stream.start()
-        self._register()
-        self.metadata = MetadataView(self.zk, self.slots, kafka=self.kafka)
+        # Twice the session timeout: the earlier session's (of the same
+        # setting) expiry, and ZooKeeper's tick of lateness in noticing it.
+        try:
+            self._register(stale_wait_s=2 * granted / 1000)
+        except ConfigError as exc:
+            self.stop()
+            raise ServerError(str(exc)) from None
+        self.metadata = MetadataView(self.zk, self.slots, kafka=self.kafka, protocol=self.log_ends.protocol)
         self.metadata.start()
         self._elector = gevent.spawn(self._elect_forever)
         log.info("server %d listening on %s:%d (%d coordinator slot%s)", self.config.server_id, self.config.host,
@@ -487,15 +493,15 @@ class Server:
                 log.info("server %d stands for every slot again", self.config.server_id)
         return info.withdrawn
 
-    def _register(self) -> None:
+    def _register(self, stale_wait_s: float = 0.0) -> None:
+        """Create this server's ephemeral node, waiting up to
+        ``stale_wait_s`` for an earlier session's (a crashed predecessor's)
+        to expire; one still there belongs to a live server with this id."""
         info = self._server_info()
         path = layout.server_path(str(self.config.server_id))
-        try:
-            self.zk.create(path, layout.encode_server(info), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            data, stat = self.zk.get(path)
-            if stat.ephemeralOwner != self.zk.client_id[0]:
-                raise ConfigError(f"another live server already uses id {self.config.server_id}") from None
+        if not create_own_ephemeral(self.zk, path, layout.encode_server(info), stale_wait_s):
+            raise ConfigError(f"another live server already uses id {self.config.server_id} "
+                              f"(its registration outlived a wait of {stale_wait_s:.1f} s)")
 
     # -- election -------------------------------------------------------------------------------
 

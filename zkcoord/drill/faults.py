@@ -29,6 +29,7 @@ from zkcoord import wire
 from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
 from zkcoord.drill.secure import DrillSecrets
+from zkcoord.drill.workload import AcknowledgementWatch
 from zkcoord.fetch.columnar import PROBE_TIMEOUT_S, REQUEST_TIMEOUT_S
 from zkcoord.testing import (ConsumerProcess, LocalCluster, ManagedProcess, OwnershipViolation, ProxiedEnsemble,
                              WaitTimeout, group_is_whole, partitions_of, read_json_lines, wait_until)
@@ -44,11 +45,17 @@ RECONNECT_S = wire.MEMBER_RETRY_MAX_S  # a member's longest reconnect backoff
 REBALANCE_SLACK_S = 3.0   # a few round trips and ZooKeeper writes, on a loaded 2-core machine
 MAX_PARTITIONS = 24       # add-partitions stops growing the topic here
 CROWD_LEAVE_S = 30.0      # a crowd's clean leave takes at most this long before it is killed
-# Kafka's side of a broker gone past its session: the controller electing new
-# leaders (a new controller first, when it was the controller), the members'
-# fetchers and the producer learning them (metadata, a retry), and a commit
-# reaching ZooKeeper, on a loaded 2-core machine.
+# A broker gone past its session, as the drill expects it to take (it waits
+# twice that and more before it calls the group stuck): the controller
+# electing new leaders (a new controller first, when it was the controller),
+# the members' fetchers and the producer learning them (metadata, a retry),
+# and a commit reaching ZooKeeper, on a loaded 2-core machine.
 KAFKA_FAILOVER_SLACK_S = 6.0
+# The members' side alone, from when Kafka serves the broken broker's
+# partitions again (the producer has a record acknowledged on each): their
+# fetchers learning the new leaders (metadata, a retry), reading a record
+# written since and a commit reaching ZooKeeper, on a loaded 2-core machine.
+KAFKA_MEMBERS_FOLLOW_S = 6.0
 # A new controller first reads the cluster's state (ZooKeeper mode: every
 # topic and partition from ZooKeeper; KRaft: the quorum elects and the new
 # leader catches up on the metadata log) before it moves any leadership.
@@ -85,8 +92,8 @@ class DrillCluster:
     crowd_args: Sequence[str] = ()
     namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
     kafka: Optional[KafkaCluster] = None  # the records in Apache Kafka's brokers, not in the servers' own
-    # The highest offset the producer has had acknowledged on each partition, so far.
-    acknowledged: Callable[[], dict] = dict
+    # From now on, when the producer has each partition's next record acknowledged (None: no producer).
+    watch_acknowledgements: Callable[[], Optional[AcknowledgementWatch]] = lambda: None
     # A KRaft cluster's topic is in no ZooKeeper node: its partitions as Kafka's metadata last said,
     # and how late the servers may learn a change of them (their look at Kafka's metadata; 0: a watch).
     kafka_partitions: set = dataclasses.field(default_factory=set)
@@ -283,12 +290,7 @@ def _kill_server(ctx: DrillCluster, fault: PlannedFault, server, bound: float, w
     whole_at = _hold(fault.hold_s, lambda: ctx.is_whole(epoch_above))
     if whole_at is None:
         whole_at = ctx.wait_whole(_wait_bound(bound), epoch_above)
-    # A server refuses to start while its killed self's registration lives
-    # (until that ZooKeeper session expires), as a redeployed one would be.
-    from zkcoord.zk import layout
-
-    wait_until(lambda: not ctx.cluster.zk.exists(layout.server_path(str(server.server_id))), 60,
-               message=f"server {server.server_id}'s old registration to expire")
+    # Restarted at once: the server waits out its killed self's registration.
     server.start(timeout=60)
     restored = time.time()
     ctx.cluster.wait_for_brokers(60)
@@ -597,31 +599,60 @@ def add_partitions(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 # -- Apache Kafka's brokers (a drill over Kafka) -----------------------------------------------------
 
 
-def _kafka_fault(ctx: DrillCluster, fault: PlannedFault, victim: int, target: str, bound: float,
-                 begin: Callable[[], None], back: Callable[[], None]) -> FaultRecord:
+def kafka_recovery(injected: float, served_again: Optional[float], whole_at: Optional[float],
+                   members_blind_s: float) -> tuple[float, float]:
+    """Where a Kafka fault's time to whole counts from, and its bound.
+
+    Kafka's own failover (the broken broker's session running out, a
+    controller electing leaders, the producer finding them) is Kafka's: on a
+    loaded machine it took 23 s for a 4 s session, and the members were whole
+    0.6 s after Kafka had every partition served again. So the time counts
+    from ``served_again``, when the producer had a record acknowledged again
+    on every partition the broken broker led (at the latest ``whole_at``: a
+    member may commit a record before the producer hears of it; from the
+    injection if Kafka never served them again), and the bound is the
+    members' part: following the new leaders and committing
+    (:data:`KAFKA_MEMBERS_FOLLOW_S`), after waiting out a request they sent
+    the broken broker, unanswered up to ``members_blind_s`` after the
+    injection (a paused broker; a killed one refuses at once).
+
+    >>> kafka_recovery(100.0, 123.2, 123.8, 0.0)  # Kafka slow: 23.2 s are its own
+    (123.2, 6.0)
+    >>> kafka_recovery(100.0, 106.0, 119.0, 15.0)  # a paused broker: the members' fetch hung till 115
+    (106.0, 15.0)
+    """
+    start = min((t for t in (served_again, whole_at) if t is not None), default=injected)
+    return start, KAFKA_MEMBERS_FOLLOW_S + max(0.0, injected + members_blind_s - start)
+
+
+def _kafka_fault(ctx: DrillCluster, fault: PlannedFault, victim: int, target: str, wait_bound: float,
+                 begin: Callable[[], None], back: Callable[[], None], members_blind_s: float = 0.0) -> FaultRecord:
     """Kafka node ``victim`` broken (``begin``) for the hold and until the
-    group is whole without it (or long past the bound), then brought back
-    (``back``) and in sync on every partition again before the next fault.
-    Routed around: the time to whole counts from the injection, until
-    every partition ``victim`` led has another leader and a committed offset
-    past the highest offset acknowledged before the fault (the producer
-    wrote through the new leader, and the members read from it). A new
-    leader is elected only by a live controller, so when ``victim`` was the
-    controller that says a new one took office; should it have led none of
-    the topic's partitions, whole is when the controller is another node.
+    group is whole without it (or long past ``wait_bound``), then brought
+    back (``back``) and in sync on every partition again before the next
+    fault. Routed around: whole once every partition ``victim`` led has
+    another leader and a committed offset past the highest offset
+    acknowledged before the fault (the producer wrote through the new
+    leader, and the members read from it), timed and bounded by
+    :func:`kafka_recovery`. A new leader is elected only by a live
+    controller, so when ``victim`` was the controller that says a new one
+    took office; should it have led none of the topic's partitions, whole is
+    when the controller is another node (and Kafka served again then).
 
     The acknowledged offsets are taken at the first look, half a second in:
     an acknowledgement the broker sent just before it went is counted by then."""
     kafka = ctx.kafka
     led = sorted(p for p, replicas in kafka.replicas_of(ctx.topic).items() if replicas.leader == victim)
-    looked = {"at": time.monotonic(), "recovered": False, "acknowledged": None}
+    looked = {"at": time.monotonic(), "recovered": False, "acknowledged": None, "watch": None,
+              "new controller": None}
 
     def recovered() -> bool:
         if looked["recovered"] or time.monotonic() - looked["at"] < KAFKA_RECOVERY_LOOK_S:
             return looked["recovered"]
         looked["at"] = time.monotonic()
         if looked["acknowledged"] is None:
-            looked["acknowledged"] = ctx.acknowledged()
+            looked["watch"] = ctx.watch_acknowledgements()
+            looked["acknowledged"] = looked["watch"].above if looked["watch"] is not None else {}
             return False
         if led:
             leaders = kafka.replicas_of(ctx.topic)
@@ -632,10 +663,20 @@ def _kafka_fault(ctx: DrillCluster, fault: PlannedFault, victim: int, target: st
                 for p in led)
         else:
             looked["recovered"] = kafka.controller() != victim
+            if looked["recovered"]:
+                looked["new controller"] = time.time()
         return looked["recovered"]
 
     def whole() -> bool:
         return ctx.is_whole() and recovered()
+
+    def served_again() -> Optional[float]:
+        """When the producer had every partition ``victim`` led acknowledged again."""
+        if not led:
+            return looked["new controller"]
+        first = looked["watch"].first if looked["watch"] is not None else {}
+        times = [first.get((ctx.topic, p)) for p in led]
+        return None if None in times else max(times)
 
     injected = time.time()
     begin()
@@ -643,7 +684,7 @@ def _kafka_fault(ctx: DrillCluster, fault: PlannedFault, victim: int, target: st
         whole_at = _hold(fault.hold_s, whole)
         if whole_at is None:  # the broker stays away until the cluster and the group have routed around it
             try:
-                whole_at = wait_until(lambda: whole() and time.time(), _wait_bound(bound), interval=0.1,
+                whole_at = wait_until(lambda: whole() and time.time(), _wait_bound(wait_bound), interval=0.1,
                                       message="the group to be whole past the Kafka fault")
             except WaitTimeout:
                 whole_at = None
@@ -652,11 +693,16 @@ def _kafka_fault(ctx: DrillCluster, fault: PlannedFault, victim: int, target: st
         wait_until(lambda: all(replicas.isr == frozenset(kafka.brokers)
                                for replicas in kafka.replicas_of(ctx.topic).values()),
                    KAFKA_REPLICATED_S, interval=0.5, message=f"broker {victim} in sync on every partition again")
+        if looked["watch"] is not None:
+            looked["watch"].close()
     restored = time.time()
-    rejoined_at = ctx.wait_whole(_wait_bound(bound))
-    note = "" if led else "it led none of the topic's partitions"
-    return _record(fault, f"{target} (led {len(led)} partitions)", injected, restored, injected, whole_at,
-                   rejoined_at, bound, note=note)
+    recovery_from, bound = kafka_recovery(injected, served_again(), whole_at, members_blind_s)
+    rejoined_at = ctx.wait_whole(_wait_bound(wait_bound))
+    notes = [f"Kafka served again {recovery_from - injected:.1f} s in"]
+    if not led:
+        notes.append("it led none of the topic's partitions")
+    return _record(fault, f"{target} (led {len(led)} partitions)", injected, restored, recovery_from, whole_at,
+                   rejoined_at, bound, note="; ".join(notes))
 
 
 def _leader_of_picked(ctx: DrillCluster, fault: PlannedFault) -> Optional[int]:
@@ -667,7 +713,8 @@ def _leader_of_picked(ctx: DrillCluster, fault: PlannedFault) -> Optional[int]:
 
 
 def kafka_failover_bound(ctx: DrillCluster) -> float:
-    """A Kafka broker gone: its session with ZooKeeper or the controllers, then the failover."""
+    """A Kafka broker gone: its session with ZooKeeper or the controllers, then
+    the failover (what the drill waits for, before it calls the group stuck)."""
     return ctx.timing.kafka_session_s + KAFKA_FAILOVER_SLACK_S
 
 
@@ -688,15 +735,16 @@ def kafka_broker_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     victim = _leader_of_picked(ctx, fault)
     if victim is None:
         return skipped(fault, "the picked partition has no leader")
-    bound = max(ctx.timing.kafka_session_s, REQUEST_TIMEOUT_S + PROBE_TIMEOUT_S) + KAFKA_FAILOVER_SLACK_S
-    return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", bound, ctx.kafka.brokers[victim].pause,
-                        lambda: ctx.kafka.resume(victim, timeout=KAFKA_RESTART_S))
+    blind_s = REQUEST_TIMEOUT_S + PROBE_TIMEOUT_S
+    wait_bound = max(ctx.timing.kafka_session_s, blind_s) + KAFKA_FAILOVER_SLACK_S
+    return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", wait_bound, ctx.kafka.brokers[victim].pause,
+                        lambda: ctx.kafka.resume(victim, timeout=KAFKA_RESTART_S), members_blind_s=blind_s)
 
 
 def kafka_controller_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     victim = ctx.kafka.controller()
-    bound = kafka_failover_bound(ctx) + KAFKA_CONTROLLER_FAILOVER_S
-    return _kafka_fault(ctx, fault, victim, f"kafka controller {victim}", bound, ctx.kafka.brokers[victim].kill,
+    wait_bound = kafka_failover_bound(ctx) + KAFKA_CONTROLLER_FAILOVER_S
+    return _kafka_fault(ctx, fault, victim, f"kafka controller {victim}", wait_bound, ctx.kafka.brokers[victim].kill,
                         lambda: ctx.kafka.restart(victim, timeout=KAFKA_RESTART_S))
 
 

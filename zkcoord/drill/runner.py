@@ -268,7 +268,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
     resources.workers = workers = [Producer(brokers, topic, settings.rate, directory, bound,
                                             cluster.client_settings),
                                    Sampler(zookeeper, topic, directory, bound, cluster.zk_security)]
-    ctx.acknowledged = workers[0].highest_acknowledged
+    ctx.watch_acknowledgements = workers[0].watch_acknowledgements
     for worker in workers:
         worker.start()
     if ctx.wait_whole(120) is None:
@@ -305,9 +305,9 @@ def _topic_change_lag_s(kafka: Optional[KafkaCluster]) -> float:
 
 def _broker_list(cluster: LocalCluster) -> str:
     """Every broker registered in ZooKeeper, as a Kafka bootstrap string."""
-    from zkcoord.zk.nodes import read_brokers
+    from zkcoord.zk.nodes import broker_addresses
 
-    addresses = ["%s:%d" % registration.plaintext_address() for registration in read_brokers(cluster.zk).values()]
+    addresses = broker_addresses(cluster.zk)
     if not addresses:
         raise ZkcoordError("no broker is registered in ZooKeeper")
     return ",".join(addresses)

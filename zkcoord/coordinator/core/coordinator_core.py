@@ -229,15 +229,20 @@ class CoordinatorCore:
         return self.out.take()
 
     def settled(self, now: float) -> bool:
-        """Whether every group is at rest: active for the longest session
-        timeout of its members, none mid-round or waiting for one, none
-        waiting out a fence. Handing a slot over costs its groups a takeover's
-        fences, and a stock client's old registration at the broker it left
-        waits out its session (DESIGN.md); handed over again before that,
-        they would pay twice."""
+        """Whether every group is at rest: active, and its last member
+        registered, for the longest session timeout of its members, none
+        mid-round or waiting for one, none waiting out a fence. Handing a
+        slot over costs its groups a takeover's fences, and a stock client's
+        old registration at the broker it left waits out its session
+        (DESIGN.md); handed over again before that, they would pay twice. A
+        member just registered may be such a client, followed here after the
+        takeover (the last to arrive when a server came back and the slot was
+        about to be handed to it again)."""
         groups = self.table.by_name.values()
-        longest = max((m.session_timeout for g in groups for m in g.members.values()), default=0.0)
-        return self.active and now - self.office.started_at >= longest and all(
+        members = [m for g in groups for m in g.members.values()]
+        longest = max((m.session_timeout for m in members), default=0.0)
+        youngest = max((m.registered_at for m in members), default=self.office.started_at)
+        return self.active and now - max(self.office.started_at, youngest) >= longest and all(
             group.phase is not GroupPhase.REBALANCING and not group.rebalance_pending
             and group.fences.until(now) is None
             for group in groups)
