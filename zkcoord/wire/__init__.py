@@ -23,7 +23,8 @@ from zkcoord.wire.errors import (
     AuthenticationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed, StaticMemberOwnedByOtherPrincipal,
 )
 from zkcoord.wire.messages import (
-    CLASSIC_COOPERATIVE, CLASSIC_EAGER, CLIENT_KINDS, CONSUMER_PROTOCOL, THIN, DescribeGroupRequest,
+    CLASSIC_COOPERATIVE, CLASSIC_EAGER, CLIENT_KINDS, CONSUMER_PROTOCOL, MAX_CLIENT_ID_BYTES, SPARK, THIN,
+    DescribeGroupRequest,
     DescribeGroupResponse, MemberDescription, LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest,
     ClusterMetadataResponse, Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
@@ -44,7 +45,8 @@ __all__ = [
     "error_for",
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
-    "CLASSIC_COOPERATIVE", "CLASSIC_EAGER", "CLIENT_KINDS", "CONSUMER_PROTOCOL", "THIN", "DescribeGroupRequest",
+    "CLASSIC_COOPERATIVE", "CLASSIC_EAGER", "CLIENT_KINDS", "CONSUMER_PROTOCOL", "MAX_CLIENT_ID_BYTES", "SPARK", "THIN",
+    "DescribeGroupRequest",
     "DescribeGroupResponse", "MemberDescription", "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
     "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",

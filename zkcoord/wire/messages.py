@@ -239,14 +239,23 @@ _REGISTER_V3 = (*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "passw
 
 
 # The values of RegisterConsumerRequest.client_kind: what kind of client the
-# member is, for operators ("" from versions 0 to 4: not said). A stock
-# client's member is registered by the broker bridging it, and says which of
-# Kafka's group protocols the client speaks.
+# member is, each with what operators are shown for it ("" from versions 0
+# to 4: not said). A stock client's member is registered by the broker
+# bridging it, and says which of Kafka's group protocols the client speaks.
 THIN = "thin"
 CLASSIC_EAGER = "classic-eager"
 CLASSIC_COOPERATIVE = "classic-cooperative"
 CONSUMER_PROTOCOL = "consumer"
-CLIENT_KINDS = (THIN, CLASSIC_EAGER, CLASSIC_COOPERATIVE, CONSUMER_PROTOCOL)
+SPARK = "spark"
+CLIENT_KINDS = {
+    THIN: "thin consumer",
+    CLASSIC_EAGER: "stock, classic protocol (eager)",
+    CLASSIC_COOPERATIVE: "stock, classic protocol (cooperative)",
+    CONSUMER_PROTOCOL: "stock, consumer protocol (KIP-848)",
+    SPARK: "Spark driver",
+}
+# The longest client id a registration may carry: it is written into the group's state.
+MAX_CLIENT_ID_BYTES = 255
 
 # The values of RegisterConsumerRequest.auto_offset_reset (Kafka 0.8's names
 # for earliest and latest).
