@@ -24,7 +24,7 @@ from zkcoord.wire.errors import (
 )
 from zkcoord.wire.messages import (
     CLASSIC_COOPERATIVE, CLASSIC_EAGER, CLIENT_KINDS, CONSUMER_PROTOCOL, MAX_CLIENT_ID_BYTES, SPARK, THIN,
-    DescribeGroupRequest,
+    clipped_client_id, DescribeGroupRequest,
     DescribeGroupResponse, MemberDescription, LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest,
     ClusterMetadataResponse, Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
@@ -46,7 +46,7 @@ __all__ = [
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
     "CLASSIC_COOPERATIVE", "CLASSIC_EAGER", "CLIENT_KINDS", "CONSUMER_PROTOCOL", "MAX_CLIENT_ID_BYTES", "SPARK", "THIN",
-    "DescribeGroupRequest",
+    "clipped_client_id", "DescribeGroupRequest",
     "DescribeGroupResponse", "MemberDescription", "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
     "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",

@@ -257,6 +257,12 @@ CLIENT_KINDS = {
 # The longest client id a registration may carry: it is written into the group's state.
 MAX_CLIENT_ID_BYTES = 255
 
+
+def clipped_client_id(client_id: str) -> str:
+    """``client_id`` cut to MAX_CLIENT_ID_BYTES of UTF-8, whole characters
+    only: a stock client's, which Kafka does not bound, shown as far as it fits."""
+    return client_id.encode("utf-8")[:MAX_CLIENT_ID_BYTES].decode("utf-8", "ignore")
+
 # The values of RegisterConsumerRequest.auto_offset_reset (Kafka 0.8's names
 # for earliest and latest).
 SMALLEST = "smallest"
