@@ -5,6 +5,7 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.coordinator.core.describe import NOT_CONNECTED, Describe
+from zkcoord.records import TopicPartition
 from zkcoord.security.principal import ANONYMOUS
 
 from tests.unit.parts_kit import T_MS, Kit
@@ -30,6 +31,7 @@ def describe(kit: Kit, part: Describe, conn: str, group: str = "g") -> wire.Desc
     (answer, correlation_id), = kit.sent[conn]
     assert correlation_id == 9 and conn in kit.closed  # answered, then closed
     assert len(kit.zk.writes) == writes  # a look writes nothing
+    wire.encode(answer, correlation_id)  # as it goes out
     return answer
 
 
@@ -48,7 +50,9 @@ def test_each_member_is_described_as_it_registered_with_its_lease_from_the_last_
     assert (by_id["rd-1"].client_kind, by_id["rd-1"].client_id) == (wire.CLASSIC_COOPERATIVE, "rdkafka")
     assert (by_id["old-1"].client_kind, by_id["old-1"].client_id) == ("", "")
     assert by_id["thin-1"].host == "10.0.0.1" and by_id["thin-1"].session_timeout_ms == T_MS
-    assert sorted(p for m in answer.members for p in m.partitions) == [("t", p) for p in range(4)]
+    partitions = [p for m in answer.members for p in m.partitions]
+    assert sorted(partitions) == [("t", p) for p in range(4)]
+    assert all(type(p) is TopicPartition for p in partitions)  # as the wire writes them
     for m in answer.members:
         member = kit.groups.get("g").members[m.member_id]
         assert m.lease_remaining_ms == round((member.last_sent + T_MS / 1000 - kit.now) * 1000)

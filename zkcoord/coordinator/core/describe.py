@@ -20,6 +20,7 @@ from zkcoord.coordinator.core.office import Office
 from zkcoord.coordinator.core.outbox import Outbox
 from zkcoord.coordinator.group import Group, Member
 from zkcoord.coordinator.lease import lease_end
+from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
 
 # A member's lease_remaining_ms while it is not connected (a static member away).
@@ -52,7 +53,8 @@ def description(member: Member, now: float) -> wire.MemberDescription:
     return wire.MemberDescription(
         member_id=member.member_id, client_kind=member.client_kind, client_id=member.client_id, host=member.host,
         is_static=member.is_static, session_timeout_ms=member.session_timeout_ms,
-        lease_remaining_ms=lease_remaining_ms(member, now), partitions=tuple(sorted(member.may_run)),
+        lease_remaining_ms=lease_remaining_ms(member, now),
+        partitions=tuple(TopicPartition(*tp) for tp in sorted(member.may_run)),
         outstanding=type(outstanding.message).__name__ if outstanding is not None else "")
 
 
