@@ -101,6 +101,12 @@ def tuples(elements):
     return st.lists(elements, max_size=5).map(tuple)
 
 
+_REGISTER_V1 = dict(group_id=text, consumer_id=text, topics=tuples(text), pattern=text, auto_commit=st.booleans(),
+                    auto_offset_reset=text, session_timeout_ms=int32, max_poll_interval_ms=int32,
+                    is_static=st.booleans(), assignment_strategies=tuples(text))
+_REGISTER_V2 = dict(_REGISTER_V1, offsets=tuples(tpos))
+_REGISTER_V3 = dict(_REGISTER_V2, user=text, password=text, on_behalf_of=text)
+
 MESSAGES = {
     ClusterMetadataRequest: {0: st.builds(ClusterMetadataRequest),
                              1: st.builds(ClusterMetadataRequest),
@@ -126,40 +132,12 @@ MESSAGES = {
         | st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
                     pattern=text.filter(bool), auto_commit=st.booleans(),
                     auto_offset_reset=text, session_timeout_ms=int32),
-        1: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text)),
-        2: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text), offsets=tuples(tpos)),
-        3: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text), offsets=tuples(tpos),
-                     user=text, password=text, on_behalf_of=text),
-        4: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text), offsets=tuples(tpos),
-                     user=text, password=text, on_behalf_of=text, incarnation=text),
-        5: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text), offsets=tuples(tpos),
-                     user=text, password=text, on_behalf_of=text, incarnation=text,
-                     client_kind=text, client_id=text),
+        # Each version from 1 on carries the fields of the one before, and more.
+        1: st.builds(RegisterConsumerRequest, **_REGISTER_V1),
+        2: st.builds(RegisterConsumerRequest, **_REGISTER_V2),
+        3: st.builds(RegisterConsumerRequest, **_REGISTER_V3),
+        4: st.builds(RegisterConsumerRequest, **_REGISTER_V3, incarnation=text),
+        5: st.builds(RegisterConsumerRequest, **_REGISTER_V3, incarnation=text, client_kind=text, client_id=text),
     },
     RegisterConsumerResponse: {
         0: st.builds(RegisterConsumerResponse, error_code=codes),
