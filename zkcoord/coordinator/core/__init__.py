@@ -22,6 +22,7 @@ hands in):
 - membership.py: registration, admission, leaving, dropping and fencing members;
 - retention.py: forgetting groups empty past their retention;
 - resets.py: an operator's offset reset, from request to answer;
+- describe.py: what a member says it is, checked, and a group's members as held now, for operators;
 - takeover.py: the groups a predecessor left, resumed and fenced;
 - lag.py: the consumer lag, and asking the leaders for it now and then;
 - observed.py: what the core counts for its watchers, and its census.
