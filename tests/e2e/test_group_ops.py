@@ -14,7 +14,7 @@ from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.admin.groups import read_history
 from zkcoord.admin.topics import create_topic
 from zkcoord.testing import partitions_of, wait_until, zkcoord_command
-from zkcoord.zk.nodes import read_offsets
+from zkcoord.zk.nodes import read_group_state, read_offsets
 
 SETTLE_S = 30
 OLD_MS, NEW_MS = 1_000_000_000_000, 1_700_000_000_000  # 2001 and 2023
@@ -169,3 +169,43 @@ def test_reset_offsets_moves_a_groups_offsets_and_its_next_owner_starts_there(cl
     wait_until(lambda: len(second.records()) >= 65 + 50, timeout=SETTLE_S, message="t-1 delivered again")
     again = [r["offset"] for r in second.records()[65:] if r["partition"] == 1]
     assert again == list(range(50)) and second.alive
+
+
+def test_describe_members_asks_the_coordinator_what_each_member_is_and_how_long_its_lease_runs(
+        cluster_factory, zk, zk_connect):
+    """A thin consumer and a stock librdkafka member (through the broker's
+    bridge) in one group: `--members` shows each one's kind, client id and
+    a lease remaining within its session timeout, as the coordinator holds
+    them now; the kinds are in the group's state in ZooKeeper too."""
+    cluster = cluster_factory(1)
+    create_topic(zk, "t", 4)
+    thin = cluster.add_consumer("g", topics=["t"], extra=["--client-id", "orders-app"])
+    stock = cluster.add_consumer("g", topics=["t"], kafka_brokers=cluster.broker_list)
+    wait_whole(zk, "g", [thin, stock], partitions_of(zk, ["t"]), timeout=SETTLE_S)
+
+    def members_json() -> dict:
+        result = describe(zk_connect, "--members", "--output", "json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    view = wait_until(lambda: (v := members_json()) and len(v["members"]) == 2 and v, timeout=SETTLE_S,
+                      message="both members described by the coordinator")
+    assert view["members_from"] == "coordinator" and view["members_unavailable"] is None
+    by_kind = {m["kind"]: m for m in view["members"]}
+    assert set(by_kind) == {"thin", "classic-eager"}
+    assert by_kind["thin"]["consumer_id"] == thin.status()["consumer_id"]
+    assert by_kind["thin"]["client_id"] == "orders-app"
+    assert by_kind["classic-eager"]["client_id"] == f"zkcoord-consume-{stock.pid}"
+    for member in view["members"]:
+        assert member["host"] == "127.0.0.1" and member["session_timeout_ms"] == 4000 and member["connected"]
+        assert 0 < member["lease_remaining_ms"] < member["session_timeout_ms"], member
+    assert sum(len(m["partitions"]) for m in view["members"]) == 4
+    recorded = {client.kind for client in read_group_state(zk, "g").clients.values()}
+    assert recorded == {"thin", "classic-eager"}
+
+    table = [line.split() for line in describe(zk_connect, "--members").stdout.splitlines()]
+    header = next(i for i, row in enumerate(table) if row[:2] == ["GROUP", "CONSUMER-ID"])
+    assert table[header][4:7] == ["CLIENT", "STATIC-ID", "LEASE-REMAINING"]
+    thin_row = next(row for row in table[header + 1:] if row[1] == by_kind["thin"]["consumer_id"])
+    assert thin_row[3:7] == ["orders-app", "thin", "consumer", "-"] and thin_row[8] == "s"  # dynamic: no static id
+    assert 0 < float(thin_row[7]) < 4.0

@@ -471,6 +471,17 @@ def test_a_clients_static_flag_and_session_timeout_are_written_only_when_set():
             L.decode_group_state(bad)
 
 
+def test_a_clients_kind_is_written_only_when_said():
+    state = GroupState(4, "range", {"c-1": (("t", 0),)},
+                       clients={"c-1": L.MemberClient("127.0.0.1", "rdkafka", kind="classic-cooperative")})
+    data = L.encode_group_state(state)
+    assert b'"c-1":{"host":"127.0.0.1","client_id":"rdkafka","kind":"classic-cooperative"}' in data
+    assert L.decode_group_state(data) == state
+    assert b'"kind"' not in L.encode_group_state(GroupState(4, "range", {}, clients={"c": L.MemberClient("h")}))
+    with pytest.raises(L.LayoutError, match="client of member 'c-1'"):
+        L.decode_group_state(data.replace(b'"kind":"classic-cooperative"', b'"kind":7'))
+
+
 @pytest.mark.parametrize("clients", [b'[]', b'{"c":"127.0.0.1"}', b'{"c":{"client_id":"x"}}',
                                      b'{"c":{"host":1}}', b'{"c":{"host":"h","client_id":2}}'])
 def test_group_state_refuses_a_bad_client(clients):

@@ -27,8 +27,10 @@ from kazoo.exceptions import NoNodeError
 
 from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.admin.client import (
-    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap, read_or_none, table,
+    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap, read_or_none,
+    refuse_password_without_tls, table,
 )
+from zkcoord.admin.live import kind_name, lease_text, live_members, with_live_members
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import broker_addresses, read_group_state, read_offsets, read_owners, read_servers
@@ -124,7 +126,10 @@ def member_details(known: Optional[layout.MemberClient]) -> dict:
     """What the coordinator recorded of a member beyond Kafka's columns
     (None where it did not: a state written by an older server)."""
     return {"static": known.static if known else None,
-            "session_timeout_ms": known.session_timeout_ms or None if known else None}
+            "session_timeout_ms": known.session_timeout_ms or None if known else None,
+            "kind": known.kind or None if known else None,
+            # What only the coordinator knows (live.py): unknown from ZooKeeper.
+            "lease_remaining_ms": None, "connected": None, "outstanding": None}
 
 
 def read_history(client, group: str) -> list[dict]:
@@ -178,14 +183,22 @@ def render_offsets(view: dict) -> list[str]:
 
 
 def render_members(view: dict) -> list[str]:
-    """Kafka's `--describe --members --verbose` table."""
-    lines = coordinator_lines(view) + [""]
+    """Kafka's `--describe --members --verbose` table, with what zkcoord
+    adds: the kind of client, the static id, and the lease remaining (as
+    the coordinator says it now, else ZooKeeper's members without it)."""
+    lines = coordinator_lines(view)
+    if view.get("members_unavailable"):
+        lines.append(f"Members as ZooKeeper last recorded them; the coordinator cannot say now: "
+                     f"{view['members_unavailable']}")
+    lines.append("")
     if not view["members"]:
         return lines + [f"Consumer group '{view['group']}' has no active members."]
-    rows = [[view["group"], m["consumer_id"], _host(m["host"]), _show(m["client_id"]), str(len(m["partitions"])),
+    rows = [[view["group"], m["consumer_id"], _host(m["host"]), _show(m["client_id"]), kind_name(m.get("kind")),
+             m["consumer_id"] if m.get("static") else "-", lease_text(m), str(len(m["partitions"])),
              ",".join(f"{p['topic']}({p['partition']})" for p in m["partitions"]) or "-"]
             for m in view["members"]]
-    return lines + table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"], rows, {4: 12})
+    return lines + table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "CLIENT", "STATIC-ID", "LEASE-REMAINING",
+                          "#PARTITIONS", "ASSIGNMENT"], rows, {7: 12})
 
 
 def render_state(view: dict) -> list[str]:
@@ -256,7 +269,9 @@ def register(subparsers) -> None:
     add_security_options(describe)
     describe.add_argument("--group", required=True)
     view = describe.add_mutually_exclusive_group()
-    view.add_argument("--members", action="store_true", help="one line per member: host, client id, partitions")
+    view.add_argument("--members", action="store_true",
+                      help="one line per member: host, client id, kind of client, static id, lease remaining, "
+                           "partitions (asked of the group's coordinator; ZooKeeper's record if it cannot say)")
     view.add_argument("--state", action="store_true", help="one line: coordinator, strategy, state, members")
     view.add_argument("--history", action="store_true", help="the last rebalance rounds: when, why, how long, "
                                                             "what moved and paused, how each ended")
@@ -290,6 +305,10 @@ def run(args: argparse.Namespace) -> int:
                                       client, tls=client_tls(args), credential=client_credential(args),
                                       plain_without_tls=args.password_without_tls,
                                       kafka_bootstrap=kafka_bootstrap(args)))
+            if args.members:
+                refuse_password_without_tls(args)  # the credential goes to the coordinator, as a reset's does
+                view = with_live_members(view, lambda: live_members(
+                    client, args.group, tls=client_tls(args), credential=client_credential(args)))
             if args.output == "json":
                 print(json.dumps(view, indent=2))
             else:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import collections
 import logging
 import re
+from functools import partial
 from typing import Callable, Optional
 
 from zkcoord.admin.client import slot_count, slot_holder
 from zkcoord.admin.groups import PREPARING_REBALANCE, describe_group, list_groups
+from zkcoord.admin.live import with_live_members
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk.nodes import read_brokers, read_owners, read_servers
 
@@ -30,6 +32,8 @@ FAILED, VACANT_SLOT, REBALANCING, LAG_GROWING = "failed", "vacant-slot", "rebala
 SEVERITY = (FAILED, VACANT_SLOT, REBALANCING, LAG_GROWING)
 
 Ends = Optional[Callable]  # partitions -> {partition: log end offset}, or None: no lag
+# group -> its coordinator's DescribeGroupResponse (live.live_members), or None: ZooKeeper's members only
+Members = Optional[Callable]
 
 
 class LagTrend:
@@ -82,13 +86,17 @@ def _guarded(ends: Ends) -> Ends:
     return asking
 
 
-def group_view(client, group: str, ends: Ends, sees_topic: Callable[[str], bool]) -> dict:
+def group_view(client, group: str, ends: Ends, sees_topic: Callable[[str], bool],
+               members: Members = None) -> dict:
     """``group`` as `zkcoord groups describe --output json` shows it, less
     the topics the viewer may not see, with its total lag, and each
     partition's recorded ``owner`` beside the member the generation assigns
     it to (``consumer_id``, as describe names it): during a rebalance they
-    differ for the partitions on the move."""
+    differ for the partitions on the move. With ``members``, the members as
+    the group's coordinator holds them now (as `--members` shows them)."""
     view = describe_group(client, group, _guarded(ends))
+    if members is not None:
+        view = with_live_members(view, partial(members, group))
     recorded = read_owners(client, group)
     view["partitions"] = [{**row, "owner": recorded.get((row["topic"], row["partition"]))}
                           for row in view["partitions"] if sees_topic(row["topic"])]

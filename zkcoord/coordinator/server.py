@@ -787,7 +787,7 @@ class Server:
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
                     channel.send(self._metadata_for(message), frame.correlation_id)
-                elif isinstance(message, (wire.RegisterConsumerRequest, wire.ResetOffsetsRequest)):
+                elif type(message) in access.CHECKS:
                     # Requests for the group's coordinator, which then owns the connection.
                     try:
                         principal = self._admit(channel, message)
@@ -809,8 +809,10 @@ class Server:
                             error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
                     elif isinstance(message, wire.RegisterConsumerRequest):
                         coordinator.serve_member(channel, message, frame.correlation_id, principal)
-                    else:
+                    elif isinstance(message, wire.ResetOffsetsRequest):
                         coordinator.serve_reset(channel, message, frame.correlation_id)
+                    else:
+                        coordinator.serve_describe(channel, message, frame.correlation_id)
                     return
                 else:
                     raise wire.IllegalState(
@@ -861,9 +863,7 @@ class Server:
                 f"(a user and password: RegisterConsumer version 3, ResetOffsets version 2) or come over TLS "
                 f"with a client certificate")
         if self.acls is not None:
-            check = access.check_registration if isinstance(message, wire.RegisterConsumerRequest) \
-                else access.check_reset
-            check(self.acls.acls, principal, host, message, security.super_principals)
+            access.CHECKS[type(message)](self.acls.acls, principal, host, message, security.super_principals)
         return principal
 
     def _coordinator_of(self, group_id: str) -> Optional[Coordinator]:

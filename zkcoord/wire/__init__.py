@@ -23,7 +23,9 @@ from zkcoord.wire.errors import (
     AuthenticationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed, StaticMemberOwnedByOtherPrincipal,
 )
 from zkcoord.wire.messages import (
-    LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest,
+    CLASSIC_COOPERATIVE, CLASSIC_EAGER, CLIENT_KINDS, CONSUMER_PROTOCOL, MAX_CLIENT_ID_BYTES, SPARK, THIN,
+    clipped_client_id, DescribeGroupRequest,
+    DescribeGroupResponse, MemberDescription, LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest,
     ClusterMetadataResponse, Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
     RegisterConsumerRequest, RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse,
@@ -43,7 +45,9 @@ __all__ = [
     "error_for",
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
-    "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
+    "CLASSIC_COOPERATIVE", "CLASSIC_EAGER", "CLIENT_KINDS", "CONSUMER_PROTOCOL", "MAX_CLIENT_ID_BYTES", "SPARK", "THIN",
+    "clipped_client_id", "DescribeGroupRequest",
+    "DescribeGroupResponse", "MemberDescription", "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
     "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",

@@ -17,6 +17,8 @@ from typing import Optional
 
 from kafka import errors as kafka_errors
 
+from zkcoord import wire
+
 from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
 from zkcoord.coordinator.assignors import ASSIGNORS
 
@@ -65,6 +67,7 @@ class ConsumerMember(BridgedMember):
     delivered: Optional[frozenset] = None
 
     stale_error = STALE_MEMBER_EPOCH
+    client_kind = wire.CONSUMER_PROTOCOL  # what its registration tells the coordinator it is
 
     def heartbeat(self, epoch: int, owned: Optional[frozenset], now: float,
                   sendable=lambda tp: True) -> tuple[int, Optional[frozenset]]:

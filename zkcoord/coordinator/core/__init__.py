@@ -13,6 +13,7 @@ hands in):
 - office.py: the coordinator's state (ACTIVE, SUSPENDED, DEPOSED) and the
   proof of its office, without which nothing is sent, started or written;
 - groups.py: the groups by name and the topics' partition counts;
+- describe.py: what a member says it is, checked, and a group's members as held now, for operators;
 - known_log_ends.py: the partitions' log ends as their leaders last said;
 - requests.py: the members on each connection, what each was asked and by when;
 - offsets.py: offsets reported, pending and committed, and their writes;

@@ -18,6 +18,7 @@ from typing import Hashable, Mapping, Optional
 from zkcoord import wire
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.core.describe import Describe
 from zkcoord.coordinator.core.groups import GroupTable
 from zkcoord.coordinator.core.history import History
 from zkcoord.coordinator.core.known_log_ends import KnownLogEnds
@@ -61,6 +62,7 @@ class CoordinatorCore:
         self.membership = Membership(config, office, out, table, requests, pings, offsets, rounds, metrics)
         self.retention = Retention(config, office, out, table, offsets, rounds, self.membership.registering_in)
         self.resets = Resets(office, out, table, offsets, log_ends, rounds, empty=self.retention.empty)
+        self.describer = Describe(office, out, table)
         self.consumer_lag = ConsumerLag(config, office, out, table, offsets, log_ends)
         # Timer keys by their first element: ("answers",), ("rebalance", group),
         # ("static", conn), ("ping",), ("flush",), ("office",), ("second-proof",), ("forget", group), ("lag",).
@@ -304,6 +306,14 @@ class CoordinatorCore:
         stops their owners, commits and starts the owners from them. Every
         refusal changes nothing."""
         self.resets.reset_offsets(conn, request, correlation_id, now)
+        return self.out.take()
+
+    def describe_group(self, conn: Hashable, request: wire.DescribeGroupRequest, correlation_id: int,
+                       now: float) -> list:
+        """An operator's DescribeGroupRequest on connection ``conn``: answered
+        at once from memory (each member's kind, client id, lease remaining,
+        partitions and unanswered request), then closed. Changes nothing."""
+        self.describer.describe_group(conn, request, correlation_id, now)
         return self.out.take()
 
     # -- introspection ----------------------------------------------------------------------------

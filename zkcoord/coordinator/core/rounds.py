@@ -263,7 +263,8 @@ class Rounds:
             {m: tuple(sorted(tps)) for m, tps in target.items()},
             lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
             running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
-            clients={m.member_id: layout.MemberClient(m.host, m.client_id, m.is_static, m.session_timeout_ms)
+            clients={m.member_id: layout.MemberClient(m.host, m.client_id, m.is_static, m.session_timeout_ms,
+                                                      m.client_kind)
                      for m in group.members.values()},
             proofs={m.member_id: m.proof for m in group.members.values() if m.proof},
         )
