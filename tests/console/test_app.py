@@ -98,6 +98,25 @@ def test_the_overview_shows_slots_servers_brokers_and_groups(cluster):
     assert re.search(r"UTC, completed\b", text(page))  # g's last rebalance; h has none
 
 
+def test_a_member_that_stops_answering_is_shown_close_to_expiry_before_it_expires(cluster):
+    """SIGSTOP past two thirds of its session: the member has let a request
+    of its coordinator go unanswered, and the overview says so while its
+    lease still runs (from its coordinator: ZooKeeper knows no lease)."""
+    client = console(cluster.zk)
+    member = cluster.add_consumer("x", topics=["t"], session_timeout_ms=9000)
+    try:
+        wait_until(lambda: member.status() and member.status().get("assignment"), timeout=SETTLE_S,
+                   message="the member of group x to hold partitions")
+        member.pause()
+        problem = wait_until(lambda: next((p for p in client.get("/api/overview").get_json()["problems"]
+                                           if p["kind"] == "member-expiring" and p["group"] == "x"), None),
+                             timeout=9, interval=0.2, message="the paused member shown close to expiry")
+        assert f"member {member.status()['consumer_id']}'s lease runs out in" in problem["text"]
+    finally:
+        member.resume()
+        member.terminate()
+
+
 def test_a_group_page_shows_owners_offsets_lag_and_members(cluster):
     client = console(cluster.zk)
     member = cluster.consumer.status()["consumer_id"]

@@ -127,7 +127,7 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
 
     def overview_data() -> dict:
         who = viewer()
-        return model.overview(zk, ends, who.sees_group, who.sees_topic, trend)
+        return model.overview(zk, ends, who.sees_group, who.sees_topic, trend, members)
 
     @app.route("/")
     def overview():

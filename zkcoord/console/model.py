@@ -26,10 +26,17 @@ from zkcoord.zk.nodes import read_brokers, read_owners, read_servers
 log = logging.getLogger(__name__)
 
 # Problems, worst first: a failed rebalance stops a group; a vacant slot
-# stops every group in it; a rebalance under way pauses partitions; a lag
-# that keeps growing is a group falling behind.
-FAILED, VACANT_SLOT, REBALANCING, LAG_GROWING = "failed", "vacant-slot", "rebalancing", "lag-growing"
-SEVERITY = (FAILED, VACANT_SLOT, REBALANCING, LAG_GROWING)
+# stops every group in it; a rebalance under way pauses partitions; a member
+# close to expiry is about to set one off; a lag that keeps growing is a
+# group falling behind.
+FAILED, VACANT_SLOT, REBALANCING, EXPIRING, LAG_GROWING = (
+    "failed", "vacant-slot", "rebalancing", "member-expiring", "lag-growing")
+SEVERITY = (FAILED, VACANT_SLOT, REBALANCING, EXPIRING, LAG_GROWING)
+# A member is close to expiry when less than this share of its session is
+# left of its lease: the coordinator asks every member a third of its
+# session after the last request, so a member with less left has let
+# (at least) one request go unanswered.
+EXPIRING_SHARE = 1 / 3
 
 Ends = Optional[Callable]  # partitions -> {partition: log end offset}, or None: no lag
 # group -> its coordinator's DescribeGroupResponse (live.live_members), or None: ZooKeeper's members only
@@ -129,10 +136,20 @@ def slots_view(client) -> list[dict]:
     return rows
 
 
+def expiring(members: list[dict]) -> list[dict]:
+    """The members whose lease, as their coordinator said it (live members
+    only: ZooKeeper's have no lease), has less than EXPIRING_SHARE of its
+    session left."""
+    return [m for m in members if m.get("lease_remaining_ms") is not None and m.get("session_timeout_ms")
+            and m["lease_remaining_ms"] < m["session_timeout_ms"] * EXPIRING_SHARE]
+
+
 def overview(client, ends: Ends, sees_group: Callable[[str], bool], sees_topic: Callable[[str], bool],
-             trend: LagTrend) -> dict:
+             trend: LagTrend, members: Members = None) -> dict:
     """The cluster at a glance: slots, servers, brokers, the groups the
-    viewer may see, and the problems, worst first."""
+    viewer may see, and the problems, worst first. With ``members``, each
+    group's coordinator is asked for its members' leases (one request per
+    group), and those close to expiry are among the problems."""
     slots = slots_view(client)
     servers = read_servers(client)
     holding = collections.defaultdict(list)
@@ -142,14 +159,17 @@ def overview(client, ends: Ends, sees_group: Callable[[str], bool], sees_topic: 
     groups = []
     names = [name for name in list_groups(client) if sees_group(name)]
     for name in names:
-        view = group_view(client, name, ends, sees_topic)
+        view = group_view(client, name, ends, sees_topic, members)
         trend.observe(name, view["lag"])
         groups.append({"group": name, "state": view["state"], "generation": view["generation"],
                        "strategy": view["strategy"], "members": len(view["members"]),
                        "partitions": len(view["partitions"]), "lag": view["lag"],
                        "lag_growing": trend.growing(name), "coordinator": view["coordinator"],
                        "failure": view["failure"],
-                       "last_rebalance": view["history"][-1] if view["history"] else None})
+                       "last_rebalance": view["history"][-1] if view["history"] else None,
+                       "expiring": [{"consumer_id": m["consumer_id"], "lease_remaining_ms": m["lease_remaining_ms"],
+                                     "session_timeout_ms": m["session_timeout_ms"]}
+                                    for m in expiring(view["members"])]})
     trend.forget_all_but(names)
     return {
         "slots": slots,
@@ -178,6 +198,12 @@ def problems(slots: list[dict], groups: list[dict]) -> list[dict]:
         elif group["state"] == PREPARING_REBALANCE:
             found.append({"kind": REBALANCING, "subject": name, "group": name,
                           "text": f"rebalancing (generation {group['generation']})"})
+        for member in group.get("expiring", ()):
+            found.append({"kind": EXPIRING, "subject": name, "group": name,
+                          "text": f"member {member['consumer_id']}'s lease runs out in "
+                                  f"{member['lease_remaining_ms'] / 1000:.1f} s (session "
+                                  f"{member['session_timeout_ms'] / 1000:.1f} s): it has not answered its "
+                                  f"coordinator"})
         if group["lag_growing"]:
             found.append({"kind": LAG_GROWING, "subject": name, "group": name,
                           "text": "lag growing: " + " \u2192 ".join(str(lag) for lag in group["lag_growing"])})
