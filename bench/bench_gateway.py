@@ -84,7 +84,7 @@ def main() -> int:
     args = parser.parse_args()
 
     with scratch_ensemble("bench-gateway-") as (work, ensemble), \
-            KafkaCluster(work / "kafka", KafkaSettings(KRAFT_MODE, brokers=1, min_insync_replicas=1)) as kafka, \
+            KafkaCluster(work / "kafka", KafkaSettings(KRAFT_MODE, brokers=1, min_insync_replicas=1, full_jit=True)) as kafka, \
             LocalCluster(ensemble.connect_string, work / "zkcoord") as cluster:
         kafka.start()
         server = cluster.add_server(GATEWAY_ID, extra=("--gateway", "--kafka-bootstrap", kafka.bootstrap))

@@ -612,7 +612,7 @@ def run(args, work: Path) -> str:
     raise_fd_limit()
     print(f"load before the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on "
           f"{os.cpu_count()} cores", flush=True)
-    with KafkaCluster(work / "kafka", KafkaSettings(KRAFT_MODE, heap_mb=sizes.kafka_heap_mb,
+    with KafkaCluster(work / "kafka", KafkaSettings(KRAFT_MODE, heap_mb=sizes.kafka_heap_mb, full_jit=True,
                                                     session_timeout_ms=COORDINATOR_SESSION_MS,
                                                     properties=sizes.kafka_properties())) as kafka:
         kafka.start(timeout=180)

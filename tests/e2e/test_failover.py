@@ -16,6 +16,7 @@ from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import partitions_of
 from zkcoord.zk.nodes import read_offsets, read_owners
 from zkcoord.testing import wait_until
+from zkcoord.admin.groups import read_history
 from zkcoord.admin.topics import create_topic
 from zkcoord.zk import layout
 
@@ -58,6 +59,42 @@ def test_kill_9_of_the_coordinator_hands_over_with_nothing_lost(cluster, zk):
     # "whole" here is about the coordinator: every member holds its range again.
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     _check_offsets_never_back(committed, read_offsets(zk, "g"))
+    # The successor's rounds are appended to the history its predecessor wrote.
+    history = wait_until(lambda: (h := read_history(zk, "g")) and h[-1]["epoch"] > old_epoch and h,
+                         timeout=FAILOVER_S, message="the successor's round in the history")
+    assert [r["epoch"] for r in history if r["epoch"] <= old_epoch], "the predecessor's rounds kept"
+    assert history[-1]["outcome"] == "completed"  # the members registering again with the successor asked for it
+    assert all(f"member {c.status()['consumer_id']} joined" in history[-1]["trigger"] for c in consumers)
+
+
+def test_a_server_restarted_right_after_kill_9_waits_out_its_old_registration(cluster, zk):
+    """Restarted at once, as a supervisor restarts a crashed process, a
+    server finds its dead self's registration (alive until that session
+    expires) and waits it out instead of exiting."""
+    server = cluster.servers[3]
+    path = layout.server_path("3")
+    dead_owner = zk.exists(path).ephemeralOwner
+    server.kill()
+    assert zk.exists(path).ephemeralOwner == dead_owner  # the session outlives the process
+    server.start(timeout=30)
+    wait_until(lambda: (zk.exists(path) or None) and zk.exists(path).ephemeralOwner != dead_owner, timeout=10,
+               message="the restarted server's own registration")
+    assert server.alive
+
+
+def test_a_second_live_server_with_the_same_id_is_refused_after_waiting(cluster, zk):
+    """A registration that outlives the wait belongs to a live server: the
+    newcomer exits with the error, and the live one keeps its node."""
+    from zkcoord.testing.cluster import ServerProcess
+
+    live = cluster.servers[1]
+    owner = zk.exists(layout.server_path("1")).ephemeralOwner
+    # Without a broker of its own: an embedded broker would first wait out
+    # the broker id's registration, the same way (broker/zkstate.py).
+    twin = ServerProcess(1, live.zookeeper, live.directory.parent / "twin", (*SERVER_ARGS, "--no-broker"))
+    with pytest.raises(Exception, match="another live server already uses id 1"):
+        twin.start(timeout=30)
+    assert zk.exists(layout.server_path("1")).ephemeralOwner == owner and live.alive
 
 
 def test_expired_coordinator_session_hands_over_and_the_old_one_steps_down(cluster, zk):

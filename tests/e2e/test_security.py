@@ -203,6 +203,18 @@ def test_an_offset_reset_asks_describe_to_look_and_delete_to_execute(secured, tm
     assert done.returncode == 0, done.stderr
 
 
+def test_a_look_at_a_groups_members_asks_describe_on_the_group(secured):
+    """DescribeGroup (`groups describe --members`, the console) through the authorizer of a real server."""
+    from zkcoord.admin.live import LiveUnavailable, live_members
+
+    looked = live_members(secured.zk, "g-reset", credential=("carol", "carol-pw"))
+    assert looked.error_code == wire.ErrorCode.NONE and looked.members == ()  # nobody consumes g-reset
+    with pytest.raises(LiveUnavailable, match="User:bob is not authorized to Describe group 'g-reset'"):
+        live_members(secured.zk, "g-reset", credential=("bob", "bob-pw"))
+    with pytest.raises(LiveUnavailable, match="AuthenticationFailed"):
+        live_members(secured.zk, "g-reset", credential=("carol", "wrong"))
+
+
 def test_a_static_id_is_its_principals(secured):
     with member(secured, "alice", consumer_id="pinned") as alice:
         wait_until(lambda: alice.poll(100) is not None and alice.assignment(), timeout=30,

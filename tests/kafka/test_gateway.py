@@ -18,13 +18,16 @@ from typing import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from zkcoord.fetch.connection import BrokerConnection, PartitionError
 from zkcoord.testing import LocalCluster, cluster_in_chroot, fresh_chroot, wait_until
 from zkcoord.testing.cluster import ConsumerProcess, send_acknowledged
+from zkcoord.testing.java_members import JavaMember
 from zkcoord.testing.kafka import KafkaCluster
 from zkcoord.testing.process import zkcoord_command
+from zkcoord.zk.layout.kafka import parse_kafka_uuid
 from zkcoord.zk.nodes import read_offsets
 
 pytestmark = pytest.mark.kafka
@@ -32,6 +35,7 @@ pytestmark = pytest.mark.kafka
 GATEWAY_ID, SERVER_ID = 11, 12  # apart from Kafka's node ids, 1 to 3
 SETTLE_S = 60
 NOT_LEADER_OR_FOLLOWER = 6
+FETCH = FetchRequest.API_KEY
 OFFSET_FOR_LEADER_EPOCH = 23
 
 
@@ -56,18 +60,44 @@ def gateway(servers: LocalCluster) -> str:
     return servers.servers[GATEWAY_ID].broker
 
 
+def servers_view(servers: LocalCluster, topic: str):
+    """The cluster as the gateway's Metadata names it."""
+    with BrokerConnection(gateway(servers), timeout_s=10) as at_gateway:
+        return at_gateway.cluster([topic])
+
+
 # Stock members bootstrapped at the gateway, by client library. Each starts a
 # member of ``group`` reading ``topic`` and returns it as a ConsumerProcess
 # (records(): dicts with partition and offset; assignment(); stock True;
 # terminate() leaves the group cleanly): the group test below takes in every
 # entry, so a Java KafkaConsumer is one more entry here.
 StockMember = Callable[[LocalCluster, str, str], ConsumerProcess]
+JAVA_STARTED: list[JavaMember] = []  # stopped when the module ends
+
+
+def java_member(servers: LocalCluster, group: str, topic: str) -> JavaMember:
+    """Kafka's own KafkaConsumer (classic protocol), with the session the other members have."""
+    member = JavaMember(servers.directory / f"java-{len(JAVA_STARTED)}", [topic], {
+        "bootstrap.servers": gateway(servers), "group.id": group, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 4000, "heartbeat.interval.ms": 500}, name=f"java member {len(JAVA_STARTED)}")
+    JAVA_STARTED.append(member)
+    return member.start()
+
+
 STOCK_MEMBERS: dict[str, StockMember] = {
     "librdkafka": lambda servers, group, topic: servers.add_consumer(
         group, topics=[topic], kafka_brokers=gateway(servers)),
     "kafka-python": lambda servers, group, topic: servers.add_consumer(
         group, topics=[topic], kafka_brokers=gateway(servers), extra=("--kafka-client", "kafka-python")),
+    "java": java_member,
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def java_members_stopped() -> Iterator[None]:
+    yield
+    for member in JAVA_STARTED:
+        member.kill()
 
 
 def values(prefix: str, partitions: int, per_partition: int) -> list[tuple]:
@@ -93,17 +123,38 @@ def kafka_groups(kafka: KafkaCluster) -> set:
     return {g.group_id for g in admin.list_consumer_groups(request_timeout=30).result(30).valid}
 
 
-def offered_apis(address: str) -> dict:
-    """{API key: (min, max)} of a broker's ApiVersions answer (version 3)."""
+def exchange(address: str, request, version: int) -> bytes:
+    """Send ``request`` to a broker; its answer after the size."""
     host, port = address.rsplit(":", 1)
-    request = ApiVersionsRequest(version=3, client_software_name="zkcoord-test", client_software_version="1")
     request.with_header(correlation_id=1, client_id="zkcoord-test")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(request.encode(version=3, header=True, framed=True))
+        sock.sendall(request.encode(version=version, header=True, framed=True))
         reader = sock.makefile("rb")
-        answer = reader.read(int.from_bytes(reader.read(4), "big"))
+        return reader.read(int.from_bytes(reader.read(4), "big"))
+
+
+def offered_apis(address: str) -> dict:
+    """{API key: (min, max)} of a broker's ApiVersions answer (version 3)."""
+    request = ApiVersionsRequest(version=3, client_software_name="zkcoord-test", client_software_version="1")
+    answer = exchange(address, request, 3)
     response = ApiVersionsResponse.decode(answer[4:], version=3)  # after the correlation id (header v0)
     return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+
+def refused_fetch(address: str, topic_id, version: int) -> tuple[int, set]:
+    """A Fetch of partition 0 at ``version``: the partition's error code, and
+    the endpoints the answer names (KIP-951's NodeEndpoints, from version 16)."""
+    Topic = FetchRequest.FetchTopic
+    request = FetchRequest(
+        replica_id=-1, replica_state=FetchRequest.ReplicaState(replica_id=-1, replica_epoch=-1), max_wait_ms=0,
+        min_bytes=1, max_bytes=1024, isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
+        rack_id="", topics=[Topic(topic="", topic_id=topic_id, partitions=[Topic.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=1024)])])
+    answer = exchange(address, request, version)
+    response = FetchResponse.decode(answer[5:], version=version)  # after the correlation id and tags (header v1)
+    endpoints = {f"{e.host}:{e.port}" for e in getattr(response, "node_endpoints", None) or ()}
+    return response.responses[0].partitions[0].error_code, endpoints
 
 
 def leader_ids(cluster) -> dict:
@@ -138,6 +189,19 @@ def test_the_gateway_names_kafkas_leaders_at_its_relays_and_relays_produce_and_f
         assert offered[OFFSET_FOR_LEADER_EPOCH] == kafkas[OFFSET_FOR_LEADER_EPOCH]
         assert offered[ApiVersionsRequest.API_KEY] == ours[ApiVersionsRequest.API_KEY] != kafkas[
             ApiVersionsRequest.API_KEY]
+
+    # A relay lets no client speak a Fetch version whose refusals name Kafka's
+    # brokers (KIP-951): a client would take Kafka's address for the node and
+    # ask Kafka for its coordinator. Asked of a broker that does not hold the
+    # partition, at the newest version the relay offers.
+    lone = "gw-one-replica"
+    kafka.create_topic(lone, partitions=1, replication_factor=1)
+    wait_until(lambda: lone in servers_view(servers, lone).topics, 30, message="the gateway to learn the topic")
+    lone_seen = servers_view(servers, lone)
+    elsewhere = next(n for n in (1, 2, 3) if n != leader_ids(lone_seen)[(lone, 0)])
+    relay, topic_id = seen.brokers[elsewhere], parse_kafka_uuid(lone_seen.topics[lone].topic_id)
+    error, named = refused_fetch(relay, topic_id, offered_apis(relay)[FETCH][1])
+    assert error == NOT_LEADER_OR_FOLLOWER and named <= set(lone_seen.brokers.values()), named
 
     # A producer bootstrapped at the gateway writes to Kafka's leaders through the relays, acks=all.
     producer = Producer({"bootstrap.servers": gateway(servers), "acks": "all", "log_level": 3})

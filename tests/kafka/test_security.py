@@ -1,11 +1,15 @@
-"""zkcoord against a secured Kafka 4 node in KRaft mode: clients log in on
-a SASL_SSL listener with SCRAM users, certificates from zkcoord's own CA,
-and Kafka's StandardAuthorizer enforces ACLs. A thin consumer of a zkcoord
-group reads with its user; a user without a READ ACL on the topic gets a
-typed authorization error, shown by ``zkcoord consume``; ``zkcoord groups
+"""zkcoord against a secured Kafka: Kafka 4 in KRaft mode and Kafka 3.9 in
+ZooKeeper mode, each with a SASL_SSL listener for clients beside the
+harness's PLAINTEXT one, SCRAM users, certificates from zkcoord's own CA,
+and Kafka's authorizer enforcing ACLs. A thin consumer of a zkcoord group
+reads with its user; a user without a READ ACL on the topic gets a typed
+authorization error, shown by ``zkcoord consume``; ``zkcoord groups
 describe`` reads the lag with credentials, and says so when they are
-refused; the Spark source reads with credentials on both its paths. One
-Kafka node and one zkcoord server serve the module."""
+refused; the Spark source reads with credentials on both its paths. In
+KRaft mode zkcoord is given the SASL_SSL listener (``--kafka-bootstrap``);
+in ZooKeeper mode it reads the brokers' registrations and takes the
+endpoint that speaks what it speaks (SASL_SSL, with TLS and a login), not
+the PLAINTEXT one. One Kafka node and one zkcoord server serve each mode."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from zkcoord.fetch.errors import TopicAuthorizationError
 from zkcoord.security import certs
 from zkcoord.security.secrets import write_private
 from zkcoord.testing import LocalCluster, cluster_in_chroot, wait_until
-from zkcoord.testing.kafka import KRAFT_MODE, KafkaSettings
+from zkcoord.testing.kafka import KRAFT_MODE, ZOOKEEPER_MODE, KafkaSettings
 from zkcoord.testing.kafka_security import SecuredKafkaCluster
 from zkcoord.testing.process import zkcoord_command
 from zkcoord.zk import security_store as store
@@ -36,12 +40,13 @@ RECORDS = 60
 USERS = {"alice": "alice-pw", "mallory": "mallory-pw", "zkcoord": "zkcoord-pw"}
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory) -> Iterator[SecuredKafkaCluster]:
+@pytest.fixture(scope="module", params=[KRAFT_MODE, ZOOKEEPER_MODE])
+def kafka(request, kafka_chroot, tmp_path_factory) -> Iterator[SecuredKafkaCluster]:
     # One node: what is tested is who may log in and read, not replication
     # (the other modules' clusters have three), and one JVM starts soonest.
-    settings = KafkaSettings(KRAFT_MODE, brokers=1, min_insync_replicas=1)
-    with SecuredKafkaCluster(tmp_path_factory.mktemp("kafka-secured"), settings) as cluster:
+    settings = KafkaSettings(request.param, brokers=1, min_insync_replicas=1)
+    zookeeper = kafka_chroot[0] if request.param == ZOOKEEPER_MODE else None  # the chroot zkcoord shares
+    with SecuredKafkaCluster(tmp_path_factory.mktemp("kafka-secured"), settings, zookeeper) as cluster:
         cluster.start()
         cluster.add_users(USERS)
         cluster.allow("User:alice", ["READ"], TOPIC)
@@ -61,16 +66,24 @@ def secrets(tmp_path_factory):
     return directory
 
 
+def kafka_at(kafka) -> tuple[str, ...]:
+    """How a command is told where Kafka is: KRaft, its SASL_SSL listener;
+    ZooKeeper mode, nothing (the brokers' registrations in the chroot)."""
+    return ("--kafka-bootstrap", kafka.secure_bootstrap) if kafka.mode == KRAFT_MODE else ()
+
+
 @pytest.fixture(scope="module")
-def zkcoord_server(kafka, secrets, zk_ensemble, tmp_path_factory) -> Iterator[LocalCluster]:
-    """A zkcoord server beside the KRaft cluster (no broker of its own): TLS
+def zkcoord_server(kafka, kafka_chroot, secrets, zk_ensemble, tmp_path_factory) -> Iterator[LocalCluster]:
+    """A zkcoord server beside the Kafka cluster (no broker of its own): TLS
     from the same CA, and its own SCRAM user for Kafka's Metadata and log ends."""
     pki = kafka.tls.authority
     server = certs.issue(pki, kafka.directory / "pki", "zkcoord-server")
-    with cluster_in_chroot(zk_ensemble.connect_string, tmp_path_factory.mktemp("zkcoord"), "secure-kraft") as zkc:
+    directory = tmp_path_factory.mktemp("zkcoord")
+    with (cluster_in_chroot(zk_ensemble.connect_string, directory, "secure-kraft") if kafka.mode == KRAFT_MODE
+          else LocalCluster(kafka_chroot[0], directory)) as zkc:
         for user, password in USERS.items():
             store.set_user(zkc.zk, user, password)  # the members' credentials serve the coordinator too
-        zkc.add_server(1, extra=("--no-broker", "--kafka-bootstrap", kafka.secure_bootstrap,
+        zkc.add_server(1, extra=("--no-broker", *kafka_at(kafka),
                                  "--kafka-metadata-interval-ms", "2000", "--initial-rebalance-delay-ms", "0",
                                  "--tls-cert", str(server.cert), "--tls-key", str(server.key),
                                  "--tls-ca", str(pki.cert), "--bridge-user", "zkcoord",
@@ -123,8 +136,8 @@ def test_groups_describe_reads_the_lag_with_credentials_and_says_when_they_are_r
         wait_until(lambda: consumer.poll(100) and not consumer.poll(100) and consumer.assignment(), 60,
                    message="a first read")
     committed = wait_until(lambda: read_offsets(zkcoord_server.zk, group), 30, message="the offsets committed")
-    where = ("groups", "describe", "--zookeeper", zkcoord_server.zookeeper, "--group", group,
-             "--kafka-bootstrap", kafka.secure_bootstrap, "--tls-ca", str(kafka.tls.ca), "--user", "alice")
+    where = ("groups", "describe", "--zookeeper", zkcoord_server.zookeeper, "--group", group, *kafka_at(kafka),
+             "--tls-ca", str(kafka.tls.ca), "--user", "alice")
     done = zkcoord_cli(*where, "--password-file", str(secrets / "alice"), "--json")
     assert done.returncode == 0, done.stderr
     rows = {(row["topic"], row["partition"]): row for row in json.loads(done.stdout)["partitions"]}
@@ -147,8 +160,10 @@ def test_the_spark_source_reads_with_credentials_on_both_paths(kafka, zkcoord_se
     wanted = sorted(f"v-{p}-{i}".encode() for p in range(PARTITIONS) for i in range(RECORDS // PARTITIONS))
 
     def read(source: str, user: str):
-        return (spark.read.format(source).option("zookeeper", zkcoord_server.zookeeper)
-                .option("kafka.bootstrap.servers", kafka.secure_bootstrap).option("subscribe", TOPIC)
+        reader = spark.read.format(source).option("zookeeper", zkcoord_server.zookeeper)
+        if kafka.mode == KRAFT_MODE:
+            reader = reader.option("kafka.bootstrap.servers", kafka.secure_bootstrap)
+        return (reader.option("subscribe", TOPIC)
                 .option("ssl.ca.location", str(kafka.tls.ca)).option("sasl.username", user)
                 .option("sasl.passwordFile", str(secrets / user)).load().select("value").collect())
 

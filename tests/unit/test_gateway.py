@@ -86,3 +86,41 @@ def test_kafkas_metadata_becomes_the_gateways_cache():
                                 {1: BrokerAddress("gw", 9001, "r1"), 2: BrokerAddress("gw", 9002, None)})
     assert {node: a.port for node, a in seen.brokers.items()} == {1: 9001, 2: 9002, 9: 9000}
     assert seen.topics == cache.topics and seen.controller_id(own_id=9) == 2
+
+
+def test_describe_cluster_is_answered_by_the_gateway():
+    from kafka.protocol.admin import DescribeClusterRequest
+
+    describe = DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1)
+    assert not gateway.relayed(frame(describe, 1))  # Kafka's answer would name its brokers' own addresses
+
+
+def api_versions(offered: dict):
+    """An ApiVersions answer (version 3) offering {API key: (min, max)}."""
+    from zkcoord.broker.protocol import api_versions_response
+
+    response = api_versions_response(3)
+    Entry = type(response.api_keys[0])
+    response.api_keys = [Entry(api_key=key, min_version=low, max_version=high)
+                         for key, (low, high) in sorted(offered.items())]
+    return response
+
+
+def offered(response) -> dict:
+    return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+
+def test_no_listener_offers_a_produce_or_fetch_version_whose_refusals_name_kafkas_brokers():
+    """KIP-951: Produce from 10 and Fetch from 16 answer NOT_LEADER_OR_FOLLOWER
+    with the new leader's endpoint, Kafka's own address, which a relay would
+    pass on unread: the client would then ask Kafka for its coordinator."""
+    kafka = api_versions({ProduceRequest.API_KEY: (3, 12), FetchRequest.API_KEY: (4, 17), 23: (0, 4)})
+    kafka.with_header(correlation_id=5)
+    kafka_answer = bytes(kafka.encode(header=True))
+    ours = {ProduceRequest.API_KEY: (0, 11), FetchRequest.API_KEY: (0, 12), 18: (0, 3)}
+    relayed = offered(gateway.relay_api_versions(api_versions(ours), kafka_answer))
+    assert relayed[ProduceRequest.API_KEY] == (3, 9) and relayed[FetchRequest.API_KEY] == (4, 15)
+    assert relayed[23] == (0, 4) and relayed[18] == (0, 3)  # the rest as Kafka (relayed) and we (answered) say
+    # No Kafka broker answered: the gateway's own versions, capped all the same.
+    alone = offered(gateway.relay_api_versions(api_versions(ours), None))
+    assert alone[ProduceRequest.API_KEY] == (0, 9) and alone[FetchRequest.API_KEY] == (0, 12)

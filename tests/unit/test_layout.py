@@ -136,6 +136,17 @@ def test_broker_without_plaintext_listener():
     assert reg.plaintext_address() == ("h", 9093)
 
 
+@pytest.mark.parametrize("tls, sasl, address", [
+    (True, True, ("b", 9094)),    # SASL_SSL, the secured listener beside the plaintext one
+    (False, False, ("a", 9092)),  # PLAINTEXT
+    (True, False, ("a", 9092)),   # no SSL listener: the PLAINTEXT one, as before listeners were told apart
+])
+def test_a_client_is_given_the_listener_that_speaks_what_it_speaks(tls, sasl, address):
+    reg = BrokerRegistration.for_endpoints(
+        1, [ListenerEndpoint("INTERNAL", PLAIN, "a", 9092), ListenerEndpoint("CLIENTS", "SASL_SSL", "b", 9094)], timestamp_ms=5)
+    assert reg.address_for(L.client_protocol(tls, sasl)) == address
+
+
 def test_broker_v2_listener_name_is_the_protocol():
     data = (
         b'{"jmx_port":-1,"timestamp":"1","endpoints":["SSL://a:9093","PLAINTEXT://a:9092"],'
@@ -447,6 +458,28 @@ def test_group_state_clients_are_an_optional_field_of_version_2():
     # Read by such a server: it passes by fields it does not know, as it
     # passes by this one (the same decoder, asked for the same fields).
     assert L.decode_group_state(data.replace(b'"clients"', b'"future"')) == dataclasses.replace(state, clients={})
+
+
+def test_a_clients_static_flag_and_session_timeout_are_written_only_when_set():
+    state = GroupState(4, "range", {"s-1": (("t", 0),)},
+                       clients={"s-1": L.MemberClient("127.0.0.1", "app", static=True, session_timeout_ms=45_000)})
+    data = L.encode_group_state(state)
+    assert b'"s-1":{"host":"127.0.0.1","client_id":"app","static":true,"session_timeout_ms":45000}' in data
+    assert L.decode_group_state(data) == state
+    for bad in (data.replace(b'"static":true', b'"static":"yes"'), data.replace(b"45000", b"-1")):
+        with pytest.raises(L.LayoutError, match="client of member 's-1'"):
+            L.decode_group_state(bad)
+
+
+def test_a_clients_kind_is_written_only_when_said():
+    state = GroupState(4, "range", {"c-1": (("t", 0),)},
+                       clients={"c-1": L.MemberClient("127.0.0.1", "rdkafka", kind="classic-cooperative")})
+    data = L.encode_group_state(state)
+    assert b'"c-1":{"host":"127.0.0.1","client_id":"rdkafka","kind":"classic-cooperative"}' in data
+    assert L.decode_group_state(data) == state
+    assert b'"kind"' not in L.encode_group_state(GroupState(4, "range", {}, clients={"c": L.MemberClient("h")}))
+    with pytest.raises(L.LayoutError, match="client of member 'c-1'"):
+        L.decode_group_state(data.replace(b'"kind":"classic-cooperative"', b'"kind":7'))
 
 
 @pytest.mark.parametrize("clients", [b'[]', b'{"c":"127.0.0.1"}', b'{"c":{"client_id":"x"}}',

@@ -42,23 +42,14 @@ class FakeZooKeeper:
 def reader_of(brokers: dict, registrations: list, monkeypatch) -> LogEndReader:
     reads = []
 
-    def read_brokers(_zk, watch=None):
+    def broker_addresses(_zk, protocol, watch=None):
         reads.append(watch)
-        return {i: _Registration(address) for i, address in enumerate(registrations(), 1)}
+        return list(registrations())
 
-    monkeypatch.setattr(log_ends, "read_brokers", read_brokers)
+    monkeypatch.setattr(log_ends, "broker_addresses", broker_addresses)
     reader = LogEndReader(FakeZooKeeper(), timeout_s=5.0, connect=lambda address, **_: brokers[address])
     reader.reads = reads
     return reader
-
-
-class _Registration:
-    def __init__(self, address: str):
-        self.address = address
-
-    def plaintext_address(self):
-        host, port = self.address.split(":")
-        return host, int(port)
 
 
 def test_a_broker_that_does_not_know_the_topic_yet_does_not_end_the_search_for_its_leader(monkeypatch):

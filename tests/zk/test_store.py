@@ -382,3 +382,24 @@ def test_a_claim_takes_an_epoch_above_every_slots_when_asked(zk):
     store = CoordinatorStore(zk, 1, slot=1, slots=2)
     assert store.claim_epoch(elected_as=b"1", above=max(read_slot_epochs(zk).values())).number == 10
     assert CoordinatorStore(zk, 2, slot=0, slots=2).claim_epoch(above=3).number == 5  # its own is higher
+
+
+def test_the_rebalance_history_is_appended_bounded_fenced_and_replaced_when_unreadable(store, zk):
+    def rounds(*generations):
+        return [layout.RebalanceRecord(n, store.epoch.number, 1000 * n, 5, f"member m-{n} joined",
+                                       "no ownership recorded", 1, 1, 0, 0, layout.COMPLETED) for n in generations]
+
+    store.append_rebalance_history("g", rounds(1, 2), rounds=3)
+    store.append_rebalance_history("g", rounds(3, 4), rounds=3)  # a successor appends, the oldest goes
+    path = layout.group_history_path("g")
+    assert layout.decode_history(zk.get(path)[0]) == rounds(2, 3, 4)
+    zk.set(path, b"not a history")
+    store.append_rebalance_history("g", rounds(5), rounds=3)
+    assert layout.decode_history(zk.get(path)[0]) == rounds(5)
+    successor = CoordinatorStore(zk, server_id=2)
+    successor.claim_epoch()  # this store is deposed
+    with pytest.raises(Deposed):
+        store.append_rebalance_history("g", rounds(6), rounds=3)
+    assert layout.decode_history(zk.get(path)[0]) == rounds(5)
+    successor.forget_group("g")  # and it goes with its group
+    assert zk.exists(path) is None

@@ -60,6 +60,29 @@ def slot_holder(client, slot: int) -> tuple[Optional[str], Optional[int], Option
 
 # -- reaching the servers and brokers ----------------------------------------------------------------
 
+# How long an operator's command waits to connect to a server.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def ask_coordinator(address: tuple[str, int], request, tls=None, timeout: float = CONNECT_TIMEOUT_S):
+    """One operator's request (ResetOffsets, DescribeGroup) to the coordinator
+    at ``address``, on a connection of its own (the coordinator answers and
+    closes it); its answer, refusals included. Raises ZkcoordError or
+    OSError when it could not be asked or did not answer."""
+    from zkcoord import wire
+    from zkcoord.channel import Channel
+
+    channel = Channel.connect(address[0], address[1], CONNECT_TIMEOUT_S, tls=tls)
+    try:
+        answer = channel.request(request, timeout)
+    finally:
+        channel.close()
+    expected = wire.RESPONSES[type(request)]
+    if not isinstance(answer, expected):
+        raise wire.MalformedFrame(f"expected {expected.__name__}, got {type(answer).__name__}")
+    return answer
+
+
 def client_tls(args: argparse.Namespace):
     """The client SSLContext the command's --tls-* options describe (None: plaintext), made once."""
     if not hasattr(args, "tls_context"):

@@ -27,7 +27,8 @@ from typing import Mapping, Optional
 
 from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.admin.client import (
-    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap,
+    CONNECT_TIMEOUT_S, add_client_options, ask_coordinator, client_credential, client_tls, group_coordinator,
+    kafka_bootstrap,
     refuse_password_without_tls, table,
 )
 from zkcoord.errors import ConfigError, ZkcoordError
@@ -35,7 +36,6 @@ from zkcoord.records import TopicPartition
 
 # How long the command keeps asking while the coordinator moves or the group rebalances.
 RETRY_FOR_S = 15.0
-CONNECT_TIMEOUT_S = 5.0
 # A forced reset waits for a rebalance: up to its leases and a rebalance timeout.
 ANSWER_TIMEOUT_S = 120.0
 
@@ -177,13 +177,14 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     from zkcoord.channel import Channel
 
     if args.zookeeper:
-        from zkcoord.zk.nodes import read_brokers, read_servers
+        from zkcoord.zk import layout
+        from zkcoord.zk.nodes import broker_addresses, read_servers
 
         with zookeeper_session(args.zookeeper, security=security_from(args)) as client:
             slot, _, server, _ = group_coordinator(client, args.group)
             endpoint = read_servers(client).get(server) if server is not None else None
-            brokers = kafka_bootstrap(args) or ["%s:%d" % r.plaintext_address()
-                                                for r in read_brokers(client).values()]
+            brokers = kafka_bootstrap(args) or broker_addresses(client, layout.client_protocol(
+                client_tls(args) is not None, client_credential(args) is not None))
         if endpoint is None:
             raise NoCoordinator(f"no coordinator is elected for group {args.group!r} (slot {slot})")
         return (endpoint.host, endpoint.port), brokers
@@ -210,21 +211,8 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
 
 
 def send_reset(address: tuple[str, int], request, tls=None, timeout: float = ANSWER_TIMEOUT_S):
-    """One ResetOffsetsRequest to the coordinator at ``address``, on a
-    connection of its own (the coordinator answers and closes it); its
-    answer, refusals included. Raises ZkcoordError or OSError when it could
-    not be asked or did not answer."""
-    from zkcoord import wire
-    from zkcoord.channel import Channel
-
-    channel = Channel.connect(address[0], address[1], CONNECT_TIMEOUT_S, tls=tls)
-    try:
-        answer = channel.request(request, timeout)
-    finally:
-        channel.close()
-    if not isinstance(answer, wire.ResetOffsetsResponse):
-        raise wire.MalformedFrame(f"expected ResetOffsetsResponse, got {type(answer).__name__}")
-    return answer
+    """One ResetOffsetsRequest to the coordinator at ``address`` (ask_coordinator)."""
+    return ask_coordinator(address, request, tls, timeout)
 
 
 def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute: bool):

@@ -27,8 +27,9 @@ gateway is the whole cluster as its clients see it:
   ApiVersions, Metadata (Kafka's topics, leaders, leader epochs and ISRs,
   read where zkcoord reads them: ZooKeeper's /brokers in ZooKeeper mode,
   Kafka's Metadata in KRaft mode, each broker at its relay's address, and
-  the gateway itself under its own id), SASL, FindCoordinator (the gateway
-  itself) and the group and offset APIs, through the bridge
+  the gateway itself under its own id), DescribeCluster (the same brokers),
+  SASL, FindCoordinator (the gateway itself) and the group and offset APIs,
+  through the bridge
   (broker/groups/bridge.py) into the zkcoord coordinators.
 - **Fences.** Every fetch passes through a gateway, so the bridge's fetch
   fences hold as at embedded brokers: a fenced client's Fetch is answered
@@ -57,9 +58,10 @@ from zkcoord.fetch.cluster import topic_id_of
 log = logging.getLogger(__name__)
 
 # What the gateway answers itself at every listener, its relays' included.
+# DescribeCluster too: Kafka's answer names its brokers at their own addresses.
 ANSWERED_HERE = frozenset({protocol.API_KEY_API_VERSIONS, protocol.API_KEY_METADATA, protocol.API_KEY_SASL_HANDSHAKE,
                            protocol.API_KEY_SASL_AUTHENTICATE, protocol.API_KEY_CONSUMER_GROUP_HEARTBEAT,
-                           *protocol.GROUP_APIS})
+                           protocol.API_KEY_DESCRIBE_CLUSTER, *protocol.GROUP_APIS})
 # Kafka's APIs that act on Kafka's own groups (and its transactions' commits
 # to them): relayed, they would describe, delete or commit to a Kafka group
 # of the same name, not the zkcoord group. Neither offered nor relayed.
@@ -74,6 +76,19 @@ NOT_OFFERED = frozenset({
     *range(90, 93),  # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
 })
 NONE = 0
+# The newest versions a relay lets its clients use of the APIs whose answers
+# may name one of Kafka's brokers. From Produce 10 and Fetch 16 on (KIP-951),
+# Kafka's NOT_LEADER_OR_FOLLOWER answer names the partition's new leader
+# with its endpoint (NodeEndpoints: node id, host, port), and the clients
+# take it (librdkafka from 2.4, Java from 3.7): relayed byte for byte, it
+# would move the client's node to Kafka's own address, where the client then
+# asks for its group's coordinator (Kafka names itself) and joins a Kafka
+# group. Seen with librdkafka 2.16 after a leader was killed under it, in
+# ZooKeeper mode: it lost its zkcoord coordinator and Kafka 3.9 refused its
+# JoinGroup (INVALID_SESSION_TIMEOUT: 4 s is below Kafka's minimum). The
+# versions below carry no endpoint; a client told of a moved leader asks the
+# gateway's Metadata for it, as before KIP-951. Relays never rewrite answers.
+WITHOUT_KAFKAS_ENDPOINTS = {protocol.API_KEY_PRODUCE: 9, protocol.API_KEY_FETCH: 15}
 
 
 class GatewayError(ZkcoordError):
@@ -170,37 +185,51 @@ def relayed(frame: bytes) -> bool:
     return key not in ANSWERED_HERE and key not in NOT_OFFERED
 
 
-def relay_api_versions(ours, kafka_answer: bytes):
-    """The ApiVersions answer of a relay: Kafka's versions of what the relay
-    sends on (so that a client may use every API Kafka offers through it,
-    OffsetForLeaderEpoch among them), the gateway's of what it answers
-    itself (:data:`ANSWERED_HERE`). ``ours``: the gateway's own answer to the
-    request; ``kafka_answer``: Kafka's answer to the same request, a
-    response frame without its size. Kafka's that cannot be read (or an
-    error, such as a version it refused) leaves ``ours`` as it is.
+def relay_api_versions(ours, kafka_answer: Optional[bytes]):
+    """The ApiVersions answer of a gateway's listeners: Kafka's versions of
+    what a relay sends on (so that a client may use every API Kafka offers
+    through it, OffsetForLeaderEpoch among them), the gateway's of what it
+    answers itself (:data:`ANSWERED_HERE`), none newer than
+    :data:`WITHOUT_KAFKAS_ENDPOINTS` allows. ``ours``: the gateway's own
+    answer to the request; ``kafka_answer``: Kafka's answer to the same
+    request, a response frame without its size (None: no Kafka broker
+    answered). Kafka's that cannot be read (or an error, such as a version
+    it refused) leaves ``ours`` as it is, capped.
 
-    >>> from zkcoord.broker.protocol import API_KEY_FETCH, API_KEY_METADATA, api_versions_response
+    >>> from zkcoord.broker.protocol import API_KEY_FETCH, API_KEY_METADATA, API_KEY_PRODUCE, api_versions_response
     >>> kafka = api_versions_response(3)
     >>> kafka.api_keys = [type(k)(api_key=k.api_key, min_version=4, max_version=17) for k in kafka.api_keys]
     >>> kafka.api_keys += [type(kafka.api_keys[0])(api_key=key, min_version=0, max_version=4) for key in (23, 69)]
     >>> kafka.with_header(correlation_id=5)
     >>> answer = relay_api_versions(api_versions_response(3), bytes(kafka.encode(header=True)))
     >>> {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys
-    ...  if k.api_key in (API_KEY_FETCH, API_KEY_METADATA, 23, 69)}
-    {1: (4, 17), 3: (0, 12), 23: (0, 4)}
+    ...  if k.api_key in (API_KEY_PRODUCE, API_KEY_FETCH, API_KEY_METADATA, 23, 69)}
+    {0: (4, 9), 1: (4, 15), 3: (0, 12), 23: (0, 4)}
     """
-    try:
-        # ApiVersions answers with header version 0 (the correlation id alone), whatever its version.
-        kafka = type(ours).decode(kafka_answer[4:], version=ours.API_VERSION)
-    except Exception as exc:  # the library raises many types on bytes it cannot read
-        log.info("Kafka's ApiVersions answer unread (%s): the gateway's own is given", exc)
-        return ours
-    if kafka.error_code != NONE:
-        return ours
-    versions = {k.api_key: k for k in kafka.api_keys if k.api_key not in ANSWERED_HERE | NOT_OFFERED}
-    versions.update({k.api_key: k for k in ours.api_keys if k.api_key in ANSWERED_HERE})
-    ours.api_keys = [versions[key] for key in sorted(versions)]
+    kafka = None
+    if kafka_answer is not None:
+        try:
+            # ApiVersions answers with header version 0 (the correlation id alone), whatever its version.
+            kafka = type(ours).decode(kafka_answer[4:], version=ours.API_VERSION)
+        except Exception as exc:  # the library raises many types on bytes it cannot read
+            log.info("Kafka's ApiVersions answer unread (%s): the gateway's own is given", exc)
+    versions = {k.api_key: k for k in ours.api_keys}
+    if kafka is not None and kafka.error_code == NONE:
+        versions = {k.api_key: k for k in kafka.api_keys if k.api_key not in ANSWERED_HERE | NOT_OFFERED}
+        versions.update({k.api_key: k for k in ours.api_keys if k.api_key in ANSWERED_HERE})
+    ours.api_keys = [_without_kafkas_endpoints(versions[key]) for key in sorted(versions)]
     return ours
+
+
+def _without_kafkas_endpoints(offered):
+    """An ApiVersions entry capped at :data:`WITHOUT_KAFKAS_ENDPOINTS` (the
+    oldest version, if even that is newer: Kafka dropped the versions
+    without endpoints; none is known to)."""
+    cap = WITHOUT_KAFKAS_ENDPOINTS.get(offered.api_key)
+    if cap is None or offered.max_version <= cap:
+        return offered
+    return type(offered)(api_key=offered.api_key, min_version=offered.min_version,
+                         max_version=max(cap, offered.min_version))
 
 
 def answered(frame: bytes) -> bool:

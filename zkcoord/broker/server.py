@@ -555,8 +555,7 @@ class Broker(PeerAccess, TopicAdmin):
                 # whole cluster's (kafka-python does, before OffsetForLeaderEpoch).
                 kafka_answer = (self._relay(frame, peer)[0][4:] if peer.relay_to is not None
                                 else self._ask_any_kafka_broker(frame))
-                if kafka_answer is not None:
-                    response = gateway.relay_api_versions(response, kafka_answer)
+                response = gateway.relay_api_versions(response, kafka_answer)
         self.metrics.answered(key, response)
         return protocol.encode_response(response, correlation_id)
 

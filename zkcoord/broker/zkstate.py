@@ -12,7 +12,6 @@ a watch was being re-armed. Every byte read or written goes through
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable, NamedTuple, Optional
 
 from kazoo.client import KazooClient
@@ -25,7 +24,7 @@ from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import cluster_id, ensure_topic_id, read_brokers, read_topic, topic_names
 from zkcoord.zk.security import ZkSecurity
-from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, delete_if_owned
+from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, create_own_ephemeral, delete_if_owned
 
 log = logging.getLogger(__name__)
 
@@ -73,22 +72,8 @@ class ZkState:
         BrokerIdInUseError."""
         self.client.ensure_path(layout.BROKER_IDS)
         self.client.ensure_path(layout.BROKER_TOPICS)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self.client.create(self._path, layout.encode_broker(self.registration), ephemeral=True)
-                return
-            except NodeExistsError:
-                try:
-                    _, stat = self.client.get(self._path)
-                except NoNodeError:
-                    continue
-                if stat.ephemeralOwner == self.client.client_id[0]:
-                    return
-                if time.monotonic() >= deadline:
-                    raise BrokerIdInUseError(
-                        f"broker id {self.broker_id} is registered by another ZooKeeper session") from None
-                self.client.handler.sleep_func(0.25)
+        if not create_own_ephemeral(self.client, self._path, layout.encode_broker(self.registration), wait_s):
+            raise BrokerIdInUseError(f"broker id {self.broker_id} is registered by another ZooKeeper session")
 
     def ensure_registered(self) -> None:
         """After a session loss the ephemeral node is gone: put it back."""

@@ -12,6 +12,7 @@ from zkcoord.limits import ConnectionLimits
 from zkcoord.metrics.config import MetricsConfig
 from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
+from zkcoord.zk import layout
 from zkcoord.zk.config import ZooKeeperConfig
 from zkcoord.zk.layout import validate_slot_count
 from zkcoord.zk.security import ZkSecurity
@@ -53,6 +54,14 @@ class CoordinatorConfig:
     expire_offsets: bool = setting(
         False, "forget a group's committed offsets too, with the group, once it has had no members for the "
                "group retention (Kafka's offset expiry); without it, a group with offsets is kept for good")
+    lag_refresh_ms: int = setting(
+        10_000, "how often the partitions' leaders are asked where their logs end, for the consumer lag the "
+                "metrics export (0: never; the lag is then as of the log ends learnt when offsets were committed)",
+        minimum=0)
+    rebalance_history_rounds: int = setting(
+        20, "rebalance rounds kept per group in its history (ZooKeeper's /zkcoord/groups/<group>/history, "
+            "shown by `zkcoord groups describe --history` and the console)",
+        minimum=1, maximum=layout.MAX_HISTORY_ROUNDS)
     log_end_timeout_ms: int = setting(
         5000, "how long the coordinator waits for partitions' leaders to say where their logs end, when an "
               "offset reported is above the last log end it learnt (also the brokers' connect and request "

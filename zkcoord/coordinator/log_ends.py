@@ -32,7 +32,8 @@ from kafka.errors import UnknownTopicOrPartitionError
 
 from zkcoord.fetch.connection import BrokerConnection, PartitionError
 from zkcoord.records import LogEnd, TopicPartition
-from zkcoord.zk.nodes import read_brokers
+from zkcoord.zk import layout
+from zkcoord.zk.nodes import broker_addresses
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +146,9 @@ class LogEndReader:
     """Partitions' log ends, asked of their leaders over one long-lived
     connection per broker registered in ``zk`` (``timeout_s`` to connect and
     for each request; over TLS with ``tls``, a client SSLContext; with SASL
-    as ``credential``, (user, password)); with ``kafka``, the brokers that
-    its Metadata names instead. Close it when done."""
+    as ``credential``, (user, password)), at each one's endpoint that speaks
+    that (:attr:`protocol`); with ``kafka``, the brokers that its Metadata
+    names instead. Close it when done."""
 
     def __init__(self, zk, timeout_s: float, tls=None, credential=None,
                  connect: Callable[..., BrokerConnection] = BrokerConnection, kafka=None):
@@ -156,6 +158,7 @@ class LogEndReader:
             kafka.on_brokers_changed(self._registrations_changed)
         self._connect = partial(connect, client_id="zkcoord-coordinator", timeout_s=timeout_s, tls=tls,
                                 credential=credential)
+        self.protocol = layout.client_protocol(tls is not None, credential is not None)
         self._lock = threading.Lock()
         self._links: dict[str, _Link] = {}
         self._addresses: Optional[list[str]] = None  # None: read the registrations again
@@ -248,8 +251,8 @@ class LogEndReader:
             changes = self._registrations_changes
             # One watcher however often they are read (kazoo keeps a set of them until the watch fires):
             # a broker that keeps failing reads them at every question.
-            registrations = read_brokers(self._zk, watch=self._registrations_changed)
-            addresses = self._last_addresses = ["%s:%d" % r.plaintext_address() for r in registrations.values()]
+            addresses = self._last_addresses = broker_addresses(self._zk, self.protocol,
+                                                                watch=self._registrations_changed)
             if changes == self._registrations_changes:  # else they changed while read: read them again next time
                 self._addresses = addresses
             self._close_links_but(addresses)

@@ -59,8 +59,10 @@ def server_endpoints(servers: dict[str, layout.ServerInfo]) -> tuple[wire.NodeAd
     return tuple(endpoints)
 
 
-def broker_endpoints(brokers: dict[int, layout.BrokerRegistration]) -> tuple[wire.NodeAddress, ...]:
-    return tuple(wire.NodeAddress(broker_id, *registration.plaintext_address())
+def broker_endpoints(brokers: dict[int, layout.BrokerRegistration],
+                     protocol: str = "PLAINTEXT") -> tuple[wire.NodeAddress, ...]:
+    """Each broker at its endpoint speaking ``protocol`` (layout.client_protocol)."""
+    return tuple(wire.NodeAddress(broker_id, *registration.address_for(protocol))
                  for broker_id, registration in brokers.items())
 
 
@@ -77,14 +79,16 @@ class MetadataView:
     """The ClusterMetadata answers of a cluster of coordinator slots, kept
     current by watches on ``zk``: as many slots as /zkcoord/slots says, or
     ``slots`` while it says nothing readable. The brokers are those
-    registered in ZooKeeper, or with ``kafka`` (a KafkaClusterWatch) those
-    Kafka's Metadata names, read again when they change.
+    registered in ZooKeeper (each at its endpoint speaking ``protocol``: the
+    servers' own, which their members share), or with ``kafka`` (a
+    KafkaClusterWatch) those Kafka's Metadata names, read again when they change.
 
     Runs on ``zk``'s handler (gevent in a server, threads in a test)."""
 
-    def __init__(self, zk: KazooClient, slots: int = 1, kafka=None):
+    def __init__(self, zk: KazooClient, slots: int = 1, kafka=None, protocol: str = "PLAINTEXT"):
         self.zk = zk
         self._kafka = kafka
+        self._protocol = protocol
         if kafka is not None:
             kafka.on_brokers_changed(self.wake)
         self.slots = validate_slot_count(slots)
@@ -165,7 +169,7 @@ class MetadataView:
         data = self._get_all(paths)
         servers = server_endpoints(read_servers(self.zk, watch=self.wake, watch_data=True))
         brokers = (kafka_endpoints(self._kafka.brokers) if self._kafka is not None
-                   else broker_endpoints(read_brokers(self.zk, watch=self.wake, watch_data=True)))
+                   else broker_endpoints(read_brokers(self.zk, watch=self.wake, watch_data=True), self._protocol))
         return [
             wire.ClusterMetadataResponse(
                 coordinator_id=self._coordinator_id(layout.slot_coordinator_path(slot), data),

@@ -70,7 +70,7 @@ from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.security import ZooKeeperAuthError
-from zkcoord.zk.session import SessionTimeoutWitness
+from zkcoord.zk.session import SessionTimeoutWitness, create_own_ephemeral
 
 log = logging.getLogger(__name__)
 
@@ -277,8 +277,14 @@ class Server(SlotElector):
         log.info("server %d serves at most %d connections", self.config.server_id, limit)
         self._stream = GatedStreamServer(listener, self._handle, spawn=gevent.pool.Pool(limit))
         self._stream.start()
-        self._register()
-        self.metadata = MetadataView(self.zk, self.slots, kafka=self.kafka)
+        # Twice the session timeout: the earlier session's (of the same
+        # setting) expiry, and ZooKeeper's tick of lateness in noticing it.
+        try:
+            self._register(stale_wait_s=2 * granted / 1000)
+        except ConfigError as exc:
+            self.stop()
+            raise ServerError(str(exc)) from None
+        self.metadata = MetadataView(self.zk, self.slots, kafka=self.kafka, protocol=self.log_ends.protocol)
         self.metadata.start()
         self._elector = gevent.spawn(self._elect_forever)
         log.info("server %d listening on %s:%d (%d coordinator slot%s)", self.config.server_id, self.config.host,
@@ -468,15 +474,15 @@ class Server(SlotElector):
                 log.info("server %d stands for every slot again", self.config.server_id)
         return info.withdrawn
 
-    def _register(self) -> None:
+    def _register(self, stale_wait_s: float = 0.0) -> None:
+        """Create this server's ephemeral node, waiting up to
+        ``stale_wait_s`` for an earlier session's (a crashed predecessor's)
+        to expire; one still there belongs to a live server with this id."""
         info = self._server_info()
         path = layout.server_path(str(self.config.server_id))
-        try:
-            self.zk.create(path, layout.encode_server(info), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            data, stat = self.zk.get(path)
-            if stat.ephemeralOwner != self.zk.client_id[0]:
-                raise ConfigError(f"another live server already uses id {self.config.server_id}") from None
+        if not create_own_ephemeral(self.zk, path, layout.encode_server(info), stale_wait_s):
+            raise ConfigError(f"another live server already uses id {self.config.server_id} "
+                              f"(its registration outlived a wait of {stale_wait_s:.1f} s)")
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -514,7 +520,7 @@ class Server(SlotElector):
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
                     channel.send(self._metadata_for(message), frame.correlation_id)
-                elif isinstance(message, (wire.RegisterConsumerRequest, wire.ResetOffsetsRequest)):
+                elif type(message) in access.CHECKS:
                     # Requests for the group's coordinator, which then owns the connection.
                     try:
                         principal = self._admit(channel, message)
@@ -536,8 +542,10 @@ class Server(SlotElector):
                             error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
                     elif isinstance(message, wire.RegisterConsumerRequest):
                         coordinator.serve_member(channel, message, frame.correlation_id, principal)
-                    else:
+                    elif isinstance(message, wire.ResetOffsetsRequest):
                         coordinator.serve_reset(channel, message, frame.correlation_id)
+                    else:
+                        coordinator.serve_describe(channel, message, frame.correlation_id)
                     return
                 else:
                     raise wire.IllegalState(
@@ -588,9 +596,7 @@ class Server(SlotElector):
                 f"(a user and password: RegisterConsumer version 3, ResetOffsets version 2) or come over TLS "
                 f"with a client certificate")
         if self.acls is not None:
-            check = access.check_registration if isinstance(message, wire.RegisterConsumerRequest) \
-                else access.check_reset
-            check(self.acls.acls, principal, host, message, security.super_principals)
+            access.CHECKS[type(message)](self.acls.acls, principal, host, message, security.super_principals)
         return principal
 
     def _coordinator_of(self, group_id: str) -> Optional[Coordinator]:

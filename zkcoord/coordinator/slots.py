@@ -40,6 +40,7 @@ This module decides; the server (coordinator/server.py) carries it out.
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Optional
@@ -101,6 +102,24 @@ def slot_to_release(held: Iterable[int], slots: int, servers: int,
     held = sorted(set(held))
     over = [slot for slot in held if len(held) > slot_share(slot, slots, servers, withdrawn)]
     return over[-1] if over else None
+
+
+def slots_at_rest(holders: Mapping[int, Optional[str]], withdrawals: Mapping[str, Collection[int]]) -> bool:
+    """Whether no server would take or hand over a slot now, as the
+    servers decide it: ``holders`` is each slot's elected server (None:
+    vacant), ``withdrawals`` each live server's withdrawn slots. At rest:
+    no vacant slot that some server stands for, and no server holding more
+    than a slot's share (:func:`slot_to_release`; a hand-over also waits
+    for its groups to settle, which this cannot see)."""
+    slots, servers = len(holders), len(withdrawals)
+    withdrawn = collections.Counter(slot for aside in withdrawals.values() for slot in aside)
+    if any(server is None and withdrawn[slot] < servers for slot, server in holders.items()):
+        return False
+    held: dict[str, list[int]] = collections.defaultdict(list)
+    for slot, server in holders.items():
+        if server is not None:
+            held[server].append(slot)
+    return all(slot_to_release(slots_held, slots, servers, withdrawn) is None for slots_held in held.values())
 
 
 class Candidacy:

@@ -361,6 +361,24 @@ class CoordinatorStore:
             return
         self.commit([self.upsert(path, layout.encode_group_failure(failure), exists)])
 
+    def append_rebalance_history(self, group: str, records: Iterable[layout.RebalanceRecord], rounds: int) -> None:
+        """Append ``records`` to the group's rebalance history, keeping its
+        last ``rounds``. Read and written again whole: the core writes one
+        group's history once at a time, and the fence keeps any other
+        coordinator out. A node that cannot be read (not ours, or of a
+        version to come) is replaced: a history is for operators, never
+        for a decision."""
+        path = layout.group_history_path(group)
+        try:
+            older = layout.decode_history(self.zk.get(path)[0], path)
+            exists = True
+        except NoNodeError:
+            older, exists = [], False
+        except layout.LayoutError as exc:
+            log.warning("%s: replaced, unreadable: %s", path, exc)
+            older, exists = [], True
+        self.commit([self.upsert(path, layout.encode_history(layout.kept(older, records, rounds)), exists)])
+
 
 def _corrected(operations: list[tuple[str, str, bytes | None]],
                results: list) -> Optional[list[tuple[str, str, bytes | None]]]:

@@ -33,7 +33,7 @@ def render_text(verdict: Verdict, settings: dict, skipped_kinds: dict[str, str])
     lines += ["", f"records: {verdict.produced} acknowledged by the broker, {verdict.delivered} deliveries"
               f"{undelivered}; {verdict.samples} samples of ZooKeeper", "",
               "faults (time to whole: from the injection when the fault must be routed around, "
-              "from the restore otherwise; docs/DRILL.md):"]
+              "from the restore otherwise, from when Kafka served again for Kafka's; docs/DRILL.md):"]
     for f in verdict.faults:
         whole = "NOT WHOLE" if f.time_to_whole is None else f"{f.time_to_whole:5.1f} s"
         if f.rejoined_at is None:

@@ -9,13 +9,31 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from zkcoord.drill.history import PRODUCED, SAMPLES, append_lines, sample_to_json
 
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL_S = 0.2
+
+
+class AcknowledgementWatch:
+    """When each partition first had a record acknowledged above the offset
+    given for it (``time.time()``), while the watch is open: the moment
+    Kafka served the partition again after a fault."""
+
+    def __init__(self, above: dict[tuple[str, int], int], close: Callable[["AcknowledgementWatch"], None]):
+        self.above = dict(above)
+        self.first: dict[tuple[str, int], float] = {}
+        self._close = close
+
+    def acknowledged(self, tp: tuple[str, int], offset: int, at: float) -> None:
+        if tp not in self.first and offset > self.above.get(tp, -1):
+            self.first[tp] = at
+
+    def close(self) -> None:
+        self._close(self)
 
 
 class Producer(threading.Thread):
@@ -38,6 +56,7 @@ class Producer(threading.Thread):
         self._lock = threading.Lock()
         self._pending: list[dict] = []
         self._highest: dict[tuple[str, int], int] = {}  # the highest offset acknowledged, by partition
+        self._watches: list[AcknowledgementWatch] = []
 
     def stop(self) -> None:
         self._stopping.set()
@@ -46,17 +65,27 @@ class Producer(threading.Thread):
         if err is not None:
             self.failed += 1
             return
-        tp = (msg.topic(), msg.partition())
+        tp, now = (msg.topic(), msg.partition()), time.time()
         with self._lock:
             self._pending.append({"topic": tp[0], "partition": tp[1], "offset": msg.offset(),
-                                  "seq": int(msg.value()), "ts": time.time()})
+                                  "seq": int(msg.value()), "ts": now})
             self._highest[tp] = max(self._highest.get(tp, -1), msg.offset())
+            for watch in self._watches:
+                watch.acknowledged(tp, msg.offset(), now)
         self.acked += 1
 
-    def highest_acknowledged(self) -> dict[tuple[str, int], int]:
-        """The highest offset acknowledged so far on each partition."""
+    def watch_acknowledgements(self) -> AcknowledgementWatch:
+        """A watch of the partitions' next acknowledgements, above what was
+        acknowledged so far (taken with them, so none falls between)."""
         with self._lock:
-            return dict(self._highest)
+            watch = AcknowledgementWatch(self._highest, self._unwatch)
+            self._watches.append(watch)
+        return watch
+
+    def _unwatch(self, watch: AcknowledgementWatch) -> None:
+        with self._lock:
+            if watch in self._watches:
+                self._watches.remove(watch)
 
     def _flush_history(self) -> None:
         with self._lock:

@@ -19,6 +19,11 @@ from zkcoord.security.config import TlsConfig
 from zkcoord.settings import check, setting
 
 
+def _fits_client_id(client_id: str) -> None:
+    if wire.clipped_client_id(client_id) != client_id:
+        raise ConfigError(f"client_id must be at most {wire.MAX_CLIENT_ID_BYTES} bytes of UTF-8")
+
+
 @dataclass(frozen=True)
 class MemberConfig:
     """A member's subscription and its terms with the coordinator (seed 001's RegisterConsumer)."""
@@ -47,6 +52,11 @@ class MemberConfig:
     password_without_tls: bool = setting(False, "send the password where there is no TLS to hide it: in "
                                                 "RegisterConsumer to the coordinator, and with SASL/PLAIN to a "
                                                 "broker that offers nothing stronger (by default refused)")
+    client_id: str = setting("zkcoord-consumer", "the client id operators see for this member (Kafka's "
+                                                 "client.id), at most 255 bytes", validate=_fits_client_id)
+    # What the member is, told to the coordinator for operators (wire.CLIENT_KINDS).
+    client_kind: str = setting(wire.THIN, "what kind of client the member is", choices=tuple(wire.CLIENT_KINDS),
+                               cli=False)
     on_behalf_of: Optional[str] = setting(None, "the principal a broker registers a stock client for "
                                                 "(User:bob); its user must be a super user", non_empty=True,
                                           cli=False)

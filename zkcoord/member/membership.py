@@ -108,6 +108,7 @@ class GroupMembership:
             # it proves to a coordinator that still holds or fences this id
             # that this is the same member back, having stopped everything.
             incarnation=secrets.token_hex(16),
+            client_kind=config.client_kind, client_id=config.client_id,
         ), listener)
         self.session_timeout = config.session_timeout_ms / 1000.0
         # None: plaintext; the fetcher's connections use it too.

@@ -195,9 +195,21 @@ class CoordinatorCollector:
         for family, counts in ((groups, group_counts), (members, member_counts), (slots, slot_counts)):
             for state, n in counts.items():
                 family.add_metric([state], n)
-        yield from (groups, members, slots, epochs)
+        yield from (groups, members, slots, epochs, self._lag())
         yield GaugeMetricFamily(PREFIX + "coordinator_slot_count", "Coordinator slots in the cluster",
                                 value=self._slot_count())
+
+    def _lag(self) -> GaugeMetricFamily:
+        # By group and topic, not by partition: a group may hold thousands of
+        # partitions, and a series each would cost Prometheus more than the
+        # rest of a server's metrics together.
+        lag = GaugeMetricFamily(PREFIX + "consumer_lag", "Messages the committed offsets of a group's partitions "
+                                "of a topic are behind the ends of their logs, as the group's coordinator last "
+                                "learnt them", labels=["group", "topic"])
+        for core in self._cores().values():
+            for (group, topic), value in sorted(core.lag_by_topic().items()):
+                lag.add_metric([group, topic], value)
+        return lag
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return self.collect()

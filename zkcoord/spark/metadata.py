@@ -120,14 +120,16 @@ class ClusterView:
         return result
 
     def brokers(self) -> dict[int, str]:
-        """Live broker id -> "host:port" of its PLAINTEXT listener."""
+        """Live broker id -> "host:port" of its listener speaking what the source speaks."""
+        from zkcoord.zk import layout
         from zkcoord.zk.nodes import read_brokers
 
         if self.kafka_bootstrap:
             return self._kafka(()).brokers
         found = {}
+        protocol = layout.client_protocol(self.tls.speaks, self.sasl is not None)
         for broker_id, registration in read_brokers(self.zk).items():
-            host, port = registration.plaintext_address()
+            host, port = registration.address_for(protocol)
             found[broker_id] = f"{host or '127.0.0.1'}:{port}"
         return found
 

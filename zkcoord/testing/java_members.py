@@ -56,7 +56,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from zkcoord.caches import user_cache
 from zkcoord.java import JavaBuildError, cached_jar, source_digest
 from zkcoord.testing import kafka_jars
-from zkcoord.testing.kafka import JVM_OPTIONS
+from zkcoord.testing.kafka import JVM_OPTIONS, QUICK_START_JIT
 from zkcoord.testing.process import ClusterError, ManagedProcess, ProcessExited
 from zkcoord.testing.waiting import wait_until
 
@@ -106,7 +106,7 @@ def driver_command(arguments: Sequence[str], heap_mb: int, log_level: str = "WAR
     jar = build()
     _, jars = _kafka_classpath()
     classpath = ":".join([str(jar), *(str(j) for j in jars)])  # the driver's log4j2.properties first
-    return [java, f"-Xmx{heap_mb}m", *JVM_OPTIONS, f"-Dmember.driver.log.level={log_level}",
+    return [java, f"-Xmx{heap_mb}m", *JVM_OPTIONS, *QUICK_START_JIT, f"-Dmember.driver.log.level={log_level}",
             "-cp", classpath, MAIN_CLASS, *arguments]
 
 
@@ -286,6 +286,43 @@ class JavaMembers:
     def counts(self) -> Counter:
         """How often each (topic, partition, offset) was consumed (``records="each"``)."""
         return Counter(self.records())
+
+
+class JavaMember:
+    """One KafkaConsumer in a JVM of its own, seen as the harness sees a
+    stock member run by ``zkcoord consume --kafka-brokers`` (a
+    ConsumerProcess): ``records()`` as dicts with topic, partition and
+    offset, ``assignment()``, ``alive``, ``terminate()`` (it leaves its group
+    cleanly and the JVM exits; the exit code), ``kill()``; so a test that
+    takes stock members of any client library takes Kafka's own too."""
+
+    stock = True
+
+    def __init__(self, directory: Path, topics: Iterable[str], properties: Mapping[str, object],
+                 name: str = "java-member"):
+        self.name = name
+        self.driver = JavaMembers(directory, topics, properties, name=name)
+
+    def start(self, timeout: float = 60.0) -> "JavaMember":
+        self.driver.start(timeout)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.driver.process.alive and not self.driver.closed(0)
+
+    def assignment(self) -> set[Partition]:
+        return set(self.driver.assignment(0))
+
+    def records(self) -> list[dict]:
+        return [{"topic": topic, "partition": partition, "offset": offset}
+                for topic, partition, offset in self.driver.records()]
+
+    def terminate(self, timeout: float = 30.0) -> Optional[int]:
+        return self.driver.stop(timeout)
+
+    def kill(self) -> None:
+        self.driver.kill()
 
 
 def main() -> int:

@@ -27,6 +27,8 @@ from zkcoord.wire.errors import (
     AuthenticationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed, StaticMemberOwnedByOtherPrincipal,
 )
 from zkcoord.wire.messages import (
+    CLASSIC_COOPERATIVE, CLASSIC_EAGER, CLIENT_KINDS, CONSUMER_PROTOCOL, MAX_CLIENT_ID_BYTES, SPARK, THIN,
+    clipped_client_id, DescribeGroupRequest, DescribeGroupResponse, MemberDescription,
     LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, STRATEGIES, ClusterMetadataRequest,
     ClusterMetadataResponse, NodeAddress, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
@@ -47,6 +49,8 @@ __all__ = [
     "error_for",
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
+    "CLASSIC_COOPERATIVE", "CLASSIC_EAGER", "CLIENT_KINDS", "CONSUMER_PROTOCOL", "MAX_CLIENT_ID_BYTES", "SPARK", "THIN",
+    "clipped_client_id", "DescribeGroupRequest", "DescribeGroupResponse", "MemberDescription",
     "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "STRATEGIES",
     "ClusterMetadataRequest",
     "ClusterMetadataResponse", "NodeAddress", "ErrorResponse", "LeaveGroupRequest",

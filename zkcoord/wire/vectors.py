@@ -23,11 +23,11 @@ from pathlib import Path
 
 from zkcoord.wire.codec import encode
 from zkcoord.wire.fields import Implied
-from zkcoord.wire.messages import ENDPOINT, REGISTRY, TP, TPO
+from zkcoord.wire.messages import ENDPOINT, MEMBER, REGISTRY, TP, TPO
 
 MESSAGES = {cls.__name__: cls for cls in REGISTRY.values()}
 # An array entry's class, by the names of its fields.
-ENTRIES = {frozenset(entry.names): entry.cls for entry in (ENDPOINT, TP, TPO)}
+ENTRIES = {frozenset(entry.names): entry.cls for entry in (ENDPOINT, MEMBER, TP, TPO)}
 # The order of a valid vector's keys in the file.
 VALID_KEYS = ("name", "message", "type", "version", "correlation_id", "fields", "frame", "note")
 

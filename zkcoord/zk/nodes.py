@@ -70,6 +70,12 @@ def read_brokers(zk: KazooClient, *, watch: Optional[Callable] = None,
     return read_nodes(zk, paths, _decode_broker, "broker", watch=watch if watch_data else None)
 
 
+def broker_addresses(zk: KazooClient, protocol: str = "PLAINTEXT", *, watch: Optional[Callable] = None) -> list[str]:
+    """"host:port" of every registered broker, at its endpoint speaking
+    ``protocol`` (:func:`zkcoord.zk.layout.client_protocol`: what the reader speaks)."""
+    return ["%s:%d" % registration.address_for(protocol) for registration in read_brokers(zk, watch=watch).values()]
+
+
 def _decode_broker(broker_id: int, data: bytes) -> layout.BrokerRegistration:
     registration = layout.decode_broker(broker_id, data)
     try:

@@ -15,10 +15,11 @@ a real ensemble that grants less than asked.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Optional
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 KAZOO_LOGGER = "kazoo.client"
 # kazoo's record: "Session created, session_id: %r session_passwd: %s\n
@@ -48,6 +49,34 @@ def session_id(zk: KazooClient) -> Optional[int]:
     """The id of the client's current session (None before the first)."""
     client_id = zk.client_id
     return client_id[0] if client_id else None
+
+
+def create_own_ephemeral(zk: KazooClient, path: str, value: bytes, wait_s: float = 0.0) -> bool:
+    """Create the ephemeral node at ``path`` for this session (or find it
+    this session's already); True once it is ours. A node of another
+    session is waited for, up to ``wait_s``, through a watch on it: a
+    process restarted right after a crash finds its dead self's node, which
+    lives until that session expires. False if another session still holds
+    it then (a live process with the same identity): the caller's to say."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            zk.create(path, value, ephemeral=True, makepath=True)
+            return True
+        except NodeExistsError:
+            pass
+        gone = zk.handler.event_object()
+        stat = zk.exists(path, watch=lambda _event: gone.set())
+        if stat is None:
+            continue  # expired between the two requests
+        if stat.ephemeralOwner == session_id(zk):
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        logging.getLogger(__name__).info("%s is held by an earlier session: waiting up to %.1f s for it to "
+                                         "expire", path, remaining)
+        gone.wait(remaining)
 
 
 # Deleting a node of ours while stopping or resigning waits this long for

@@ -227,7 +227,8 @@ class GroupBridge(ClassicApis, ConsumerGroupApis, OffsetApis, GroupDirectory):
                 consumer_id=registration_id(member) if member.instance_id else None,
                 session_timeout_ms=member.session_timeout_ms,
                 max_poll_interval_ms=max(member.rebalance_timeout_ms, 1), auto_commit=True,
-                assignment_strategies=strategies, **self._on_behalf_of(member.principal))
+                assignment_strategies=strategies, client_kind=member.client_kind,
+                client_id=wire.clipped_client_id(member.client_id), **self._on_behalf_of(member.principal))
         except ConfigError as exc:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST

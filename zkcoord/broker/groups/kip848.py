@@ -18,6 +18,7 @@ from typing import Optional
 from kafka import errors as kafka_errors
 
 from zkcoord import wire
+
 from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
 
 FENCED_MEMBER_EPOCH = kafka_errors.FencedMemberEpochError.errno
@@ -65,6 +66,7 @@ class ConsumerMember(BridgedMember):
     delivered: Optional[frozenset] = None
 
     stale_error = STALE_MEMBER_EPOCH
+    client_kind = wire.CONSUMER_PROTOCOL  # what its registration tells the coordinator it is
 
     def heartbeat(self, epoch: int, owned: Optional[frozenset], now: float,
                   sendable=lambda tp: True) -> tuple[int, Optional[frozenset]]:

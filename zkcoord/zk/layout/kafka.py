@@ -166,12 +166,31 @@ class BrokerRegistration:
 
     def plaintext_address(self) -> tuple[str, int]:
         """(host, port) of the first PLAINTEXT endpoint, else of the first endpoint."""
+        return self.address_for("PLAINTEXT")
+
+    def address_for(self, protocol: str) -> tuple[str, int]:
+        """(host, port) of the first endpoint speaking ``protocol`` (see
+        :func:`client_protocol`), else of the first PLAINTEXT one, else of
+        the first endpoint: a broker may keep a listener of each kind, and a
+        client reaches only the one that speaks what it speaks."""
         if not self.endpoints:
             raise LayoutError(f"broker {self.broker_id} has no endpoints")
-        chosen = next(
-            (e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), self.endpoints[0]
-        )
-        return chosen.host, chosen.port
+        for wanted in (protocol, "PLAINTEXT"):
+            chosen = next((e for e in self.endpoints if e.security_protocol == wanted), None)
+            if chosen is not None:
+                return chosen.host, chosen.port
+        return self.endpoints[0].host, self.endpoints[0].port
+
+
+def client_protocol(tls: bool, sasl: bool) -> str:
+    """The security protocol of the Kafka listener a client connects to when
+    it speaks TLS (``tls``) and logs in with SASL (``sasl``).
+
+    >>> client_protocol(tls=True, sasl=True), client_protocol(tls=False, sasl=False)
+    ('SASL_SSL', 'PLAINTEXT')
+    """
+    return {(True, True): "SASL_SSL", (True, False): "SSL", (False, True): "SASL_PLAINTEXT",
+            (False, False): "PLAINTEXT"}[(bool(tls), bool(sasl))]
 
 
 def encode_broker(reg: BrokerRegistration) -> bytes:
