@@ -31,7 +31,7 @@ from zkcoord import wire
 from zkcoord.addresses import parse_bootstrap
 from zkcoord.channel import Channel
 from zkcoord.clock import lease_clock, wall_clock
-from zkcoord.errors import ConfigError, TlsError, ZkcoordError
+from zkcoord.errors import TlsError, ZkcoordError
 from zkcoord.member.config import MemberConfig
 from zkcoord.member.protocol import MemberProtocol, MembershipListener, MemberState
 from zkcoord.records import TopicPartition
