@@ -157,23 +157,23 @@ class _MemberListener:
 
     def on_stop(self, partitions: frozenset) -> dict:
         """Answered once the client has let ``partitions`` go (or had nothing
-        left when it went). A client that keeps them past half its session
-        timeout is dropped without an answer: the coordinator sees the
+        left when it went). A client that keeps them past its rebalance
+        timeout, or falls silent for its session timeout, is dropped without
+        an answer (member.deadline: Kafka's rule): the coordinator sees the
         registration's connection close and fences the partitions until its
         lease has ended, as after a crash, while the client's next heartbeat
         is refused."""
         member = self.bridged.member
         member.stop(partitions, self.clock())
         self.bridged.notify()
-        give_up_at = self.clock() + member.session_timeout_ms / 2000.0
         while partitions & member.revoking and not member.gone:
             waiting_on = self.bridged.changed
-            waiting_on.wait(timeout=max(0.05, min(member.deadline(), give_up_at) - self.clock()))
+            waiting_on.wait(timeout=max(0.05, member.deadline() - self.clock()))
             now = self.clock()
             if not self.bridge.judging_silence(now):
                 continue
             # Dropped while it still holds what it held (_drop fences that), not after taking it as gone.
-            if member.expired(now) or (now >= give_up_at and partitions & member.revoking):
+            if member.expired(now):
                 self.bridge._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
         if member.gone and not self.bridged.left:
             # Abandoned: the registration's connection is closed already, so
@@ -844,6 +844,9 @@ class GroupBridge:
                 return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
             bridged = self._join_consumer_member(request, topics or (), pattern or None, strategies, client_host, now,
                                                  principal)
+            if bridged == kip848.UNRELEASED_INSTANCE_ID:
+                return answer(bridged, message=f"instance id {request.instance_id} is held by a member that has "
+                                               "not left the group")
             if isinstance(bridged, int):
                 return answer(bridged, message="the coordinator refused the member; see the broker's log")
         member = bridged.member
@@ -875,6 +878,11 @@ class GroupBridge:
             return FENCED_INSTANCE_ID
         if request.instance_id is not None:
             for other in list(self._groups.get(request.group_id, {}).values()):
+                if other.member.instance_id == request.instance_id and kip848.keeps_instance_id(other.member):
+                    log.info("group %s: static member %s with instance id %s cannot join: member %s holds the "
+                             "instance id and has not left", request.group_id, member_id, request.instance_id,
+                             other.member.member_id)
+                    return kip848.UNRELEASED_INSTANCE_ID
                 if other.member.instance_id == request.instance_id and not other.member.gone:
                     self._replaced(other, member_id)
         member = ConsumerMember(
