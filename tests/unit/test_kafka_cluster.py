@@ -76,7 +76,7 @@ class FakeConnection:
     def __exit__(self, *exc):
         pass
 
-    def cluster(self, topics=None):
+    def cluster(self, topics=None, previous=None):
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

@@ -55,10 +55,13 @@ class ClusterMetadata(NamedTuple):
     # The kafka-python MetadataResponse itself: leaders' epochs, replicas and
     # ISRs, for a group gateway that names Kafka's leaders to its clients.
     response: Any = None
+    # The answer's body as the broker sent it: a later answer that is the
+    # same need not be decoded (BrokerConnection.cluster).
+    raw: bytes = b""
 
     @classmethod
-    def of(cls, response) -> "ClusterMetadata":
-        """The value of a kafka-python MetadataResponse (any version)."""
+    def of(cls, response, raw: bytes = b"") -> "ClusterMetadata":
+        """The value of a kafka-python MetadataResponse (any version), whose body was ``raw``."""
         brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         topics = {}
         refused = set()
@@ -70,7 +73,7 @@ class ClusterMetadata(NamedTuple):
             topics[topic.name] = TopicMetadata(topic_id_of(topic), {
                 p.partition_index: brokers.get(p.leader_id) if p.error_code == NONE else None
                 for p in topic.partitions})
-        return cls(brokers, topics, frozenset(refused), response)
+        return cls(brokers, topics, frozenset(refused), response, raw)
 
     def leaders(self) -> dict[tuple[str, int], Optional[str]]:
         """Every partition known, with its leader's address."""
@@ -79,16 +82,17 @@ class ClusterMetadata(NamedTuple):
 
 
 def ask_any(addresses: Iterable[str], connect: Callable[[str], object],
-            topics: Optional[Iterable[str]] = None) -> ClusterMetadata:
+            topics: Optional[Iterable[str]] = None, previous: Optional[ClusterMetadata] = None) -> ClusterMetadata:
     """The Metadata of the first of ``addresses`` that answers, connected
     with ``connect`` (address -> a BrokerConnection, closed after); raises
     KafkaUnreachable naming what each did, or the error of a broker that
-    refused us for good (too old, credentials refused)."""
+    refused us for good (too old, credentials refused). ``previous`` itself
+    if the answer is the same as it (BrokerConnection.cluster)."""
     failures = []
     for address in addresses:
         try:
             with connect(address) as connection:
-                return connection.cluster(topics)
+                return connection.cluster(topics, previous)
         except ZkcoordError as exc:
             if not getattr(exc, "retriable", True):
                 raise
