@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+from functools import partial
 from typing import NamedTuple, Optional, Union
 
 from kafka.errors import for_code
@@ -444,15 +445,17 @@ class BrokerConnection:
         (None: every topic) with their ids and partitions' leaders.
 
         ``previous``: an answer read before. If this one is the same, byte for
-        byte, ``previous`` itself is returned, without decoding: a cluster of
+        byte, ``previous`` itself is returned, without reading it: a cluster of
         thousands of partitions answers in hundreds of kilobytes, which
         kafka-python decodes in tens of milliseconds, to learn, polled every
-        few seconds, that nothing has changed."""
+        few seconds, that nothing has changed. One that differs is scanned
+        for what the value holds, in a fifth of that (ClusterMetadata.read)."""
         version, request = self._metadata_request(topics)
         body = self._exchange(request, MetadataResponse, version)
         if previous is not None and previous.raw == body:
             return previous
-        return ClusterMetadata.of(self._decode(body, MetadataResponse, version), raw=bytes(body))
+        raw = bytes(body)
+        return ClusterMetadata.read(raw, version, partial(self._decode, raw, MetadataResponse, version))
 
     def _metadata(self, topics):
         """This broker's Metadata answer on ``topics`` (None: every topic), and its version."""
