@@ -291,3 +291,16 @@ def test_a_credential_is_not_asked_of_a_broker_that_authenticates_nobody(shared_
         assert [r.value for r in drain(fetcher, 20)] == sent[0]
     finally:
         fetcher.close()
+
+
+def test_a_metadata_answer_the_same_as_the_last_is_not_decoded_again(shared_cluster, topic):
+    from zkcoord.fetch.connection import BrokerConnection
+
+    with BrokerConnection(shared_cluster.brokers[0].bootstrap) as connection:
+        first = connection.cluster()
+        assert first.topics[topic].partition_count == 3 and first.raw
+        assert connection.cluster(previous=first) is first  # the same bytes: the same value, undecoded
+        grown = f"{topic}-more"
+        shared_cluster.create_topic(grown, 2)
+        wait_until(lambda: grown in connection.cluster(previous=first).topics, timeout=15, message="the new topic")
+        assert connection.cluster(previous=first).topics[grown].partition_count == 2

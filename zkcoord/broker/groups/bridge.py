@@ -94,23 +94,23 @@ class _MemberListener:
 
     def on_stop(self, partitions: frozenset) -> dict:
         """Answered once the client has let ``partitions`` go (or had nothing
-        left when it went). A client that keeps them past half its session
-        timeout is dropped without an answer: the coordinator sees the
+        left when it went). A client that keeps them past its rebalance
+        timeout, or falls silent for its session timeout, is dropped without
+        an answer (member.deadline: Kafka's rule): the coordinator sees the
         registration's connection close and fences the partitions until its
         lease has ended, as after a crash, while the client's next heartbeat
         is refused."""
         member = self.bridged.member
         member.stop(partitions, self.clock())
         self.bridged.notify()
-        give_up_at = self.clock() + member.session_timeout_ms / 2000.0
         while partitions & member.revoking and not member.gone:
             waiting_on = self.bridged.changed
-            waiting_on.wait(timeout=max(0.05, min(member.deadline(), give_up_at) - self.clock()))
+            waiting_on.wait(timeout=max(0.05, member.deadline() - self.clock()))
             now = self.clock()
             if not self.bridge.judging_silence(now):
                 continue
             # Dropped while it still holds what it held (_drop fences that), not after taking it as gone.
-            if member.expired(now) or (now >= give_up_at and partitions & member.revoking):
+            if member.expired(now):
                 self.bridge._drop(self.bridged, f"it did not let {sorted(partitions & member.revoking)} go in time")
         if member.gone and not self.bridged.left:
             # Abandoned: the registration's connection is closed already, so

@@ -24,6 +24,7 @@ from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID, BridgedMember,
 FENCED_MEMBER_EPOCH = kafka_errors.FencedMemberEpochError.errno
 STALE_MEMBER_EPOCH = kafka_errors.StaleMemberEpochError.errno
 UNSUPPORTED_ASSIGNOR = kafka_errors.UnsupportedAssignorError.errno
+UNRELEASED_INSTANCE_ID = kafka_errors.UnreleasedInstanceIdError.errno
 # MemberEpoch values a client sends: joining (or rejoining after losing
 # everything), leaving, and a static member leaving for a while.
 JOIN_EPOCH = 0
@@ -58,6 +59,15 @@ def strategies_for(server_assignor: Optional[str]) -> tuple[str, ...]:
         raise UnsupportedAssignor(f"server assignor {server_assignor!r} is not supported; supported: "
                                   f"{', '.join(sorted({*wire.STRATEGIES, *KAFKA_SERVER_ASSIGNORS}))}")
     return (strategy,)
+
+
+def keeps_instance_id(holder: BridgedMember) -> bool:
+    """Whether ``holder``, the live member under a static instance id, keeps
+    it from a KIP-848 client joining under it with another member id. Kafka
+    lets the newcomer replace a classic holder, but a KIP-848 holder only
+    once it has left (epoch -2 or -1, which drops it here): until then the
+    newcomer gets UNRELEASED_INSTANCE_ID."""
+    return isinstance(holder, ConsumerMember) and not holder.gone
 
 
 @dataclass

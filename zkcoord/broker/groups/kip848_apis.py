@@ -99,6 +99,9 @@ class ConsumerGroupApis:
                 return answer(INVALID_REQUEST, message="a joining member must name its topics or a regex")
             bridged = self._join_consumer_member(request, topics or (), pattern or None, strategies, client_host, now,
                                                  principal)
+            if bridged == kip848.UNRELEASED_INSTANCE_ID:
+                return answer(bridged, message=f"instance id {request.instance_id} is held by a member that has "
+                                               "not left the group")
             if isinstance(bridged, int):
                 return answer(bridged, message="the coordinator refused the member; see the broker's log")
         member = bridged.member
@@ -130,8 +133,14 @@ class ConsumerGroupApis:
             return FENCED_INSTANCE_ID
         if request.instance_id is not None:
             for other in list(self._groups.get(request.group_id, {}).values()):
-                if other.member.instance_id == request.instance_id and not other.member.gone:
-                    self._replaced(other, member_id)
+                if other.member.instance_id != request.instance_id or other.member.gone:
+                    continue
+                if kip848.keeps_instance_id(other.member):
+                    log.info("group %s: static member %s with instance id %s cannot join: member %s holds the "
+                             "instance id and has not left", request.group_id, member_id, request.instance_id,
+                             other.member.member_id)
+                    return kip848.UNRELEASED_INSTANCE_ID
+                self._replaced(other, member_id)
         member = ConsumerMember(
             member_id=member_id, topics=topics, pattern=pattern, session_timeout_ms=self.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0

@@ -36,7 +36,7 @@ from zkcoord.coordinator.core.outbox import Outbox
 from zkcoord.coordinator.core.requests import Requests
 from zkcoord.coordinator.group import UNKNOWN_FAILURE, Group, GroupPhase, Member
 from zkcoord.coordinator.planner import (
-    HandoffPlan, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
+    HandoffPlan, owned_now, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
 )
 from zkcoord.errors import describe
 from zkcoord.records import TopicPartition
@@ -232,7 +232,7 @@ class Rounds:
         if group.members:  # an empty group keeps the strategy it had
             group.strategy = choose_strategy([m.strategies for m in group.members.values()])
         counts = {t: n for t, n in self.groups.partitions.items() if any(s.matches(t) for s in subscriptions.values())}
-        current = {m.member_id: m.assigned for m in group.members.values()}
+        current = owned_now({m.member_id: m.assigned for m in group.members.values()}, group.recorded_owners)
         target = target_assignment(subscriptions, counts, group.strategy, current)
         running = {m.member_id: m.running for m in group.members.values() if m.connected}
         reset = self._resets.pop(group.name, None)
