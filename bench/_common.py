@@ -26,8 +26,8 @@ from kazoo.client import KazooClient
 from zkcoord.zk import client as zk_client
 from zkcoord.zk.gevent_handler import GeventHandler
 
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.testing import LocalCluster, exit_on_signal, start_ensemble, wait_until
 from zkcoord.zk import layout
 from zkcoord.zk.ensemble import LocalEnsemble
@@ -91,7 +91,11 @@ class Recorder:
         self.max_gap = 0.0
 
 
-class Member:
+class TimedMember:
+    """A benchmark's group member: a GroupMembership over the network, its
+    listener recording what it was told and when (not the coordinator's
+    record of a member, coordinator/group.py's Member)."""
+
     def __init__(self, bootstrap, group: str, topic: str, session_timeout_ms: int,
                  recorder: Optional[Recorder] = None, **member_settings):
         self.recorder = recorder if recorder is not None else Recorder()
@@ -108,7 +112,7 @@ class Member:
         self.registered_at = time.perf_counter()
 
 
-def complete(members: list[Member], partitions: int, epoch: Optional[int] = None) -> bool:
+def complete(members: list[TimedMember], partitions: int, epoch: Optional[int] = None) -> bool:
     """Every member registered and running something (under ``epoch`` if
     given), and together they hold each partition exactly once."""
     total = 0
@@ -124,13 +128,13 @@ def complete(members: list[Member], partitions: int, epoch: Optional[int] = None
     return total == partitions and len(union) == partitions
 
 
-def settle(members: list[Member], timeout: float = 30.0) -> None:
+def settle(members: list[TimedMember], timeout: float = 30.0) -> None:
     """Wait until no member's listener has run for SETTLE_S."""
     wait_until(lambda: time.perf_counter() - max(m.recorder.last_event for m in members) > SETTLE_S,
                timeout, message="the group to settle", interval=0.05)
 
 
-def close_all(members: list[Member]) -> None:
+def close_all(members: list[TimedMember]) -> None:
     """Leave cleanly, all at once (each leave is a small exchange with the coordinator)."""
     jobs = [gevent.spawn(m.membership.close, 5.0) for m in members]
     gevent.joinall(jobs, timeout=60)
@@ -185,8 +189,8 @@ class Harness:
     def coordinator_log(self, server_id: int) -> str:
         return self.cluster.servers[server_id].log_path.read_text(errors="replace")
 
-    def members(self, group: str, topic: str, count: int, session_timeout_ms: int) -> list[Member]:
-        return [Member(self.cluster.bootstrap, group, topic, session_timeout_ms) for _ in range(count)]
+    def members(self, group: str, topic: str, count: int, session_timeout_ms: int) -> list[TimedMember]:
+        return [TimedMember(self.cluster.bootstrap, group, topic, session_timeout_ms) for _ in range(count)]
 
     def say(self, line: str) -> None:
         print(line, flush=True)
@@ -215,7 +219,7 @@ MEMBER_WARNINGS = CountingHandler()
 
 
 def quiet_logs() -> None:
-    member_log = logging.getLogger("zkcoord.consumer.membership")
+    member_log = logging.getLogger("zkcoord.member.membership")
     member_log.addHandler(MEMBER_WARNINGS)
     member_log.propagate = False
     logging.getLogger("kazoo").setLevel(logging.ERROR)

@@ -44,10 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gevent  # noqa: E402
 
 from _common import (  # noqa: E402
-    MEMBER_WARNINGS, STABLE_LINE, ZK_SESSION_TIMEOUT_MS, ZK_TICK_MS, Harness, Member, close_all, complete,
+    MEMBER_WARNINGS, STABLE_LINE, ZK_SESSION_TIMEOUT_MS, ZK_TICK_MS, Harness, TimedMember, close_all, complete,
     quiet_logs, raise_fd_limit, settle,
 )
-from zkcoord.consumer.membership import CONNECT_TIMEOUT_S  # noqa: E402
+from zkcoord.member.membership import CONNECT_TIMEOUT_S  # noqa: E402
 from zkcoord.testing import cpu_seconds, exit_on_signal, wait_until  # noqa: E402
 
 REBALANCE_SESSION_TIMEOUT_MS = 10_000  # the members' session (ping every third of it)
@@ -103,7 +103,7 @@ class CoordinatorBench(Harness):
                 settle(members)
                 server_id, _ = self.coordinator()
                 trigger = time.perf_counter()
-                newcomer = Member(self.cluster.bootstrap, group, topic, REBALANCE_SESSION_TIMEOUT_MS)
+                newcomer = TimedMember(self.cluster.bootstrap, group, topic, REBALANCE_SESSION_TIMEOUT_MS)
                 members.append(newcomer)
                 wait_until(lambda: complete(members, sizes.partitions), sizes.step_timeout_s,
                            message=f"group of {size} to take a new member", interval=0.01)
@@ -200,8 +200,8 @@ class CoordinatorBench(Harness):
                  f"{idle['cpu'] * 100:.1f}% of a core")
         self.say(f"  {'members':>8} {'join time':>10} {'coord CPU':>10} {'net of idle':>12} "
                  f"{'per 1000':>9} {'bench CPU':>10} {'pings/s':>8} {'max gap':>8} {'churn':>6} {'removed':>8}")
-        members: list[Member] = []
-        groups: list[list[Member]] = []
+        members: list[TimedMember] = []
+        groups: list[list[TimedMember]] = []
         for target in sizes.capacity_steps:
             began = time.perf_counter()
             warnings_before = MEMBER_WARNINGS.count
@@ -240,7 +240,7 @@ class CoordinatorBench(Harness):
                 break
         close_all(members)
 
-    def _window(self, pid: int, members: list[Member], seconds: float) -> dict:
+    def _window(self, pid: int, members: list[TimedMember], seconds: float) -> dict:
         """CPU of the coordinator and of this process, pings and churn over ``seconds``."""
         for m in members:
             m.recorder.mark()

@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from zkcoord.admin.groups import log_end_offsets  # noqa: E402
 from zkcoord.coordinator.log_ends import LogEndReader  # noqa: E402
 from zkcoord.records import TopicPartition  # noqa: E402
-from zkcoord.security import certs, store  # noqa: E402
+from zkcoord.security import certs  # noqa: E402
+from zkcoord.zk import security_store as store  # noqa: E402
+from zkcoord.zk import security_store as store
 from zkcoord.security.config import TlsConfig  # noqa: E402
 from zkcoord.security.tls import client_context  # noqa: E402
 from zkcoord.testing import cluster_in_chroot, scratch_ensemble  # noqa: E402

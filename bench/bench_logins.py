@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zkcoord import wire  # noqa: E402
 from zkcoord.channel import Channel  # noqa: E402
-from zkcoord.security import scram, store  # noqa: E402
+from zkcoord.security import scram  # noqa: E402
+from zkcoord.zk import security_store as store  # noqa: E402
+from zkcoord.zk import security_store as store
 from zkcoord.testing import cluster_in_chroot, scratch_ensemble  # noqa: E402
 
 _ids = itertools.count()

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
-    MEMBER_WARNINGS, STABLE_LINE, Harness, Member, Recorder, close_all, complete, quiet_logs,
+    MEMBER_WARNINGS, STABLE_LINE, Harness, TimedMember, Recorder, close_all, complete, quiet_logs,
     raise_fd_limit, settle,
 )
 from zkcoord.testing import exit_on_signal, wait_until  # noqa: E402
@@ -156,7 +156,7 @@ class RebalanceBench(Harness):
         strategies = VARIANTS[variant]
         group = f"join-{variant.replace(',', '-')}"
         events: list[Event] = []
-        members = [Member(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
+        members = [TimedMember(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
                           recorder=Timeline(events), assignment_strategies=strategies) for _ in range(args.members)]
         wait_until(lambda: complete(members, args.partitions), args.timeout,
                    message=f"a group of {args.members} to form", interval=0.05)
@@ -167,7 +167,7 @@ class RebalanceBench(Harness):
                 server_id, _ = self.coordinator()
                 events.clear()
                 trigger = time.perf_counter()
-                newcomer = Member(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
+                newcomer = TimedMember(self.cluster.bootstrap, group, topic, SESSION_TIMEOUT_MS,
                                   recorder=Timeline(events), assignment_strategies=strategies)
                 grown = members + [newcomer]
                 wait_until(lambda: complete(grown, args.partitions), args.timeout,

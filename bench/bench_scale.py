@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gevent  # noqa: E402
 
 from _common import Harness, run_in_scratch  # noqa: E402
-from zkcoord.coordinator.slots import slot_of, validate_slot_count  # noqa: E402
+from zkcoord.zk.layout import slot_of, validate_slot_count  # noqa: E402
 from zkcoord.errors import ConfigError  # noqa: E402
 from zkcoord.testing import cpu_seconds, wait_until  # noqa: E402
 from zkcoord.testing.loadgen import group_name  # noqa: E402

@@ -105,8 +105,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ZK_TICK_MS, raise_fd_limit, run_in_scratch  # noqa: E402
-from zkcoord.consumer.config import MemberConfig  # noqa: E402
-from zkcoord.consumer.membership import GroupMembership  # noqa: E402
+from zkcoord.member.config import MemberConfig  # noqa: E402
+from zkcoord.member.membership import GroupMembership  # noqa: E402
 from zkcoord.testing import LocalCluster, start_ensemble, wait_until  # noqa: E402
 from zkcoord.testing.java_members import JavaMembers  # noqa: E402
 from zkcoord.testing.kafka import KRAFT_MODE, KafkaCluster, KafkaSettings  # noqa: E402

@@ -1,4 +1,8 @@
-"""zkcoord: a ZooKeeper-elected, server-pushed consumer-group coordinator."""
+"""zkcoord: a ZooKeeper-elected, server-pushed consumer-group coordinator.
+
+The package's front door (``Consumer``), of the top layer of the map in
+docs/DESIGN.md, which says what each package owns and may import.
+"""
 
 __version__ = "0.1.0"
 

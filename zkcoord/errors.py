@@ -27,6 +27,20 @@ class TlsError(ZkcoordError):
     Not retriable unless the connection merely broke during it."""
 
 
+class OffsetOutOfRangeError(ZkcoordError):
+    """An offset outside a partition's log: below its start or beyond its end
+    (Kafka's OFFSET_OUT_OF_RANGE). The broker's log refuses a read from one;
+    a fetcher whose reset policy is ``error`` stops on one."""
+
+
+class UnknownPartitionError(ZkcoordError):
+    """A topic or partition that does not exist where it was looked for (the
+    brokers, ZooKeeper). Retriable: it may yet be created, or what was asked
+    may yet learn of it."""
+
+    retriable = True
+
+
 def describe(error: BaseException) -> str:
     """An error as a log line names it: its type, and its message when it has
     one (kazoo's connection errors have none, which left "failed: " bare)."""

@@ -13,8 +13,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from tests.broker.conftest import BrokerCluster
-from zkcoord.security import acl, store
+from zkcoord.security import acl
 from zkcoord.testing import cluster_in_chroot, wait_until
+from zkcoord.zk import security_store as store
 
 TOPIC = "guarded"
 USERS = ("admin", "alice", "bob", "carol", "dave", "erin", "frank")

@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KpTopicPartition
 
 from zkcoord.testing import wait_until
-from zkcoord.broker import formats
+from zkcoord import batch_format
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -27,8 +27,8 @@ def stored_codecs(cluster, topic: str, partition: int) -> set[int]:
         data = segment.read_bytes()
         pos = 0
         while pos < len(data):
-            header = formats.parse_header(data, pos)
-            codecs.add(header.attributes & formats.COMPRESSION_MASK)
+            header = batch_format.parse_header(data, pos)
+            codecs.add(header.attributes & batch_format.COMPRESSION_MASK)
             pos += header.size
     return codecs
 

@@ -9,10 +9,9 @@ import pytest
 from confluent_kafka import Producer
 
 from zkcoord.testing import wait_until
-from zkcoord.fetch.columnar import (
-    EARLIEST, LATEST, ColumnarFetcher, FetchError, FetcherClosedError, OffsetOutOfRangeError,
-    UnknownPartitionError,
-)
+from zkcoord.fetch.columnar import EARLIEST, LATEST, ColumnarFetcher
+from zkcoord.errors import OffsetOutOfRangeError, UnknownPartitionError
+from zkcoord.fetch.errors import FETCHER_ERRORS, FetchError, FetcherClosedError
 from zkcoord.records import Record
 
 
@@ -44,7 +43,7 @@ def first_error(fetcher, timeout=15.0) -> Exception:
     def raised():
         try:
             fetcher.fetch(10, 0.2)
-        except FetchError as exc:
+        except FETCHER_ERRORS as exc:
             caught.append(exc)
         return caught
     wait_until(raised, timeout=timeout, interval=0, message="the fetcher to raise")
@@ -292,3 +291,16 @@ def test_a_credential_is_not_asked_of_a_broker_that_authenticates_nobody(shared_
         assert [r.value for r in drain(fetcher, 20)] == sent[0]
     finally:
         fetcher.close()
+
+
+def test_a_metadata_answer_the_same_as_the_last_is_not_decoded_again(shared_cluster, topic):
+    from zkcoord.fetch.connection import BrokerConnection
+
+    with BrokerConnection(shared_cluster.brokers[0].bootstrap) as connection:
+        first = connection.cluster()
+        assert first.topics[topic].partition_count == 3 and first.raw
+        assert connection.cluster(previous=first) is first  # the same bytes: the same value, undecoded
+        grown = f"{topic}-more"
+        shared_cluster.create_topic(grown, 2)
+        wait_until(lambda: grown in connection.cluster(previous=first).topics, timeout=15, message="the new topic")
+        assert connection.cluster(previous=first).topics[grown].partition_count == 2

@@ -10,8 +10,9 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from tests.broker.batches import make_batch
-from zkcoord.broker import formats, legacy
-from zkcoord.broker.formats import CorruptBatchError, UnsupportedMagicError
+from zkcoord import batch_format
+from zkcoord.batch_format import CorruptBatchError, UnsupportedMagicError
+from zkcoord.broker import legacy
 from zkcoord.broker.legacy import SegmentTime, offsets_before
 
 
@@ -61,10 +62,10 @@ def test_damaged_old_messages_are_refused(damage):
         data[-10] ^= 0xFF
     elif damage == "codec":  # attributes name a codec the old formats lack
         data = bytearray(message_set(1, 0, [b"abc"]))
-        data[formats.ENTRY_MAGIC_POSITION + 1] = 5
+        data[batch_format.ENTRY_MAGIC_POSITION + 1] = 5
     else:  # a compressed wrapper whose value is null
         data = bytearray(message_set(1, 0, [None]))
-        data[formats.ENTRY_MAGIC_POSITION + 1] = 1
+        data[batch_format.ENTRY_MAGIC_POSITION + 1] = 1
     if damage in ("codec", "inner", "empty-wrapper"):
         from kafka.record.util import calc_crc32
         data[12:16] = calc_crc32(bytes(data[16:])).to_bytes(4, "big")
@@ -87,7 +88,7 @@ def test_down_conversion_from_an_offset_within_a_limit(magic):
     for base, codec in ((0, 0), (3, 1), (6, 4)):
         batch = bytearray(make_batch([b"r%d" % (base + i) for i in range(3)], timestamp=7_000 + base,
                                      key=b"key", compression=codec))
-        formats.set_base_offset(batch, 0, base, 0)
+        batch_format.set_base_offset(batch, 0, base, 0)
         stored += batch
     got = read_legacy(legacy.down_convert(bytes(stored), magic, 2, 1 << 20))
     assert [(m, o, v, k) for m, o, _, k, v in got] == [(magic, o, b"r%d" % o, b"key") for o in range(2, 9)]
@@ -98,7 +99,7 @@ def test_down_conversion_from_an_offset_within_a_limit(magic):
 
 def test_down_conversion_leaves_control_batches_out():
     control = bytearray(make_batch([b"marker"]))
-    control[formats.CRC_START + 1] |= formats.CONTROL_FLAG  # attributes, low byte
+    control[batch_format.CRC_START + 1] |= batch_format.CONTROL_FLAG  # attributes, low byte
     assert read_legacy(legacy.down_convert(bytes(control) + make_batch([b"data"]), 1, 0, 1 << 20))[0][4] == b"data"
 
 

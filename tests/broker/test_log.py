@@ -7,13 +7,10 @@ import os
 import pytest
 
 from tests.broker.batches import make_batch, read_values
-from zkcoord.broker import formats
-from zkcoord.broker.formats import CorruptBatchError
-from zkcoord.broker.log import (
-    InvalidProducerEpochError, LogConfig, OffsetOutOfRangeError, OutOfOrderSequenceError,
-    PartitionLog,
-)
-from zkcoord.errors import ConfigError
+from zkcoord import batch_format
+from zkcoord.batch_format import CorruptBatchError
+from zkcoord.broker.log import InvalidProducerEpochError, LogConfig, OutOfOrderSequenceError, PartitionLog
+from zkcoord.errors import ConfigError, OffsetOutOfRangeError
 
 
 class Clock:
@@ -59,9 +56,9 @@ def test_offsets_are_assigned_by_rewriting_base_offset(tmp_path):
     assert (first.base_offset, first.last_offset) == (0, 1)
     assert (second.base_offset, second.last_offset) == (2, 2)
     data = log.read(2, 1 << 20).read()
-    header = formats.parse_header(data)
+    header = batch_format.parse_header(data)
     assert header.base_offset == 2
-    formats.check_crc(data, 0, header)  # the CRC does not cover the base offset
+    batch_format.check_crc(data, 0, header)  # the CRC does not cover the base offset
     assert read_all(log) == [(0, b"a"), (1, b"b"), (2, b"c")]
 
 
@@ -79,7 +76,7 @@ def test_read_returns_at_least_one_batch_and_respects_max_bytes(tmp_path):
     log = open_log(tmp_path, segment_bytes=1 << 20)
     fill(log, 50)
     size_one = len(log.read(0, 1).read())
-    assert size_one == formats.parse_header(log.read(0, 1).read()).size
+    assert size_one == batch_format.parse_header(log.read(0, 1).read()).size
     some = log.read(0, 1000).read()
     assert size_one <= len(some) <= 1000
     assert len(log.read(0, 1 << 30).read()) == log.size_bytes
@@ -129,8 +126,8 @@ def test_recovery_truncates_at_a_bad_crc(tmp_path):
     # flip one byte inside the value of the fifth batch
     pos = 0
     for _ in range(4):
-        pos += formats.parse_header(data, pos).size
-    data[pos + formats.HEADER_SIZE + 5] ^= 0xFF
+        pos += batch_format.parse_header(data, pos).size
+    data[pos + batch_format.HEADER_SIZE + 5] ^= 0xFF
     segment.write_bytes(bytes(data))
     log = open_log(tmp_path, segment_bytes=1 << 20)
     assert read_all(log) == expected[: 4 * 3]
@@ -261,9 +258,9 @@ def test_offset_for_timestamp_in_a_batch_it_cannot_decompress(tmp_path):
     batch = bytearray(make_batch([b"a", b"b", b"c"], timestamp=50_000))
     # claim zstd (codec 4) without compressing: the records cannot be decoded,
     # the header (and so the CRC, recomputed here) still can
-    batch[22] = (batch[22] & ~formats.COMPRESSION_MASK) | 4
+    batch[22] = (batch[22] & ~batch_format.COMPRESSION_MASK) | 4
     from crc32c import crc32c
-    batch[17:21] = crc32c(bytes(batch[formats.CRC_START:])).to_bytes(4, "big")
+    batch[17:21] = crc32c(bytes(batch[batch_format.CRC_START:])).to_bytes(4, "big")
     result = log.append(bytes(batch))
     assert log.offset_for_timestamp(50_001) == (result.base_offset, 50_002)
 

@@ -13,8 +13,9 @@ import pytest
 from tests.broker.conftest import BrokerCluster
 from zkcoord.coordinator.log_ends import LogEndReader
 from zkcoord.records import LogEnd, TopicPartition
-from zkcoord.security import certs, store, tls
+from zkcoord.security import certs, tls
 from zkcoord.testing import cluster_in_chroot, wait_until
+from zkcoord.zk import security_store as store
 
 TOPIC = "ends"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -152,7 +153,8 @@ def test_a_broker_that_keeps_failing_leaves_one_registration_watcher(zk):
     from zkcoord.zk import layout
 
     registration = layout.BrokerRegistration(broker_id=0, host="127.0.0.1", port=1,
-                                             endpoints=(layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 1),))
+                                             endpoints=(layout.ListenerEndpoint("PLAINTEXT", "PLAINTEXT",
+                                                                               "127.0.0.1", 1),))
     zk.create(layout.broker_path(0), layout.encode_broker(registration), makepath=True)
     attempts = []
 

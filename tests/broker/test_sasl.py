@@ -18,8 +18,8 @@ from kafka.protocol.sasl import SaslHandshakeRequest
 from kafka.structs import TopicPartition as KpTopicPartition
 
 from tests.broker.conftest import BrokerCluster
-from zkcoord.security import store
 from zkcoord.testing import cluster_in_chroot, wait_until
+from zkcoord.zk import security_store as store
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 TOPIC = "secured"

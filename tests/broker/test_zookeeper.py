@@ -311,7 +311,8 @@ def broker_state(client, broker_id: int):
     from zkcoord.broker.zkstate import ZkState
 
     registration = layout.BrokerRegistration(broker_id=broker_id, host="127.0.0.1", port=9092,
-                                             endpoints=(layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),))
+                                             endpoints=(layout.ListenerEndpoint("PLAINTEXT", "PLAINTEXT",
+                                                                               "127.0.0.1", 9092),))
     return ZkState(client, registration, wake=lambda: None)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -16,14 +17,15 @@ import pytest
 from tests.console.drill_history import A, B, write_drill
 from tests.e2e.checks import wait_whole
 from zkcoord.admin.groups import log_end_offsets
+from zkcoord.admin.live import live_members
 from zkcoord.console.access import Access
 from zkcoord.console.app import create_app
 from zkcoord.console.config import ConsoleConfig
 from zkcoord.security import acl
-from zkcoord.security import store as security_store
 from zkcoord.security.checks import LoginChecks
 from zkcoord.security.config import SecurityConfig
 from zkcoord.testing import cluster_in_chroot, partitions_of, wait_until
+from zkcoord.zk import security_store
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 
@@ -56,11 +58,14 @@ def drills(tmp_path_factory) -> Path:
     return root
 
 
-def console(zk, drills: Path = None, login: bool = False, authorizing: bool = False, lag: bool = True):
+def console(zk, drills: Path = None, login: bool = False, authorizing: bool = False, lag: bool = True,
+            members=None):
+    """A console over ``zk``; its group pages ask the coordinators for their members (``members``: how)."""
     config = ConsoleConfig(drills=str(drills) if drills else None)
     access = Access(zk, login, LoginChecks(zk, SecurityConfig(failed_authentication_delay_ms=0)) if login else None,
                     authorizing)
-    app = create_app(zk, config, access, log_end_offsets(zk) if lag else None)
+    app = create_app(zk, config, access, log_end_offsets(zk) if lag else None,
+                     members=members or partial(live_members, zk))
     app.testing = False  # errors go through the console's own pages, as they do when it serves
     return app.test_client()
 
@@ -84,11 +89,32 @@ def test_the_overview_shows_slots_servers_brokers_and_groups(cluster):
     assert [b["broker"] for b in view["brokers"]] == [1]
     g = next(g for g in view["groups"] if g["group"] == "g")
     assert (g["state"], g["members"], g["partitions"]) == ("Stable", 1, PARTITIONS)
+    assert (g["last_rebalance"]["generation"], g["last_rebalance"]["outcome"]) == (1, "completed")
     assert [(h["group"], h["state"], h["lag"]) for h in view["groups"] if h["group"] == "h"] == [("h", "Empty", 7)]
     assert view["problems"] == []
     page = client.get("/")
     assert page.status_code == 200
     assert re.search(r"\bg Stable\b", text(page)) and "None: every slot has a coordinator" in text(page)
+    assert re.search(r"UTC, completed\b", text(page))  # g's last rebalance; h has none
+
+
+def test_a_member_that_stops_answering_is_shown_close_to_expiry_before_it_expires(cluster):
+    """SIGSTOP past two thirds of its session: the member has let a request
+    of its coordinator go unanswered, and the overview says so while its
+    lease still runs (from its coordinator: ZooKeeper knows no lease)."""
+    client = console(cluster.zk)
+    member = cluster.add_consumer("x", topics=["t"], session_timeout_ms=9000)
+    try:
+        wait_until(lambda: member.status() and member.status().get("assignment"), timeout=SETTLE_S,
+                   message="the member of group x to hold partitions")
+        member.pause()
+        problem = wait_until(lambda: next((p for p in client.get("/api/overview").get_json()["problems"]
+                                           if p["kind"] == "member-expiring" and p["group"] == "x"), None),
+                             timeout=9, interval=0.2, message="the paused member shown close to expiry")
+        assert f"member {member.status()['consumer_id']}'s lease runs out in" in problem["text"]
+    finally:
+        member.resume()
+        member.terminate()
 
 
 def test_a_group_page_shows_owners_offsets_lag_and_members(cluster):
@@ -104,7 +130,44 @@ def test_a_group_page_shows_owners_offsets_lag_and_members(cluster):
         page = client.get(path)
         assert page.status_code == 200
         assert f"t 0 {RECORDS // PARTITIONS} {RECORDS // PARTITIONS} 0 {member} = 127.0.0.1" in text(page)
-    assert 'id="members"' in client.get("/groups/g").get_data(as_text=True)
+    assert [(m["consumer_id"], m["static"], m["session_timeout_ms"], m["kind"], m["client_id"])
+            for m in view["members"]] == [(member, False, 4000, "thin", "zkcoord-consumer")]
+    assert re.search(rf"{member} dynamic 127.0.0.1 zkcoord-consumer thin consumer \d\.\d s 4000 ms {PARTITIONS} ",
+                     text(page))
+    first = view["history"][0]
+    assert (first["generation"], first["trigger"], first["outcome"], first["moved"]) == (
+        1, f"member {member} joined", "completed", PARTITIONS)
+    assert f"1 completed {first['duration_ms']} ms 1 {PARTITIONS} 0 0.0 member {member} joined" in text(page)
+
+
+def test_a_group_page_shows_each_members_kind_client_id_and_lease_as_its_coordinator_says(cluster):
+    stock = cluster.add_consumer("s", topics=["t"], kafka_brokers=cluster.broker_list)
+    try:
+        client = console(cluster.zk, lag=False)
+        view = wait_until(lambda: (v := client.get("/api/groups/s").get_json()) and v["members"] and v,
+                          timeout=SETTLE_S, message="the stock member described by its coordinator")
+        (described,) = view["members"]
+        assert view["members_from"] == "coordinator"
+        assert (described["kind"], described["client_id"]) == ("classic-eager", f"zkcoord-consume-{stock.pid}")
+        assert 0 < described["lease_remaining_ms"] < described["session_timeout_ms"] == 4000
+        page = text(client.get("/groups/s"))
+        assert "As the group's coordinator holds them now" in page
+        assert re.search(rf"zkcoord-consume-{stock.pid} stock, classic protocol \(eager\) \d\.\d s 4000 ms", page)
+    finally:
+        stock.terminate()
+
+
+def test_a_group_page_falls_back_to_zookeepers_members_and_says_so_when_the_coordinator_cannot_say(cluster):
+    # A coordinator that refuses the console (a credential it does not know) is one that cannot say.
+    client = console(cluster.zk, lag=False, members=partial(live_members, cluster.zk, credential=("nobody", "x")))
+    member = cluster.consumer.status()["consumer_id"]
+    view = client.get("/api/groups/g").get_json()
+    assert view["members_from"] == "zookeeper" and "AuthenticationFailed" in view["members_unavailable"]
+    assert [(m["consumer_id"], m["kind"], m["lease_remaining_ms"]) for m in view["members"]] == [
+        (member, "thin", None)]  # the kind as the group's state recorded it; the lease only its coordinator knows
+    page = text(client.get("/fragments/groups/g"))
+    assert "The coordinator could not be asked" in page and "without their leases" in page
+    assert re.search(rf"{member} dynamic 127.0.0.1 zkcoord-consumer thin consumer - 4000 ms", page)
 
 
 def test_a_console_without_lag_still_shows_the_group(cluster):

@@ -16,9 +16,9 @@ import pytest
 
 from tests.e2e.checks import run_a_group
 from tests.e2e.conftest import SERVER_ARGS
-from zkcoord.security import store as security_store
 from zkcoord.testing import LocalCluster, zkcoord_command
 from zkcoord.testing.console import ConsoleProcess
+from zkcoord.zk import security_store
 from zkcoord.zk.ensemble import LocalEnsemble
 from zkcoord.zk.security import command_line
 

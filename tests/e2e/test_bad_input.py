@@ -21,8 +21,8 @@ import pytest
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel, ChannelClosed
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.zk import layout
 from tests.e2e.checks import wait_whole
 from zkcoord.testing import partitions_of
@@ -262,7 +262,7 @@ class ScriptedCoordinator:
                 if isinstance(got.message, wire.ClusterMetadataRequest):
                     channel.send(wire.ClusterMetadataResponse(
                         coordinator_id=1, coordinator_epoch=self.epoch,
-                        servers=(wire.Endpoint(1, "127.0.0.1", self.port),)), got.correlation_id)
+                        servers=(wire.NodeAddress(1, "127.0.0.1", self.port),)), got.correlation_id)
                 elif isinstance(got.message, wire.RegisterConsumerRequest):
                     channel.send(wire.RegisterConsumerResponse(coordinator_epoch=self.epoch), got.correlation_id)
                     self.registered.put((channel, got.message))

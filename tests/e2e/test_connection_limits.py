@@ -21,9 +21,9 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord import wire
 from zkcoord.channel import Channel
-from zkcoord.security import store
 from zkcoord.security.secrets import write_private
 from zkcoord.testing import LocalCluster, cluster_in_chroot, wait_until
+from zkcoord.zk import security_store as store
 
 FRAME_TIMEOUT_S = 1.0
 PER_ADDRESS = 6

@@ -10,9 +10,9 @@ import pytest
 from tests.console.drill_history import write_drill
 from tests.e2e.checks import wait_whole
 from tests.e2e.conftest import SERVER_ARGS
-from zkcoord.security import store as security_store
 from zkcoord.testing import LocalCluster, ProxiedEnsemble, fresh_chroot, partitions_of, wait_until
 from zkcoord.testing.console import ConsoleProcess, headless_chromium
+from zkcoord.zk import security_store
 
 PARTITIONS = 6
 SETTLE_S = 30
@@ -92,15 +92,23 @@ def test_a_member_killed_shows_its_partitions_moving_without_a_reload(cluster, c
     page.evaluate("window.sameDocument = true")  # gone if the page reloads
 
     cluster.consumers[0].kill()
-    wait_until(lambda: set(owners.all_inner_texts()) == {survivor}, timeout=MOVED_S,
-               message="the killed member's partitions shown moving to the survivor")
+    # Both together: one reading may catch the round between its state's write and its owners'.
+    wait_until(lambda: set(owners.all_inner_texts()) == {survivor}
+               and page.locator(f'#members tr[data-member="{victim}"]').count() == 0, timeout=MOVED_S,
+               message="the killed member gone and its partitions shown moving to the survivor")
     assert page.evaluate("window.sameDocument") is True, "the page followed the group without reloading"
-    assert page.locator(f'#members tr[data-member="{victim}"]').count() == 0
     # The live timeline saw both: the victim's cells before, only the survivor's in the latest column.
     assert page.locator(f'#timeline .cell[data-member="{victim}"]').count() > 0
     latest = page.locator("#timeline .cells").evaluate_all(
         "rows => rows.map(row => row.lastElementChild.dataset.member)")
     assert set(latest) == {survivor}
+    # The rebalance history gains the round the kill asked for, on the same page: newest first, with its reason.
+    history = page.locator("#history td.trigger")
+    wait_until(lambda: f"member {victim} left: its connection closed" in history.first.inner_text(),
+               timeout=MOVED_S, message="the kill's round at the top of the rebalance history")
+    assert any(f"member {victim} joined" in text for text in history.all_inner_texts())
+    assert page.locator("#history tbody tr").first.locator("td.outcome").inner_text() == "completed"
+    assert page.evaluate("window.sameDocument") is True
 
 
 def test_a_drills_report_opens_with_its_violations_marked(consoles, page):

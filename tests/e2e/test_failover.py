@@ -16,6 +16,7 @@ from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import partitions_of
 from zkcoord.zk.nodes import read_offsets, read_owners
 from zkcoord.testing import wait_until
+from zkcoord.admin.groups import read_history
 from zkcoord.admin.topics import create_topic
 from zkcoord.zk import layout
 
@@ -30,10 +31,17 @@ def epoch(zk: KazooClient) -> int:
     return layout.decode_coordinator_epoch(zk.get(layout.COORDINATOR_EPOCH_PATH)[0])
 
 
-def _run_group(cluster, zk, messages: int):
+def _run_group(cluster, zk, messages: int, strategy: str = "range"):
+    """Three members of group g consuming topic t; a sticky group's join one
+    at a time, so that who owns what depends on the order they came in (not
+    what an assignment from scratch would give)."""
     create_topic(zk, "t", 6)
     partitions = partitions_of(zk, ["t"])
-    consumers = [cluster.add_consumer("g", topics=["t"]) for _ in range(3)]
+    consumers = []
+    for _ in range(3):
+        consumers.append(cluster.add_consumer("g", topics=["t"], extra=["--strategy", strategy]))
+        if strategy == "sticky":
+            wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     produce(cluster, "t", messages)
     wait_until(lambda: len(delivered_values(consumers)) >= messages, timeout=30, message="first deliveries")
@@ -47,17 +55,25 @@ def _check_offsets_never_back(before: dict, after: dict) -> None:
 
 
 def test_kill_9_of_the_coordinator_hands_over_with_nothing_lost(cluster, zk):
-    consumers, partitions = _run_group(cluster, zk, 600)
+    consumers, partitions = _run_group(cluster, zk, 600, strategy="sticky")
     old = coordinator_id(zk)
     old_epoch = epoch(zk)
     committed = read_offsets(zk, "g")
+    owners = read_owners(zk, "g")
     cluster.servers[old].kill()
     wait_until(lambda: coordinator_id(zk) != old, timeout=FAILOVER_S, message="a new coordinator")
     wait_until(lambda: epoch(zk) > old_epoch, timeout=FAILOVER_S, message="a new epoch")
     # The partitions served by the dead server's broker are gone with it, so
     # "whole" here is about the coordinator: every member holds its range again.
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    assert read_owners(zk, "g") == owners  # every member survived: the new coordinator moves nothing
     _check_offsets_never_back(committed, read_offsets(zk, "g"))
+    # The successor's rounds are appended to the history its predecessor wrote.
+    history = wait_until(lambda: (h := read_history(zk, "g")) and h[-1]["epoch"] > old_epoch and h,
+                         timeout=FAILOVER_S, message="the successor's round in the history")
+    assert [r["epoch"] for r in history if r["epoch"] <= old_epoch], "the predecessor's rounds kept"
+    assert history[-1]["outcome"] == "completed"  # the members registering again with the successor asked for it
+    assert all(f"member {c.status()['consumer_id']} joined" in history[-1]["trigger"] for c in consumers)
 
 
 def test_a_server_restarted_right_after_kill_9_waits_out_its_old_registration(cluster, zk):

@@ -11,9 +11,10 @@ from confluent_kafka import Producer
 
 from tests.e2e.checks import wait_whole
 from tests.e2e.conftest import SERVER_ARGS
+from zkcoord.admin.groups import read_history
 from zkcoord.admin.topics import create_topic
 from zkcoord.testing import partitions_of, wait_until, zkcoord_command
-from zkcoord.zk.nodes import read_offsets
+from zkcoord.zk.nodes import read_group_state, read_offsets
 
 SETTLE_S = 30
 OLD_MS, NEW_MS = 1_000_000_000_000, 1_700_000_000_000  # 2001 and 2023
@@ -53,7 +54,7 @@ def first_offsets(consumer) -> dict:
     return first
 
 
-def test_describe_shows_an_empty_group_as_empty_after_the_last_member_leaves(cluster_factory, zk, zk_connect):
+def test_describe_shows_a_group_its_history_and_empty_after_the_last_member_leaves(cluster_factory, zk, zk_connect):
     cluster = cluster_factory(1)
     create_topic(zk, "t", 4)
     consumer = cluster.add_consumer("g", topics=["t"])
@@ -72,6 +73,28 @@ def test_describe_shows_an_empty_group_as_empty_after_the_last_member_leaves(clu
     header = table.index(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                           "HOST", "CLIENT-ID"])
     assert ["g", "t", "0", "5", "5", "0", member, "/127.0.0.1", "-"] in table[header + 1:]
+
+    # A member joins, then is killed -9: the history says so, with each round's reason.
+    crasher = cluster.add_consumer("g", topics=["t"])
+    wait_whole(zk, "g", [consumer, crasher], partitions_of(zk, ["t"]), timeout=SETTLE_S)
+    crashed = crasher.status()["consumer_id"]
+    joined = wait_until(lambda: next((r for r in read_history(zk, "g") if r["outcome"] == "completed"
+                                      and r["trigger"] == f"member {crashed} joined"), None),
+                        timeout=SETTLE_S, message="the join's round recorded")
+    assert joined["members"] == 2 and joined["moved"] == 2 and joined["paused"] == 2
+    crasher.kill()
+    wait_whole(zk, "g", [consumer], partitions_of(zk, ["t"]), timeout=SETTLE_S)
+    wait_until(lambda: (h := read_history(zk, "g")) and h[-1]["members"] == 1, timeout=SETTLE_S,
+               message="the round after the kill recorded")
+    history = described(zk_connect)["history"]  # as the command shows it
+    assert history[0]["trigger"] == f"member {member} joined" and history[0]["generation"] == 1
+    left = next(r for r in history if r["trigger"].startswith(f"member {crashed} left: its connection closed"))
+    assert left["generation"] > joined["generation"] and history[-1]["moved"] == 2
+    assert all(r["epoch"] == view["coordinator"]["epoch"] for r in history)
+    text = describe(zk_connect, "--history").stdout.splitlines()
+    header = text.index(next(line for line in text if line.startswith("STARTED ")))
+    assert f"member {crashed} left: its connection closed" in text[header + 1]  # newest first
+    assert any(f"member {crashed} joined" in line for line in text[header + 1:])
 
     consumer.terminate()  # a clean leave: its offsets are committed, then it goes
     view = wait_until(lambda: (v := described(zk_connect))["state"] == "Empty" and v, timeout=SETTLE_S,
@@ -146,3 +169,43 @@ def test_reset_offsets_moves_a_groups_offsets_and_its_next_owner_starts_there(cl
     wait_until(lambda: len(second.records()) >= 65 + 50, timeout=SETTLE_S, message="t-1 delivered again")
     again = [r["offset"] for r in second.records()[65:] if r["partition"] == 1]
     assert again == list(range(50)) and second.alive
+
+
+def test_describe_members_asks_the_coordinator_what_each_member_is_and_how_long_its_lease_runs(
+        cluster_factory, zk, zk_connect):
+    """A thin consumer and a stock librdkafka member (through the broker's
+    bridge) in one group: `--members` shows each one's kind, client id and
+    a lease remaining within its session timeout, as the coordinator holds
+    them now; the kinds are in the group's state in ZooKeeper too."""
+    cluster = cluster_factory(1)
+    create_topic(zk, "t", 4)
+    thin = cluster.add_consumer("g", topics=["t"], extra=["--client-id", "orders-app"])
+    stock = cluster.add_consumer("g", topics=["t"], kafka_brokers=cluster.broker_list)
+    wait_whole(zk, "g", [thin, stock], partitions_of(zk, ["t"]), timeout=SETTLE_S)
+
+    def members_json() -> dict:
+        result = describe(zk_connect, "--members", "--output", "json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    view = wait_until(lambda: (v := members_json()) and len(v["members"]) == 2 and v, timeout=SETTLE_S,
+                      message="both members described by the coordinator")
+    assert view["members_from"] == "coordinator" and view["members_unavailable"] is None
+    by_kind = {m["kind"]: m for m in view["members"]}
+    assert set(by_kind) == {"thin", "classic-eager"}
+    assert by_kind["thin"]["consumer_id"] == thin.status()["consumer_id"]
+    assert by_kind["thin"]["client_id"] == "orders-app"
+    assert by_kind["classic-eager"]["client_id"] == f"zkcoord-consume-{stock.pid}"
+    for member in view["members"]:
+        assert member["host"] == "127.0.0.1" and member["session_timeout_ms"] == 4000 and member["connected"]
+        assert 0 < member["lease_remaining_ms"] < member["session_timeout_ms"], member
+    assert sum(len(m["partitions"]) for m in view["members"]) == 4
+    recorded = {client.kind for client in read_group_state(zk, "g").clients.values()}
+    assert recorded == {"thin", "classic-eager"}
+
+    table = [line.split() for line in describe(zk_connect, "--members").stdout.splitlines()]
+    header = next(i for i, row in enumerate(table) if row[:2] == ["GROUP", "CONSUMER-ID"])
+    assert table[header][4:7] == ["CLIENT", "STATIC-ID", "LEASE-REMAINING"]
+    thin_row = next(row for row in table[header + 1:] if row[1] == by_kind["thin"]["consumer_id"])
+    assert thin_row[3:7] == ["orders-app", "thin", "consumer", "-"] and thin_row[8] == "s"  # dynamic: no static id
+    assert 0 < float(thin_row[7]) < 4.0

@@ -304,8 +304,8 @@ def stays(predicate, seconds: float, message: str) -> None:
 def test_a_member_told_its_offset_is_beyond_the_log_end_stops_and_its_application_is_told():
     """The member side, against a scripted coordinator: the refusal stops its
     partitions, it does not register again, and poll()'s caller gets the error."""
-    from zkcoord.consumer.config import MemberConfig
-    from zkcoord.consumer.membership import GroupMembership
+    from zkcoord.member.config import MemberConfig
+    from zkcoord.member.membership import GroupMembership
     from tests.e2e.test_bad_input import Recorder, ScriptedCoordinator, _running_member
 
     coordinator, recorder = ScriptedCoordinator(epoch=5), Recorder()

@@ -20,9 +20,10 @@ from tests.e2e.test_security import refusal
 from zkcoord import wire
 from zkcoord.channel import Channel
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.security import scram, store
+from zkcoord.security import scram
 from zkcoord.security.secrets import write_private
 from zkcoord.testing.waiting import wait_until
+from zkcoord.zk import security_store as store
 
 TOPIC = "logins"
 _ids = itertools.count()

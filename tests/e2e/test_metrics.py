@@ -17,6 +17,7 @@ from zkcoord.testing import wait_until
 TOPIC = "events"
 PARTITIONS = 4
 RECORDS = 400
+LATE = 30  # records produced once the group has no members
 VALUE = b"v" * 100
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "zkcoord.json"
 METRIC_NAME = re.compile(r"\b((?:zkcoord|process)_[a-z0-9_]+)\b")
@@ -35,7 +36,7 @@ def scrape_until(process, holds, message: str, timeout: float = 20.0):
 
 
 def test_the_metrics_follow_the_group_and_the_broker(cluster_factory):
-    cluster = cluster_factory(servers=1, server_args=(*SERVER_ARGS, "--metrics-port", "0"))
+    cluster = cluster_factory(servers=1, server_args=(*SERVER_ARGS, "--metrics-port", "0", "--lag-refresh-ms", "500"))
     server = cluster.servers[1]
     cluster.create_topic(TOPIC, PARTITIONS)
     cluster.produce(TOPIC, ((i % PARTITIONS, None, VALUE) for i in range(RECORDS)))
@@ -89,6 +90,13 @@ def test_the_metrics_follow_the_group_and_the_broker(cluster_factory):
     gone = scrape_until(server, lambda m: m.value("zkcoord_members") == 0
                         and m.value("zkcoord_groups", state="empty") == 1, "every member gone")
     assert gone.value("zkcoord_groups") == 1
+
+    # Nobody consumes: what is produced now is the group's lag, learnt from the leaders without any commit.
+    scrape_until(server, lambda m: m.has("zkcoord_consumer_lag")
+                 and m.value("zkcoord_consumer_lag", group="g", topic=TOPIC) == 0, "no lag once all is committed")
+    cluster.produce(TOPIC, ((i % PARTITIONS, None, VALUE) for i in range(LATE)))
+    scrape_until(server, lambda m: m.value("zkcoord_consumer_lag", group="g", topic=TOPIC) == LATE,
+                 f"a lag of the {LATE} records produced since")
 
 
 def dashboard_queries() -> list[str]:

@@ -18,10 +18,11 @@ from tests.e2e.conftest import SERVER_ARGS
 from tests.e2e.test_security import StockMember, refusal
 from zkcoord import wire
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.security import acl, certs, store
+from zkcoord.security import acl, certs
 from zkcoord.security.config import TlsConfig, librdkafka_settings
 from zkcoord.security.secrets import write_private
 from zkcoord.testing import LocalCluster, wait_until
+from zkcoord.zk import security_store as store
 from zkcoord.zk import layout
 from zkcoord.zk.ensemble import LocalEnsemble
 

@@ -20,9 +20,10 @@ from tests.e2e.checks import produce
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord import wire
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.security import acl, store
+from zkcoord.security import acl
 from zkcoord.security.secrets import write_private
 from zkcoord.testing.waiting import wait_until
+from zkcoord.zk import security_store as store
 
 TOPIC = "events"
 PARTITIONS = 2
@@ -200,6 +201,18 @@ def test_an_offset_reset_asks_describe_to_look_and_delete_to_execute(secured, tm
     assert wrong.returncode == 1 and "User:bob is not authorized to Describe group 'g-reset'" in wrong.stderr
     done = reset("admin", "--execute")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_look_at_a_groups_members_asks_describe_on_the_group(secured):
+    """DescribeGroup (`groups describe --members`, the console) through the authorizer of a real server."""
+    from zkcoord.admin.live import LiveUnavailable, live_members
+
+    looked = live_members(secured.zk, "g-reset", credential=("carol", "carol-pw"))
+    assert looked.error_code == wire.ErrorCode.NONE and looked.members == ()  # nobody consumes g-reset
+    with pytest.raises(LiveUnavailable, match="User:bob is not authorized to Describe group 'g-reset'"):
+        live_members(secured.zk, "g-reset", credential=("bob", "bob-pw"))
+    with pytest.raises(LiveUnavailable, match="AuthenticationFailed"):
+        live_members(secured.zk, "g-reset", credential=("carol", "wrong"))
 
 
 def test_a_static_id_is_its_principals(secured):

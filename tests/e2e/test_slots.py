@@ -23,8 +23,9 @@ from tests.e2e.test_rebalancing import Production, delivered_exactly_once, more_
 from zkcoord import wire
 from zkcoord.admin.topics import create_topic
 from zkcoord.channel import Channel
-from zkcoord.coordinator.server import FAILED_ROUND_S
-from zkcoord.coordinator.slots import FAILURES_TO_WITHDRAW, slot_of
+from zkcoord.coordinator.election import FAILED_ROUND_S
+from zkcoord.coordinator.slots import FAILURES_TO_WITHDRAW
+from zkcoord.zk.layout import slot_of
 from zkcoord.testing import ClusterError, ProxiedEnsemble, group_is_whole, partitions_of, wait_until
 from zkcoord.zk import layout
 

@@ -24,7 +24,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer as PythonConsumer
 from tests.e2e.checks import produce
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing.waiting import wait_until
-from zkcoord.zk.nodes import read_offsets, read_owners
+from zkcoord.zk.nodes import read_group_state, read_offsets, read_owners
 
 TOPIC = "events"
 PARTITIONS = 4
@@ -332,6 +332,9 @@ def test_kip848_consumers_share_a_group_with_classic_and_thin_members(group_clus
         thin = cluster.add_consumer("next", topics=[TOPIC])
         wait_until(lambda: all(m.assigned for m in members) and thin.assignment()
                    and _whole(cluster.zk, "next", members, [thin]), timeout=40)
+        # Each registration said what its client is: the bridge, which group protocol each speaks.
+        assert sorted(c.kind for c in read_group_state(cluster.zk, "next").clients.values()) == [
+            "classic-eager", "consumer", "consumer", "thin"]
         produce(cluster, TOPIC, 200, start=200, partitions=PARTITIONS)
 
         def values():

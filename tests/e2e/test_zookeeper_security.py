@@ -32,7 +32,8 @@ from zkcoord.spark.options import parse_options
 from zkcoord.testing import LocalCluster, wait_until, zkcoord_command
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
-from zkcoord.zk.ensemble import LocalEnsemble, four_letter_word
+from zkcoord.zk.ensemble import LocalEnsemble
+from zkcoord.zk.probes import four_letter_word
 from zkcoord.zk.nodes import read_offsets
 from zkcoord.zk.security import ZooKeeperAuthError, ZooKeeperNodeOpen, command_line
 

@@ -22,13 +22,14 @@ import pytest
 
 from tests.spark.conftest import spark  # noqa: F401 - the run's one SparkSession
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.fetch.columnar import TopicAuthorizationError
-from zkcoord.security import certs, store
+from zkcoord.fetch.errors import TopicAuthorizationError
+from zkcoord.security import certs
 from zkcoord.security.secrets import write_private
 from zkcoord.testing import LocalCluster, cluster_in_chroot, wait_until
 from zkcoord.testing.kafka import KRAFT_MODE, ZOOKEEPER_MODE, KafkaSettings
 from zkcoord.testing.kafka_security import SecuredKafkaCluster
 from zkcoord.testing.process import zkcoord_command
+from zkcoord.zk import security_store as store
 from zkcoord.zk.nodes import read_offsets
 
 pytestmark = pytest.mark.kafka

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zkcoord.spark.errors import DataLossError, OffsetFormatError, SourceOptionError, UnknownPartitionError
+from zkcoord.errors import UnknownPartitionError
+from zkcoord.spark.errors import DataLossError, OffsetFormatError, SourceOptionError
 from zkcoord.spark.offsets import (
     OffsetRange,
     StreamOffset,

@@ -18,7 +18,7 @@ import pytest
 
 import zkcoord
 from zkcoord import wire
-from zkcoord.consumer.protocol import MemberProtocol
+from zkcoord.member.protocol import MemberProtocol
 from zkcoord.spark.group import QueryMember
 from zkcoord.spark.offsets import StreamOffset
 from zkcoord.spark.options import parse_options

@@ -14,7 +14,7 @@ import pytest
 from tests.spark.conftest import SparkCluster
 from tests.spark.sinks import read_sink, stream_to_parquet
 from tests.spark.test_batch import records
-from zkcoord.security import acl, certs, scram, store
+from zkcoord.security import acl, certs, scram
 from zkcoord.security.config import TlsConfig, librdkafka_settings
 from zkcoord.security.secrets import write_private
 from zkcoord.spark import PYTHON_SOURCE_NAME
@@ -24,6 +24,7 @@ from zkcoord.spark.offsets import OffsetRange
 from zkcoord.spark.options import SaslOptions, parse_options
 from zkcoord.spark.reader import ReadTask
 from zkcoord.testing import cluster_in_chroot, wait_until
+from zkcoord.zk import security_store as store
 
 SOURCES = ("zkcoord", PYTHON_SOURCE_NAME)  # the JVM path, the Python data source
 SECURED = ("--authentication-required", "--authorizer", "on", "--super-user", "User:admin",

@@ -21,6 +21,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core import CoordinatorCore, CoreMetrics
 from zkcoord.coordinator.lease import incarnation_proof
 from zkcoord.records import LogEnd
+from zkcoord.zk import layout
 
 T_MS = 3000  # members' session timeout
 MARGIN_MS = 200
@@ -33,7 +34,8 @@ ZK_SESSION_MS = 6000  # the coordinator's ZooKeeper session: its office lasts 4 
 # A new group's first round after the plain debounce, as every later one:
 # the initial delay has tests of its own (test_coordinator_core.py).
 CONFIG = CoordinatorConfig(lease_margin_ms=MARGIN_MS, rebalance_delay_ms=100, rebalance_timeout_ms=2000,
-                           rebalance_backoff_ms=100, offset_flush_interval_ms=1000, initial_rebalance_delay_ms=0)
+                           rebalance_backoff_ms=100, offset_flush_interval_ms=1000, initial_rebalance_delay_ms=0,
+                           lag_refresh_ms=0)  # the lag's own questions have a test of their own
 
 
 @dataclass
@@ -45,6 +47,9 @@ class FakeZooKeeper:
     states: dict = field(default_factory=dict)  # group -> GroupState
     failures: dict = field(default_factory=dict)
     writes: list = field(default_factory=list)  # every write, in order
+    # group -> its rebalance history, as its node holds it: apart from
+    # ``writes``, which the tests of the decisions count.
+    histories: dict = field(default_factory=dict)
     # The brokers' log ends, which ReadLogEnds asks for: by partition (an
     # offset, or a LogEnd with its leader's epoch), else ``default_log_end``
     # (None: its leader does not answer).
@@ -80,6 +85,9 @@ class FakeZooKeeper:
         if isinstance(op, actions.ReadOffsets):
             known = self.offsets[op.group]
             return {tp: known[tp] for tp in (known if op.partitions is None else op.partitions) if tp in known}
+        if isinstance(op, actions.WriteRebalanceHistory):
+            self.histories[op.group] = layout.kept(self.histories.get(op.group, []), op.records, op.rounds)
+            return None
         self.writes.append(op)
         if isinstance(op, actions.WriteGroupState):
             self.states[op.group] = op.state

@@ -7,7 +7,7 @@ import pytest
 from zkcoord import wire
 from zkcoord.coordinator import access
 from zkcoord.errors import ConfigError
-from zkcoord.consumer.config import MemberConfig
+from zkcoord.member.config import MemberConfig
 from zkcoord.security import acl
 from zkcoord.security.acl import ALLOW, AclEntry
 from zkcoord.security.principal import user
@@ -32,6 +32,16 @@ def test_a_reset_asks_describe_to_look_and_delete_to_execute():
     access.check_reset(describe, ALICE, "h", wire.ResetOffsetsRequest(group_id="g"))
     with pytest.raises(wire.GroupAuthorizationFailed, match="to Delete group 'g'"):
         access.check_reset(describe, ALICE, "h", wire.ResetOffsetsRequest(group_id="g", execute=True))
+
+
+def test_a_look_at_a_groups_members_asks_describe_on_the_group():
+    request = wire.DescribeGroupRequest(group_id="g")
+    with pytest.raises(wire.GroupAuthorizationFailed, match="User:alice is not authorized to Describe group 'g'"):
+        access.CHECKS[wire.DescribeGroupRequest]({acl.group("other"): [AclEntry("User:alice", ALLOW, acl.DESCRIBE)]},
+                                                 ALICE, "h", request)
+    access.CHECKS[wire.DescribeGroupRequest]({acl.group("g"): [AclEntry("User:alice", ALLOW, acl.DESCRIBE)]},
+                                             ALICE, "h", request)
+    assert "pw" not in repr(wire.DescribeGroupRequest(group_id="g", user="u", password="pw"))
 
 
 def test_passwords_stay_out_of_reprs():

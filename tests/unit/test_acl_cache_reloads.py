@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from zkcoord.security import acl, store
+from zkcoord.security import acl
+from zkcoord.zk import security_store as store
 
 
 class Handler:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from zkcoord.broker.groups import bridge as bridge_module
+from zkcoord.broker.groups import answers, classic
 from zkcoord.broker.groups.bridge import GroupBridge
 from zkcoord.broker.groups.classic import ClassicMember
 from zkcoord.broker.protocol import HeartbeatRequest, LeaveGroupRequest, SyncGroupRequest
@@ -42,7 +42,7 @@ def leave_by_instance(group="g"):
 
 def test_another_principal_cannot_make_a_static_member_leave(bridge):
     answer = bridge.leave_group(leave_by_instance(), MALLORY, "10.0.0.9")
-    assert answer.members[0].error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+    assert answer.members[0].error_code == classic.UNKNOWN_MEMBER_ID
     assert bridge._find("g", "m-alice") is not None
     answer = bridge.leave_group(leave_by_instance(), ALICE, "10.0.0.1")
     assert answer.members[0].error_code == 0 and bridge._find("g", "m-alice") is None
@@ -52,16 +52,16 @@ def test_every_group_api_asks_the_authorizer(bridge):
     stranger = user("eve")
     sync = SyncGroupRequest(version=3, group_id="g", generation_id=1, member_id="m-alice", group_instance_id="s1",
                             assignments=[])
-    assert bridge.sync_group(sync, stranger, "10.0.0.9").error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+    assert bridge.sync_group(sync, stranger, "10.0.0.9").error_code == answers.GROUP_AUTHORIZATION_FAILED
     heartbeat = HeartbeatRequest(version=3, group_id="g", generation_id=1, member_id="m-alice",
                                  group_instance_id="s1")
-    assert bridge.heartbeat(heartbeat, stranger, "10.0.0.9").error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+    assert bridge.heartbeat(heartbeat, stranger, "10.0.0.9").error_code == answers.GROUP_AUTHORIZATION_FAILED
     assert bridge.leave_group(leave_by_instance(), stranger, "10.0.0.9").error_code == \
-        bridge_module.GROUP_AUTHORIZATION_FAILED
+        answers.GROUP_AUTHORIZATION_FAILED
     assert bridge._find("g", "m-alice") is not None
     assert {(principal, operation) for principal, operation, _ in bridge.asked} == {(stranger, acl.READ)}
     # Allowed on the group but not the member's principal: an unknown member.
-    assert bridge.heartbeat(heartbeat, MALLORY, "10.0.0.9").error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+    assert bridge.heartbeat(heartbeat, MALLORY, "10.0.0.9").error_code == classic.UNKNOWN_MEMBER_ID
 
 
 def test_an_empty_group_id_is_refused_not_a_crash(bridge):
@@ -71,9 +71,9 @@ def test_an_empty_group_id_is_refused_not_a_crash(bridge):
 
     stranger = user("eve")
     found = bridge.find_coordinator(FindCoordinatorRequest(version=1, key="", key_type=0), stranger, "10.0.0.9")
-    assert found.error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+    assert found.error_code == answers.GROUP_AUTHORIZATION_FAILED
     heartbeat = HeartbeatRequest(version=3, group_id="", generation_id=1, member_id="m", group_instance_id=None)
-    assert bridge.heartbeat(heartbeat, stranger, "10.0.0.9").error_code == bridge_module.GROUP_AUTHORIZATION_FAILED
+    assert bridge.heartbeat(heartbeat, stranger, "10.0.0.9").error_code == answers.GROUP_AUTHORIZATION_FAILED
 
 
 # -- member ids are no secret: another principal never takes a live member's place ----------------
@@ -92,7 +92,7 @@ def join_as(member_id: str):
 def test_another_principal_joining_under_a_live_member_id_is_refused_and_the_member_kept(bridge):
     alices = bridge._find("g", "m-alice")
     answer = bridge.join_group(join_as("m-alice"), "10.0.0.9", MALLORY)
-    assert answer.error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+    assert answer.error_code == classic.UNKNOWN_MEMBER_ID
     assert bridge._find("g", "m-alice") is alices and not alices.member.gone
 
 
@@ -106,7 +106,7 @@ def test_another_principal_joining_a_kip848_member_id_is_refused_and_the_member_
         version=0, group_id="g", member_id="k-alice", member_epoch=0, instance_id=None, rack_id=None,
         rebalance_timeout_ms=10000, subscribed_topic_names=["t"], server_assignor=None, topic_partitions=[])
     answer = bridge.consumer_group_heartbeat(heartbeat, "10.0.0.9", MALLORY)
-    assert answer.error_code == bridge_module.classic.UNKNOWN_MEMBER_ID
+    assert answer.error_code == classic.UNKNOWN_MEMBER_ID
     assert bridge._find("g", "k-alice") is alices and not alices.member.gone
 
 
@@ -126,11 +126,11 @@ def test_a_commit_from_outside_the_group_and_an_offset_delete_ask_what_kafka_ask
                                          partition_index=0, committed_offset=5, committed_leader_epoch=-1,
                                          committed_metadata="")])])
     answer = bridge.offset_commit(commit, stranger, "10.0.0.9")
-    assert [p.error_code for t in answer.topics for p in t.partitions] == [bridge_module.GROUP_AUTHORIZATION_FAILED]
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [answers.GROUP_AUTHORIZATION_FAILED]
     Deleted = OffsetDeleteRequest.OffsetDeleteRequestTopic
     delete = OffsetDeleteRequest(version=0, group_id="g", topics=[
         Deleted(name="t", partitions=[Deleted.OffsetDeleteRequestPartition(partition_index=0)])])
     answer = bridge.offset_delete(delete, stranger, "10.0.0.9")
-    assert (answer.error_code, answer.topics) == (bridge_module.GROUP_AUTHORIZATION_FAILED, [])
+    assert (answer.error_code, answer.topics) == (answers.GROUP_AUTHORIZATION_FAILED, [])
     assert {(principal, operation) for principal, operation, _ in bridge.asked} == {
         (stranger, acl.READ), (stranger, acl.DELETE)}

@@ -7,12 +7,13 @@ from __future__ import annotations
 import ssl
 import threading
 
+from zkcoord.broker.groups import answers
 from zkcoord.broker.groups import bridge as bridge_module
 from zkcoord.broker.groups.bridge import GroupBridge
 from zkcoord.broker.groups.classic import ClassicMember
-from zkcoord.consumer import membership as membership_module
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
+from zkcoord.member import membership as membership_module
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.security.principal import user
 from zkcoord.zk.layout import ServerInfo
 
@@ -56,7 +57,7 @@ def test_every_bridged_member_registers_with_the_brokers_one_context(monkeypatch
             member = ClassicMember(member_id=f"m-{n}", topics=("t",), session_timeout_ms=10000,
                                    rebalance_timeout_ms=10000, principal=user("alice"))
             bridged = bridge._add(member, "g")
-            assert bridge._register(bridged, ("range",)) == bridge_module.NONE
+            assert bridge._register(bridged, ("range",)) == answers.NONE
     finally:
         bridge.close()
     assert len(used) == 3 and all(context is shared for context in used)

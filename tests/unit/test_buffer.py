@@ -14,8 +14,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkcoord.consumer import buffer
-from zkcoord.consumer.buffer import RecordBuffer
+from zkcoord.fetch import buffer
+from zkcoord.fetch.buffer import RecordBuffer
 from zkcoord.records import Record
 
 

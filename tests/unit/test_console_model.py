@@ -3,7 +3,8 @@ which problems come first."""
 
 from __future__ import annotations
 
-from zkcoord.console.model import FAILED, LAG_GROWING, REBALANCING, VACANT_SLOT, LagTrend, problems
+from zkcoord.console.model import (EXPIRING, FAILED, LAG_GROWING, REBALANCING, VACANT_SLOT, LagTrend, expiring,
+                                   hide_topics, problems)
 
 
 def test_lag_grows_when_each_of_the_last_readings_a_gap_apart_is_higher():
@@ -45,3 +46,27 @@ def test_problems_come_worst_first():
     assert [(p["kind"], p["subject"]) for p in found] == [(FAILED, "c"), (VACANT_SLOT, "slot 1"), (REBALANCING, "b"),
                                                           (LAG_GROWING, "a")]
     assert "boom" in found[0]["text"] and found[3]["text"] == "lag growing: 1 \u2192 2 \u2192 3"
+
+
+def test_a_rounds_trigger_names_no_topic_the_viewer_may_not_see():
+    record = {"generation": 3, "trigger": "member a joined; topic secret now has 4 partition(s); "
+                                          "topic t now has 2 partition(s)"}
+    shown = hide_topics(record, lambda topic: topic == "t")
+    assert shown == {"generation": 3, "trigger": "member a joined; a topic changed; topic t now has 2 partition(s)"}
+
+
+def test_a_member_whose_lease_is_running_out_is_a_problem_after_a_rebalance_and_before_lag():
+    # A member is asked every third of its session: more than two thirds of
+    # its lease gone means a request went unanswered.
+    members = [{"consumer_id": "fresh", "lease_remaining_ms": 2500, "session_timeout_ms": 3000},
+               {"consumer_id": "late", "lease_remaining_ms": 900, "session_timeout_ms": 3000},
+               {"consumer_id": "zk-only", "lease_remaining_ms": None, "session_timeout_ms": 3000},
+               {"consumer_id": "away", "lease_remaining_ms": None, "session_timeout_ms": 3000, "connected": False}]
+    assert [m["consumer_id"] for m in expiring(members)] == ["late"]
+    group = {"group": "g", "state": "Stable", "generation": 4, "failure": None, "lag_growing": [1, 2, 3],
+             "expiring": [{"consumer_id": "late", "lease_remaining_ms": 900, "session_timeout_ms": 3000}]}
+    rebalancing = {"group": "h", "state": "PreparingRebalance", "generation": 2, "failure": None,
+                   "lag_growing": None}
+    found = problems([], [group, rebalancing])
+    assert [(p["kind"], p["subject"]) for p in found] == [(REBALANCING, "h"), (EXPIRING, "g"), (LAG_GROWING, "g")]
+    assert found[1]["text"].startswith("member late's lease runs out in 0.9 s (session 3.0 s)")

@@ -11,8 +11,8 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.consumer.consumer import Consumer
-from zkcoord.consumer.membership import GroupMembership, MembershipFailed
-from zkcoord.consumer.protocol import LeaseExpired
+from zkcoord.member.membership import GroupMembership, MembershipFailed
+from zkcoord.member.protocol import LeaseExpired
 from zkcoord.records import Record
 from zkcoord.wire.codec import Frame
 
@@ -84,7 +84,7 @@ def make_consumer(monkeypatch):
         membership = c.membership
         membership.clock = c.clock
         membership.wall_clock = c.clock.wall
-        membership.brokers = [wire.Endpoint(1, "127.0.0.1", 9092)]
+        membership.brokers = [wire.NodeAddress(1, "127.0.0.1", 9092)]
         protocol = membership.protocol
         protocol.register(c.clock())
         protocol.registered(wire.RegisterConsumerResponse(coordinator_epoch=1))

@@ -122,4 +122,15 @@ def test_the_state_names_where_each_member_connected_from():
     h.apply(h.core.register("a", request, 1, h.now, host="127.0.0.1", client_id="app"))
     h.register("b", "b")  # a registration that says nothing of itself
     h.stable(["a", "b"])
-    assert h.zk.states["g"].clients == {"a": layout.MemberClient("127.0.0.1", "app")}
+    assert h.zk.states["g"].clients == {"a": layout.MemberClient("127.0.0.1", "app", session_timeout_ms=T_MS),
+                                        "b": layout.MemberClient("", session_timeout_ms=T_MS)}
+
+
+def test_the_state_names_what_kind_of_client_each_member_is_as_it_said():
+    h = CoreHarness()
+    request = wire.RegisterConsumerRequest(group_id="g", consumer_id="a", topics=("t",), session_timeout_ms=T_MS,
+                                           client_kind=wire.CONSUMER_PROTOCOL, client_id="rdkafka")
+    h.apply(h.core.register("a", request, 1, h.now, host="127.0.0.1", client_id="ignored"))
+    h.stable(["a"])
+    assert h.zk.states["g"].clients == {"a": layout.MemberClient("127.0.0.1", "rdkafka", session_timeout_ms=T_MS,
+                                                                 kind=wire.CONSUMER_PROTOCOL)}

@@ -85,3 +85,22 @@ def test_the_plan_is_clamped_to_each_log(mode, at_time, expected):
 def test_a_shift_needs_a_committed_offset():
     with pytest.raises(ResetArgumentError, match="t-1 has no committed offset"):
         plan_offsets(Mode("shift", 1), [T0, T1], {T0: 20}, LOW, HIGH)
+
+
+def test_the_history_is_printed_newest_first_with_the_error_in_place_of_the_reason():
+    view = {"group": "g", "generation": 3, "strategy": "range", "state": "Stable", "failure": None,
+            "coordinator": {"server": "1", "host": None, "port": None, "slot": 0, "slots": 1, "epoch": 2},
+            "history": [
+                {"started_ms": 1_700_000_000_000, "generation": 2, "outcome": "superseded", "duration_ms": 40,
+                 "members": 2, "moved": 1, "paused": 1, "paused_ms": 30, "trigger": "member b joined",
+                 "reason": "1 partition(s) not owned", "error": "member b: its connection closed"},
+                {"started_ms": 1_700_000_004_250, "generation": 3, "outcome": "completed", "duration_ms": 12,
+                 "members": 1, "moved": 1, "paused": 0, "paused_ms": 0,
+                 "trigger": "member b left: its connection closed", "reason": "ownership differs", "error": None}]}
+    lines = groups.render_history(view)
+    header = lines.index(next(line for line in lines if line.startswith("STARTED")))
+    assert lines[header + 1].split()[:9] == ["2023-11-14", "22:13:24.250", "3", "completed", "12", "ms", "1", "1", "0"]
+    assert lines[header + 1].endswith("member b left: its connection closed ownership differs")
+    assert lines[header + 2].split()[2:4] == ["2", "superseded"]
+    assert lines[header + 2].endswith("member b: its connection closed")
+    assert groups.render_history({**view, "history": []})[-1] == "Consumer group 'g' has no rebalance recorded."

@@ -46,6 +46,26 @@ def test_an_answer_without_topic_ids_reads_none():
     assert read.topics["orders"].topic_id is None
 
 
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_an_answer_read_from_its_bytes_is_the_value_of_its_whole_decode(version):
+    answer = response(version, [("orders", ORDERS_ID, 0, [(0, 2, 0), (1, 3, 0), (2, -1, 5)]),
+                                ("secret", uuid.UUID(int=0), 29, []), ("gone", uuid.UUID(int=0), 3, [])])
+    raw = answer.encode(version=version)
+    decodes = []
+
+    def decode():
+        decodes.append(version)
+        return MetadataResponse.decode(raw, version=version)
+
+    read = ClusterMetadata.read(raw, version, decode)
+    assert read[:3] == ClusterMetadata.of(MetadataResponse.decode(raw, version=version))[:3]
+    assert read.raw == raw
+    # A flexible version's answer is scanned: decoded whole only for whoever reads the response.
+    assert decodes == ([] if version >= 9 else [version])
+    assert read.response.topics[0].name == "orders"
+    assert decodes == [version]
+
+
 def meta(count: int, topic_id: str) -> TopicMetadata:
     return TopicMetadata(topic_id, {p: None for p in range(count)})
 
@@ -76,7 +96,7 @@ class FakeConnection:
     def __exit__(self, *exc):
         pass
 
-    def cluster(self, topics=None):
+    def cluster(self, topics=None, previous=None):
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

@@ -24,24 +24,10 @@ ROW = re.compile(r"^\| (\d+) \| `([a-z_]+)` \|", re.MULTILINE)
 
 # (importing module, imported package): imports that point up today.
 KNOWN_UPWARD = {
-    # Issue 35, the member side as its own package below the consumer and the broker.
-    ("zkcoord.broker.groups.bridge", "consumer"),
-    # Issue 35: the bridge's KIP-848 decisions take the assignors' names from the coordinator.
-    ("zkcoord.broker.groups.kip848", "coordinator"),
-    # Issue 35: fetch/ does not reach into consumer/ (the record buffer), nor
-    # up into broker/ (the record batch format, to go below both).
-    ("zkcoord.fetch.columnar", "consumer"),
-    ("zkcoord.fetch.records", "broker"),
-    # Issue 35: the metrics' API labels come from the broker's protocol table.
-    ("zkcoord.metrics.families", "broker"),
-    # Issue 35: security's checks and store read ACLs and users through zk/,
-    # whose codecs of those nodes are built on security's types.
+    # Issue 35: security's login checks read users (zk.security_store) and the
+    # brokers' and servers' registrations through zk/, whose codecs of those
+    # nodes are built on security's types.
     ("zkcoord.security.checks", "zk"),
-    ("zkcoord.security.store", "zk"),
-    # Issue 35: the groups commands take a group's slot (slot_of), the Kafka
-    # addresses' parser and the bootstrap parser from above.
-    ("zkcoord.admin.client", "coordinator"),
-    ("zkcoord.admin.reset", "consumer"),
 }
 
 

@@ -18,7 +18,7 @@ from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.zk import layout as L
 from zkcoord.zk.layout import (
     BrokerRegistration,
-    Endpoint,
+    ListenerEndpoint,
     GroupState,
     LayoutError,
     PartitionState,
@@ -36,7 +36,7 @@ PLAIN = "PLAINTEXT"
 def _one_plaintext_listener(host, jmx_port, timestamp_ms, version, rack=None):
     """Broker 7 as every sample below registers it: one PLAINTEXT listener on port 9092."""
     return BrokerRegistration(
-        7, host, 9092, (Endpoint(PLAIN, PLAIN, host, 9092),), rack, jmx_port, timestamp_ms, version
+        7, host, 9092, (ListenerEndpoint(PLAIN, PLAIN, host, 9092),), rack, jmx_port, timestamp_ms, version
     )
 
 
@@ -110,7 +110,7 @@ def test_broker_v5_with_rack_listeners_and_features_is_kafka_order():
     # min_version then max_version.
     reg = BrokerRegistration.for_endpoints(
         3,
-        [Endpoint("INTERNAL", "SASL_SSL", "b3.example", 9094), Endpoint("CLIENT", PLAIN, "::1", 9092)],
+        [ListenerEndpoint("INTERNAL", "SASL_SSL", "b3.example", 9094), ListenerEndpoint("CLIENT", PLAIN, "::1", 9092)],
         timestamp_ms=1700000000000,
         rack="r1",
         features={"metadata.version": (1, 7)},
@@ -127,7 +127,7 @@ def test_broker_v5_with_rack_listeners_and_features_is_kafka_order():
 
 def test_broker_without_plaintext_listener():
     reg = BrokerRegistration.for_endpoints(
-        1, [Endpoint("SECURE", "SSL", "h", 9093)], timestamp_ms=5, version=4
+        1, [ListenerEndpoint("SECURE", "SSL", "h", 9093)], timestamp_ms=5, version=4
     )
     data = L.encode_broker(reg)
     assert json.loads(data)["host"] is None and json.loads(data)["port"] == -1
@@ -143,7 +143,7 @@ def test_broker_without_plaintext_listener():
 ])
 def test_a_client_is_given_the_listener_that_speaks_what_it_speaks(tls, sasl, address):
     reg = BrokerRegistration.for_endpoints(
-        1, [Endpoint("INTERNAL", PLAIN, "a", 9092), Endpoint("CLIENTS", "SASL_SSL", "b", 9094)], timestamp_ms=5)
+        1, [ListenerEndpoint("INTERNAL", PLAIN, "a", 9092), ListenerEndpoint("CLIENTS", "SASL_SSL", "b", 9094)], timestamp_ms=5)
     assert reg.address_for(L.client_protocol(tls, sasl)) == address
 
 
@@ -460,6 +460,28 @@ def test_group_state_clients_are_an_optional_field_of_version_2():
     assert L.decode_group_state(data.replace(b'"clients"', b'"future"')) == dataclasses.replace(state, clients={})
 
 
+def test_a_clients_static_flag_and_session_timeout_are_written_only_when_set():
+    state = GroupState(4, "range", {"s-1": (("t", 0),)},
+                       clients={"s-1": L.MemberClient("127.0.0.1", "app", static=True, session_timeout_ms=45_000)})
+    data = L.encode_group_state(state)
+    assert b'"s-1":{"host":"127.0.0.1","client_id":"app","static":true,"session_timeout_ms":45000}' in data
+    assert L.decode_group_state(data) == state
+    for bad in (data.replace(b'"static":true', b'"static":"yes"'), data.replace(b"45000", b"-1")):
+        with pytest.raises(L.LayoutError, match="client of member 's-1'"):
+            L.decode_group_state(bad)
+
+
+def test_a_clients_kind_is_written_only_when_said():
+    state = GroupState(4, "range", {"c-1": (("t", 0),)},
+                       clients={"c-1": L.MemberClient("127.0.0.1", "rdkafka", kind="classic-cooperative")})
+    data = L.encode_group_state(state)
+    assert b'"c-1":{"host":"127.0.0.1","client_id":"rdkafka","kind":"classic-cooperative"}' in data
+    assert L.decode_group_state(data) == state
+    assert b'"kind"' not in L.encode_group_state(GroupState(4, "range", {}, clients={"c": L.MemberClient("h")}))
+    with pytest.raises(L.LayoutError, match="client of member 'c-1'"):
+        L.decode_group_state(data.replace(b'"kind":"classic-cooperative"', b'"kind":7'))
+
+
 @pytest.mark.parametrize("clients", [b'[]', b'{"c":"127.0.0.1"}', b'{"c":{"client_id":"x"}}',
                                      b'{"c":{"host":1}}', b'{"c":{"host":"h","client_id":2}}'])
 def test_group_state_refuses_a_bad_client(clients):
@@ -713,7 +735,7 @@ hosts = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,20}", fullmatch=True)
 listener_names = st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True)
 endpoints = st.lists(
     st.builds(
-        Endpoint,
+        ListenerEndpoint,
         listener_names,
         st.sampled_from(L.SECURITY_PROTOCOLS),
         st.one_of(hosts, st.just(""), st.just("fe80::1")),

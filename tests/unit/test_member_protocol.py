@@ -10,7 +10,7 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.coordinator.lease import lease_end
-from zkcoord.consumer.protocol import (
+from zkcoord.member.protocol import (
     NO_OFFSET, Generation, IllegalMemberTransition, LeaseExpired, MemberProtocol, MemberState,
 )
 

@@ -18,8 +18,8 @@ import pytest
 
 from zkcoord import wire
 from zkcoord.channel import Channel, ChannelClosed
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import METADATA_WAIT_MS, GroupMembership
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import METADATA_WAIT_MS, GroupMembership
 from zkcoord.testing import wait_until
 
 EPOCH = 5
@@ -70,7 +70,7 @@ class ScriptedCoordinator:
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
                     self.metadata_requests.put(message)
-                    me = wire.Endpoint(1, "127.0.0.1", self.port)
+                    me = wire.NodeAddress(1, "127.0.0.1", self.port)
                     channel.send(wire.ClusterMetadataResponse(coordinator_id=1, coordinator_epoch=EPOCH,
                                                               servers=(me,)), frame.correlation_id)
                 elif isinstance(message, wire.RegisterConsumerRequest):

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
 from zkcoord.coordinator.config import ServerConfig
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
 from zkcoord.security import certs
 from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.security.secrets import PasswordWithoutTls, refuse_password_without_tls, write_private

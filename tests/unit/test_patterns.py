@@ -7,9 +7,9 @@ import time
 import pytest
 
 from zkcoord import wire
-from zkcoord.consumer.config import MemberConfig
 from zkcoord.coordinator.planner import Subscription
 from zkcoord.errors import ConfigError
+from zkcoord.member.config import MemberConfig
 from zkcoord.patterns import MAX_PATTERN_LENGTH, PatternError, check_pattern, matches
 from tests.unit.core_harness import CoreHarness
 

@@ -16,25 +16,27 @@ import pytest
 
 import zkcoord
 from zkcoord import settings
-from zkcoord.broker.cli import KAFKA_PORT
+from zkcoord.broker.cli import KAFKA_PORT, STANDALONE_SESSION_TIMEOUT_MS
 from zkcoord.broker.cli import config_from as broker_config_from
 from zkcoord.broker.config import BrokerConfig, LogConfig
 from zkcoord.cli import build_parser
 from zkcoord.console.config import ConsoleConfig
 from zkcoord.consumer.cli import config_from as consumer_config_from
-from zkcoord.consumer.config import ConsumerConfig, MemberConfig
+from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.coordinator.cli import config_from as server_config_from
 from zkcoord.coordinator.config import CoordinatorConfig, ServerConfig
-from zkcoord.security.config import TlsConfig
 from zkcoord.drill.cli import settings_from as drill_settings_from
 from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.schedule import parse_kinds
 from zkcoord.errors import ConfigError
+from zkcoord.member.config import MemberConfig
 from zkcoord.metrics.config import MetricsConfig
+from zkcoord.security.config import TlsConfig
+from zkcoord.zk.config import ZooKeeperConfig
 from zkcoord.zk.ensemble import EnsembleConfig
 
 CONFIGS = (BrokerConfig, LogConfig, MetricsConfig, ConsumerConfig, MemberConfig, CoordinatorConfig, ServerConfig,
-           DrillSettings, EnsembleConfig, TlsConfig, ConsoleConfig)
+           DrillSettings, EnsembleConfig, TlsConfig, ConsoleConfig, ZooKeeperConfig)
 
 # Options that are not settings of a config but of the command's own run:
 # where to write, what to wait for, how to reach ZooKeeper before anything.
@@ -49,7 +51,8 @@ PROCESS_OPTIONS = {
     ("zk", "up"): {"--dir", "--timeout"},
 }
 # Where a command's default differs from the program's, on purpose.
-COMMAND_DEFAULTS = {(("broker",), "--port"): KAFKA_PORT}
+COMMAND_DEFAULTS = {(("broker",), "--port"): KAFKA_PORT,
+                    (("broker",), "--zk-session-timeout-ms"): STANDALONE_SESSION_TIMEOUT_MS}
 
 
 def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -260,3 +263,20 @@ def test_building_the_parser_loads_nothing_gevent_must_patch_first():
                           env={**os.environ, "PYTHONPATH": str(Path(zkcoord.__file__).resolve().parent.parent)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+def test_a_brokers_zookeeper_session_is_asked_in_ms_and_its_older_seconds_spelling_still_works():
+    from zkcoord.broker.cli import zookeeper_session
+
+    base = ("broker", "--id", "1", "--zookeeper", "zk", "--data-dir", "d")
+    assert zookeeper_session(parse(*base)) == ZooKeeperConfig(STANDALONE_SESSION_TIMEOUT_MS)
+    assert zookeeper_session(parse(*base, "--zk-session-timeout-ms", "2500")) == ZooKeeperConfig(2500)
+    assert zookeeper_session(parse(*base, "--zk-session-timeout", "1.5")) == ZooKeeperConfig(1500)
+    with pytest.raises(ConfigError):
+        zookeeper_session(parse(*base, "--zk-session-timeout", "0.1"))  # below the setting's minimum
+
+
+def test_a_servers_zookeeper_session_reaches_its_config():
+    config = server_config_from(parse("server", "--id", "3", "--zookeeper", "zk", "--no-broker",
+                                      "--zk-session-timeout-ms", "4000"))
+    assert config.zk_session == ZooKeeperConfig(4000)

@@ -8,11 +8,12 @@ import zlib
 
 import pytest
 
-from zkcoord.coordinator.server import FAILED_ROUND_S  # how often a server whose takeover failed tries again
-from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, MAX_SLOTS, MAX_WITHDRAWAL_S, WITHDRAWAL_S, Candidacy,
-                                       SlotCount, elections_of_an_earlier_count, fair_share, slot_of, slot_share,
-                                       slot_to_release, slots_to_seek, validate_slot_count)
+from zkcoord.coordinator.election import FAILED_ROUND_S  # how often a server whose takeover failed tries again
+from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, MAX_WITHDRAWAL_S, WITHDRAWAL_S, Candidacy, SlotCount,
+                                       elections_of_an_earlier_count, fair_share, slot_share, slot_to_release,
+                                       slots_at_rest, slots_to_seek)
 from zkcoord.errors import ConfigError
+from zkcoord.zk.layout import MAX_SLOTS, slot_of, validate_slot_count
 
 
 def test_a_groups_slot_is_the_crc32_of_its_utf8_bytes_modulo_the_count():
@@ -161,3 +162,19 @@ def test_no_server_stands_while_an_election_won_under_an_earlier_count_remains()
     assert elections_of_an_earlier_count(count, {0: 101, 1: 42, 3: 7}) == [1, 3]
     # Setting the node again, even to the same count, is a change: it moves the zxid.
     assert SlotCount(3, 100) != SlotCount(3, 180)
+
+
+def test_slots_are_at_rest_when_every_slot_is_held_within_its_share():
+    # Three slots, three servers: one each is at rest; two on one server is
+    # a hand-over to come, a vacant slot a takeover to come.
+    assert slots_at_rest({0: "1", 1: "2", 2: "3"}, {"1": (), "2": (), "3": ()})
+    assert not slots_at_rest({0: "1", 1: "1", 2: "3"}, {"1": (), "2": (), "3": ()})
+    assert not slots_at_rest({0: "1", 1: None, 2: "3"}, {"1": (), "2": (), "3": ()})
+    # Two servers: one holds two of three slots, its share.
+    assert slots_at_rest({0: "1", 1: "1", 2: "2"}, {"1": (), "2": ()})
+    # A slot every server has withdrawn from waits vacant; the others are at rest.
+    assert slots_at_rest({0: "1", 1: None, 2: "2"}, {"1": (1,), "2": (1,)})
+    # Server 3 withdrawn from slot 2: the slot's share is 2, but slot 0's is
+    # still 1, so server 1 holding both hands slot 0 over (to server 3).
+    assert not slots_at_rest({0: "1", 1: "2", 2: "1"}, {"1": (), "2": (), "3": (2,)})
+    assert slots_at_rest({0: "3", 1: "2", 2: "1"}, {"1": (), "2": (), "3": (2,)})

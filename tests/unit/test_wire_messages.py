@@ -3,6 +3,8 @@
 no field can hold, error classes, round trips of generated messages, and the
 compiled layouts against their declarations."""
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -10,7 +12,8 @@ from zkcoord import wire
 from zkcoord.errors import ZkcoordError
 from zkcoord.wire.codec import layout_of
 from zkcoord.wire import (
-    ClusterMetadataRequest, ClusterMetadataResponse, Endpoint, ErrorCode,
+    ClusterMetadataRequest, ClusterMetadataResponse, DescribeGroupRequest, DescribeGroupResponse, NodeAddress,
+    ErrorCode, MemberDescription,
     ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, PingRequest, PingResponse, RegisterConsumerRequest,
     RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse, RestartFetcherResponse, StartRequest,
     StopRequest, StopResponse, TopicPartition, TopicPartitionOffset as TPO,
@@ -88,7 +91,7 @@ int32 = st.integers(-2**31, 2**31 - 1)
 int64 = st.integers(-2**63, 2**63 - 1)
 text = st.text(max_size=20)
 codes = st.one_of(st.sampled_from(ErrorCode), int16)
-endpoints = st.builds(Endpoint, int32, text, int32)
+endpoints = st.builds(NodeAddress, int32, text, int32)
 tps = st.builds(TopicPartition, text, int32)
 tpos = st.builds(TPO, text, int32, int64)
 tpos_v0 = st.builds(TPO, text, st.integers(0, 2**31 - 1), int64)  # version 0 writes the partition as digits
@@ -97,6 +100,12 @@ tpos_v0 = st.builds(TPO, text, st.integers(0, 2**31 - 1), int64)  # version 0 wr
 def tuples(elements):
     return st.lists(elements, max_size=5).map(tuple)
 
+
+_REGISTER_V1 = dict(group_id=text, consumer_id=text, topics=tuples(text), pattern=text, auto_commit=st.booleans(),
+                    auto_offset_reset=text, session_timeout_ms=int32, max_poll_interval_ms=int32,
+                    is_static=st.booleans(), assignment_strategies=tuples(text))
+_REGISTER_V2 = dict(_REGISTER_V1, offsets=tuples(tpos))
+_REGISTER_V3 = dict(_REGISTER_V2, user=text, password=text, on_behalf_of=text)
 
 MESSAGES = {
     ClusterMetadataRequest: {0: st.builds(ClusterMetadataRequest),
@@ -123,32 +132,12 @@ MESSAGES = {
         | st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
                     pattern=text.filter(bool), auto_commit=st.booleans(),
                     auto_offset_reset=text, session_timeout_ms=int32),
-        1: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text)),
-        2: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text), offsets=tuples(tpos)),
-        3: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text), offsets=tuples(tpos),
-                     user=text, password=text, on_behalf_of=text),
-        4: st.builds(RegisterConsumerRequest, group_id=text, consumer_id=text,
-                     topics=tuples(text), pattern=text,
-                     auto_commit=st.booleans(), auto_offset_reset=text,
-                     session_timeout_ms=int32, max_poll_interval_ms=int32,
-                     is_static=st.booleans(),
-                     assignment_strategies=tuples(text), offsets=tuples(tpos),
-                     user=text, password=text, on_behalf_of=text, incarnation=text),
+        # Each version from 1 on carries the fields of the one before, and more.
+        1: st.builds(RegisterConsumerRequest, **_REGISTER_V1),
+        2: st.builds(RegisterConsumerRequest, **_REGISTER_V2),
+        3: st.builds(RegisterConsumerRequest, **_REGISTER_V3),
+        4: st.builds(RegisterConsumerRequest, **_REGISTER_V3, incarnation=text),
+        5: st.builds(RegisterConsumerRequest, **_REGISTER_V3, incarnation=text, client_kind=text, client_id=text),
     },
     RegisterConsumerResponse: {
         0: st.builds(RegisterConsumerResponse, error_code=codes),
@@ -195,6 +184,11 @@ MESSAGES = {
                                        force=st.booleans(), offsets=tuples(tpos), user=text, password=text)},
     ResetOffsetsResponse: {1: st.builds(ResetOffsetsResponse, error_code=codes, error_message=text,
                                         members=tuples(text), previous=tuples(tpos))},
+    DescribeGroupRequest: {1: st.builds(DescribeGroupRequest, group_id=text, user=text, password=text)},
+    DescribeGroupResponse: {1: st.builds(
+        DescribeGroupResponse, error_code=codes, error_message=text, coordinator_epoch=int32, generation=int32,
+        phase=text, members=tuples(st.builds(MemberDescription, text, text, text, text, st.booleans(), int32,
+                                              int32, tuples(tps), text)))},
 }
 
 CASES = [(cls, v) for cls in MESSAGES for v in MESSAGES[cls]]
@@ -266,3 +260,21 @@ def test_nearly_every_layout_is_compiled():
     # The hot ones must be: Ping, Stop, Start and their answers go out thousands of times a second.
     left_interpreted = {(cls.__name__, v) for cls, v in CASES if layout_of(cls, v) is cls.LAYOUTS[v]}
     assert left_interpreted <= {("RegisterConsumerRequest", 0)}  # its topic_count is computed by lambdas
+
+
+def test_a_registration_of_version_4_still_reads_and_says_no_kind():
+    """An older member registers as before: its kind and client id read as not said."""
+    older = RegisterConsumerRequest(group_id="g", consumer_id="c", topics=("t",), incarnation="i")
+    frame = decode(encode(older, 7, 4)[4:])
+    assert frame.version == 4
+    assert frame.message == older
+    assert (frame.message.client_kind, frame.message.client_id) == ("", "")
+
+
+def test_a_registration_of_version_5_carries_what_the_client_is():
+    request = RegisterConsumerRequest(group_id="g", consumer_id="c", topics=("t",), client_kind=wire.THIN,
+                                      client_id="app-1")
+    message = decode(encode(request, 7)[4:]).message
+    assert (message.client_kind, message.client_id) == (wire.THIN, "app-1")
+    # Written for an older coordinator, the two are left out, and nothing else changes.
+    assert decode(encode(request, 7, 4)[4:]).message == dataclasses.replace(request, client_kind="", client_id="")

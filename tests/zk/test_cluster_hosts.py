@@ -10,7 +10,7 @@ from zkcoord.zk import layout
 
 
 def broker(broker_id: int, host: str) -> bytes:
-    endpoint = layout.Endpoint("SASL_SSL", "SASL_SSL", host, 9092)
+    endpoint = layout.ListenerEndpoint("SASL_SSL", "SASL_SSL", host, 9092)
     return layout.encode_broker(layout.BrokerRegistration.for_endpoints(broker_id, [endpoint], timestamp_ms=1))
 
 

@@ -337,7 +337,7 @@ def test_a_tls_ensemble_serves_tls_only_and_its_nodes_talk_tls_among_themselves(
     import ssl
 
     from zkcoord.zk import client as zk_client
-    from zkcoord.zk.ensemble import four_letter_word
+    from zkcoord.zk.probes import four_letter_word
 
     ensemble = LocalEnsemble.create(tmp_path / "zk", nodes=3, tick_ms=250, tls=True)
     try:

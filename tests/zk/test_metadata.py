@@ -40,7 +40,7 @@ def test_the_answer_follows_elections_and_servers_without_a_read_per_request(zk,
                message="the election and both servers")
     answer = view.answer()
     assert answer.coordinator_epoch == 7
-    assert answer.servers == (wire.Endpoint(1, "127.0.0.1", 9001), wire.Endpoint(2, "127.0.0.1", 9002))
+    assert answer.servers == (wire.NodeAddress(1, "127.0.0.1", 9001), wire.NodeAddress(2, "127.0.0.1", 9002))
     reads = view.reads
     assert all(view.answer() is answer for _ in range(10_000)) and view.reads == reads
 
@@ -63,7 +63,7 @@ def test_watches_are_armed_again_after_the_session_expires(zk, zk_connect, view)
 
 
 def test_each_group_is_answered_with_its_own_slots_coordinator(zk, zk_connect):
-    from zkcoord.coordinator.slots import slot_of
+    from zkcoord.zk.layout import slot_of
 
     client = KazooClient(hosts=zk_connect)
     client.start(timeout=15)
@@ -118,7 +118,7 @@ def test_an_answer_asked_for_a_newer_coordinator_comes_the_moment_one_is_elected
 
 
 def test_the_answers_follow_a_change_of_the_slot_count(zk, zk_connect):
-    from zkcoord.coordinator.slots import slot_of
+    from zkcoord.zk.layout import slot_of
 
     zk.create(layout.SLOTS, layout.encode_slot_count(2), makepath=True)
     client = KazooClient(hosts=zk_connect)

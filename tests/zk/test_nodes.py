@@ -30,7 +30,7 @@ def client(request, zk_connect):
 
 
 def registration(broker_id: int, port: int = 0) -> layout.BrokerRegistration:
-    endpoint = layout.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", port or 9000 + broker_id)
+    endpoint = layout.ListenerEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", port or 9000 + broker_id)
     return layout.BrokerRegistration.for_endpoints(broker_id, [endpoint], timestamp_ms=1)
 
 

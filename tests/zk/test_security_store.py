@@ -10,10 +10,11 @@ import time
 
 import pytest
 
-from zkcoord.security import acl, scram, store
+from zkcoord.security import acl, scram
 from zkcoord.security.principal import user
 from zkcoord.security.secrets import write_private
 from zkcoord.testing import wait_until
+from zkcoord.zk import security_store as store
 
 
 def zkcoord(*args, stdin=""):

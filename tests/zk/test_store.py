@@ -211,7 +211,7 @@ def test_operations_are_split_in_order_under_the_limit():
 
 
 def test_each_slot_is_fenced_on_its_own_epoch_and_loads_only_its_groups(zk):
-    from zkcoord.coordinator.slots import slot_of
+    from zkcoord.zk.layout import slot_of
 
     groups = [f"g{i}" for i in range(12)]
     mine = {0: [g for g in groups if slot_of(g, 2) == 0], 1: [g for g in groups if slot_of(g, 2) == 1]}
@@ -352,7 +352,7 @@ def test_a_coordinator_whose_election_node_was_deleted_by_hand_can_neither_prove
     # Its session lives, so the node was not taken by ZooKeeper: without a
     # check of it, the proof would keep its office (and its pings going)
     # until a successor's claim, and so would its writes.
-    from zkcoord.coordinator.slots import slot_of
+    from zkcoord.zk.layout import slot_of
 
     store = CoordinatorStore(zk, 1, slot=1, slots=2)
     store.claim_epoch(elected_as=b"1")
@@ -382,3 +382,24 @@ def test_a_claim_takes_an_epoch_above_every_slots_when_asked(zk):
     store = CoordinatorStore(zk, 1, slot=1, slots=2)
     assert store.claim_epoch(elected_as=b"1", above=max(read_slot_epochs(zk).values())).number == 10
     assert CoordinatorStore(zk, 2, slot=0, slots=2).claim_epoch(above=3).number == 5  # its own is higher
+
+
+def test_the_rebalance_history_is_appended_bounded_fenced_and_replaced_when_unreadable(store, zk):
+    def rounds(*generations):
+        return [layout.RebalanceRecord(n, store.epoch.number, 1000 * n, 5, f"member m-{n} joined",
+                                       "no ownership recorded", 1, 1, 0, 0, layout.COMPLETED) for n in generations]
+
+    store.append_rebalance_history("g", rounds(1, 2), rounds=3)
+    store.append_rebalance_history("g", rounds(3, 4), rounds=3)  # a successor appends, the oldest goes
+    path = layout.group_history_path("g")
+    assert layout.decode_history(zk.get(path)[0]) == rounds(2, 3, 4)
+    zk.set(path, b"not a history")
+    store.append_rebalance_history("g", rounds(5), rounds=3)
+    assert layout.decode_history(zk.get(path)[0]) == rounds(5)
+    successor = CoordinatorStore(zk, server_id=2)
+    successor.claim_epoch()  # this store is deposed
+    with pytest.raises(Deposed):
+        store.append_rebalance_history("g", rounds(6), rounds=3)
+    assert layout.decode_history(zk.get(path)[0]) == rounds(5)
+    successor.forget_group("g")  # and it goes with its group
+    assert zk.exists(path) is None

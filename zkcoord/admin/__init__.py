@@ -1,4 +1,10 @@
-"""Administration commands that act on ZooKeeper directly (topics, groups)."""
+"""Administration commands that act on ZooKeeper directly (topics, groups).
+
+Owns the operators' commands: topics, groups, offsets and their resets,
+ACLs, users, brokers' offsets. Layer 4 of the map in docs/DESIGN.md: it may
+import ``fetch``, ``zk``, ``channel``, ``wire``, ``security``, ``metrics``
+and the base modules.
+"""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ import sys
 from zkcoord.admin import security_from, zookeeper_action, zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.security import acl
-from zkcoord.security.store import add_acls, read_acls, remove_acls
 from zkcoord.zk.layout.security import resource_path
+from zkcoord.zk.security_store import add_acls, read_acls, remove_acls
 
 
 def register(subparsers) -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ from typing import Optional
 from kazoo.exceptions import NoNodeError
 
 from zkcoord.zk import layout
+from zkcoord.zk.layout import slot_of
 
 
 # -- a group's coordinator, as ZooKeeper says --------------------------------------------------------
@@ -31,8 +32,6 @@ def group_coordinator(client, group: str) -> tuple[int, int, Optional[str], Opti
     """``group``'s coordinator slot, the cluster's slot count, the server
     elected in that slot (None if none is) and the slot's epoch (None if
     never elected). A cluster without a slot count node has one slot."""
-    from zkcoord.coordinator.slots import slot_of
-
     slots = slot_count(client)
     slot = slot_of(group, slots)
     server, epoch, _since_ms = slot_holder(client, slot)
@@ -60,6 +59,29 @@ def slot_holder(client, slot: int) -> tuple[Optional[str], Optional[int], Option
 
 
 # -- reaching the servers and brokers ----------------------------------------------------------------
+
+# How long an operator's command waits to connect to a server.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def ask_coordinator(address: tuple[str, int], request, tls=None, timeout: float = CONNECT_TIMEOUT_S):
+    """One operator's request (ResetOffsets, DescribeGroup) to the coordinator
+    at ``address``, on a connection of its own (the coordinator answers and
+    closes it); its answer, refusals included. Raises ZkcoordError or
+    OSError when it could not be asked or did not answer."""
+    from zkcoord import wire
+    from zkcoord.channel import Channel
+
+    channel = Channel.connect(address[0], address[1], CONNECT_TIMEOUT_S, tls=tls)
+    try:
+        answer = channel.request(request, timeout)
+    finally:
+        channel.close()
+    expected = wire.RESPONSES[type(request)]
+    if not isinstance(answer, expected):
+        raise wire.MalformedFrame(f"expected {expected.__name__}, got {type(answer).__name__}")
+    return answer
+
 
 def client_tls(args: argparse.Namespace):
     """The client SSLContext the command's --tls-* options describe (None: plaintext), made once."""
@@ -93,7 +115,7 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 
 def kafka_bootstrap(args: argparse.Namespace) -> Optional[list[str]]:
     """The addresses of --kafka-bootstrap (None without it); ConfigError if one is not host:port."""
-    from zkcoord.coordinator.config import kafka_addresses
+    from zkcoord.addresses import kafka_addresses
 
     return kafka_addresses(args.kafka_bootstrap) if args.kafka_bootstrap else None
 

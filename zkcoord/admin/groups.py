@@ -3,7 +3,8 @@
 `zkcoord groups list` names the groups; `zkcoord groups describe --group G`
 prints what Kafka's `kafka-consumer-groups --describe` prints (per partition
 the committed offset, log end offset, lag and owning member with its host and
-client id; or ``--members``; or ``--state``), read from the coordinator's
+client id; or ``--members``; or ``--state``; or ``--history``, its last
+rebalance rounds), read from the coordinator's
 persisted view (state, owners, offsets in Kafka 0.8's layout), headed by
 what is ours: which server coordinates the group (its slot and that slot's
 epoch), the generation and strategy, a failed rebalance if any. ``--output
@@ -15,6 +16,8 @@ servers and brokers, Kafka's table layout) in client.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
 import logging
 import sys
@@ -24,8 +27,10 @@ from kazoo.exceptions import NoNodeError
 
 from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.admin.client import (
-    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap, read_or_none, table,
+    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap, read_or_none,
+    refuse_password_without_tls, table,
 )
+from zkcoord.admin.live import kind_name, lease_text, live_members, with_live_members
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
 from zkcoord.zk.nodes import broker_addresses, read_group_state, read_offsets, read_owners, read_servers
@@ -81,6 +86,7 @@ def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -
     endpoint = servers.get(server) if server is not None else None
     state = read_group_state(client, group)
     failure = read_or_none(client, layout.group_failure_path(group), layout.decode_group_failure)
+    history = read_history(client, group)
     owners, offsets = read_owners(client, group), read_offsets(client, group)
     assignment = dict(state.assignment) if state is not None else {}
     clients = dict(state.clients) if state is not None else {}
@@ -108,10 +114,35 @@ def describe_group(client, group: str, end_offsets: Optional[Callable] = None) -
                         "port": endpoint.port if endpoint else None, "slot": slot, "slots": slots, "epoch": epoch},
         "failure": None if failure is None else {"generation": failure.generation, "attempts": failure.attempts,
                                                  "error": failure.error},
-        "members": [{**client_of(member), "partitions": [{"topic": t, "partition": p} for t, p in sorted(tps)]}
+        "members": [{**client_of(member), **member_details(clients.get(member)),
+                     "partitions": [{"topic": t, "partition": p} for t, p in sorted(tps)]}
                     for member, tps in sorted(assignment.items())],
         "partitions": rows,
+        "history": history,
     }
+
+
+def member_details(known: Optional[layout.MemberClient]) -> dict:
+    """What the coordinator recorded of a member beyond Kafka's columns
+    (None where it did not: a state written by an older server)."""
+    return {"static": known.static if known else None,
+            "session_timeout_ms": known.session_timeout_ms or None if known else None,
+            "kind": known.kind or None if known else None,
+            # What only the coordinator knows (live.py): unknown from ZooKeeper.
+            "lease_remaining_ms": None, "connected": None, "outstanding": None}
+
+
+def read_history(client, group: str) -> list[dict]:
+    """The group's last rebalance rounds, oldest first, as JSON-able dicts
+    ([] if it has none yet). One its coordinator left unreadable is logged
+    and shown as none: the rest of the group still is."""
+    path = layout.group_history_path(group)
+    try:
+        records = read_or_none(client, path, lambda data: layout.decode_history(data, path)) or []
+    except layout.LayoutError as exc:
+        log.warning("%s", exc)
+        return []
+    return [dataclasses.asdict(record) for record in records]
 
 
 def _show(value) -> str:
@@ -152,14 +183,22 @@ def render_offsets(view: dict) -> list[str]:
 
 
 def render_members(view: dict) -> list[str]:
-    """Kafka's `--describe --members --verbose` table."""
-    lines = coordinator_lines(view) + [""]
+    """Kafka's `--describe --members --verbose` table, with what zkcoord
+    adds: the kind of client, the static id, and the lease remaining (as
+    the coordinator says it now, else ZooKeeper's members without it)."""
+    lines = coordinator_lines(view)
+    if view.get("members_unavailable"):
+        lines.append(f"Members as ZooKeeper last recorded them; the coordinator cannot say now: "
+                     f"{view['members_unavailable']}")
+    lines.append("")
     if not view["members"]:
         return lines + [f"Consumer group '{view['group']}' has no active members."]
-    rows = [[view["group"], m["consumer_id"], _host(m["host"]), _show(m["client_id"]), str(len(m["partitions"])),
+    rows = [[view["group"], m["consumer_id"], _host(m["host"]), _show(m["client_id"]), kind_name(m.get("kind")),
+             m["consumer_id"] if m.get("static") else "-", lease_text(m), str(len(m["partitions"])),
              ",".join(f"{p['topic']}({p['partition']})" for p in m["partitions"]) or "-"]
             for m in view["members"]]
-    return lines + table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"], rows, {4: 12})
+    return lines + table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "CLIENT", "STATIC-ID", "LEASE-REMAINING",
+                          "#PARTITIONS", "ASSIGNMENT"], rows, {7: 12})
 
 
 def render_state(view: dict) -> list[str]:
@@ -170,6 +209,24 @@ def render_state(view: dict) -> list[str]:
     row = [view["group"], coordinator, _show(view["strategy"]), view["state"], str(len(view["members"]))]
     return coordinator_lines(view) + [""] + table(
         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row], {})
+
+
+def render_history(view: dict) -> list[str]:
+    """The group's last rebalance rounds, newest first."""
+    lines = coordinator_lines(view) + [""]
+    if not view["history"]:
+        return lines + [f"Consumer group '{view['group']}' has no rebalance recorded."]
+    rows = [[started_at(r["started_ms"]), str(r["generation"]), r["outcome"], f"{r['duration_ms']} ms",
+             str(r["members"]), str(r["moved"]), str(r["paused"]), f"{r['paused_ms'] / 1000:.1f}",
+             r["trigger"], r["error"] or r["reason"]]
+            for r in reversed(view["history"])]
+    return lines + table(["STARTED", "GEN", "OUTCOME", "DURATION", "MEMBERS", "MOVED", "PAUSED", "PAUSED-S",
+                          "TRIGGER", "REASON"], rows, {})
+
+
+def started_at(ms: int) -> str:
+    """A round's start as UTC, to the millisecond."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def log_end_offsets(client, timeout_s: Optional[float] = None, tls=None, credential=None,
@@ -212,8 +269,12 @@ def register(subparsers) -> None:
     add_security_options(describe)
     describe.add_argument("--group", required=True)
     view = describe.add_mutually_exclusive_group()
-    view.add_argument("--members", action="store_true", help="one line per member: host, client id, partitions")
+    view.add_argument("--members", action="store_true",
+                      help="one line per member: host, client id, kind of client, static id, lease remaining, "
+                           "partitions (asked of the group's coordinator; ZooKeeper's record if it cannot say)")
     view.add_argument("--state", action="store_true", help="one line: coordinator, strategy, state, members")
+    view.add_argument("--history", action="store_true", help="the last rebalance rounds: when, why, how long, "
+                                                            "what moved and paused, how each ended")
     describe.add_argument("--output", choices=("text", "json"), default="text",
                           help="json: one document holding every view (default text)")
     describe.add_argument("--json", dest="output", action="store_const", const="json", help="--output json")
@@ -244,10 +305,15 @@ def run(args: argparse.Namespace) -> int:
                                       client, tls=client_tls(args), credential=client_credential(args),
                                       plain_without_tls=args.password_without_tls,
                                       kafka_bootstrap=kafka_bootstrap(args)))
+            if args.members:
+                refuse_password_without_tls(args)  # the credential goes to the coordinator, as a reset's does
+                view = with_live_members(view, lambda: live_members(
+                    client, args.group, tls=client_tls(args), credential=client_credential(args)))
             if args.output == "json":
                 print(json.dumps(view, indent=2))
             else:
-                render = render_members if args.members else render_state if args.state else render_offsets
+                render = (render_members if args.members else render_state if args.state
+                          else render_history if args.history else render_offsets)
                 print("\n".join(render(view)))
             return 0
     except ZkcoordError as exc:

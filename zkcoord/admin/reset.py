@@ -27,7 +27,8 @@ from typing import Mapping, Optional
 
 from zkcoord.admin import add_security_options, security_from, zookeeper_session
 from zkcoord.admin.client import (
-    add_client_options, client_credential, client_tls, group_coordinator, kafka_bootstrap,
+    CONNECT_TIMEOUT_S, add_client_options, ask_coordinator, client_credential, client_tls, group_coordinator,
+    kafka_bootstrap,
     refuse_password_without_tls, table,
 )
 from zkcoord.errors import ConfigError, ZkcoordError
@@ -35,7 +36,6 @@ from zkcoord.records import TopicPartition
 
 # How long the command keeps asking while the coordinator moves or the group rebalances.
 RETRY_FOR_S = 15.0
-CONNECT_TIMEOUT_S = 5.0
 # A forced reset waits for a rebalance: up to its leases and a rebalance timeout.
 ANSWER_TIMEOUT_S = 120.0
 
@@ -173,8 +173,8 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
     """The address of the group's coordinator, and the brokers' addresses:
     from ZooKeeper (``--zookeeper``) or asked of the servers (``--bootstrap``)."""
     from zkcoord import wire
+    from zkcoord.addresses import parse_bootstrap
     from zkcoord.channel import Channel
-    from zkcoord.consumer.membership import parse_bootstrap
 
     if args.zookeeper:
         from zkcoord.zk import layout
@@ -211,21 +211,8 @@ def locate(args: argparse.Namespace) -> tuple[tuple[str, int], list[str]]:
 
 
 def send_reset(address: tuple[str, int], request, tls=None, timeout: float = ANSWER_TIMEOUT_S):
-    """One ResetOffsetsRequest to the coordinator at ``address``, on a
-    connection of its own (the coordinator answers and closes it); its
-    answer, refusals included. Raises ZkcoordError or OSError when it could
-    not be asked or did not answer."""
-    from zkcoord import wire
-    from zkcoord.channel import Channel
-
-    channel = Channel.connect(address[0], address[1], CONNECT_TIMEOUT_S, tls=tls)
-    try:
-        answer = channel.request(request, timeout)
-    finally:
-        channel.close()
-    if not isinstance(answer, wire.ResetOffsetsResponse):
-        raise wire.MalformedFrame(f"expected ResetOffsetsResponse, got {type(answer).__name__}")
-    return answer
+    """One ResetOffsetsRequest to the coordinator at ``address`` (ask_coordinator)."""
+    return ask_coordinator(address, request, tls, timeout)
 
 
 def ask(args: argparse.Namespace, offsets: Mapping[TopicPartition, int], execute: bool):

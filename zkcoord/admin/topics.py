@@ -16,7 +16,8 @@ from typing import Mapping, Optional, Sequence
 from zkcoord.admin import security_from, zookeeper_action, zookeeper_session
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import broker_ids
+from zkcoord.zk import nodes
+from zkcoord.zk.nodes import TopicNode, broker_ids, topic_names
 
 # A bound one request cannot hold a server with: planning a topic costs a
 # dict entry per partition, on the broker's event loop for CreateTopics.
@@ -148,17 +149,15 @@ def create_topic(client, topic: str, partitions: Optional[int] = None, *,
     return planned
 
 
-def read_topic(client, topic: str):
-    from kazoo.exceptions import NoNodeError
-
+def read_topic(client, topic: str) -> TopicNode:
+    """``topic``'s node; UnknownTopicError, saying where it may be instead, if there is none."""
     from zkcoord.zk.chroots import missing_topic
 
     check_topic_name(topic)
-    try:
-        data, stat = client.get(layout.topic_path(topic))
-    except NoNodeError:
-        raise UnknownTopicError(missing_topic(client, topic)) from None
-    return layout.decode_topic(topic, data), stat
+    node = nodes.read_topic(client, topic)
+    if node is None:
+        raise UnknownTopicError(missing_topic(client, topic))
+    return node
 
 
 def add_partitions(client, topic: str, total: int, validate_only: bool = False) -> dict[int, tuple[int, ...]]:
@@ -167,7 +166,7 @@ def add_partitions(client, topic: str, total: int, validate_only: bool = False) 
     version, so concurrent changes fail instead of being lost. With
     ``validate_only`` every check is made and nothing is written."""
     check_count(total, "--partitions")
-    assignment, stat = read_topic(client, topic)
+    assignment, version = read_topic(client, topic)
     current = len(assignment.partitions)
     if total <= current:
         raise InvalidPartitionCountError(
@@ -177,14 +176,12 @@ def add_partitions(client, topic: str, total: int, validate_only: bool = False) 
         return added
     merged = {**assignment.partitions, **added}
     updated = layout.TopicAssignment(merged, assignment.version, assignment.topic_id)
-    client.set(layout.topic_path(topic), layout.encode_topic(updated), version=stat.version)
+    client.set(layout.topic_path(topic), layout.encode_topic(updated), version=version)
     return added
 
 
 def list_topics(client) -> list[str]:
-    if client.exists(layout.BROKER_TOPICS) is None:
-        return []
-    return sorted(client.get_children(layout.BROKER_TOPICS))
+    return topic_names(client)
 
 
 def describe_topic(client, topic: str) -> list[str]:

@@ -12,8 +12,8 @@ from zkcoord.admin import security_from, zookeeper_action, zookeeper_session
 from zkcoord.errors import ConfigError, ZkcoordError
 from zkcoord.security import scram
 from zkcoord.security.secrets import read_password
-from zkcoord.security.store import UnknownUser, delete_user, list_users, set_user
 from zkcoord.zk.layout.security import validate_user
+from zkcoord.zk.security_store import UnknownUser, delete_user, list_users, set_user
 
 
 def _mechanisms(values) -> tuple[str, ...]:

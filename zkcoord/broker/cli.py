@@ -18,6 +18,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 # Kafka's own port: a broker started alone listens where Kafka's clients look
 # first (a server's embedded broker picks a free port unless told).
 KAFKA_PORT = 9092
+# A broker started alone asks ZooKeeper for a session of 10 s unless told (a
+# server asks for ZooKeeperConfig's default).
+STANDALONE_SESSION_TIMEOUT_MS = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
     from zkcoord.security.config import add_options as security_options
+    from zkcoord.zk.config import ZooKeeperConfig
     from zkcoord.zk.security import ZkSecurity
 
     parser.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, chroot allowed")
@@ -41,8 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port-file", help="write the bound ports here once serving (port, metrics_port)")
     parser.add_argument("--zk-timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper at start (default 15)")
-    parser.add_argument("--zk-session-timeout", type=float, default=10.0,
-                        help="ZooKeeper session timeout in seconds (default 10)")
+    settings.add_options(parser, ZooKeeperConfig, defaults={"session_timeout_ms": STANDALONE_SESSION_TIMEOUT_MS})
+    parser.add_argument("--zk-session-timeout", type=float, default=None,
+                        help="the ZooKeeper session timeout in seconds (an older spelling of --zk-session-timeout-ms)")
+
+
+def zookeeper_session(args: argparse.Namespace):
+    """The ZooKeeperConfig the command line describes (--zk-session-timeout, in seconds, wins where given)."""
+    from zkcoord import settings
+    from zkcoord.zk.config import ZooKeeperConfig
+
+    if args.zk_session_timeout is not None:
+        return ZooKeeperConfig(session_timeout_ms=round(args.zk_session_timeout * 1000))
+    return settings.from_args(ZooKeeperConfig, args)
 
 
 def config_from(args: argparse.Namespace):
@@ -91,7 +106,7 @@ def run(args) -> int:
         zk_security = settings.from_args(ZkSecurity, args)
         client = zk_client.open_client(args.zookeeper, zk_security,
                                        handler=GeventHandler(on_request=zk_metrics.observe),
-                                       timeout=args.zk_session_timeout)
+                                       timeout=zookeeper_session(args).session_timeout_ms / 1000.0)
     except ZkcoordError as exc:
         print(f"zkcoord broker: {exc}", file=sys.stderr)
         return 2

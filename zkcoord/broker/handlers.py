@@ -17,13 +17,12 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
+from zkcoord.batch_format import CorruptBatchError, UnsupportedMagicError
 from zkcoord.broker import legacy, protocol
-from zkcoord.broker.formats import CorruptBatchError, UnsupportedMagicError
 from zkcoord.broker.log import (
-    InvalidProducerEpochError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLog,
-    ReadSlice, RecordTooLargeError,
+    InvalidProducerEpochError, OutOfOrderSequenceError, PartitionLog, ReadSlice, RecordTooLargeError,
 )
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import OffsetOutOfRangeError, ZkcoordError
 from zkcoord.limits import REFUSED_PRODUCE, abuse_log
 from zkcoord.zk import layout
 

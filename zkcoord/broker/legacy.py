@@ -27,8 +27,8 @@ from typing import NamedTuple, Sequence
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 
-from zkcoord.broker import formats
-from zkcoord.broker.formats import CorruptBatchError, UnsupportedMagicError
+from zkcoord import batch_format
+from zkcoord.batch_format import CorruptBatchError, UnsupportedMagicError
 
 # The last Fetch version whose clients read magic 0, and magic 1 (Kafka's
 # FetchRequest v0-v1 and v2-v3); from v4 on, record batches.
@@ -62,7 +62,7 @@ def to_batches(records, produce_version: int):
     UnsupportedMagicError, as Kafka 2.8 refuses them)."""
     if not records:
         return records
-    magic = formats.peek_entry(records)[1]
+    magic = batch_format.peek_entry(records)[1]
     if magic not in (0, 1):
         return records
     if produce_version > LAST_LEGACY_PRODUCE:
@@ -82,7 +82,7 @@ def up_convert(records) -> bytes:
     codec = 0
     pos = 0
     while pos < len(records):
-        size, magic = formats.peek_entry(records, pos)
+        size, magic = batch_format.peek_entry(records, pos)
         if magic not in (0, 1):
             raise UnsupportedMagicError(
                 f"a message set of the old formats holds an entry of magic {magic} at byte {pos}")
@@ -120,8 +120,8 @@ def down_convert(batches, magic: int, first_offset: int, max_bytes: int) -> byte
     out = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=_UNLIMITED)
     pos = 0
     while pos < len(batches):
-        header = formats.parse_header(batches, pos)
-        if header.attributes & formats.CONTROL_FLAG:
+        header = batch_format.parse_header(batches, pos)
+        if header.attributes & batch_format.CONTROL_FLAG:
             pos += header.size
             continue
         records = _read(DefaultRecordBatch(bytes(batches[pos:pos + header.size])),

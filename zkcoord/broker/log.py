@@ -19,10 +19,10 @@ from typing import Callable, NamedTuple, Optional
 
 from kafka.record.default_records import DefaultRecordBatch
 
-from zkcoord.broker import formats
+from zkcoord import batch_format
+from zkcoord.batch_format import CorruptBatchError
 from zkcoord.broker.config import LogConfig
-from zkcoord.broker.formats import CorruptBatchError
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import OffsetOutOfRangeError, ZkcoordError
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,6 @@ _SEQ_MAX = 2**31 - 1
 
 class LogError(ZkcoordError):
     """Base of partition-log errors that map to a Kafka error code."""
-
-
-class OffsetOutOfRangeError(LogError):
-    """A read asked for an offset below the log start or beyond the log end."""
 
 
 class OutOfOrderSequenceError(LogError):
@@ -103,7 +99,7 @@ class Segment:
         """Load a sealed segment's index and scan only past its last entry.
         False if the index cannot be trusted (then call ``recover``)."""
         data = os.pread(self.index_fd, os.fstat(self.index_fd).st_size, 0)
-        entries = formats.unpack_index(data)
+        entries = batch_format.unpack_index(data)
         last_pos = -1
         for rel, pos, ts in entries:
             if pos <= last_pos or pos >= self.size or rel < 0:
@@ -145,16 +141,16 @@ class Segment:
         pos = start
         while pos < self.size:
             try:
-                head = os.pread(self.fd, formats.HEADER_SIZE, pos)
-                if len(head) < formats.HEADER_SIZE:
+                head = os.pread(self.fd, batch_format.HEADER_SIZE, pos)
+                if len(head) < batch_format.HEADER_SIZE:
                     raise CorruptBatchError("torn batch header")
-                _, size, _ = formats.peek_extent(head)
-                if size < formats.HEADER_SIZE or pos + size > self.size:
+                _, size, _ = batch_format.peek_extent(head)
+                if size < batch_format.HEADER_SIZE or pos + size > self.size:
                     raise CorruptBatchError("batch runs past the end of the segment")
                 data = os.pread(self.fd, size, pos) if check_crc else head
-                header = formats.parse_header(data) if check_crc else formats.parse_header_only(head)
+                header = batch_format.parse_header(data) if check_crc else batch_format.parse_header_only(head)
                 if check_crc:
-                    formats.check_crc(data, 0, header)
+                    batch_format.check_crc(data, 0, header)
                 if header.base_offset != self.next_offset:
                     raise CorruptBatchError(
                         f"batch base offset {header.base_offset} where {self.next_offset} was expected")
@@ -172,21 +168,21 @@ class Segment:
 
     # -- writing -------------------------------------------------------
 
-    def _note_batch(self, position: int, header: formats.BatchHeader) -> None:
+    def _note_batch(self, position: int, header: batch_format.BatchHeader) -> None:
         """Account for a batch now at ``position``; add a sparse index entry
         when enough bytes have gone by since the last one."""
         if not self.index_positions or self._bytes_since_index >= self._interval:
             self.index_offsets.append(header.base_offset)
             self.index_positions.append(position)
             self.index_times.append(self.max_timestamp)
-            os.write(self.index_fd, formats.pack_index_entry(
+            os.write(self.index_fd, batch_format.pack_index_entry(
                 header.base_offset - self.base_offset, position, self.max_timestamp))
             self._bytes_since_index = 0
         self._bytes_since_index += header.size
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self.next_offset = header.next_offset
 
-    def append(self, data, headers: list[tuple[int, formats.BatchHeader]]) -> None:
+    def append(self, data, headers: list[tuple[int, batch_format.BatchHeader]]) -> None:
         position = self.size
         written = os.pwrite(self.fd, data, position)
         if written != len(data):
@@ -206,7 +202,7 @@ class Segment:
         i = bisect.bisect_right(self.index_offsets, offset) - 1
         pos = self.index_positions[i] if i >= 0 else 0
         while pos < self.size:
-            base, size, delta = formats.peek_extent(os.pread(self.fd, formats.PEEK_SIZE, pos))
+            base, size, delta = batch_format.peek_extent(os.pread(self.fd, batch_format.PEEK_SIZE, pos))
             if base + delta >= offset:
                 return pos
             pos += size
@@ -216,7 +212,7 @@ class Segment:
         """Length of the whole batches from ``start`` that fit in max_bytes,
         but never less than one whole batch, and the offset after the last
         of them (from the headers peeked anyway: no read of its own)."""
-        base, first, delta = formats.peek_extent(os.pread(self.fd, formats.PEEK_SIZE, start))
+        base, first, delta = batch_format.peek_extent(os.pread(self.fd, batch_format.PEEK_SIZE, start))
         end = start + first
         limit = start + max_bytes
         if limit <= end:
@@ -225,7 +221,7 @@ class Segment:
         if i >= 0 and self.index_positions[i] > end:
             end = self.index_positions[i]
         while end < self.size:
-            base, size, _ = formats.peek_extent(os.pread(self.fd, formats.PEEK_SIZE, end))
+            base, size, _ = batch_format.peek_extent(os.pread(self.fd, batch_format.PEEK_SIZE, end))
             if end + size > limit:
                 return end - start, base  # the batch left out starts where the slice ends
             end += size
@@ -316,7 +312,7 @@ class PartitionLog:
         segment = self.segments[-1]
         pos = 0
         while pos < segment.size:
-            header = formats.parse_header_only(os.pread(segment.fd, formats.HEADER_SIZE, pos))
+            header = batch_format.parse_header_only(os.pread(segment.fd, batch_format.HEADER_SIZE, pos))
             if header.producer_id >= 0 and header.base_sequence >= 0:
                 self._producers[header.producer_id] = _ProducerEntry(
                     header.producer_epoch, header.base_sequence,
@@ -361,11 +357,11 @@ class PartitionLog:
         OutOfOrderSequenceError / InvalidProducerEpochError for a producer out
         of step; a retried idempotent batch returns its original offsets."""
         buf = bytearray(records)
-        headers: list[tuple[int, formats.BatchHeader]] = []
+        headers: list[tuple[int, batch_format.BatchHeader]] = []
         pos = 0
         while pos < len(buf):
-            header = formats.parse_header(buf, pos)
-            formats.check_crc(buf, pos, header)
+            header = batch_format.parse_header(buf, pos)
+            batch_format.check_crc(buf, pos, header)
             headers.append((pos, header))
             pos += header.size
         if not headers:
@@ -381,9 +377,9 @@ class PartitionLog:
 
         next_offset = self.log_end_offset
         base = next_offset
-        stamped: list[tuple[int, formats.BatchHeader]] = []
+        stamped: list[tuple[int, batch_format.BatchHeader]] = []
         for pos, header in headers:
-            formats.set_base_offset(buf, pos, next_offset, self.leader_epoch)
+            batch_format.set_base_offset(buf, pos, next_offset, self.leader_epoch)
             stamped.append((pos, header._replace(base_offset=next_offset)))
             next_offset += header.last_offset_delta + 1
         segment = self.segments[-1]
@@ -401,7 +397,7 @@ class PartitionLog:
             self.flush()
         return result
 
-    def _check_producer(self, header: formats.BatchHeader, batches: int) -> Optional[AppendResult]:
+    def _check_producer(self, header: batch_format.BatchHeader, batches: int) -> Optional[AppendResult]:
         if header.producer_id < 0 or header.base_sequence < 0:
             return None
         entry = self._producers.get(header.producer_id)
@@ -463,7 +459,7 @@ class PartitionLog:
             i = bisect.bisect_left(segment.index_times, timestamp) - 1
             pos = segment.index_positions[i] if i >= 0 else 0
             while pos < segment.size:
-                header = formats.parse_header_only(os.pread(segment.fd, formats.HEADER_SIZE, pos))
+                header = batch_format.parse_header_only(os.pread(segment.fd, batch_format.HEADER_SIZE, pos))
                 if header.max_timestamp >= timestamp:
                     try:
                         batch = DefaultRecordBatch(os.pread(segment.fd, header.size, pos))

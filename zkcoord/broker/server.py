@@ -10,6 +10,11 @@ a request's time from its first byte to its last, its time to authenticate
 (where authentication is required), its address's connections, and the
 bytes of partial requests the process keeps (grown as they arrive, not taken
 at once from the size a client announces).
+
+Its parts: ``access.py`` (SASL and the authorizer's answers), ``topic_admin.py``
+(CreateTopics and CreatePartitions carried out), ``sockets.py`` (the bytes of
+a request read and of an answer sent); the handlers' decisions are
+``handlers.py``'s and ``admin_apis.py``'s.
 """
 
 from __future__ import annotations
@@ -26,37 +31,33 @@ import gevent
 import gevent.event
 import gevent.pool
 import gevent.server
-from gevent.socket import wait_write
-from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 from prometheus_client import CollectorRegistry
 
 from zkcoord.broker import admin_apis, protocol
-from zkcoord.broker import sasl as sasl_codes
+from zkcoord.broker.access import PeerAccess
 from zkcoord.broker.config import BrokerConfig
 from zkcoord.broker.fence_store import FencePublisher, FenceReader
 from zkcoord.broker.groups import GroupBridge
 from zkcoord.broker import gateway
 from zkcoord.broker.gateway import KafkaView, with_gateway
-from zkcoord.broker.handlers import (NONE, NOT_CONTROLLER, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
-                                     BrokerAddress, Handlers, MetadataCache, lists_every_topic)
+from zkcoord.broker.handlers import NOT_CONTROLLER, BrokerAddress, Handlers, MetadataCache, lists_every_topic
 from zkcoord.broker.log import PartitionLog
 from zkcoord.broker.peer import Peer
-from zkcoord.broker.sasl import SaslSession
-from zkcoord.security.checks import LoginChecks, PeerLogins
-from zkcoord.broker.protocol import FileRange, ProtocolError, UnsupportedApiVersions
+from zkcoord.broker.sockets import PeerClosed, close_slices, drain_before_close, exchange, recv_part, send_parts
+from zkcoord.broker.topic_admin import TopicAdmin
+from zkcoord.security.checks import LoginChecks
+from zkcoord.broker.protocol import ProtocolError, UnsupportedApiVersions
 from zkcoord.broker.zkstate import ProducerIdsUnavailable, ZkState
 from zkcoord.errors import TlsError, ZkcoordError, describe
 from zkcoord.filemodes import private_directory
-from zkcoord.limits import (MALFORMED, REFUSED_AUTHENTICATION, REFUSED_AUTHORIZATION, TLS_HANDSHAKE, FrameAccount,
-                            Guard, LimitExceeded, abuse_log)
+from zkcoord.limits import MALFORMED, TLS_HANDSHAKE, FrameAccount, Guard, LimitExceeded, abuse_log
 from zkcoord.metrics.families import BrokerMetrics
 from zkcoord.security import acl, tls
-from zkcoord.security import store as security_store
 from zkcoord.security.principal import ANONYMOUS
 from zkcoord.zk import layout
+from zkcoord.zk import security_store
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +76,9 @@ UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
 # How long a gateway's relay waits to connect to its Kafka broker before it
 # closes the client's connection (the client then asks for metadata again).
 RELAY_CONNECT_TIMEOUT_S = 10.0
-# After a refusal, how long the broker waits for the client to close first.
-DRAIN_BEFORE_CLOSE_S = 1.0
-
-class _Closed(Exception):
-    """The peer closed the connection (or we decided to)."""
 
 
-class Broker:
+class Broker(PeerAccess, TopicAdmin):
     """An embedded Kafka-protocol broker.
 
     ``zk_client`` must be started by the caller, with a gevent handler when the
@@ -154,7 +150,7 @@ class Broker:
         # for its transport alone.
         protocol = (("SASL_" if self.config.security.authentication_required else "")
                     + ("SSL" if self._tls is not None else "PLAINTEXT"))
-        endpoint = layout.Endpoint(protocol, protocol, self.config.advertised, self.port)
+        endpoint = layout.ListenerEndpoint(protocol, protocol, self.config.advertised, self.port)
         registration = layout.BrokerRegistration.for_endpoints(
             self.config.broker_id, [endpoint], timestamp_ms=int(time.time() * 1000),
             rack=self.config.rack)
@@ -417,11 +413,11 @@ class Broker:
                     # An answer (a large fetch to a slow reader) may take as
                     # long as the idle limit, whatever the request's deadline left.
                     sock.settimeout(self.config.idle_timeout_ms / 1000)
-                    _send_parts(sock, parts, copy=self._tls is not None)
+                    send_parts(sock, parts, copy=self._tls is not None)
                 if peer.closing:
-                    _drain_before_close(sock)
+                    drain_before_close(sock)
                     return
-        except _Closed:
+        except PeerClosed:
             pass
         except socket.timeout:
             log.info("closing %s: idle for %d ms", peer_name, self.config.idle_timeout_ms)
@@ -463,7 +459,7 @@ class Broker:
         head = bytearray(4)
         got = 0
         while got < 4:
-            got += _recv_part(sock, memoryview(head)[got:], account, self.config.idle_timeout_ms / 1000)
+            got += recv_part(sock, memoryview(head)[got:], account, self.config.idle_timeout_ms / 1000)
             account.progress(True, got)
         size = int.from_bytes(head, "big", signed=True)
         if size < 0 or size > limit:
@@ -476,64 +472,9 @@ class Broker:
                 account.progress(True, 4 + grown)  # charged before it is allocated
                 frame.extend(bytes(grown - len(frame)))
             with memoryview(frame) as view:
-                got += _recv_part(sock, view[got:], account, None)
+                got += recv_part(sock, view[got:], account, None)
         account.progress(False, 0)
         return frame
-
-    def authorize(self, principal, operation: str, resource, host: str) -> bool:
-        """The authorizer's answer (everything is allowed while it is off)."""
-        if self.acls is None:
-            return True
-        return acl.authorize(self.acls.acls, principal, operation, resource, host,
-                             self.config.security.super_principals)
-
-    def _sasl_session(self, address: str) -> Optional[SaslSession]:
-        mechanisms = self.config.security.sasl_mechanisms
-        if not mechanisms:
-            return None
-        return SaslSession(mechanisms, PeerLogins(self.logins, address))
-
-    def _sasl_handshake(self, request, peer: Peer):
-        mechanisms = peer.sasl.mechanisms if peer.sasl is not None else ()
-        error = peer.sasl.handshake(request.mechanism, request.API_VERSION) if peer.sasl else \
-            sasl_codes.UNSUPPORTED_SASL_MECHANISM
-        if error:
-            abuse_log.log(REFUSED_AUTHENTICATION, logging.INFO, "%s: SASL handshake for %r refused (error %d; "
-                          "offered: %s)", peer.host, request.mechanism, error, ", ".join(mechanisms) or "none")
-            peer.closing = True
-        return SaslHandshakeResponse(version=request.API_VERSION, error_code=error, mechanisms=list(mechanisms))
-
-    def _sasl_authenticate(self, request, peer: Peer):
-        if peer.sasl is None:
-            step = sasl_codes.Step(error_code=sasl_codes.ILLEGAL_SASL_STATE,
-                                   error_message="this broker offers no SASL mechanism")
-        elif peer.sasl.raw:
-            step = sasl_codes.Step(error_code=sasl_codes.ILLEGAL_SASL_STATE,
-                                   error_message="SaslAuthenticate after a version 0 SaslHandshake, which "
-                                                 "announced bare tokens")
-        else:
-            step = peer.sasl.authenticate(request.auth_bytes)
-        self._after_sasl(step, peer)
-        return SaslAuthenticateResponse(version=request.API_VERSION, error_code=step.error_code,
-                                        error_message=step.error_message, auth_bytes=step.reply,
-                                        session_lifetime_ms=0)
-
-    def _sasl_token(self, frame: bytes, peer: Peer) -> list:
-        """A bare token after a version 0 handshake: answered bare; a failure
-        closes the connection unanswered, as Kafka does."""
-        step = peer.sasl.authenticate(frame)
-        self._after_sasl(step, peer)
-        return [] if step.error_code else [len(step.reply).to_bytes(4, "big") + step.reply]
-
-    def _after_sasl(self, step, peer: Peer) -> None:
-        if step.error_code:
-            # Authentication failed: the connection closes after the answer.
-            abuse_log.log(REFUSED_AUTHENTICATION, logging.INFO, "%s: SASL authentication refused: %s", peer.host,
-                          step.error_message)
-            peer.closing = True
-        elif peer.sasl is not None and peer.sasl.authenticated:
-            peer.principal = peer.sasl.principal
-            log.info("%s: authenticated as %s with %s", peer.host, peer.principal, peer.sasl.mechanism)
 
     def _handle(self, frame: bytes, peer: Peer) -> Optional[list]:
         client_host = peer.host
@@ -627,7 +568,7 @@ class Broker:
             address = self._kafka_brokers.get(peer.relay_to)
             if address is None:
                 log.info("relay for Kafka broker %d: the broker is gone; closing", peer.relay_to)
-                raise _Closed()
+                raise PeerClosed()
             try:
                 peer.upstream = socket.create_connection((address.host, address.port),
                                                          timeout=RELAY_CONNECT_TIMEOUT_S)
@@ -637,13 +578,13 @@ class Broker:
             except OSError as exc:
                 log.info("relay for Kafka broker %d at %s:%d: %s; closing", peer.relay_to, address.host,
                          address.port, exc)
-                raise _Closed() from None
+                raise PeerClosed() from None
         try:
-            answer = _exchange(peer.upstream, frame, gateway.answered(frame))
+            answer = exchange(peer.upstream, frame, gateway.answered(frame))
             return None if answer is None else [answer]
         except OSError as exc:
             log.info("relay for Kafka broker %d: %s; closing", peer.relay_to, exc)
-            raise _Closed() from None
+            raise PeerClosed() from None
 
     def _ask_any_kafka_broker(self, frame: bytes) -> Optional[bytes]:
         """Kafka's answer to ``frame`` (its size left out) from the first of
@@ -651,56 +592,10 @@ class Broker:
         for node, address in sorted(self._kafka_brokers.items()):
             try:
                 with socket.create_connection((address.host, address.port), timeout=RELAY_CONNECT_TIMEOUT_S) as sock:
-                    return _exchange(sock, frame)[4:]
+                    return exchange(sock, frame)[4:]
             except OSError as exc:
                 log.info("gateway %d: Kafka broker %d did not answer: %s", self.config.broker_id, node, exc)
         return None
-
-    def _authorizer(self, peer: Peer):
-        """The authorizer's answers for ``peer``, as a function of (operation, resource)."""
-        return lambda operation, resource: self.authorize(peer.principal, operation, resource, peer.host)
-
-    def _may(self, peer: Peer, operation: str, say_refusals: bool = True):
-        """Whether ``peer`` may do ``operation`` on a topic, as a function of
-        the topic's name. A refusal is logged (at most --abuse-log-lines per
-        interval): the client hears only an error code, so the broker's log is
-        where an operator learns who was refused what. Once per topic of a
-        request: the handlers ask per partition, and a refused Fetch of a
-        hundred partitions would fill the log's allowance with one line."""
-        said: set[str] = set()
-
-        def may(topic: str) -> bool:
-            if self.authorize(peer.principal, operation, acl.topic(topic), peer.host):
-                return True
-            if say_refusals and topic not in said:
-                said.add(topic)
-                abuse_log.log(REFUSED_AUTHORIZATION, logging.INFO, "%s: %s", peer.host,
-                              acl.refusal(peer.principal, operation, acl.topic(topic)))
-            return False
-        return may
-
-    def _may_produce_idempotently(self, peer: Peer) -> bool:
-        """Kafka's test for an idempotent producer's id: IdempotentWrite on
-        the cluster, or (Kafka 3.0, KIP-679) Write on any topic."""
-        if self.authorize(peer.principal, acl.IDEMPOTENT_WRITE, acl.cluster(), peer.host):
-            return True
-        if acl.authorize_any(self.acls.acls, peer.principal, acl.WRITE, acl.TOPIC, peer.host,
-                             self.config.security.super_principals):
-            return True
-        log.info("%s: %s and may Write no topic", peer.host,
-                 acl.refusal(peer.principal, acl.IDEMPOTENT_WRITE, acl.cluster()))
-        return False
-
-    def _operations(self, peer: Peer, resource) -> frozenset[int]:
-        """Kafka's codes of what ``peer`` may do to ``resource``."""
-        return acl.authorized_operations(
-            resource.kind, lambda operation: self.authorize(peer.principal, operation, resource, peer.host))
-
-    def _cluster_operations(self, peer: Peer) -> frozenset[int]:
-        """What ``peer`` may do to the cluster: nothing unless it may Describe it (as Kafka)."""
-        if not self.authorize(peer.principal, acl.DESCRIBE, acl.cluster(), peer.host):
-            return frozenset()
-        return self._operations(peer, acl.cluster())
 
     def _fetch(self, request, correlation_id: int, readable, refused: frozenset = frozenset()) -> list:
         """``refused``: partitions fenced from this client (groups/fences.py)."""
@@ -718,195 +613,7 @@ class Broker:
                 try:
                     return protocol.encode_response(outcome.response, correlation_id, outcome.slices)
                 except Exception:
-                    _close_slices(outcome.slices.values())
+                    close_slices(outcome.slices.values())
                     raise
-            _close_slices(outcome.slices.values())
+            close_slices(outcome.slices.values())
             appended.wait(timeout=remaining)
-
-
-    def _create_topics(self, request, peer: Peer):
-        """Carry out admin_apis' plan in ZooKeeper, then wait (up to the
-        request's timeout) until this broker's metadata shows the new topics,
-        so that a client may produce to them at once; past the timeout they
-        exist but are answered REQUEST_TIMED_OUT, as Kafka answers."""
-        outcomes = []
-        # As Kafka: Create on the cluster creates any topic; else Create on each.
-        anywhere = self.authorize(peer.principal, acl.CREATE, acl.cluster(), peer.host)
-        for step in admin_apis.plan_create_topics(request, self.config):
-            if isinstance(step, admin_apis.TopicOutcome):
-                outcomes.append(step)
-                continue
-            if not anywhere and not self.authorize(peer.principal, acl.CREATE, acl.topic(step.name), peer.host):
-                outcomes.append(admin_apis.TopicOutcome(step.name, TOPIC_AUTHORIZATION_FAILED,
-                                                        acl.refusal(peer.principal, acl.CREATE, acl.topic(step.name))))
-                continue
-            try:
-                assignment = self._zkstate.create_topic(step.name, step.partitions, step.assignment,
-                                                        step.validate_only)
-            except (ZkcoordError, KazooException) as exc:  # ours by their kind; ZooKeeper's as a timeout
-                log.info("create topic %s refused: %s", step.name, exc)
-                outcomes.append(admin_apis.outcome_of_error(step.name, exc))
-                continue
-            outcomes.append(admin_apis.TopicOutcome(step.name, NONE, None, assignment))
-            if not step.validate_only:
-                log.info("broker %d created topic %s (%d partitions)", self.config.broker_id, step.name,
-                         len(assignment))
-        created = {o.name: len(o.assignment) for o in outcomes
-                   if o.error_code == NONE and not getattr(request, "validate_only", False)}
-        outcomes = self._await_loaded(request.timeout_ms, created, outcomes,
-                                      "the topic was created; brokers had not loaded it by the timeout")
-        return admin_apis.create_topics_response(request, outcomes, self.config)
-
-    def _create_partitions(self, request, peer: Peer):
-        """Carry out admin_apis' plan in ZooKeeper, then wait (up to the
-        request's timeout) until this broker's metadata shows the new counts."""
-        outcomes = []
-        grown = {}
-        for step in admin_apis.plan_create_partitions(request):
-            if isinstance(step, admin_apis.TopicOutcome):
-                outcomes.append(step)
-                continue
-            if not self.authorize(peer.principal, acl.ALTER, acl.topic(step.name), peer.host):
-                outcomes.append(admin_apis.TopicOutcome(step.name, TOPIC_AUTHORIZATION_FAILED,
-                                                        acl.refusal(peer.principal, acl.ALTER, acl.topic(step.name))))
-                continue
-            try:
-                self._zkstate.add_partitions(step.name, step.total, step.validate_only)
-            except (ZkcoordError, KazooException) as exc:  # ours by their kind; ZooKeeper's as a timeout
-                log.info("adding partitions to topic %s refused: %s", step.name, exc)
-                outcomes.append(admin_apis.outcome_of_error(step.name, exc))
-                continue
-            outcomes.append(admin_apis.TopicOutcome(step.name, NONE, None))
-            if not step.validate_only:
-                grown[step.name] = step.total
-                log.info("broker %d grew topic %s to %d partitions", self.config.broker_id, step.name, step.total)
-        outcomes = self._await_loaded(request.timeout_ms, grown, outcomes,
-                                      "the partitions were added; brokers had not loaded them by the timeout")
-        return admin_apis.create_partitions_response(request, outcomes)
-
-    def _await_loaded(self, timeout_ms: int, counts: dict[str, int], outcomes: list, late_message: str) -> list:
-        """Wait up to ``timeout_ms`` until this broker's metadata shows every
-        topic of ``counts`` with (at least) its partition count, so that a
-        client may use them at once; past the timeout they exist but are
-        answered REQUEST_TIMED_OUT, as Kafka answers."""
-        def late() -> set[str]:
-            return {name for name, count in counts.items()
-                    if len(self.metadata_cache.topics.get(name, ())) < count}
-
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        while late() and time.monotonic() < deadline:
-            reconciled = self._reconciled
-            self._wake.set()
-            reconciled.wait(timeout=deadline - time.monotonic())
-        if timeout_ms <= 0:
-            return outcomes
-        behind = late()
-        return [o._replace(error_code=REQUEST_TIMED_OUT, error_message=late_message) if o.name in behind else o
-                for o in outcomes]
-
-
-def _recv_part(sock, view, account: FrameAccount, idle_s: Optional[float]) -> int:
-    """recv_into ``view``: before a frame has begun within ``idle_s`` (a
-    socket.timeout past it), within it within what is left of its deadline,
-    and, before the connection has authenticated where it must, within that
-    deadline (LimitExceeded past either)."""
-    while True:
-        account.check()
-        wait, idle = account.read_timeout(idle_s)
-        sock.settimeout(wait)
-        try:
-            n = sock.recv_into(view)
-        except socket.timeout:
-            if idle:
-                raise
-            continue  # the check above refuses it
-        if n == 0:
-            raise _Closed()
-        return n
-
-
-def _exchange(sock, frame: bytes, answered: bool = True) -> Optional[bytes]:
-    """Send a request frame (without its size) to Kafka over ``sock``; its
-    answer, size included (None when ``answered`` is False: none comes)."""
-    sock.sendall(len(frame).to_bytes(4, "big") + frame)
-    if not answered:
-        return None
-    head = _recv_exactly(sock, 4)
-    return head + _recv_exactly(sock, int.from_bytes(head, "big"))
-
-
-def _recv_exactly(sock, n: int) -> bytes:
-    """``n`` bytes from ``sock`` (a relay's connection to Kafka)."""
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(min(n - len(data), 1 << 20))
-        if not chunk:
-            raise ConnectionResetError("Kafka closed the connection")
-        data += chunk
-    return bytes(data)
-
-
-def _drain_before_close(sock) -> None:
-    """After a refusal, read what the client still sends until it closes
-    (DRAIN_BEFORE_CLOSE_S at most), then close: kafka-python drops an answer
-    that arrives with the close, and a close with unread bytes resets the
-    connection, which can discard the answer before any client reads it."""
-    deadline = time.monotonic() + DRAIN_BEFORE_CLOSE_S
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            sock.settimeout(left)
-            if not sock.recv(4096):
-                return
-    except OSError:  # socket.timeout among them: the client took too long; close anyway
-        pass
-
-
-def _send_parts(sock, parts: list, copy: bool = False) -> None:
-    """Send a response; closes the descriptors of its file ranges. ``copy``:
-    read the file ranges and send them (TLS must encrypt what sendfile would
-    hand the kernel as it is)."""
-    try:
-        for part in parts:
-            if isinstance(part, FileRange):
-                (_copy_range if copy else _sendfile)(sock, part)
-            else:
-                sock.sendall(part)
-    finally:
-        _close_slices(part for part in parts if isinstance(part, FileRange))
-
-
-def _close_slices(regions) -> None:
-    for region in regions:
-        os.close(region.fd)
-
-
-# What one read of a file range copies for a TLS connection.
-_COPY_CHUNK = 256 * 1024
-
-
-def _copy_range(sock, part: FileRange) -> None:
-    """A file range read and sent through the socket (TLS encrypts it)."""
-    offset, left = part.offset, part.count
-    while left > 0:
-        data = os.pread(part.fd, min(left, _COPY_CHUNK), offset)
-        if not data:
-            raise _Closed()  # the file shrank under us (retention)
-        sock.sendall(data)
-        offset += len(data)
-        left -= len(data)
-
-
-def _sendfile(sock, part: FileRange) -> None:
-    """os.sendfile on gevent's non-blocking socket: wait for room, send more."""
-    offset, left = part.offset, part.count
-    fileno = sock.fileno()
-    while left > 0:
-        try:
-            sent = os.sendfile(fileno, part.fd, offset, left)
-        except BlockingIOError:
-            wait_write(fileno, timeout=sock.gettimeout(), timeout_exc=socket.timeout("send timed out"))
-            continue
-        if sent == 0:
-            raise _Closed()  # the file shrank under us (retention) or the peer left
-        offset += sent
-        left -= sent

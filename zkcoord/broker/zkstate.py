@@ -22,7 +22,7 @@ from zkcoord.broker.handlers import BrokerAddress, MetadataCache, PartitionInfo
 from zkcoord.errors import ZkcoordError
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
-from zkcoord.zk.nodes import cluster_id, ensure_topic_id, read_brokers
+from zkcoord.zk.nodes import cluster_id, ensure_topic_id, read_brokers, read_topic, topic_names
 from zkcoord.zk.security import ZkSecurity
 from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, create_own_ephemeral, delete_if_owned
 
@@ -144,12 +144,14 @@ class ZkState:
             host, port = registration.plaintext_address()
             cache.brokers[broker_id] = BrokerAddress(host or "127.0.0.1", port, registration.rack)
         led: dict[tuple[str, int], int] = {}
-        for topic in self.client.get_children(layout.BROKER_TOPICS, watch=self._watch):
+        for topic in topic_names(self.client, watch=self._watch):
             try:
                 layout.validate_topic_name(topic)
-                data, stat = self.client.get(layout.topic_path(topic), watch=self._watch)
-                assignment = layout.decode_topic(topic, data)
-                topic_id = ensure_topic_id(self.client, topic, assignment, stat.version)
+                node = read_topic(self.client, topic, watch=self._watch)
+                if node is None:
+                    continue
+                assignment = node.assignment
+                topic_id = ensure_topic_id(self.client, topic, assignment, node.version)
             except NoNodeError:
                 continue
             except layout.LayoutError as exc:

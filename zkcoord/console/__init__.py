@@ -25,4 +25,8 @@ long-kept WSGI framework that needs nothing else (its Jinja templates
 escape what they print); an asyncio framework would need a second,
 asynchronous reader of the same nodes. The browser gets files as they are
 written: no JavaScript build step, no framework downloaded at run time.
+
+Layer 10 of the map in docs/DESIGN.md: it may import every package below
+it (the drill's code, the admin readers, zk, security and the base modules);
+only the command line imports it.
 """

@@ -79,12 +79,12 @@ class Access:
     def viewer(self, name: Optional[str], address: str) -> Viewer:
         """The viewer logged in as ``name`` (None: nobody), its ACLs read
         now; LoginEnded if ``name``'s credentials have been deleted since."""
-        from zkcoord.security.store import password_credential, read_acls
+        from zkcoord.zk.security_store import password_credential, read_acls
 
         if self.login_required and name is not None and password_credential(self._zk, name) is None:
             raise LoginEnded(f"user {name!r} is no longer one of the cluster's users")
         principal = user(name) if name is not None else None
-        # Read for each request, not kept by security.store.AclCache: that one
+        # Read for each request, not kept by zk.security_store.AclCache: that one
         # also deletes expired change notifications, and the console writes nothing.
         acls = read_acls(self._zk) if self.authorizing and principal is not None else None
         return Viewer(principal, address, acls, self.super_users)

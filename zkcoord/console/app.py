@@ -28,7 +28,8 @@ from flask import Flask, abort, jsonify, redirect, render_template, request, ses
 from kazoo.exceptions import KazooException, NoAuthError
 from werkzeug.exceptions import HTTPException
 
-from zkcoord.admin.groups import list_groups
+from zkcoord.admin.groups import list_groups, started_at
+from zkcoord.admin.live import kind_name, lease_text
 from zkcoord.console import drills, model
 from zkcoord.console.access import Access, LoginEnded, Viewer
 from zkcoord.console.config import ConsoleConfig
@@ -47,9 +48,11 @@ class ZooKeeperUnavailable(ZkcoordError):
 
 
 def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = None,
-               clock=time.monotonic) -> Flask:
+               clock=time.monotonic, members: model.Members = None) -> Flask:
     """The console over the started kazoo client ``zk``; ``ends`` gives
-    partitions' log end offsets (None: no lag shown)."""
+    partitions' log end offsets (None: no lag shown); ``members`` asks a
+    group's coordinator for its members now (admin/live.py; None: the
+    members as ZooKeeper recorded them, without their leases)."""
     app = Flask(__name__)
     app.config.update(SECRET_KEY=os.urandom(32),  # a restart logs everyone out, as it should
                       SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Strict",
@@ -90,7 +93,7 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
     def common():
         return {"user": session.get("user"), "login_required": access.login_required,
                 "drills_shown": drill_root is not None, "refresh_ms": config.refresh_ms, "palette": PALETTE,
-                "when": _when}
+                "when": _when, "started_at": started_at, "kind_name": kind_name, "lease_text": lease_text}
 
     @app.route("/login", methods=["GET", "POST"])
     def login():
@@ -124,7 +127,7 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
 
     def overview_data() -> dict:
         who = viewer()
-        return model.overview(zk, ends, who.sees_group, who.sees_topic, trend)
+        return model.overview(zk, ends, who.sees_group, who.sees_topic, trend, members)
 
     @app.route("/")
     def overview():
@@ -148,7 +151,7 @@ def create_app(zk, config: ConsoleConfig, access: Access, ends: model.Ends = Non
             abort(403, f"{who.principal} may not describe group {name!r}")
         if name not in list_groups(zk):
             abort(404, f"There is no group {name!r} in this cluster.")
-        view = model.group_view(zk, name, ends, who.sees_topic)
+        view = model.group_view(zk, name, ends, who.sees_topic, members)
         view["ownership"] = model.ownership(view)
         return view
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from functools import partial
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from zkcoord import settings
     from zkcoord.admin import security_from, zookeeper_session
     from zkcoord.admin.groups import log_end_offsets
+    from zkcoord.admin.live import live_members
     from zkcoord.admin.reset import client_credential, client_tls, kafka_bootstrap
     from zkcoord.console.access import Access
     from zkcoord.console.app import create_app
@@ -77,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
             plain_without_tls=args.password_without_tls, kafka_bootstrap=kafka_bootstrap(args))
         access = Access(zk, login_required, LoginChecks(zk, security) if login_required else None,
                         security.authorizing, security.super_principals)
-        app = create_app(zk, config, access, ends)
+        # The console's own credential goes to the coordinators only where it may travel.
+        credential = client_credential(args) if client_tls(args) is not None or args.password_without_tls else None
+        members = partial(live_members, zk, tls=client_tls(args), credential=credential)
+        app = create_app(zk, config, access, ends, members=members)
         server = gevent.pywsgi.WSGIServer((config.host, config.port), app, spawn=gevent.pool.Pool(MAX_REQUESTS),
                                           log=None, error_log=log)
         try:

@@ -326,7 +326,7 @@ class _StockMember:
 
 def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
     """The member as a stock Kafka client; same output, status and events."""
-    from zkcoord.consumer.membership import parse_bootstrap
+    from zkcoord.addresses import parse_bootstrap
 
     brokers = ",".join(f"{host}:{port}" for host, port in parse_bootstrap(args.kafka_brokers))
     config = config_from(args)

@@ -41,12 +41,12 @@ import time
 from typing import Callable, Iterator, Optional, Sequence
 
 from zkcoord import wire
-from zkcoord.consumer.buffer import RecordBuffer
 from zkcoord.consumer.config import ConsumerConfig
-from zkcoord.consumer.membership import GroupMembership
-from zkcoord.consumer.protocol import NO_OFFSET
 from zkcoord.errors import ZkcoordError
+from zkcoord.fetch.buffer import RecordBuffer
 from zkcoord.fetch.isolation import READ_UNCOMMITTED
+from zkcoord.member.membership import GroupMembership
+from zkcoord.member.protocol import NO_OFFSET
 from zkcoord.records import Record, TopicPartition
 
 log = logging.getLogger(__name__)

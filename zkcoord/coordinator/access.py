@@ -6,7 +6,8 @@ subscription names (topics a pattern matches are not checked here: the
 broker's Fetch checks Read on every topic it serves). A registered member's
 commits (its offsets in Ping, Stop and LeaveGroup answers) are covered by
 the Read its registration proved. An offset reset asks Describe on the group
-to look, Delete to execute (it rewrites what the group has consumed).
+to look, Delete to execute (it rewrites what the group has consumed); a look
+at the group's members (DescribeGroupRequest) asks Describe.
 """
 
 from __future__ import annotations
@@ -38,3 +39,17 @@ def check_reset(acls, principal: Principal, host: str, request: wire.ResetOffset
     operation = acl.DELETE if request.execute else acl.DESCRIBE
     _require(acls, principal, operation, acl.group(request.group_id), host, super_users,
              wire.GroupAuthorizationFailed)
+
+
+def check_describe(acls, principal: Principal, host: str, request: wire.DescribeGroupRequest,
+                   super_users: Iterable[Principal] = ()) -> None:
+    _require(acls, principal, acl.DESCRIBE, acl.group(request.group_id), host, super_users,
+             wire.GroupAuthorizationFailed)
+
+
+# The check of each request a server admits (coordinator/server.py), by its type.
+CHECKS = {
+    wire.RegisterConsumerRequest: check_registration,
+    wire.ResetOffsetsRequest: check_reset,
+    wire.DescribeGroupRequest: check_describe,
+}

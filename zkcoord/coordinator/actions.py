@@ -12,7 +12,7 @@ Connections are opaque hashable handles chosen by the executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable, Mapping, Optional
 
 from zkcoord import wire
@@ -113,6 +113,24 @@ class WriteGroupFailure:
 
 
 @dataclass(frozen=True)
+class WriteRebalanceHistory:
+    """Append ``records`` to the group's rebalance history node, keeping its
+    last ``rounds``. The core's records are dated on its own clock
+    (``started_ms``): the executor dates them by the wall clock (:meth:`dated`)."""
+
+    token: int
+    group: str
+    records: tuple[layout.RebalanceRecord, ...]
+    rounds: int
+
+    def dated(self, wall_minus_core_s: float) -> "WriteRebalanceHistory":
+        """The records with their start on the wall clock, given how far it is ahead of the core's."""
+        shift_ms = round(wall_minus_core_s * 1000)
+        return replace(self, records=tuple(replace(r, started_ms=max(0, r.started_ms + shift_ms))
+                                           for r in self.records))
+
+
+@dataclass(frozen=True)
 class ProveOffice:
     """A fenced write of nothing: ZooKeeper's leader accepts it only while
     this coordinator's session lives, and refuses it with :class:`Deposed`
@@ -144,6 +162,6 @@ class ReadLogEnds:
 
 
 ZooKeeperOperation = (ReadOwners, ReadOffsets, WriteGroupState, WriteOffsets, WriteOwners, WriteGroupFailure,
-                      ProveOffice, ForgetGroup)
+                      WriteRebalanceHistory, ProveOffice, ForgetGroup)
 # Operations on the brokers, ended like ZooKeeper's through ``done(token, ...)``.
 BrokerOperation = (ReadLogEnds,)

@@ -20,6 +20,7 @@ import heapq
 from collections import deque
 from typing import Mapping, Optional, Protocol, Sequence
 
+from zkcoord import wire
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import TopicPartition
 
@@ -361,3 +362,4 @@ def choose_strategy(preferences: Sequence[Sequence[str]]) -> str:
 ASSIGNORS: dict[str, Assignor] = {
     assignor.name: assignor for assignor in (RangeAssignor(), RoundRobinAssignor(), StickyAssignor())
 }
+assert set(ASSIGNORS) == set(wire.STRATEGIES), "an assignor for every strategy the protocol names, and no other"

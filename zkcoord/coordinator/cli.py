@@ -18,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
     from zkcoord.security.config import add_options as security_options
+    from zkcoord.zk.config import ZooKeeperConfig
     from zkcoord.zk.security import ZkSecurity
 
     p = subparsers.add_parser("server", help="run a zkcoord server in the foreground until SIGTERM")
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     settings.add_options(p, MetricsConfig)
     settings.add_options(p, TlsConfig)
     settings.add_options(p, ZkSecurity)
+    settings.add_options(p, ZooKeeperConfig)
     settings.add_options(p, ConnectionLimits)
     security_options(p)
     p.add_argument("--port-file", type=Path, default=None,
@@ -49,6 +51,7 @@ def config_from(args: argparse.Namespace):
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.security.config import TlsConfig
     from zkcoord.security.config import from_args as security_from_args
+    from zkcoord.zk.config import ZooKeeperConfig
     from zkcoord.zk.security import ZkSecurity
 
     tls = settings.from_args(TlsConfig, args)  # both listeners: a client reaching one reaches the other alike
@@ -64,7 +67,8 @@ def config_from(args: argparse.Namespace):
                                     security=security)
     return settings.from_args(ServerConfig, args, coordinator=settings.from_args(CoordinatorConfig, args),
                               broker=broker, metrics=settings.from_args(MetricsConfig, args), tls=tls,
-                              zk_security=settings.from_args(ZkSecurity, args), limits=limits, security=security)
+                              zk_security=settings.from_args(ZkSecurity, args),
+                              zk_session=settings.from_args(ZooKeeperConfig, args), limits=limits, security=security)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,25 +6,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 from zkcoord import wire
-from zkcoord.coordinator.slots import validate_slot_count
+from zkcoord.addresses import kafka_addresses
 from zkcoord.errors import ConfigError
 from zkcoord.limits import ConnectionLimits
 from zkcoord.metrics.config import MetricsConfig
 from zkcoord.security.config import SecurityConfig, TlsConfig
 from zkcoord.settings import NODE_ID, PORT, bind_address, check, setting
+from zkcoord.zk import layout
+from zkcoord.zk.config import ZooKeeperConfig
+from zkcoord.zk.layout import validate_slot_count
 from zkcoord.zk.security import ZkSecurity
 
 REBALANCE_PROTOCOLS = ("incremental", "eager")
-
-
-def kafka_addresses(bootstrap: str) -> list[str]:
-    """A Kafka bootstrap list, host:port,..., as its addresses; ConfigError if an entry is not host:port."""
-    from zkcoord.consumer.membership import parse_bootstrap
-
-    try:
-        return [f"{host}:{port}" for host, port in parse_bootstrap(bootstrap)]
-    except ConfigError as exc:
-        raise ConfigError(f"Kafka bootstrap: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -61,6 +54,14 @@ class CoordinatorConfig:
     expire_offsets: bool = setting(
         False, "forget a group's committed offsets too, with the group, once it has had no members for the "
                "group retention (Kafka's offset expiry); without it, a group with offsets is kept for good")
+    lag_refresh_ms: int = setting(
+        10_000, "how often the partitions' leaders are asked where their logs end, for the consumer lag the "
+                "metrics export (0: never; the lag is then as of the log ends learnt when offsets were committed)",
+        minimum=0)
+    rebalance_history_rounds: int = setting(
+        20, "rebalance rounds kept per group in its history (ZooKeeper's /zkcoord/groups/<group>/history, "
+            "shown by `zkcoord groups describe --history` and the console)",
+        minimum=1, maximum=layout.MAX_HISTORY_ROUNDS)
     log_end_timeout_ms: int = setting(
         5000, "how long the coordinator waits for partitions' leaders to say where their logs end, when an "
               "offset reported is above the last log end it learnt (also the brokers' connect and request "
@@ -81,7 +82,8 @@ class ServerConfig:
     zookeeper: str = setting(help="ZooKeeper connect string (host:port,...[/chroot])", non_empty=True)
     host: str = bind_address()
     port: int = setting(0, "the coordinator protocol's port (0: a free one)", **PORT)
-    zk_session_timeout_ms: int = setting(6000, "ZooKeeper session timeout asked for", minimum=500)
+    zk_session: ZooKeeperConfig = setting(help="the ZooKeeper session asked for", factory=ZooKeeperConfig,
+                                          cli=False)
     zk_security: ZkSecurity = setting(help="ZooKeeper credentials, TLS and ACL policy", factory=ZkSecurity,
                                       cli=False)
     max_connections: Optional[int] = setting(None, "most connections served at once (default: as many as "

@@ -81,9 +81,11 @@ class Member:
     queued: Any = None
     last_correlation_id: int = 0
     leaving: bool = False  # its leave is being committed; nothing more is sent to it
-    # Where it connected from and the client id it gave, for operators only.
+    # Where it connected from, the client id it gave and what kind of client
+    # it is (wire.CLIENT_KINDS; "" if not said), for operators only.
     host: str = ""
     client_id: str = ""
+    client_kind: str = ""
     # Who registered it (its credential, its TLS certificate; ANONYMOUS if
     # nothing proved it): only the same principal may take a static id over.
     principal: Principal = ANONYMOUS

@@ -3,7 +3,8 @@
 A Kafka cluster in KRaft mode keeps nothing in ZooKeeper: no /brokers/ids to
 learn where the brokers are, no /brokers/topics to watch. A server started
 with ``--kafka-bootstrap`` asks Kafka instead. :class:`KafkaClusterWatch`
-reads the whole cluster's Metadata from one broker every interval, and at
+reads the whole cluster's Metadata from one broker every interval (decoding
+it only when it differs from the last answer, byte for byte), and at
 once when something meets a topic it does not know (a member naming one, a
 pattern subscription, a broker answering UNKNOWN_TOPIC_OR_PARTITION); it
 tells its subscribers what changed, as the ZooKeeper watch does
@@ -143,7 +144,8 @@ class KafkaClusterWatch(TopicSource):
                                      + self.bootstrap))
         if self._missing and len(ordered) > 1:
             ordered = ordered[1:] + ordered[:1]
-        answer = ask_any(ordered, self._answering)
+        # An answer the same as the last is not decoded again: most are.
+        answer = ask_any(ordered, self._answering, previous=self.last)
         self.reads += 1
         return answer
 

@@ -28,9 +28,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from zkcoord import wire
-from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ConfigError
 from zkcoord.zk import layout
+from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.nodes import read_brokers, read_servers
 
 log = logging.getLogger(__name__)
@@ -47,31 +47,31 @@ def _node_id(child: str) -> int:
     return int(child)
 
 
-def server_endpoints(servers: dict[str, layout.ServerInfo]) -> tuple[wire.Endpoint, ...]:
+def server_endpoints(servers: dict[str, layout.ServerInfo]) -> tuple[wire.NodeAddress, ...]:
     """The servers as the protocol names them: by a numeric id. One whose
     id is not a number is logged and left out, as an unreadable node is."""
     endpoints = []
     for server_id, info in servers.items():
         try:
-            endpoints.append(wire.Endpoint(_node_id(server_id), info.host, info.port))
+            endpoints.append(wire.NodeAddress(_node_id(server_id), info.host, info.port))
         except layout.LayoutError as exc:
             log.error("server %s left out of cluster metadata: %s", server_id, exc)
     return tuple(endpoints)
 
 
 def broker_endpoints(brokers: dict[int, layout.BrokerRegistration],
-                     protocol: str = "PLAINTEXT") -> tuple[wire.Endpoint, ...]:
+                     protocol: str = "PLAINTEXT") -> tuple[wire.NodeAddress, ...]:
     """Each broker at its endpoint speaking ``protocol`` (layout.client_protocol)."""
-    return tuple(wire.Endpoint(broker_id, *registration.address_for(protocol))
+    return tuple(wire.NodeAddress(broker_id, *registration.address_for(protocol))
                  for broker_id, registration in brokers.items())
 
 
-def kafka_endpoints(brokers: dict[int, str]) -> tuple[wire.Endpoint, ...]:
+def kafka_endpoints(brokers: dict[int, str]) -> tuple[wire.NodeAddress, ...]:
     """Brokers as Kafka's Metadata names them (id -> host:port)."""
     endpoints = []
     for broker_id, address in sorted(brokers.items()):
         host, _, port = address.rpartition(":")
-        endpoints.append(wire.Endpoint(broker_id, host, int(port)))
+        endpoints.append(wire.NodeAddress(broker_id, host, int(port)))
     return tuple(endpoints)
 
 

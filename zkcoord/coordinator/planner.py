@@ -47,6 +47,31 @@ def target_assignment(
     return ASSIGNORS[strategy].assign(interests, partitions_per_topic, current=current)
 
 
+def owned_now(
+    assigned: Mapping[str, frozenset[TopicPartition]],
+    recorded_owners: Optional[Mapping[TopicPartition, Optional[str]]],
+) -> dict[str, frozenset[TopicPartition]]:
+    """What each member owns now, for the sticky assignor to keep: what this
+    coordinator assigned it, and for a member it has assigned nothing, what
+    ZooKeeper's owners record for it, of the partitions no member is assigned.
+
+    After a takeover every member registers again with empty hands (it stopped
+    everything when it lost its coordinator), so only the recorded owners say
+    who held what; without them the first round assigns from scratch and moves
+    partitions whose owners came back.
+
+    >>> owned_now({"a": frozenset(), "b": frozenset({("t", 1)})},
+    ...           {("t", 0): "a", ("t", 1): "a", ("t", 2): "gone"})
+    {'a': frozenset({('t', 0)}), 'b': frozenset({('t', 1)})}
+    """
+    taken = {tp for tps in assigned.values() for tp in tps}
+    recorded: dict[str, set[TopicPartition]] = {}
+    for tp, member in (recorded_owners or {}).items():
+        if member in assigned and not assigned[member] and tp not in taken:
+            recorded.setdefault(member, set()).add(tp)
+    return {m: tps or frozenset(recorded.get(m, ())) for m, tps in assigned.items()}
+
+
 def owners_of(assignment: Mapping[str, frozenset[TopicPartition]]) -> dict[TopicPartition, str]:
     return {tp: member for member, tps in assignment.items() for tp in tps}
 

@@ -313,8 +313,17 @@ class Coordinator:
         """An operator's offset reset: the core answers it on ``channel`` once
         decided (a forced one after a round) and closes it; an operator
         that hangs up first drops a forced reset whose round has not begun."""
+        self._serve_operator(channel, self.core.reset_offsets, request, correlation_id)
+
+    def serve_describe(self, channel: Channel, request: wire.DescribeGroupRequest, correlation_id: int) -> None:
+        """An operator's look at a group's members: the core answers it on ``channel`` at once and closes it."""
+        self._serve_operator(channel, self.core.describe_group, request, correlation_id)
+
+    def _serve_operator(self, channel: Channel, handler, request: wire.Message, correlation_id: int) -> None:
+        """Hand an operator's request to the core's ``handler``, which answers
+        on ``channel`` and closes it; until then nothing more is read."""
         with self._connection(channel) as (conn, connection):
-            self._event(self.core.reset_offsets, conn, request, correlation_id)
+            self._event(handler, conn, request, correlation_id)
             connection.read_with(lambda _frames: None, lambda _exc: connection.ended.set())
             connection.ended.wait()
 
@@ -398,6 +407,8 @@ class Coordinator:
             elif isinstance(action, actions.ReadLogEnds):
                 self._broker_reads.spawn(self._read_log_ends, action)
             elif isinstance(action, actions.ZooKeeperOperation):
+                if isinstance(action, actions.WriteRebalanceHistory):
+                    action = action.dated(self.wall_clock() - self.clock())
                 self._waiting_operations.append(action)
                 self._start_operations()
             else:
@@ -480,6 +491,8 @@ def carry_out(store: CoordinatorStore, operation):
         return store.write_owners(operation.group, operation.owners, operation.previous)
     if isinstance(operation, actions.WriteGroupFailure):
         return store.write_group_failure(operation.group, operation.failure)
+    if isinstance(operation, actions.WriteRebalanceHistory):
+        return store.append_rebalance_history(operation.group, operation.records, operation.rounds)
     if isinstance(operation, actions.ForgetGroup):
         return store.forget_group(operation.group, operation.offsets)
     raise TypeError(f"unknown ZooKeeper operation {operation!r}")

@@ -17,13 +17,13 @@ failing a slot's takeover withdraws from that slot for a while
 
 This module owns the ZooKeeper session: its state changes drive the
 coordinators (SUSPENDED: stop deciding; LOST: step down, and on the new
-session re-register and re-elect, seed 001's handleNewSession).
-Runs under gevent; the caller has monkey-patched the process.
+session re-register and re-elect, seed 001's handleNewSession). The
+election rounds are ``election.py``'s (:class:`SlotElector`, a part of the
+server). Runs under gevent; the caller has monkey-patched the process.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import resource
@@ -36,40 +36,41 @@ import gevent
 import gevent.event
 import gevent.pool
 from kazoo.client import KazooState
-from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KeeperState
 
 from zkcoord import wire
+from zkcoord.addresses import kafka_addresses
 from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.coordinator import access
 from zkcoord.coordinator.core import EXPIRY_REASONS, CoordinatorCore, CoordinatorState
 from zkcoord.coordinator.admission import GatedStreamServer
-from zkcoord.coordinator.config import ServerConfig, kafka_addresses
+from zkcoord.coordinator.config import ServerConfig
+from zkcoord.coordinator.election import SlotElector
 from zkcoord.coordinator.kafka_cluster import KafkaClusterWatch
 from zkcoord.coordinator.metadata import NOT_AVAILABLE, MetadataView
 from zkcoord.coordinator.runtime import Coordinator
-from zkcoord.coordinator.slots import (FAILURES_TO_WITHDRAW, Candidacy, SlotCount, elections_of_an_earlier_count,
-                                       slot_of, slot_to_release, slots_to_seek, validate_slot_count)
-from zkcoord.coordinator.store import CoordinatorStore
+from zkcoord.coordinator.slots import Candidacy, SlotCount
 from zkcoord.coordinator.log_ends import LogEndReader
 from zkcoord.coordinator.topics import TopicSource, TopicWatch
-from zkcoord.errors import ConfigError, TlsError, ZkcoordError, describe
+from zkcoord.errors import ConfigError, TlsError, ZkcoordError
 from zkcoord.fetch.connection import BrokerConnection
 from zkcoord.limits import REFUSED_REGISTRATION, TLS_HANDSHAKE, Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
-from zkcoord.security import store as security_store
 from zkcoord.security import tls
 from zkcoord.security.checks import ClusterHosts, LoginChecks
 from zkcoord.security.principal import ANONYMOUS, Principal, user
 from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
+from zkcoord.zk import security_store
+from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.gevent_handler import GeventHandler
-from zkcoord.zk.nodes import cluster_id, read_servers, read_slot_epochs, slots_with_nodes
+from zkcoord.zk.nodes import cluster_id
 from zkcoord.zk.reads import ZooKeeperTooOld, check_multi_read
 from zkcoord.zk.security import ZooKeeperAuthError
-from zkcoord.zk.session import STOPPING_DELETE_TIMEOUT_S, SessionTimeoutWitness, create_own_ephemeral, delete_if_owned
+from zkcoord.zk.session import SessionTimeoutWitness, create_own_ephemeral
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +84,6 @@ ZK_RECONNECT_MAX_DELAY_S = zk_client.RECONNECT_MAX_DELAY_S
 # Coordinator slots of a cluster whose first server was not told a count:
 # one, the seed's single coordinator.
 DEFAULT_SLOTS = 1
-# The elector looks again at least this often while it holds a slot (a
-# coordinator deposed by a newer epoch gives its node up within this).
-HELD_CHECK_S = 1.0
-# ... and otherwise (watches wake it at once; this only bounds a lost one).
-IDLE_CHECK_S = 5.0
-# After handing a slot over, before the next: one slot at a time moves.
-RELEASE_PAUSE_S = 0.2
-# After a round, or a takeover in it, failed: before the next.
-FAILED_ROUND_S = 0.5
 # Open files a server keeps free beyond its members' connections and what it
 # has open at start: ZooKeeper, the embedded broker's new segments and clients.
 RESERVED_FILES = 200
@@ -99,17 +91,6 @@ RESERVED_FILES = 200
 
 class ServerError(ZkcoordError):
     """The server could not start: ZooKeeper unreachable, its port taken."""
-
-
-class SlotCountChanged(ZkcoordError):
-    """An election was won under a slot count that has changed since it was read."""
-
-    retriable = True  # under the new count
-
-
-# Errors that fail a takeover through no fault of its slot (the connection,
-# the count): they do not count towards withdrawing from it (slots.Candidacy).
-NOT_THE_SLOTS_FAULT = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, SlotCountChanged)
 
 
 def open_files() -> int:
@@ -147,7 +128,7 @@ def connection_limit(asked: Optional[int], others: int = 0) -> int:
     return asked
 
 
-class Server:
+class Server(SlotElector):
     def __init__(self, config: ServerConfig):
         self.config = config
         # The process's own registry: two servers in one process count apart.
@@ -159,7 +140,7 @@ class Server:
             config.zookeeper, config.zk_security,
             logger=self._zk_log,
             handler=handler,
-            timeout=config.zk_session_timeout_ms / 1000.0,
+            timeout=config.zk_session.session_timeout_ms / 1000.0,
             connection_retry=zk_client.reconnecting_for_ever(handler),  # a server never gives up
         )
         zk_metrics.watch(lambda: self.zk.connected)
@@ -251,9 +232,9 @@ class Server:
             self.zk.stop()
             self.zk.close()
             raise ServerError("kazoo did not report the session timeout ZooKeeper granted")
-        if granted != self.config.zk_session_timeout_ms:
+        if granted != self.config.zk_session.session_timeout_ms:
             log.warning("ZooKeeper granted a session timeout of %d ms (asked for %d ms)",
-                        granted, self.config.zk_session_timeout_ms)
+                        granted, self.config.zk_session.session_timeout_ms)
         try:
             listener = socket.create_server((self.config.host, self.config.port), backlog=1024)
         except OSError as exc:
@@ -503,254 +484,6 @@ class Server:
             raise ConfigError(f"another live server already uses id {self.config.server_id} "
                               f"(its registration outlived a wait of {stale_wait_s:.1f} s)")
 
-    # -- election -------------------------------------------------------------------------------
-
-    def _wake_elector(self, _event=None) -> None:
-        self._election_wanted.set()
-
-    def _elect_forever(self) -> None:
-        """Election rounds, each when something changed (a watch, the
-        session) or a bounded while after the last."""
-        while self._running:
-            try:
-                wait = self._elect_round()
-            except Exception as exc:  # connection trouble: kazoo raises its own errors; never give up
-                log.warning("election round failed: %s", describe(exc))
-                wait = FAILED_ROUND_S
-            self._election_wanted.wait(wait)
-
-    def _elect_round(self) -> float:
-        """One round: give up slots whose epoch a newer coordinator took,
-        step down from every slot if the slot count changed, register this
-        server again if its node is missing, give up a node of ours with no
-        coordinator (a takeover that failed half way), take vacant slots up
-        to their share (none while an election of an earlier count remains),
-        and hand one over if it holds more (another server joined). Returns
-        how long to wait for a change before the next round."""
-        self._election_wanted.clear()  # first: a watch that fires from here on is another round
-        for slot, coordinator in list(self.coordinators.items()):
-            if coordinator.deposed:
-                # Before any read: its members go looking for the new one at
-                # once, even while ZooKeeper is out of reach.
-                self._resign(slot)
-        count = self._read_slot_count()
-        if count != self._count:
-            self._follow_count(count)
-            return 0.0
-        if count is None:
-            return IDLE_CHECK_S  # the node's creation wakes the elector
-        servers = read_servers(self.zk, watch=self._wake_elector, watch_data=True)
-        me = servers.get(str(self.config.server_id))
-        if me is None:
-            # Its registration failed on a new session (the connection
-            # flapping as it was made): members could not find this server,
-            # and the others would count it out of the fair share.
-            self._register()
-            return 0.0
-        published = self._publish_candidacy(me.withdrawn)  # a withdrawal may have ended
-        withdrawn = collections.Counter(slot for info in servers.values() for slot in info.withdrawn)
-        nodes = self._election_nodes(count)
-        session = self.zk.client_id[0]
-        for slot in list(self.coordinators):
-            stat = nodes.get(slot)
-            if stat is None or stat.ephemeralOwner != session:
-                # A coordinator runs only while its election is ours (a
-                # takeover that outlived its session, a node deleted by hand):
-                # step down; the slot is elected again like any other.
-                log.warning("server %d no longer holds the election of slot %d: stepping down in it",
-                            self.config.server_id, slot)
-                self._resign(slot)
-        for slot, stat in nodes.items():
-            if stat is not None and stat.ephemeralOwner == session and slot not in self.coordinators:
-                # Ours without a coordinator: a takeover failed after its
-                # claim and could not give the node up then. Give it up now;
-                # the slot is elected again like any vacant one.
-                log.warning("server %d holds the election of slot %d without a coordinator; giving it up",
-                            self.config.server_id, slot)
-                self._give_up_election(slot)
-        earlier = elections_of_an_earlier_count(count, {slot: stat.czxid for slot, stat in nodes.items()
-                                                        if stat is not None})
-        if earlier:
-            if self._waiting_logged != count.zxid:
-                self._waiting_logged = count.zxid
-                log.info("server %d stands for no slot of %d until the elections won under an earlier count end "
-                         "(slots %s)", self.config.server_id, count.slots, earlier)
-            return HELD_CHECK_S  # their nodes are watched: their end wakes the elector
-        vacant = [slot for slot in range(count.slots) if nodes.get(slot) is None]
-        seek = slots_to_seek(self.coordinators, vacant, count.slots, len(servers), withdrawn,
-                             aside=self.candidacy.withdrawn(time.monotonic()))
-        won, failed = self._stand_for(seek, session)
-        if won:
-            log.info("server %d won the election of slot(s) %s", self.config.server_id, [w.slot for w in won])
-        outcomes = self._take_offices(won)
-        for slot, error in outcomes.items():
-            if error is None:
-                self.candidacy.succeeded(slot)
-            elif self._counts_against_slot(error, session):
-                failed.add(slot)
-        for slot in sorted(failed):
-            withdrawal = self.candidacy.failed(slot, time.monotonic())
-            if withdrawal is not None:
-                log.warning("server %d withdraws from slot %d for %.0f s: its last %d takeovers of it failed",
-                            self.config.server_id, slot, withdrawal, FAILURES_TO_WITHDRAW)
-        if failed or any(error is not None for error in outcomes.values()):
-            self._publish_candidacy(published)
-            return FAILED_ROUND_S
-        release = slot_to_release(self.coordinators, count.slots, len(servers), withdrawn)
-        # Hand over only once the last vacant slot has been taken (a slot
-        # every server has withdrawn from waits for one to stand again).
-        # And only once its groups are at rest: a slot just taken over still
-        # waits out its predecessor's leases, and a second takeover would
-        # make its groups wait them out again.
-        if (release is not None and not [slot for slot in vacant if withdrawn[slot] < len(servers)]
-                and self.coordinators[release].settled()):
-            log.info("server %d hands slot %d over: it holds %d of %d slots with %d servers up",
-                     self.config.server_id, release, len(self.coordinators), count.slots, len(servers))
-            self._resign(release)
-            return RELEASE_PAUSE_S
-        wait = HELD_CHECK_S if self.coordinators else IDLE_CHECK_S
-        back = self.candidacy.next_return(time.monotonic())  # a withdrawal's end is a change too
-        return wait if back is None else min(wait, back)
-
-    def _election_nodes(self, count: SlotCount) -> dict:
-        """The stat of every slot's election node (None: vacant), watched,
-        asked at once: the slots of ``count``, and those beyond it that have
-        nodes (a lowered count's: their holders may act under the old one)."""
-        slots = sorted(set(range(count.slots)) | set(slots_with_nodes(self.zk, watch=self._wake_elector)))
-        asked = {slot: self.zk.exists_async(layout.slot_coordinator_path(slot), watch=self._wake_elector)
-                 for slot in slots}
-        return {slot: answer.get() for slot, answer in asked.items()}
-
-    def _counts_against_slot(self, error: BaseException, session: int) -> bool:
-        """Whether a failed takeover counts towards withdrawing from its slot:
-        not if the connection failed it, which would fail any slot."""
-        return not (isinstance(error, NOT_THE_SLOTS_FAULT + (self.zk.handler.timeout_exception,))
-                    or self.zk.state != KazooState.CONNECTED or self.zk.client_id[0] != session)
-
-    def _stand_for(self, seek: list[int], session: int) -> tuple[list[CoordinatorStore], set[int]]:
-        """Stand for each slot of ``seek``: the stores of the elections won,
-        and the slots whose claim failed (connection trouble is raised)."""
-        if not seek:
-            return [], set()
-        # Above every slot's epoch, whichever it holds now: a group that came
-        # from another slot when the count changed has members who have seen
-        # that slot's epochs, and they would refuse a lower one as stale.
-        # One listing and a few multiReads for a cluster's every slot.
-        above = max(read_slot_epochs(self.zk).values(), default=0)
-        won: list[CoordinatorStore] = []
-        failed: set[int] = set()
-        for slot in seek:
-            try:
-                store = self._stand(slot, above)
-            except Exception as exc:
-                if not self._counts_against_slot(exc, session):
-                    raise
-                log.error("server %d could not stand for slot %d: %s", self.config.server_id, slot, describe(exc))
-                failed.add(slot)
-                continue
-            if store is not None:
-                won.append(store)
-        return won, failed
-
-    def _stand(self, slot: int, above: int) -> Optional[CoordinatorStore]:
-        """Try to win ``slot``'s election: its election node created and its
-        epoch claimed at once, above ``above`` (store.claim_epoch); the store
-        that holds the new epoch, or None if another server won."""
-        store = CoordinatorStore(self.zk, self.config.server_id, slot, self.slots)
-        if store.claim_epoch(elected_as=layout.encode_coordinator(str(self.config.server_id)), above=above) is None:
-            return None
-        return store
-
-    def _take_offices(self, won: list[CoordinatorStore]) -> dict[int, Optional[Exception]]:
-        """Take office in the slots ``won`` side by side (after a failover
-        each loads its own groups, and the members of the last should not
-        wait for the first); by slot, None or why it failed."""
-        takeovers = {store.slot: gevent.spawn(self._take_office, store) for store in won}
-        try:
-            gevent.joinall(list(takeovers.values()))
-        except BaseException:  # the elector killed (the server stopping): its takeovers with it
-            gevent.killall(list(takeovers.values()))
-            raise
-        return {slot: takeover.value for slot, takeover in takeovers.items()}
-
-    def _take_office(self, store: CoordinatorStore) -> Optional[Exception]:
-        """Start the coordinator of the slot ``store`` won; if that fails,
-        why, and then the election is given up, so that the slot is elected
-        again (by this server or another) with a new epoch."""
-        try:
-            # The count read again after winning, before anything starts: an
-            # election won after the count changed was won under the old one,
-            # and the servers of the new count do not wait for it
-            # (slots.elections_of_an_earlier_count).
-            count = self._read_slot_count()
-            if count != self._count:
-                raise SlotCountChanged(f"the slot count changed to {count.slots if count else 'unreadable'} "
-                                       f"after slot {store.slot} of {self.slots} was won")
-            self._become_coordinator(store)
-        except Exception as exc:  # kazoo's connection errors too: never a zombie in office
-            log.error("could not take office in slot %d: %s: %s", store.slot, type(exc).__name__, exc)
-            self._give_up_election(store.slot)
-            return exc
-        return None
-
-    def _become_coordinator(self, store: CoordinatorStore) -> None:
-        """Start the coordinator of the slot ``store`` won, at its epoch; on
-        any failure, nothing is left running."""
-        slot = store.slot
-        coordinator = Coordinator(store, self.config.coordinator, store.epoch.number, self.zk_session_timeout_ms,
-                                  self.topics, metrics=self.core_metrics, log_ends=self.log_ends.log_ends)
-        # Published before it starts, so that a suspension meanwhile reaches it.
-        if self.zk.state != KazooState.CONNECTED:
-            coordinator.session_changed(connected=False)
-        self.coordinators[slot] = coordinator
-        began = time.monotonic()
-        try:
-            coordinator.start()
-        except BaseException:
-            if self.coordinators.get(slot) is coordinator:
-                del self.coordinators[slot]
-            coordinator.stop()
-            raise
-        log.info("server %d is the coordinator of slot %d, epoch %d (loaded in %.0f ms)",
-                 self.config.server_id, slot, store.epoch.number, 1000 * (time.monotonic() - began))
-
-    def _give_up_election(self, slot: int) -> None:
-        """Delete ``slot``'s election node, if it is still ours."""
-        self._delete_if_owned(layout.slot_coordinator_path(slot))
-
-    def _delete_if_owned(self, path: str) -> None:
-        """Best effort, and bounded: with no connection the node stays, and
-        goes when this session ends."""
-        try:
-            delete_if_owned(self.zk, path, timeout=STOPPING_DELETE_TIMEOUT_S)
-        except (Exception, self.zk.handler.timeout_exception) as exc:  # kazoo's connection errors, or no answer
-            log.info("could not delete %s: %s", path, describe(exc))
-
-    def _resign(self, slot: int) -> None:
-        """Step down in ``slot`` (its offsets flushed first) and give its election up."""
-        coordinator = self.coordinators.pop(slot, None)
-        if coordinator is None:
-            return
-        coordinator.stop()
-        self._give_up_election(slot)
-        log.info("server %d resigned as coordinator of slot %d (epoch %d)",
-                 self.config.server_id, slot, coordinator.epoch)
-
-    def _resign_all(self) -> None:
-        """Step down in every slot at once: each waits up to its final flush
-        (runtime.FINAL_FLUSH_S), and a server stopping without ZooKeeper
-        should not wait that long once per slot."""
-        gevent.joinall([gevent.spawn(self._resign, slot) for slot in sorted(self.coordinators)])
-
-    def _step_down_all(self, lost: dict) -> None:
-        """Stop the coordinators of a session that has ended, at once. Their
-        election nodes went with the session; whatever holds those paths now
-        is another session's and is left alone."""
-        gevent.joinall([gevent.spawn(coordinator.stop) for coordinator in lost.values()])
-        for slot, coordinator in sorted(lost.items()):
-            log.info("server %d resigned as coordinator of slot %d (epoch %d): its ZooKeeper session ended",
-                     self.config.server_id, slot, coordinator.epoch)
-
     # -- connections ----------------------------------------------------------------------------
 
     def _handle(self, sock: socket.socket, address) -> None:
@@ -787,7 +520,7 @@ class Server:
                 message = frame.message
                 if isinstance(message, wire.ClusterMetadataRequest):
                     channel.send(self._metadata_for(message), frame.correlation_id)
-                elif isinstance(message, (wire.RegisterConsumerRequest, wire.ResetOffsetsRequest)):
+                elif type(message) in access.CHECKS:
                     # Requests for the group's coordinator, which then owns the connection.
                     try:
                         principal = self._admit(channel, message)
@@ -809,8 +542,10 @@ class Server:
                             error_message=self._not_coordinator(message.group_id)), frame.correlation_id)
                     elif isinstance(message, wire.RegisterConsumerRequest):
                         coordinator.serve_member(channel, message, frame.correlation_id, principal)
-                    else:
+                    elif isinstance(message, wire.ResetOffsetsRequest):
                         coordinator.serve_reset(channel, message, frame.correlation_id)
+                    else:
+                        coordinator.serve_describe(channel, message, frame.correlation_id)
                     return
                 else:
                     raise wire.IllegalState(
@@ -861,9 +596,7 @@ class Server:
                 f"(a user and password: RegisterConsumer version 3, ResetOffsets version 2) or come over TLS "
                 f"with a client certificate")
         if self.acls is not None:
-            check = access.check_registration if isinstance(message, wire.RegisterConsumerRequest) \
-                else access.check_reset
-            check(self.acls.acls, principal, host, message, security.super_principals)
+            access.CHECKS[type(message)](self.acls.acls, principal, host, message, security.super_principals)
         return principal
 
     def _coordinator_of(self, group_id: str) -> Optional[Coordinator]:

@@ -40,35 +40,19 @@ This module decides; the server (coordinator/server.py) carries it out.
 
 from __future__ import annotations
 
+import collections
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Optional
 
-from zkcoord.errors import ConfigError
+from zkcoord.zk.layout import validate_slot_count
 
-# Slots a cluster may be created with: enough to spread the groups over
-# many servers, few enough that every server watches them all cheaply.
-MAX_SLOTS = 1024
 # Takeovers of one slot failing in a row after which a server withdraws from it.
 FAILURES_TO_WITHDRAW = 3
 # How long a withdrawal lasts; each one that follows without a takeover of
 # the slot succeeding in between lasts twice the last, up to the most.
 WITHDRAWAL_S = 30.0
 MAX_WITHDRAWAL_S = 600.0
-
-
-def validate_slot_count(slots: int) -> int:
-    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
-        raise ConfigError(f"the slot count must be an integer in [1, {MAX_SLOTS}], not {slots!r}")
-    return slots
-
-
-def slot_of(group_id: str, slots: int) -> int:
-    """The slot of ``group_id``: the CRC-32 of its UTF-8 bytes (IEEE 802.3,
-    as zlib and every language's standard library compute it) modulo the
-    slot count. A client may compute it too; the server never trusts one."""
-    return zlib.crc32(group_id.encode("utf-8")) % validate_slot_count(slots)
 
 
 def fair_share(slots: int, servers: int) -> int:
@@ -118,6 +102,24 @@ def slot_to_release(held: Iterable[int], slots: int, servers: int,
     held = sorted(set(held))
     over = [slot for slot in held if len(held) > slot_share(slot, slots, servers, withdrawn)]
     return over[-1] if over else None
+
+
+def slots_at_rest(holders: Mapping[int, Optional[str]], withdrawals: Mapping[str, Collection[int]]) -> bool:
+    """Whether no server would take or hand over a slot now, as the
+    servers decide it: ``holders`` is each slot's elected server (None:
+    vacant), ``withdrawals`` each live server's withdrawn slots. At rest:
+    no vacant slot that some server stands for, and no server holding more
+    than a slot's share (:func:`slot_to_release`; a hand-over also waits
+    for its groups to settle, which this cannot see)."""
+    slots, servers = len(holders), len(withdrawals)
+    withdrawn = collections.Counter(slot for aside in withdrawals.values() for slot in aside)
+    if any(server is None and withdrawn[slot] < servers for slot, server in holders.items()):
+        return False
+    held: dict[str, list[int]] = collections.defaultdict(list)
+    for slot, server in holders.items():
+        if server is not None:
+            held[server].append(slot)
+    return all(slot_to_release(slots_held, slots, servers, withdrawn) is None for slots_held in held.values())
 
 
 class Candidacy:

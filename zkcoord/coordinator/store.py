@@ -27,10 +27,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
 
 from zkcoord.coordinator.actions import Deposed
-from zkcoord.coordinator.slots import slot_of, validate_slot_count
 from zkcoord.errors import ZkcoordError
 from zkcoord.records import TopicPartition
 from zkcoord.zk import layout
+from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.nodes import read_group_states, read_offsets, read_owners
 from zkcoord.zk.session import session_id
 
@@ -360,6 +360,24 @@ class CoordinatorStore:
                 self.commit([("delete", path, None)])
             return
         self.commit([self.upsert(path, layout.encode_group_failure(failure), exists)])
+
+    def append_rebalance_history(self, group: str, records: Iterable[layout.RebalanceRecord], rounds: int) -> None:
+        """Append ``records`` to the group's rebalance history, keeping its
+        last ``rounds``. Read and written again whole: the core writes one
+        group's history once at a time, and the fence keeps any other
+        coordinator out. A node that cannot be read (not ours, or of a
+        version to come) is replaced: a history is for operators, never
+        for a decision."""
+        path = layout.group_history_path(group)
+        try:
+            older = layout.decode_history(self.zk.get(path)[0], path)
+            exists = True
+        except NoNodeError:
+            older, exists = [], False
+        except layout.LayoutError as exc:
+            log.warning("%s: replaced, unreadable: %s", path, exc)
+            older, exists = [], True
+        self.commit([self.upsert(path, layout.encode_history(layout.kept(older, records, rounds)), exists)])
 
 
 def _corrected(operations: list[tuple[str, str, bytes | None]],

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def settings_from(args: argparse.Namespace):
     from zkcoord import settings
-    from zkcoord.consumer.membership import parse_bootstrap
+    from zkcoord.addresses import parse_bootstrap
     from zkcoord.drill.config import DrillSettings
     from zkcoord.drill.schedule import parse_kinds
     from zkcoord.errors import ConfigError

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from zkcoord.coordinator.slots import validate_slot_count
+from zkcoord.zk.layout import validate_slot_count
 from zkcoord.drill.schedule import Timing, data_plane_refusal, known_kinds
 from zkcoord.errors import ConfigError
 from zkcoord.settings import check, setting

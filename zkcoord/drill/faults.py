@@ -181,6 +181,25 @@ class DrillCluster:
         except OwnershipViolation:
             return False  # seen from status files mid-change; the checker judges ownership from the history
 
+    def slots_at_rest(self) -> bool:
+        """No coordinator slot about to change hands: every slot held, none
+        by a server above its share (coordinator/slots.py)."""
+        from zkcoord.admin.client import slot_count, slot_holder
+        from zkcoord.coordinator.slots import slots_at_rest
+        from zkcoord.zk.nodes import read_servers
+
+        servers = read_servers(self.cluster.zk)
+        holders = {slot: slot_holder(self.cluster.zk, slot)[0] for slot in range(slot_count(self.cluster.zk))}
+        return slots_at_rest(holders, {server: info.withdrawn for server, info in servers.items()})
+
+    def wait_slots_at_rest(self, timeout: float) -> bool:
+        """Until no slot is about to change hands (False: not within ``timeout``)."""
+        try:
+            wait_until(self.slots_at_rest, timeout, interval=0.2, message="the coordinator slots to be at rest")
+        except WaitTimeout:
+            return False
+        return True
+
     def wait_whole(self, timeout: float, epoch_above: int = -1) -> Optional[float]:
         """time.time() when the group was whole, or None if not within ``timeout``."""
         try:

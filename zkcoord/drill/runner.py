@@ -137,6 +137,15 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Op
                     else f"whole again in {record.time_to_whole:.1f} s (bound {record.bound_s:.1f} s)")))
                 if fault_actions.keep_population(ctx):
                     ctx.wait_whole(60)
+                # A server back from a fault is handed its share of the
+                # coordinator slots once their groups have settled: that
+                # planned move is let happen before the next fault, whose
+                # time to whole would otherwise count it.
+                if not ctx.wait_slots_at_rest(0):
+                    if ctx.wait_slots_at_rest(2 * ctx.coordinator_bound()):
+                        ctx.wait_whole(60)
+                    else:
+                        progress.say("    the coordinator slots did not come to rest; going on")
                 time.sleep(fault.settle_s)  # a quiet spell between faults is part of the schedule
             progress.say("drill: faults done; draining")
             _drain(ctx, workers, progress)

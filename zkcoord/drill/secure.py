@@ -23,9 +23,10 @@ import secrets
 import shutil
 from pathlib import Path
 
-from zkcoord.security import acl, certs, store
+from zkcoord.security import acl, certs
 from zkcoord.security.config import TlsConfig, librdkafka_settings
 from zkcoord.security.secrets import write_private
+from zkcoord.zk import security_store as store
 
 SECRETS_DIR = "secrets"
 # The ZooKeeper ensemble's security, as `zkcoord zk up` takes it.

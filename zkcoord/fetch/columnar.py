@@ -8,8 +8,8 @@ served first, so none starves behind the request's byte limit), and another
 finds leaders. Up to ``PREFETCH_RECORDS`` records or ``PREFETCH_BYTES`` of
 them wait decoded, so the application's next ``fetch`` rarely waits for the
 network, and a broker that hangs holds up only its own partitions. Records
-come out as :class:`Chunk` runs (one partition's records in column buffers,
-from :mod:`zkcoord.fetch.records`), or as :class:`~zkcoord.records.Record`
+come out as :class:`~zkcoord.fetch.chunks.Chunk` runs (one partition's records
+in column buffers, from :mod:`zkcoord.fetch.records`), or as :class:`~zkcoord.records.Record`
 tuples for those who want them.
 
 Nothing from a revoked partition is returned after ``revoke`` returns, and
@@ -32,12 +32,14 @@ import threading
 import time
 from typing import Iterable, NamedTuple, Optional, Union
 
-from zkcoord.consumer.buffer import RecordBuffer
-from zkcoord.errors import ZkcoordError
+from zkcoord.errors import OffsetOutOfRangeError, UnknownPartitionError, ZkcoordError
 from zkcoord.fetch import recovery
+from zkcoord.fetch.buffer import RecordBuffer
+from zkcoord.fetch.chunks import Chunk, DecodedPartition
 from zkcoord.fetch.connection import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerConnection, BrokerConnectionError, PartitionError,
 )
+from zkcoord.fetch.errors import FETCHER_ERRORS, FetchError, FetcherClosedError, TopicAuthorizationError
 from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.fetch.records import CorruptRecordsError, RecordColumns, last_batch_epoch
 from zkcoord.fetch.recovery import NO_EPOCH, EpochAhead, Truncation
@@ -58,98 +60,6 @@ UNKNOWN_PARTITION_S = 5.0  # a partition no broker leads for this long is report
 RETRY_BACKOFF = 0.05  # before asking again where a partition is led (0.2 s after a failed request)
 REQUEST_TIMEOUT_S = FETCH_WAIT_MS / 1000.0 + 10.0  # a broker silent this long is given up on
 PROBE_TIMEOUT_S = 5.0  # a metadata or offset question unanswered this long is given up on
-
-
-class FetchError(ZkcoordError):
-    """The fetcher cannot go on (a fatal error, or misuse)."""
-
-
-class FetcherClosedError(FetchError):
-    """The fetcher was used after ``close``."""
-
-
-class UnknownPartitionError(FetchError):
-    """An assigned partition does not exist on the brokers."""
-
-    retriable = True
-
-
-class TopicAuthorizationError(FetchError):
-    """A broker refused this consumer's principal a topic (Kafka's
-    TOPIC_AUTHORIZATION_FAILED): an ACL allowing it to READ the topic is
-    missing. No retry helps until one is added."""
-
-
-class OffsetOutOfRangeError(FetchError):
-    """An assigned offset is outside the partition's log and the reset
-    policy is ``error``."""
-
-
-class _Decoded:
-    """One partition's share of one Fetch response, decoded; the chunks cut
-    from it share it, and its Arrow form is built once."""
-
-    __slots__ = ("topic", "partition", "columns", "_arrow")
-
-    def __init__(self, topic: str, partition: int, columns: RecordColumns):
-        self.topic, self.partition, self.columns = topic, partition, columns
-        self._arrow: dict[bool, object] = {}
-
-    def arrow(self, include_headers: bool):
-        batch = self._arrow.get(include_headers)
-        if batch is None:
-            batch = self._arrow[include_headers] = self.columns.to_arrow(
-                self.topic, self.partition, include_headers=include_headers)
-        return batch
-
-
-class Chunk:
-    """Rows ``[begin, end)`` of one partition's decoded records, in offset
-    order. ``next_offset`` is where the partition goes on after this run
-    (past any transaction markers or compacted gap that follow it)."""
-
-    __slots__ = ("decoded", "begin", "end", "next_offset")
-
-    def __init__(self, decoded: _Decoded, begin: int, end: int, next_offset: int):
-        self.decoded, self.begin, self.end, self.next_offset = decoded, begin, end, next_offset
-
-    @property
-    def topic(self) -> str:
-        return self.decoded.topic
-
-    @property
-    def partition(self) -> int:
-        return self.decoded.partition
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.decoded.topic, self.decoded.partition)
-
-    def __len__(self) -> int:
-        return self.end - self.begin
-
-    @property
-    def nbytes(self) -> int:
-        """How many bytes of keys and values it holds."""
-        columns = self.decoded.columns
-        keys = memoryview(columns.key_offsets).cast("i")
-        values = memoryview(columns.value_offsets).cast("i")
-        return keys[self.end] - keys[self.begin] + values[self.end] - values[self.begin]
-
-    def offset(self, row: int) -> int:
-        return memoryview(self.decoded.columns.offsets).cast("q")[self.begin + row]
-
-    def split(self, rows: int) -> tuple["Chunk", "Chunk"]:
-        """The first ``rows`` records and the rest."""
-        cut = self.begin + rows
-        return (Chunk(self.decoded, self.begin, cut, self.offset(rows - 1) + 1),
-                Chunk(self.decoded, cut, self.end, self.next_offset))
-
-    def records(self) -> list[Record]:
-        return self.decoded.columns.records(self.topic, self.partition, self.begin, self.end)
-
-    def to_arrow(self, include_headers: bool = False):
-        return self.decoded.arrow(include_headers).slice(self.begin, len(self))
 
 
 class _Start(NamedTuple):
@@ -192,7 +102,7 @@ class _Partition:
         self.last_epoch = NO_EPOCH  # Kafka's leader epoch of the batch before fetch_offset, if known
         self.topic_id: Optional[str] = None  # the topic's id, from Metadata 10+: the epochs above are that topic's
         self.since = time.monotonic()  # when it was assigned or last led
-        self.error: Optional[FetchError] = None  # raised by the next fetch()
+        self.error: Optional[ZkcoordError] = None  # raised by the next fetch()
         self.backoff_until = 0.0
         self.turn = 0  # when it last got records: the least recently served go first in a request
 
@@ -574,7 +484,7 @@ class ColumnarFetcher:
         connection failed."""
         # Per partition: records, a new start, a truncation, an error for the
         # consumer, or None (retriable: find the leader again).
-        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, EpochAhead, FetchError, None]] = {}
+        outcomes: dict[TopicPartition, Union[_Records, _Start, Truncation, EpochAhead, ZkcoordError, None]] = {}
         positions = {}
         for tp, work in partitions.items():
             if work.offset >= 0:
@@ -664,7 +574,7 @@ class ColumnarFetcher:
                     # A fetch returns whole batches: leave out what lies before the position.
                     first = bisect.bisect_left(memoryview(outcome.offsets).cast("q"), state.next)
                     if first < outcome.rows:
-                        chunk = Chunk(_Decoded(tp[0], tp[1], outcome), first, outcome.rows, outcome.next_offset)
+                        chunk = Chunk(DecodedPartition(tp[0], tp[1], outcome), first, outcome.rows, outcome.next_offset)
                         self._ready.add_runs([chunk])
                         self._ready_bytes[tp] = self._ready_bytes.get(tp, 0) + chunk.nbytes
                         state.turn = next(self._turns)
@@ -682,7 +592,7 @@ class ColumnarFetcher:
                     self._truncated(tp, state, outcome)
                 elif isinstance(outcome, EpochAhead):  # nothing truncated: fetch on from here in that epoch
                     state.last_epoch = outcome.epoch
-                elif isinstance(outcome, FetchError):
+                elif isinstance(outcome, FETCHER_ERRORS):
                     state.error = outcome
                 else:  # retriable: ask again where the partition is led
                     state.leader = None

@@ -44,7 +44,7 @@ from typing import Iterable, NamedTuple, Optional
 
 from crc32c import crc32c
 
-from zkcoord.broker.formats import (
+from zkcoord.batch_format import (
     COMPRESSION_MASK, CONTROL_FLAG, CRC_START, HEADER_SIZE, LOG_APPEND_TIME_FLAG, LOG_OVERHEAD, MAGIC,
     TRANSACTIONAL_FLAG, CorruptBatchError, parse_header_only,
 )

@@ -4,8 +4,8 @@ standalone broker count (``families``), the HTTP endpoint that serves them
 labels are listed in docs/METRICS.md.
 
 Layer 1 of the map in docs/DESIGN.md: it imports only the base modules
-(and, until issue 35 is done, the broker's protocol table for its API
-labels); the coordinator, the broker and the fetcher fill its families.
+(an API's label is Kafka's name of its key, from kafka-python's table); the
+coordinator, the broker and the fetcher fill its families.
 
 Submodules are imported by name: ``config`` is light, so that a command can
 declare its options before gevent patches the process.

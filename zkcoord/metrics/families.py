@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Mapping
 
 import kafka.errors
+from kafka.protocol.api_key import ApiKey
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 
-from zkcoord.broker import protocol
 
 PREFIX = "zkcoord_"
 # ZooKeeper round trips and offset writes: a fraction of a millisecond on a
@@ -195,9 +195,21 @@ class CoordinatorCollector:
         for family, counts in ((groups, group_counts), (members, member_counts), (slots, slot_counts)):
             for state, n in counts.items():
                 family.add_metric([state], n)
-        yield from (groups, members, slots, epochs)
+        yield from (groups, members, slots, epochs, self._lag())
         yield GaugeMetricFamily(PREFIX + "coordinator_slot_count", "Coordinator slots in the cluster",
                                 value=self._slot_count())
+
+    def _lag(self) -> GaugeMetricFamily:
+        # By group and topic, not by partition: a group may hold thousands of
+        # partitions, and a series each would cost Prometheus more than the
+        # rest of a server's metrics together.
+        lag = GaugeMetricFamily(PREFIX + "consumer_lag", "Messages the committed offsets of a group's partitions "
+                                "of a topic are behind the ends of their logs, as the group's coordinator last "
+                                "learnt them", labels=["group", "topic"])
+        for core in self._cores().values():
+            for (group, topic), value in sorted(core.lag_by_topic().items()):
+                lag.add_metric([group, topic], value)
+        return lag
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return self.collect()
@@ -230,9 +242,11 @@ class FetcherMetrics:
 
 
 def api_name(api_key: int) -> str:
-    """Kafka's name of an API the broker offers (``Fetch``), else its key."""
-    api = protocol.SUPPORTED.get(api_key)
-    return api.request.__name__.removesuffix("Request") if api is not None else str(api_key)
+    """Kafka's name of an API (``Fetch``), as kafka-python's table of API keys has it, else its key."""
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
 
 
 def error_name(code: int) -> str:

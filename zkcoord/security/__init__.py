@@ -4,4 +4,10 @@
 proved it (a client certificate, SASL, a credential in RegisterConsumer);
 ``certs`` makes a private certificate authority and the certificates it signs,
 for tests, the demo and ``zkcoord zk up``.
+
+It owns principals, ACLs and the authorizer's decisions, SCRAM, TLS,
+secrets and the login checks. Layer 1 of the map in docs/DESIGN.md: it may
+import the base modules; ``checks`` still reads users and registrations
+through ``zk`` (whose ``security_store`` keeps users and ACLs in ZooKeeper,
+its codecs built on security's types): tests/unit/test_layering.py lists it.
 """

@@ -29,9 +29,9 @@ import gevent.threadpool
 
 from zkcoord.limits import REFUSED_AUTHENTICATION, abuse_log
 from zkcoord.security import scram
-from zkcoord.security import store as security_store
 from zkcoord.security.config import SecurityConfig
 from zkcoord.security.logins import CheckCache, FailureLimiter, check_key
+from zkcoord.zk import security_store
 from zkcoord.zk.nodes import read_brokers, read_servers
 
 log = logging.getLogger(__name__)

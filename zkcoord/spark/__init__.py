@@ -13,6 +13,11 @@ Two paths serve ``format("zkcoord")``, planned by the same Python code:
   (:mod:`zkcoord.spark.bridge`);
 * the Python data source (:mod:`zkcoord.spark.source`) otherwise: plans and
   reads in Spark's Python workers.
+
+Layer 8 of the map in docs/DESIGN.md: it may import every package below it
+(the member side for its driver's membership, fetch, admin, zk and the
+base modules); only the drill, the demo and the command line could import
+it, and none does.
 """
 
 from __future__ import annotations

@@ -17,10 +17,6 @@ class OffsetFormatError(SparkSourceError, ValueError):
     """An offset JSON (an option, or a checkpointed offset) is not well formed."""
 
 
-class UnknownPartitionError(SparkSourceError):
-    """An offset names a topic or partition that ZooKeeper does not know."""
-
-
 class NoLeaderError(SparkSourceError):
     """A partition has no live broker to read it from."""
 

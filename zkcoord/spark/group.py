@@ -37,9 +37,9 @@ import time
 from typing import Iterator, Optional
 
 from zkcoord import wire
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.membership import GroupMembership
-from zkcoord.consumer.protocol import NO_OFFSET
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.membership import GroupMembership
+from zkcoord.member.protocol import NO_OFFSET
 from zkcoord.records import TopicPartition
 from zkcoord.security.secrets import refuse_password_without_tls
 from zkcoord.spark.errors import SparkSourceError
@@ -86,6 +86,7 @@ class QueryMember:
             tls=self.options.tls,
             user=credential.user if credential else None, password=credential.password if credential else None,
             password_without_tls=bool(credential and credential.plain_without_tls),
+            client_kind=wire.SPARK, client_id="zkcoord-spark",
         ), self)
         self._membership.start()
         log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)

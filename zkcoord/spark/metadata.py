@@ -14,14 +14,16 @@ import logging
 import threading
 from typing import Iterable, Optional
 
+from zkcoord.errors import UnknownPartitionError
 from zkcoord.fetch.isolation import READ_UNCOMMITTED
 from zkcoord.records import TopicPartition
 from zkcoord.security.config import PLAIN, TlsConfig
-from zkcoord.spark.errors import NoLeaderError, SparkSourceError, UnknownPartitionError
+from zkcoord.spark.errors import NoLeaderError, SparkSourceError
 from zkcoord.spark.offsets import PartitionOffsets
 from zkcoord.spark.options import SaslOptions, SourceOptions, login
 from zkcoord.zk import layout
 from zkcoord.zk.chroots import missing_topic
+from zkcoord.zk.nodes import read_topic, topic_names
 from zkcoord.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
@@ -102,13 +104,9 @@ class ClusterView:
             answer = self._kafka(options.topics or None)
             self._refuse(answer)
             return sorted(t for t in answer.topics if options.matches(t))
-        if self.zk.exists(layout.BROKER_TOPICS) is None:
-            return []
-        return sorted(t for t in self.zk.get_children(layout.BROKER_TOPICS) if options.matches(t))
+        return [t for t in topic_names(self.zk) if options.matches(t)]
 
     def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
-        from kazoo.exceptions import NoNodeError
-
         if self.kafka_bootstrap:
             answer = self._kafka(topics)
             self._refuse(answer)
@@ -116,11 +114,9 @@ class ClusterView:
                     for p in sorted(answer.topics[topic].leaders)]
         result = []
         for topic in topics:
-            try:
-                data, _ = self.zk.get(layout.topic_path(topic))
-            except NoNodeError:
-                continue  # deleted since it was listed
-            result.extend((topic, p) for p in sorted(layout.decode_topic(topic, data).partitions))
+            node = read_topic(self.zk, topic)
+            if node is not None:  # else deleted since it was listed
+                result.extend((topic, p) for p in sorted(node.assignment.partitions))
         return result
 
     def brokers(self) -> dict[int, str]:
@@ -155,13 +151,12 @@ class ClusterView:
                 leader = layout.decode_partition_state(data).leader
             except NoNodeError:
                 if topic not in assignments:
-                    try:
-                        data, _ = self.zk.get(layout.topic_path(topic))
-                    except NoNodeError:
+                    node = read_topic(self.zk, topic)
+                    if node is None:
                         if skip_unavailable:
                             continue
                         raise UnknownPartitionError(missing_topic(self.zk, topic)) from None
-                    assignments[topic] = layout.decode_topic(topic, data)
+                    assignments[topic] = node.assignment
                 replicas = assignments[topic].partitions.get(partition)
                 if replicas is None:
                     if skip_unavailable:

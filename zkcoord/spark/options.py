@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from zkcoord import settings
-from zkcoord.consumer.config import ConsumerConfig, MemberConfig
-from zkcoord.consumer.membership import parse_bootstrap
+from zkcoord.addresses import parse_bootstrap
+from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.errors import ConfigError
 from zkcoord.fetch.isolation import ISOLATION_LEVELS
+from zkcoord.member.config import MemberConfig
 from zkcoord.patterns import PatternError, check_pattern, matches
 from zkcoord.security.config import PLAIN, TlsConfig
 from zkcoord.security.secrets import PASSWORD_ENV, password_for

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from zkcoord.errors import UnknownPartitionError
 from zkcoord.records import TopicPartition
-from zkcoord.spark.errors import DataLossError, OffsetFormatError, UnknownPartitionError
+from zkcoord.spark.errors import DataLossError, OffsetFormatError
 from zkcoord.spark.offsets import EARLIEST_OFFSET, LATEST_OFFSET, PartitionOffsets
 from zkcoord.spark.options import COMMITTED, EARLIEST, LATEST, Position
 

@@ -18,6 +18,11 @@ only through this package.
 - :mod:`~zkcoord.testing.checks`: the invariants seen from outside;
 - :mod:`~zkcoord.testing.console`: the web console as a process, and headless Chromium to look at it;
 - :mod:`~zkcoord.testing.waiting`: ``wait_until``, the one way to wait.
+
+Layer 8 of the map in docs/DESIGN.md: it may import every package below it
+(it starts servers, brokers and consumers, and reads ZooKeeper through
+``zk``); the drill, the demo, the console's tests and the command line
+import it.
 """
 
 from zkcoord.testing.checks import OwnershipViolation, group_is_whole, partitions_of

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from zkcoord.errors import UnknownPartitionError
 from zkcoord.records import TopicPartition
 from zkcoord.testing.cluster import ConsumerProcess
 from zkcoord.testing.process import ClusterError
@@ -16,12 +17,14 @@ class OwnershipViolation(ClusterError):
 
 def partitions_of(zk, topics: Iterable[str]) -> set[TopicPartition]:
     """Every partition of ``topics``, as ZooKeeper's topic nodes say now."""
-    from zkcoord.zk import layout
+    from zkcoord.zk.nodes import read_topic
 
     result = set()
     for topic in topics:
-        data, _ = zk.get(layout.topic_path(topic))
-        result |= {(topic, p) for p in layout.decode_topic(topic, data).partitions}
+        node = read_topic(zk, topic)
+        if node is None:
+            raise UnknownPartitionError(f"topic {topic!r} does not exist")
+        result |= {(topic, p) for p in node.assignment.partitions}
     return result
 
 

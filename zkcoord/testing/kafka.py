@@ -44,6 +44,7 @@ from zkcoord.testing.waiting import wait_until
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk.layout.kafka import kafka_uuid
+from zkcoord.zk.nodes import read_topic
 
 ZOOKEEPER_MODE = "zookeeper"
 KRAFT_MODE = "kraft"
@@ -540,17 +541,23 @@ class KafkaCluster:
         (ZooKeeper mode, read with zkcoord's codecs), or in the metadata the
         controllers publish (KRaft)."""
         if self.mode == ZOOKEEPER_MODE:
-            assignment = layout.decode_topic(topic, self.zk.get(layout.topic_path(topic))[0])
+            assignment = self._assignment(topic)
             state = layout.decode_partition_state(self.zk.get(layout.partition_state_path(topic, partition))[0])
             return Replicas(state.leader, assignment.partitions[partition], frozenset(state.isr))
         return self.replicas_of(topic)[partition]
+
+    def _assignment(self, topic: str) -> layout.TopicAssignment:
+        """Where ZooKeeper says ``topic``'s partitions live (ZooKeeper mode)."""
+        node = read_topic(self.zk, topic)
+        if node is None:
+            raise ClusterError(f"topic {topic} is not in ZooKeeper")
+        return node.assignment
 
     def replicas_of(self, topic: str) -> dict[int, Replicas]:
         """Where every partition of ``topic`` lives, in one look at the
         cluster's records (as :meth:`partition` reads them)."""
         if self.mode == ZOOKEEPER_MODE:
-            assignment = layout.decode_topic(topic, self.zk.get(layout.topic_path(topic))[0])
-            return {p: self.partition(topic, p) for p in assignment.partitions}
+            return {p: self.partition(topic, p) for p in self._assignment(topic).partitions}
         answer = self.metadata(topic).topics[topic]
         if answer.error is not None:
             raise ClusterError(f"topic {topic}: {answer.error}")

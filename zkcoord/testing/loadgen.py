@@ -2,7 +2,7 @@
 
 ``python -m zkcoord.testing.loadgen`` runs members ``--first`` to ``--last``
 (inclusive) of a load, member ``i`` in group ``<prefix>-<i mod groups>``, each
-a :class:`~zkcoord.consumer.membership.GroupMembership` (the production client,
+a :class:`~zkcoord.member.membership.GroupMembership` (the production client,
 over TCP to the servers) whose network thread is a greenlet. The members
 report no offsets and always say they have just polled, so the coordinator
 never evicts them for being slow; what they cost the coordinator is what
@@ -31,10 +31,10 @@ import gevent.event  # noqa: E402
 import gevent.os  # noqa: E402
 
 from zkcoord import settings  # noqa: E402
-from zkcoord.consumer.config import MemberConfig  # noqa: E402
 from zkcoord.errors import ConfigError  # noqa: E402
 from zkcoord.interrupts import on_stop  # noqa: E402
-from zkcoord.consumer.membership import GroupMembership  # noqa: E402
+from zkcoord.member.config import MemberConfig  # noqa: E402
+from zkcoord.member.membership import GroupMembership  # noqa: E402
 
 # A member blocked on its connection wakes this often when no request comes:
 # the generator never closes members one by one, so it need not notice soon.

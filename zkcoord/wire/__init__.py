@@ -7,6 +7,10 @@ consumers and zkcoord servers (seed 001's messages, extended).
 prefix. Every decoding failure is a :class:`WireError`. wire/README.md
 describes every message byte by byte, and wire/vectors.json and
 wire/errors.json are the contract this package is tested against.
+
+Layer 1 of the map in docs/DESIGN.md: it imports only the base modules
+(``errors`` for its root exception); everything that speaks the protocol
+imports it.
 """
 
 from zkcoord.wire.codec import (
@@ -23,8 +27,10 @@ from zkcoord.wire.errors import (
     AuthenticationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed, StaticMemberOwnedByOtherPrincipal,
 )
 from zkcoord.wire.messages import (
-    LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, ClusterMetadataRequest,
-    ClusterMetadataResponse, Endpoint, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
+    CLASSIC_COOPERATIVE, CLASSIC_EAGER, CLIENT_KINDS, CONSUMER_PROTOCOL, MAX_CLIENT_ID_BYTES, SPARK, THIN,
+    clipped_client_id, DescribeGroupRequest, DescribeGroupResponse, MemberDescription,
+    LARGEST, MEMBER_RETRY_MAX_S, OFFSET_RESETS, REGISTRY, SMALLEST, RESPONSES, STRATEGIES, ClusterMetadataRequest,
+    ClusterMetadataResponse, NodeAddress, ErrorResponse, LeaveGroupRequest, LeaveGroupResponse, Message,
     MessageType, PingRequest, PingResponse,
     RegisterConsumerRequest, RegisterConsumerResponse, ResetOffsetsRequest, ResetOffsetsResponse,
     RestartFetcherResponse, StartRequest, StopRequest, StopResponse, TopicPartition,
@@ -43,8 +49,11 @@ __all__ = [
     "error_for",
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
-    "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "ClusterMetadataRequest",
-    "ClusterMetadataResponse", "Endpoint", "ErrorResponse", "LeaveGroupRequest",
+    "CLASSIC_COOPERATIVE", "CLASSIC_EAGER", "CLIENT_KINDS", "CONSUMER_PROTOCOL", "MAX_CLIENT_ID_BYTES", "SPARK", "THIN",
+    "clipped_client_id", "DescribeGroupRequest", "DescribeGroupResponse", "MemberDescription",
+    "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "STRATEGIES",
+    "ClusterMetadataRequest",
+    "ClusterMetadataResponse", "NodeAddress", "ErrorResponse", "LeaveGroupRequest",
     "LeaveGroupResponse", "Message",
     "MessageType", "PingRequest", "PingResponse", "RegisterConsumerRequest",
     "RegisterConsumerResponse", "ResetOffsetsRequest", "ResetOffsetsResponse", "RestartFetcherResponse",

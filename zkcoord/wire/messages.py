@@ -48,12 +48,14 @@ class MessageType(IntEnum):
     LEAVE_GROUP_RESPONSE = 1012
     RESET_OFFSETS_REQUEST = 1013
     RESET_OFFSETS_RESPONSE = 1014
+    DESCRIBE_GROUP_REQUEST = 1015
+    DESCRIBE_GROUP_RESPONSE = 1016
 
 
 # --- array entries -------------------------------------------------------
 
 @dataclass(frozen=True)
-class Endpoint:
+class NodeAddress:
     """A server or broker: id and where to reach it."""
 
     id: int
@@ -82,7 +84,7 @@ def offsets_of(entries) -> dict:
     return {(e.topic, e.partition): e.offset for e in entries}
 
 
-ENDPOINT = Entry(Endpoint, "id" / Int32, "host" / String, "port" / Int32)
+ENDPOINT = Entry(NodeAddress, "id" / Int32, "host" / String, "port" / Int32)
 # The partition identity every part of zkcoord uses (records.py), as it goes on the wire.
 TP = Entry(TopicPartition, "topic" / String, "partition" / Int32)
 TPO = Entry(TopicPartitionOffset,
@@ -91,6 +93,34 @@ TPO = Entry(TopicPartitionOffset,
 TPO_V0 = Entry(TopicPartitionOffset,
                "topic" / String, "partition" / PartitionString,
                "offset" / Int64)
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """One member as its coordinator holds it now (DescribeGroupResponse).
+    ``lease_remaining_ms``: how long its lease may still run, at most (from
+    the coordinator's last request to it), -1 while it is not connected (a
+    static member away); ``outstanding``: the name of the request it has not
+    answered yet, "" for none."""
+
+    member_id: str
+    client_kind: str
+    client_id: str
+    host: str
+    is_static: bool
+    session_timeout_ms: int
+    lease_remaining_ms: int
+    partitions: tuple
+    outstanding: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "partitions", tuple(self.partitions))
+
+
+MEMBER = Entry(MemberDescription,
+               "member_id" / String, "client_kind" / String, "client_id" / String, "host" / String,
+               "is_static" / Bool, "session_timeout_ms" / Int32, "lease_remaining_ms" / Int32,
+               "partitions" / Array32(TP), "outstanding" / String)
 
 
 # --- messages ------------------------------------------------------------
@@ -188,7 +218,8 @@ class ClusterMetadataResponse(Message):
     }
 
 
-# Version 2 is version 1 plus the handover offsets, 3 the credential, 4 the incarnation.
+# Version 2 is version 1 plus the handover offsets, 3 the credential, 4 the
+# incarnation, 5 what the client is.
 _REGISTER_V1 = (
     "group_id" / String,
     "consumer_id" / String,
@@ -207,11 +238,39 @@ _REGISTER_V3 = (*_REGISTER_V1, "offsets" / Array32(TPO), "user" / String, "passw
                 "on_behalf_of" / String)
 
 
+# The values of RegisterConsumerRequest.client_kind: what kind of client the
+# member is, each with what operators are shown for it ("" from versions 0
+# to 4: not said). A stock client's member is registered by the broker
+# bridging it, and says which of Kafka's group protocols the client speaks.
+THIN = "thin"
+CLASSIC_EAGER = "classic-eager"
+CLASSIC_COOPERATIVE = "classic-cooperative"
+CONSUMER_PROTOCOL = "consumer"
+SPARK = "spark"
+CLIENT_KINDS = {
+    THIN: "thin consumer",
+    CLASSIC_EAGER: "stock, classic protocol (eager)",
+    CLASSIC_COOPERATIVE: "stock, classic protocol (cooperative)",
+    CONSUMER_PROTOCOL: "stock, consumer protocol (KIP-848)",
+    SPARK: "Spark driver",
+}
+# The longest client id a registration may carry: it is written into the group's state.
+MAX_CLIENT_ID_BYTES = 255
+
+
+def clipped_client_id(client_id: str) -> str:
+    """``client_id`` cut to MAX_CLIENT_ID_BYTES of UTF-8, whole characters
+    only: a stock client's, which Kafka does not bound, shown as far as it fits."""
+    return client_id.encode("utf-8")[:MAX_CLIENT_ID_BYTES].decode("utf-8", "ignore")
+
 # The values of RegisterConsumerRequest.auto_offset_reset (Kafka 0.8's names
 # for earliest and latest).
 SMALLEST = "smallest"
 LARGEST = "largest"
 OFFSET_RESETS = (SMALLEST, LARGEST)
+# The assignment strategies a member may name in RegisterConsumer (the
+# coordinator's assignors, coordinator/assignors.py, one for each).
+STRATEGIES = ("range", "roundrobin", "sticky")
 
 # The longest a member waits between two tries to reach its group's
 # coordinator (wire/README.md, "Registering"); a successor counts on it when
@@ -233,7 +292,9 @@ class RegisterConsumerRequest(Message):
     ``incarnation``, a secret the member draws once per process and sends at
     every registration: the proof that a registration under an id already
     held or fenced is the same process coming back, which has stopped
-    everything before it registered ("" for none: never proven)."""
+    everything before it registered ("" for none: never proven). Version 5
+    adds what the client is (``client_kind``, one of CLIENT_KINDS) and its
+    client id, shown to operators only ("" for not said)."""
 
     TYPE = MessageType.REGISTER_CONSUMER_REQUEST
     group_id: str
@@ -251,6 +312,8 @@ class RegisterConsumerRequest(Message):
     password: str = field(default="", repr=False)
     on_behalf_of: str = ""
     incarnation: str = field(default="", repr=False)
+    client_kind: str = ""
+    client_id: str = ""
     LAYOUTS = {
         0: Struct("group_id" / String,
                   "consumer_id" / String,
@@ -267,6 +330,7 @@ class RegisterConsumerRequest(Message):
         2: Struct(*_REGISTER_V1, "offsets" / Array32(TPO)),
         3: Struct(*_REGISTER_V3),
         4: Struct(*_REGISTER_V3, "incarnation" / String),
+        5: Struct(*_REGISTER_V3, "incarnation" / String, "client_kind" / String, "client_id" / String),
     }
 
 
@@ -484,6 +548,45 @@ class ResetOffsetsResponse(Message):
     }
 
 
+@dataclass(frozen=True)
+class DescribeGroupRequest(Message):
+    """Operator to the coordinator of ``group_id`` (`zkcoord groups describe
+    --members`, the console): the group's members as the coordinator holds
+    them now, answered from memory, then the connection is closed. Carries
+    the operator's credential as ResetOffsetsRequest version 2 does."""
+
+    TYPE = MessageType.DESCRIBE_GROUP_REQUEST
+    group_id: str
+    user: str = ""
+    password: str = field(default="", repr=False)
+    LAYOUTS = {
+        1: Struct("group_id" / String, "user" / String, "password" / String),
+    }
+
+
+@dataclass(frozen=True)
+class DescribeGroupResponse(Message):
+    """Coordinator to operator: the group's ``phase`` (the coordinator's
+    GroupPhase: empty, stable, rebalancing, failed), ``generation``, and each
+    member (MemberDescription) as held in memory now."""
+
+    TYPE = MessageType.DESCRIBE_GROUP_RESPONSE
+    error_code: int = ErrorCode.NONE
+    error_message: str = ""
+    coordinator_epoch: int = -1
+    generation: int = -1
+    phase: str = ""
+    members: tuple = ()
+    LAYOUTS = {
+        1: Struct("error_code" / ErrorCodeField,
+                  "error_message" / String,
+                  "coordinator_epoch" / Int32,
+                  "generation" / Int32,
+                  "phase" / String,
+                  "members" / Array32(MEMBER)),
+    }
+
+
 # The response that answers each request, in the request's version.
 RESPONSES = {
     ClusterMetadataRequest: ClusterMetadataResponse,
@@ -493,4 +596,5 @@ RESPONSES = {
     StartRequest: RestartFetcherResponse,
     LeaveGroupRequest: LeaveGroupResponse,
     ResetOffsetsRequest: ResetOffsetsResponse,
+    DescribeGroupRequest: DescribeGroupResponse,
 }

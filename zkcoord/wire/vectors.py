@@ -3,7 +3,7 @@ messages of this package, and the tool that writes their bytes.
 
 A vector's ``fields`` are what its message carries in its version, as JSON:
 integers, strings, booleans, null (an absent optional tail), arrays, and
-objects for array entries (Endpoint, TopicPartition, TopicPartitionOffset,
+objects for array entries (NodeAddress, TopicPartition, TopicPartitionOffset,
 told apart by their keys). The committed file is the contract:
 tests/unit/test_wire_vectors.py checks this package against it. When a
 vector is added, the tool fills in its ``type`` and ``frame`` from the rest:
@@ -23,11 +23,11 @@ from pathlib import Path
 
 from zkcoord.wire.codec import encode
 from zkcoord.wire.fields import Implied
-from zkcoord.wire.messages import ENDPOINT, REGISTRY, TP, TPO
+from zkcoord.wire.messages import ENDPOINT, MEMBER, REGISTRY, TP, TPO
 
 MESSAGES = {cls.__name__: cls for cls in REGISTRY.values()}
 # An array entry's class, by the names of its fields.
-ENTRIES = {frozenset(entry.names): entry.cls for entry in (ENDPOINT, TP, TPO)}
+ENTRIES = {frozenset(entry.names): entry.cls for entry in (ENDPOINT, MEMBER, TP, TPO)}
 # The order of a valid vector's keys in the file.
 VALID_KEYS = ("name", "message", "type", "version", "correlation_id", "fields", "frame", "note")
 

@@ -25,20 +25,21 @@ An ensemble with users requires every session to authenticate as one of them
 principal; with TLS and no users, a client certificate is what admits a
 client. Its directories are its owner's alone, and so are ZooKeeper's files:
 the transaction log holds every node, the users' SCRAM credentials among them.
+
+Its parts: ``ensemble_files.py`` writes what the nodes run from (zoo.cfg, the
+users' credentials, TLS, Kerberos); ``probes.py`` finds free ports and asks
+a node what it is.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import os
 import re
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -47,7 +48,11 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from zkcoord.errors import ConfigError, EnsembleError
 from zkcoord.filemodes import OWNER_ONLY_UMASK, open_private_log, private_directory
 from zkcoord.settings import check, default, of, setting
-from zkcoord.zk.kerberos import LocalRealm
+from zkcoord.zk.ensemble_files import EnsembleFiles
+from zkcoord.zk.probes import (
+    BIND_FAILURE, ELECTION_PORT_OFFSET, QUORUM_PORT_OFFSET, data_dir_from_conf, find_free_base_port,
+    four_letter_word, mode_from_srvr, pid_alive, port_not_bound,
+)
 from zkcoord.zk.security import AUTH_SCHEMES, ROOT, SASL_MECHANISMS, ZkSecurity
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is used: gevent patches it first in servers
@@ -72,35 +77,12 @@ DEFAULT_CLASSPATH = ":".join(
 CLASSPATH_ENV = "ZKCOORD_ZOOKEEPER_CLASSPATH"
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
-# Offsets from the base port: node K (1-based) listens for clients on
-# base+K-1, for followers on base+100+K-1 and for leader election on
-# base+200+K-1.
-QUORUM_PORT_OFFSET = 100
-ELECTION_PORT_OFFSET = 200
 SERVING_MODES = ("leader", "follower", "standalone")
 
-# Where a base port is drawn from when none is given: below Linux's ephemeral
-# range (32768 up), from which the kernel takes the local port of every
-# outgoing connection, so that none of those takes a port of ours between the
-# probe and the node's bind. Blocks 7 apart leave a 5-node block's client ports
-# clear of the next one's.
-PORT_RANGE = (21000, 32000)
-PORT_STEP = 7
 # Fresh blocks start() tries when a node finds a port of its chosen block taken.
 PORT_ATTEMPTS = 5
-# The four-letter words a node answers: those zkcoord's own checks send, srvr
-# (a node's mode; the server's version, before multiRead is used) and conf (the
-# node's data directory, which tells it from another server on its port). The
-# others show strangers the sessions and their ephemeral nodes (dump, cons),
-# the environment (envi), or reset the statistics (srst).
-FOUR_LETTER_WORDS = ("srvr", "conf")
 # The nodes every ZooKeeper makes, open to all (its configuration node is read-only already).
 ZOOKEEPER_OWN_NODES = ("/zookeeper", "/zookeeper/quota")
-# What a node holds, as a warning about an open directory names it.
-NODE_DATA = "a ZooKeeper node's snapshots and transaction log (every node, users' SCRAM credentials among them)"
-# What a node's log says when a port of its is taken, and how it names a port.
-BIND_FAILURE = "java.net.BindException"
-LOGGED_ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")
 
 
 class PortInUse(EnsembleError):
@@ -190,96 +172,7 @@ class EnsembleConfig:
             raise ConfigError(f"sasl_mechanism {self.sasl_mechanism} is for auth sasl, not {self.auth}")
 
 
-def _port_free(port: int) -> bool:
-    """Whether a ZooKeeper node could bind ``port`` now. With SO_REUSEADDR, as
-    ZooKeeper binds its ports: a port whose last connections linger in
-    TIME_WAIT is free to it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def block_ports(base_port: int, nodes: int) -> list[int]:
-    """Every port an ensemble of ``nodes`` from ``base_port`` listens on."""
-    return [base_port + offset + k for offset in (0, QUORUM_PORT_OFFSET, ELECTION_PORT_OFFSET) for k in range(nodes)]
-
-
-def find_free_base_port(nodes: int, start: int = PORT_RANGE[0], stop: int = PORT_RANGE[1],
-                        step: int = PORT_STEP) -> int:
-    """A base port between ``start`` and ``stop`` whose client, quorum and
-    election ports are all free now. The search begins at a block drawn at
-    random, so two ensembles choosing at the same moment seldom draw the same
-    one (both scanning from ``start`` always did); a free port is not a
-    reserved one, so whoever starts the nodes still checks that they bound."""
-    bases = range(start, stop, step)
-    first = secrets.randbelow(len(bases))
-    for i in range(len(bases)):
-        base = bases[(first + i) % len(bases)]
-        if all(_port_free(p) for p in block_ports(base, nodes)):
-            return base
-    raise EnsembleError(f"no free block of ports for {nodes} ZooKeeper nodes between {start} and {stop}")
-
-
-def four_letter_word(port: int, word: str, timeout: float = 1.0,
-                     tls: Optional[ssl.SSLContext] = None) -> Optional[str]:
-    """Send a ZooKeeper four-letter word (over TLS with ``tls``); None if the node did not answer."""
-    try:
-        with contextlib.ExitStack() as stack:
-            conn = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=timeout))
-            if tls is not None:
-                conn = stack.enter_context(tls.wrap_socket(conn, server_hostname="127.0.0.1"))
-            conn.sendall(word.encode("ascii"))
-            chunks = []
-            while True:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-    except OSError:
-        return None
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def _mode_from_srvr(text: Optional[str]) -> Optional[str]:
-    for line in (text or "").splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
-def _port_not_bound(log_text: str, ports: Sequence[int]) -> Optional[int]:
-    """Which of a node's ``ports`` it could not bind: the last of them its
-    log names before its first BindException ("binding to port
-    /127.0.0.1:P", "Exception while listening to address /127.0.0.1:P")."""
-    before = log_text[:log_text.find(BIND_FAILURE)]
-    named = [int(port) for port in LOGGED_ADDRESS.findall(before) if int(port) in ports]
-    return named[-1] if named else None
-
-
-def _data_dir_from_conf(text: Optional[str]) -> Optional[Path]:
-    """The data directory a server's ``conf`` reports (ZooKeeper's own
-    ``version-2`` below the configured one), None if it did not answer."""
-    for line in (text or "").splitlines():
-        if line.startswith("dataDir="):
-            return Path(line.split("=", 1)[1].strip())
-    return None
-
-
-def _pid_alive(pid: int, config_path: Path) -> bool:
-    """True if ``pid`` is running the node configured by ``config_path``
-    (checked by command line, so a recycled pid is not mistaken for the node)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return str(config_path).encode() in cmdline
-
-
-class LocalEnsemble:
+class LocalEnsemble(EnsembleFiles):
     """An N-node ZooKeeper ensemble rooted at one directory.
 
     >>> ens = LocalEnsemble.create(Path("/tmp/zk"), nodes=3)   # doctest: +SKIP
@@ -420,175 +313,6 @@ class LocalEnsemble:
         if node not in self.node_ids:
             raise ConfigError(f"node {node} is not in this {self.nodes}-node ensemble (nodes are 1..{self.nodes})")
 
-    # -- security --------------------------------------------------------------------------
-
-    @property
-    def jaas_path(self) -> Path:
-        return self.directory / "jaas.conf"
-
-    @property
-    def tls_dir(self) -> Path:
-        return self.directory / "tls"
-
-    @property
-    def kerberos(self) -> bool:
-        return self.auth == "sasl" and self.sasl_mechanism == "GSSAPI"
-
-    @property
-    def realm(self) -> LocalRealm:
-        """The ensemble's own Kerberos realm (GSSAPI only)."""
-        if not self.kerberos:
-            raise ConfigError("this ensemble does not use Kerberos (auth sasl, sasl_mechanism GSSAPI)")
-        return LocalRealm.load(self.directory / "kerberos")
-
-    def _check_user(self, user: str) -> None:
-        if user not in self.users:
-            raise ConfigError(f"user {user!r} is not one of this ensemble's ({', '.join(self.users) or 'none'})")
-
-    def password_file(self, user: str) -> Path:
-        self._check_user(user)
-        if self.kerberos:
-            raise ConfigError(f"user {user!r} has a keytab, not a password: this ensemble uses Kerberos")
-        return self.directory / "credentials" / f"{user}.password"
-
-    def keytab(self, user: str) -> Path:
-        self._check_user(user)
-        return self.realm.keytab(user)
-
-    def _write_credentials(self) -> None:
-        """Passwords (one file per user, readable by the owner only) or, with
-        Kerberos, a realm with a keytab per user and ZooKeeper's own; the JAAS
-        file that gives them to ZooKeeper's SASL provider; the certificates."""
-        from zkcoord.security.certs import issue, make_ca
-
-        if self.kerberos:
-            self._write_kerberos()
-        for user in self.users if not self.kerberos else ():
-            path = self.password_file(user)
-            private_directory(path.parent, "the ensemble's users' passwords")
-            path.write_text(secrets.token_urlsafe(18) + "\n")
-            os.chmod(path, 0o600)
-        if self.auth == "sasl" and not self.kerberos:
-            # DigestLoginModule's user_<name>="<password>": the names are checked,
-            # the passwords url-safe, so neither needs quoting beyond this.
-            entries = " ".join(f'user_{u}="{self.password_file(u).read_text().strip()}"' for u in self.users)
-            self.jaas_path.write_text(
-                f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required {entries};\n}};\n")
-            os.chmod(self.jaas_path, 0o600)
-        if self.tls:
-            private_directory(self.tls_dir, "the ensemble's CA and keys")
-            ca = make_ca(self.tls_dir, common_name="zkcoord ZooKeeper CA")
-            server = issue(ca, self.tls_dir, "zookeeper")
-            # ZooKeeper's PEM key store is one file: the key, then the certificate.
-            keystore = self.tls_dir / "zookeeper-keystore.pem"
-            keystore.write_bytes(server.key.read_bytes() + server.cert.read_bytes())
-            os.chmod(keystore, 0o600)
-            issue(ca, self.tls_dir, "client")
-
-    def _write_kerberos(self) -> None:
-        realm = LocalRealm.create(self.directory / "kerberos")
-        for user in self.users:
-            realm.add_principal(user)
-        keytab = realm.add_principal(realm.service_name())
-        # The server logs in once from its keytab and only accepts (isInitiator=false):
-        # it never asks the KDC for a ticket of its own.
-        self.jaas_path.write_text(
-            "Server {\n  com.sun.security.auth.module.Krb5LoginModule required\n"
-            f'  useKeyTab=true keyTab="{keytab}" storeKey=true useTicketCache=false isInitiator=false\n'
-            f'  principal="{realm.principal(realm.service_name())}";\n}};\n')
-        os.chmod(self.jaas_path, 0o600)
-
-    def _security_lines(self) -> list[str]:
-        lines = []
-        if self.auth == "sasl":
-            lines.append("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
-        if self.users:
-            # Every session authenticates (ZooKeeper 3.7+): a client that has
-            # not is answered SESSIONCLOSEDREQUIRESASLAUTH and its session
-            # closed at its first request, so no ACL's world:anyone reaches it.
-            lines += ["enforce.auth.enabled=true", f"enforce.auth.schemes={self.auth}"]
-        if self.tls:
-            lines += [
-                # Only the Netty connection factory serves a secure client port.
-                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
-                f"ssl.keyStore.location={self.tls_dir / 'zookeeper-keystore.pem'}",
-                "ssl.keyStore.type=PEM",
-                f"ssl.trustStore.location={self.tls_dir / 'ca.pem'}",
-                "ssl.trustStore.type=PEM",
-                # With users, a client certificate is welcome, not required:
-                # clients prove who they are with SASL or digest (required
-                # above); TLS keeps the wire private. Without users the
-                # certificate is all that tells a client from a stranger.
-                f"ssl.clientAuth={'want' if self.users else 'need'}",
-            ]
-            if self.nodes > 1:  # the nodes talk TLS among themselves too, with the same certificate
-                lines += [
-                    "sslQuorum=true",
-                    f"ssl.quorum.keyStore.location={self.tls_dir / 'zookeeper-keystore.pem'}",
-                    "ssl.quorum.keyStore.type=PEM",
-                    f"ssl.quorum.trustStore.location={self.tls_dir / 'ca.pem'}",
-                    "ssl.quorum.trustStore.type=PEM",
-                ]
-        return lines
-
-    def _client_tls_context(self) -> "ssl.SSLContext":
-        import ssl
-
-        context = ssl.create_default_context(cafile=str(self.tls_dir / "ca.pem"))
-        context.check_hostname = False  # 127.0.0.1 is in the certificate; the CA is what matters
-        context.load_cert_chain(str(self.tls_dir / "client.pem"), str(self.tls_dir / "client-key.pem"))
-        return context
-
-    def client_security(self, user: Optional[str] = None, **overrides) -> ZkSecurity:
-        """The client settings for this ensemble: ``user``'s credentials (the
-        first user's by default; "" for none) and its TLS files."""
-        if user is None:
-            user = self.users[0] if self.users else ""
-        options: dict = {}
-        if user and self.kerberos:
-            realm = self.realm
-            options.update(zk_auth="sasl", zk_sasl_mechanism="GSSAPI", zk_user=realm.principal(user),
-                           zk_keytab=self.keytab(user), zk_krb5_conf=realm.krb5_conf)
-        elif user:
-            options.update(zk_auth=self.auth, zk_user=user, zk_password_file=self.password_file(user))
-        if self.tls:
-            options.update(zk_ca_file=self.tls_dir / "ca.pem", zk_cert_file=self.tls_dir / "client.pem",
-                           zk_key_file=self.tls_dir / "client-key.pem")
-        options.update(overrides)
-        return ZkSecurity(**options)
-
-    def _write_configs(self) -> None:
-        for node in self.node_ids:
-            data_dir = self._private_node_directories(node)
-            (data_dir / "myid").write_text(f"{node}\n")
-            lines = [
-                f"tickTime={self.tick_ms}",
-                "initLimit=20",
-                "syncLimit=10",
-                f"dataDir={data_dir}",
-                # With TLS the client port speaks TLS only: nothing is left in plaintext.
-                f"{'secureClientPort' if self.tls else 'clientPort'}={self.client_port(node)}",
-                f"{'secureClientPortAddress' if self.tls else 'clientPortAddress'}=127.0.0.1",
-                # Sessions from 2 ticks (fast expiry in drills) to 120 ticks.
-                f"minSessionTimeout={2 * self.tick_ms}",
-                f"maxSessionTimeout={120 * self.tick_ms}",
-                f"4lw.commands.whitelist={','.join(FOUR_LETTER_WORDS)}",
-                "admin.enableServer=false",
-                "autopurge.purgeInterval=1",
-            ]
-            lines += self._security_lines()
-            if self.nodes > 1:
-                for peer in self.node_ids:
-                    quorum = self.base_port + QUORUM_PORT_OFFSET + peer - 1
-                    election = self.base_port + ELECTION_PORT_OFFSET + peer - 1
-                    lines.append(f"server.{peer}=127.0.0.1:{quorum}:{election}")
-            self.config_path(node).write_text("\n".join(lines) + "\n")
-
-    def _private_node_directories(self, node: int) -> Path:
-        """Node ``node``'s directory and data directory, its owner's alone; returns the data directory."""
-        private_directory(self.node_dir(node), NODE_DATA)
-        return private_directory(self.data_dir(node), NODE_DATA)
-
     # -- processes -----------------------------------------------------------------------
 
     def _java_command(self, node: int) -> list[str]:
@@ -680,7 +404,7 @@ class LocalEnsemble:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        return _pid_alive(pid, self.config_path(node))
+        return pid_alive(pid, self.config_path(node))
 
     def start(self, timeout: float = 60.0) -> None:
         """Start every node and wait, up to ``timeout`` seconds, until each
@@ -767,11 +491,11 @@ class LocalEnsemble:
 
     def _node_status(self, node: int, tls: Optional[ssl.SSLContext]) -> NodeStatus:
         port, pid = self.client_port(node), self._pids.get(node)
-        mode = _mode_from_srvr(four_letter_word(port, "srvr", tls=tls))
+        mode = mode_from_srvr(four_letter_word(port, "srvr", tls=tls))
         if mode is None:
             return NodeStatus(node, port, None, pid)
         ours = (self._running(node)
-                and _data_dir_from_conf(four_letter_word(port, "conf", tls=tls)) == self.data_dir(node) / "version-2")
+                and data_dir_from_conf(four_letter_word(port, "conf", tls=tls)) == self.data_dir(node) / "version-2")
         return NodeStatus(node, port, mode if ours else None, pid, foreign=not ours)
 
     def has_quorum(self) -> bool:
@@ -831,7 +555,7 @@ class LocalEnsemble:
         text = self.log_since(node, start) if start is not None else self.log_tail(node)
         if BIND_FAILURE in text:
             ports = self.node_ports(node)
-            return PortInUse(self.directory, node, _port_not_bound(text, ports), ports)
+            return PortInUse(self.directory, node, port_not_bound(text, ports), ports)
         if not running:
             return EnsembleError(f"node {node} of the ensemble in {self.directory} stopped while starting; "
                                  f"the end of {self.log_path(node)}:\n{text[-3000:]}")

@@ -1,7 +1,8 @@
 """The ZooKeeper nodes that several parts of zkcoord read, one reader each:
 the live brokers (/brokers/ids), the zkcoord servers (/zkcoord/servers), a
 group's owners and committed offsets in Kafka 0.8's layout
-(/consumers/<group>/owners and /offsets), the cluster id (/cluster/id,
+(/consumers/<group>/owners and /offsets), the topics and their partitions'
+replicas (/brokers/topics), the cluster id (/cluster/id,
 which the first broker or server to start creates), and the groups' states
 the coordinators persist (/zkcoord/groups/<group>/state, with its chunks
 when it is split).
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Optional
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -102,6 +103,33 @@ def cluster_id(zk: KazooClient) -> str:
         except NodeExistsError:
             data, _ = zk.get(layout.CLUSTER_ID_PATH)
     return layout.decode_cluster_id(data)
+
+
+# -- /brokers/topics ---------------------------------------------------------------------
+
+
+def topic_names(zk: KazooClient, *, watch: Optional[Callable] = None) -> list[str]:
+    """The topics registered under /brokers/topics, sorted; none while it does not exist."""
+    return sorted(_children(zk, layout.BROKER_TOPICS, watch))
+
+
+class TopicNode(NamedTuple):
+    """A /brokers/topics/<topic> node: its partitions' replicas (and topic
+    id), and the node's version, which a change of it is made conditional on."""
+
+    assignment: layout.TopicAssignment
+    version: int
+
+
+def read_topic(zk: KazooClient, topic: str, *, watch: Optional[Callable] = None) -> Optional[TopicNode]:
+    """/brokers/topics/<topic>, None if there is no such topic. A node that
+    does not fit the layout raises LayoutError: a topic's partitions must not
+    quietly read as none. ``watch`` is set on the node."""
+    try:
+        data, stat = zk.get(layout.topic_path(topic), watch=watch)
+    except NoNodeError:
+        return None
+    return TopicNode(layout.decode_topic(topic, data), stat.version)
 
 
 def ensure_topic_id(zk: KazooClient, topic: str, assignment: layout.TopicAssignment, node_version: int) -> Optional[str]:

@@ -32,6 +32,8 @@ from typing import Optional
 
 from kafka import errors as kafka_errors
 
+from zkcoord import wire
+
 from zkcoord.broker.groups.member import ILLEGAL_GENERATION, NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
 
 __all__ = ["ClassicMember", "ILLEGAL_GENERATION", "NONE", "UNKNOWN_MEMBER_ID", "Phase"]
@@ -85,6 +87,11 @@ class ClassicMember(BridgedMember):
     @property
     def cooperative(self) -> bool:
         return self.protocol_name in COOPERATIVE_PROTOCOLS
+
+    @property
+    def client_kind(self) -> str:
+        """What its registration tells the coordinator it is, for operators."""
+        return wire.CLASSIC_COOPERATIVE if self.cooperative else wire.CLASSIC_EAGER
 
     # -- what the client asks ---------------------------------------------------------
 

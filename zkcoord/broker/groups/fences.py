@@ -22,7 +22,7 @@ members needs now. A member is fenced on what its client may be fetching
   low (the client is being asked to let everything go) until a request
   renews the lease;
 - from the moment the bridge abandons the member (silent for its session,
-  or keeping a revoked partition past half its session) until the client
+  or keeping a revoked partition past its rebalance timeout) until the client
   shows that it let go: it joins the group again (a client that lost its
   member joins afresh owning nothing), or says in a join or heartbeat that
   it no longer owns the partitions.

@@ -17,12 +17,14 @@ from typing import Optional
 
 from kafka import errors as kafka_errors
 
+from zkcoord import wire
+
 from zkcoord.broker.groups.member import NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
-from zkcoord.coordinator.assignors import ASSIGNORS
 
 FENCED_MEMBER_EPOCH = kafka_errors.FencedMemberEpochError.errno
 STALE_MEMBER_EPOCH = kafka_errors.StaleMemberEpochError.errno
 UNSUPPORTED_ASSIGNOR = kafka_errors.UnsupportedAssignorError.errno
+UNRELEASED_INSTANCE_ID = kafka_errors.UnreleasedInstanceIdError.errno
 # MemberEpoch values a client sends: joining (or rejoining after losing
 # everything), leaving, and a static member leaving for a while.
 JOIN_EPOCH = 0
@@ -51,12 +53,21 @@ def strategies_for(server_assignor: Optional[str]) -> tuple[str, ...]:
     (('sticky',), ('roundrobin',), ('sticky', 'range', 'roundrobin'))
     """
     if not server_assignor:
-        return ("sticky", *sorted(set(ASSIGNORS) - {"sticky"}))
-    strategy = server_assignor if server_assignor in ASSIGNORS else KAFKA_SERVER_ASSIGNORS.get(server_assignor)
+        return ("sticky", *sorted(set(wire.STRATEGIES) - {"sticky"}))
+    strategy = server_assignor if server_assignor in wire.STRATEGIES else KAFKA_SERVER_ASSIGNORS.get(server_assignor)
     if strategy is None:
         raise UnsupportedAssignor(f"server assignor {server_assignor!r} is not supported; supported: "
-                                  f"{', '.join(sorted({*ASSIGNORS, *KAFKA_SERVER_ASSIGNORS}))}")
+                                  f"{', '.join(sorted({*wire.STRATEGIES, *KAFKA_SERVER_ASSIGNORS}))}")
     return (strategy,)
+
+
+def keeps_instance_id(holder: BridgedMember) -> bool:
+    """Whether ``holder``, the live member under a static instance id, keeps
+    it from a KIP-848 client joining under it with another member id. Kafka
+    lets the newcomer replace a classic holder, but a KIP-848 holder only
+    once it has left (epoch -2 or -1, which drops it here): until then the
+    newcomer gets UNRELEASED_INSTANCE_ID."""
+    return isinstance(holder, ConsumerMember) and not holder.gone
 
 
 @dataclass
@@ -65,6 +76,7 @@ class ConsumerMember(BridgedMember):
     delivered: Optional[frozenset] = None
 
     stale_error = STALE_MEMBER_EPOCH
+    client_kind = wire.CONSUMER_PROTOCOL  # what its registration tells the coordinator it is
 
     def heartbeat(self, epoch: int, owned: Optional[frozenset], now: float,
                   sendable=lambda tp: True) -> tuple[int, Optional[frozenset]]:

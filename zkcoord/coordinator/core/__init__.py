@@ -13,15 +13,18 @@ hands in):
 - office.py: the coordinator's state (ACTIVE, SUSPENDED, DEPOSED) and the
   proof of its office, without which nothing is sent, started or written;
 - groups.py: the groups by name and the topics' partition counts;
+- describe.py: what a member says it is, checked, and a group's members as held now, for operators;
 - known_log_ends.py: the partitions' log ends as their leaders last said;
 - requests.py: the members on each connection, what each was asked and by when;
 - offsets.py: offsets reported, pending and committed, and their writes;
 - pings.py: the ping schedule, and what a ping's answer says;
+- history.py: each group's last rounds, why and how each went, in a bounded ring;
 - rounds.py: rebalance rounds, their retries, the forced resets they carry;
 - membership.py: registration, admission, leaving, dropping and fencing members;
 - retention.py: forgetting groups empty past their retention;
 - resets.py: an operator's offset reset, from request to answer;
 - takeover.py: the groups a predecessor left, resumed and fenced;
+- lag.py: the consumer lag, and asking the leaders for it now and then;
 - observed.py: what the core counts for its watchers, and its census.
 
 The rules the parts keep together (docs/DESIGN.md):

@@ -18,8 +18,11 @@ from typing import Hashable, Mapping, Optional
 from zkcoord import wire
 from zkcoord.coordinator.actions import Deposed
 from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.core.describe import Describe
 from zkcoord.coordinator.core.groups import GroupTable
+from zkcoord.coordinator.core.history import History
 from zkcoord.coordinator.core.known_log_ends import KnownLogEnds
+from zkcoord.coordinator.core.lag import ConsumerLag
 from zkcoord.coordinator.core.membership import Membership
 from zkcoord.coordinator.core.observed import NO_METRICS, Census, CoreMetrics, census_of, empty_census
 from zkcoord.coordinator.core.office import CoordinatorState, Office
@@ -53,13 +56,16 @@ class CoordinatorCore:
         requests = self.requests = Requests(office, out, metrics, expire=self._remove)
         offsets = self.offsets = Offsets(config, office, out, table, log_ends, metrics, remove=self._remove)
         pings = self.pings = Pings(office, out, table, requests, offsets, metrics, remove=self._remove)
+        history = self.history = History(config, office, out)
         rounds = self.rounds = Rounds(config, office, out, table, requests, offsets, metrics,
-                                      remove=self._remove, empty=self._empty)
+                                      remove=self._remove, empty=self._empty, history=history)
         self.membership = Membership(config, office, out, table, requests, pings, offsets, rounds, metrics)
         self.retention = Retention(config, office, out, table, offsets, rounds, self.membership.registering_in)
         self.resets = Resets(office, out, table, offsets, log_ends, rounds, empty=self.retention.empty)
+        self.describer = Describe(office, out, table)
+        self.consumer_lag = ConsumerLag(config, office, out, table, offsets, log_ends)
         # Timer keys by their first element: ("answers",), ("rebalance", group),
-        # ("static", conn), ("ping",), ("flush",), ("office",), ("second-proof",), ("forget", group).
+        # ("static", conn), ("ping",), ("flush",), ("office",), ("second-proof",), ("forget", group), ("lag",).
         self._timers = {
             "answers": lambda key, now: requests.deadlines_due(now),
             "rebalance": lambda key, now: rounds.due(key[1], now),
@@ -69,6 +75,7 @@ class CoordinatorCore:
             "office": lambda key, now: office.renewal_due(now),
             "second-proof": lambda key, now: office.prove(now),
             "forget": lambda key, now: self.retention.due(key[1], now),
+            "lag": lambda key, now: self.consumer_lag.due(now),
         }
         self.metrics = metrics
 
@@ -91,6 +98,7 @@ class CoordinatorCore:
 
     def _became_active(self, now: float) -> None:
         self.rounds.schedule_pending(now)
+        self.history.write_pending()
 
     # -- what it holds, for the runtime, the metrics and the tests ---------------------------------
 
@@ -161,6 +169,7 @@ class CoordinatorCore:
         if self.office.loading:
             self.office.start(now)
             self.offsets.start(now)
+            self.consumer_lag.start(now)
             self.rounds.schedule_pending(now)
             log.info("coordinator epoch %d started", self.epoch)
         return self.out.take()
@@ -299,6 +308,14 @@ class CoordinatorCore:
         self.resets.reset_offsets(conn, request, correlation_id, now)
         return self.out.take()
 
+    def describe_group(self, conn: Hashable, request: wire.DescribeGroupRequest, correlation_id: int,
+                       now: float) -> list:
+        """An operator's DescribeGroupRequest on connection ``conn``: answered
+        at once from memory (each member's kind, client id, lease remaining,
+        partitions and unanswered request), then closed. Changes nothing."""
+        self.describer.describe_group(conn, request, correlation_id, now)
+        return self.out.take()
+
     # -- introspection ----------------------------------------------------------------------------
 
     @staticmethod
@@ -309,6 +326,10 @@ class CoordinatorCore:
     def census(self) -> Census:
         """Groups by phase and members by state, counted now."""
         return census_of(self.table, len(self.membership.registering))
+
+    def lag_by_topic(self) -> dict[tuple[str, str], int]:
+        """(group, topic) -> its consumer lag, as far as this coordinator knows (lag.py)."""
+        return self.consumer_lag.by_topic()
 
     def describe_groups(self) -> dict:
         return {

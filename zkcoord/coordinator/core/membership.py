@@ -19,6 +19,7 @@ from zkcoord import limits, wire
 from zkcoord.coordinator.actions import CancelTimer, Close, Send, SetTimer
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.core.describe import check_client
 from zkcoord.coordinator.core.groups import GroupTable
 from zkcoord.coordinator.core.observed import EXPIRED_STATIC, CoreMetrics
 from zkcoord.coordinator.core.office import Office
@@ -81,6 +82,7 @@ class Membership:
                 check_pattern(request.pattern)
             except PatternError as exc:
                 raise wire.InvalidRegistration(str(exc)) from None
+        check_client(request)
         if request.auto_offset_reset not in wire.OFFSET_RESETS:
             raise wire.InvalidRegistration(
                 f"auto_offset_reset must be one of {wire.OFFSET_RESETS}, not {request.auto_offset_reset!r}"
@@ -151,7 +153,8 @@ class Membership:
             last_sent=now,
             registered_at=now,
             host=host,
-            client_id=client_id,
+            client_id=request.client_id or client_id,
+            client_kind=request.client_kind,
             principal=principal,
             proof=incarnation_proof(request.incarnation, principal),
         )
@@ -344,7 +347,7 @@ class Membership:
             log.info("%s member %s removed: %s", group.describe(), member.member_id, why)
             # Before its requests fail: the round they belong to then knows
             # that another one follows.
-            self.rounds.request(group, f"member {member.member_id} left", now)
+            self.rounds.request(group, f"member {member.member_id} left: {why}", now)
         self._forget(member, why, now)
 
     def _fence(self, group: Group, member: Member, now: float) -> None:

@@ -101,6 +101,7 @@ class Retention:
             return
         self.groups.drop(group)
         self.offsets.forget_group(group.name)
+        self.rounds.history.forget(group.name)  # deleted with its nodes
         log.info("[group %s] forgotten%s: no members for %d ms", group.name,
                  ", its committed offsets expired" if expiring else " (it had no committed offsets)",
                  self.config.group_retention_ms)

@@ -28,6 +28,7 @@ from zkcoord.coordinator.actions import ReadOffsets, ReadOwners, SetTimer, Write
 from zkcoord.coordinator.assignors import choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core.groups import GroupTable
+from zkcoord.coordinator.core.history import History
 from zkcoord.coordinator.core.observed import CoreMetrics, RebalanceReport
 from zkcoord.coordinator.core.office import Office
 from zkcoord.coordinator.core.offsets import Offsets
@@ -35,7 +36,7 @@ from zkcoord.coordinator.core.outbox import Outbox
 from zkcoord.coordinator.core.requests import Requests
 from zkcoord.coordinator.group import UNKNOWN_FAILURE, Group, GroupPhase, Member
 from zkcoord.coordinator.planner import (
-    HandoffPlan, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
+    HandoffPlan, owned_now, owners_of, plan_handoff, rebalance_reason, restart_partitions, target_assignment,
 )
 from zkcoord.errors import describe
 from zkcoord.records import TopicPartition
@@ -96,9 +97,11 @@ class Round:
 class Rounds:
     def __init__(self, config: CoordinatorConfig, office: Office, out: Outbox, groups: GroupTable,
                  requests: Requests, offsets: Offsets, metrics: CoreMetrics,
-                 remove: Callable[[Member, str, float], None], empty: Callable[[Group, float], None]):
+                 remove: Callable[[Member, str, float], None], empty: Callable[[Group, float], None],
+                 history: Optional[History] = None):
         """``remove(member, why, now)``: drop a member that failed a step;
-        ``empty(group, now)``: ``group`` has no members now (its retention runs)."""
+        ``empty(group, now)``: ``group`` has no members now (its retention runs);
+        ``history``: where each round is recorded (the core's; a part's test may leave it out)."""
         self.config = config
         self.office = office
         self.out = out
@@ -112,6 +115,7 @@ class Rounds:
         self._due: dict[str, float] = {}
         self._resets: dict[str, OffsetReset] = {}  # forced resets waiting for their round, by group
         self.last: Optional[RebalanceReport] = None
+        self.history = history if history is not None else History(config, office, out)
 
     # -- what is under way --------------------------------------------------------------------------
 
@@ -147,6 +151,7 @@ class Rounds:
         if self.office.deposed:
             return
         log.debug("%s rebalance requested: %s", group.describe(), why)
+        self.history.requested(group.name, why)
         group.rebalance_pending = True
         group.attempts = 0
         at = now + self.config.rebalance_delay_ms / 1000.0
@@ -227,13 +232,14 @@ class Rounds:
         if group.members:  # an empty group keeps the strategy it had
             group.strategy = choose_strategy([m.strategies for m in group.members.values()])
         counts = {t: n for t, n in self.groups.partitions.items() if any(s.matches(t) for s in subscriptions.values())}
-        current = {m.member_id: m.assigned for m in group.members.values()}
+        current = owned_now({m.member_id: m.assigned for m in group.members.values()}, group.recorded_owners)
         target = target_assignment(subscriptions, counts, group.strategy, current)
         running = {m.member_id: m.running for m in group.members.values() if m.connected}
         reset = self._resets.pop(group.name, None)
         reason = (rebalance_reason(target, group.recorded_owners, running) or self._membership_changed(group)
                   or ("an operator resets offsets" if reset is not None else None))
         if reason is None:
+            self.history.nothing_to_do(group.name)
             if group.phase is not GroupPhase.STABLE:
                 group.transition(GroupPhase.REBALANCING)
                 group.transition(GroupPhase.STABLE)
@@ -246,6 +252,7 @@ class Rounds:
         round_ = self._rounds[group.name] = Round(started=now, phase=RoundPhase.PERSISTING,
                                                   generation=group.generation + 1, target=target, plan=plan,
                                                   reset=reset)
+        self.history.began(group, round_, reason, running, now)
         log.info("%s rebalancing to gen %d (%s, %s): %s; %d partition(s) paused",
                  group.describe(), round_.generation, group.strategy, self.config.rebalance_protocol, reason,
                  len(plan.paused))
@@ -256,8 +263,9 @@ class Rounds:
             {m: tuple(sorted(tps)) for m, tps in target.items()},
             lease_ms=max((m.session_timeout_ms for m in group.members.values()), default=0),
             running={m.member_id: tuple(sorted(m.may_run)) for m in group.members.values() if m.may_run},
-            clients={m.member_id: layout.MemberClient(m.host, m.client_id) for m in group.members.values()
-                     if m.host or m.client_id},
+            clients={m.member_id: layout.MemberClient(m.host, m.client_id, m.is_static, m.session_timeout_ms,
+                                                      m.client_kind)
+                     for m in group.members.values()},
             proofs={m.member_id: m.proof for m in group.members.values() if m.proof},
         )
         round_.persisted_members = frozenset(state.assignment) | frozenset(state.running)
@@ -298,6 +306,7 @@ class Rounds:
             member.assigned = round_.target.get(member.member_id, frozenset())
         plan = round_.plan
         round_.phase = RoundPhase.STOPPING
+        self.history.pausing(group.name, round_, now)
         # A member that left meanwhile stopped with its connection; it needs no Stop.
         self._send_all(group, round_, plan.revoke, lambda partitions: wire.StopRequest(
             coordinator_epoch=self.office.epoch, generation=group.generation, revoke_all=plan.revoke_all,
@@ -432,6 +441,7 @@ class Rounds:
     def _end(self, group: Group, round_: Round, now: float, failure: Optional[str] = None) -> None:
         if self._rounds.get(group.name) is round_:
             del self._rounds[group.name]
+        self.history.ended(group, round_, now, failure)
         if round_.reset is not None:  # it failed before the offsets were written: nothing was reset
             reset, round_.reset = round_.reset, None
             reset.answer(wire.RebalanceInProgress(f"the rebalance that was to reset the offsets failed ({failure}); "

@@ -18,10 +18,14 @@ raises :class:`LayoutError` (or a subclass) naming the node and the field.
 - :mod:`~zkcoord.zk.layout.kafka`: the nodes Kafka defines under /brokers, and /cluster/id;
 - :mod:`~zkcoord.zk.layout.consumers`: Kafka 0.8 consumer offsets and owners;
 - :mod:`~zkcoord.zk.layout.zkcoord_nodes`: zkcoord's own nodes (coordinator,
-  servers, epochs, slot count, group state and failure).
+  servers, epochs, slot count, group state and failure);
+- :mod:`~zkcoord.zk.layout.history`: a group's rebalance history.
 
 Callers import from this package; names that begin with an underscore are
 shared by its modules and are not part of it.
+
+Part of ``zk``, layer 2 of the map in docs/DESIGN.md: it imports the base
+modules and ``security``'s types (the ACL and user nodes' codecs).
 """
 
 from zkcoord.zk.layout.names import (
@@ -48,6 +52,7 @@ from zkcoord.zk.layout.paths import (
     ZKCOORD_ROOT,
     broker_path,
     group_failure_path,
+    group_history_path,
     group_path,
     group_state_chunk_path,
     group_state_chunks_path,
@@ -71,8 +76,8 @@ from zkcoord.zk.layout.kafka import (
     SECURITY_PROTOCOLS,
     TOPIC_VERSION,
     BrokerRegistration,
+    ListenerEndpoint,
     client_protocol,
-    Endpoint,
     PRODUCER_ID_BLOCK_SIZE,
     PartitionState,
     ProducerIdBlock,
@@ -99,6 +104,17 @@ from zkcoord.zk.layout.consumers import (
     encode_offset,
     encode_owner,
 )
+from zkcoord.zk.layout.history import (
+    COMPLETED,
+    FAILED,
+    MAX_HISTORY_ROUNDS,
+    OUTCOMES,
+    SUPERSEDED,
+    RebalanceRecord,
+    decode_history,
+    encode_history,
+    kept,
+)
 from zkcoord.zk.layout.zkcoord_nodes import (
     GROUP_STATE_VERSION,
     SPLIT_GROUP_STATE_VERSION,
@@ -107,6 +123,7 @@ from zkcoord.zk.layout.zkcoord_nodes import (
     GroupState,
     GroupStateManifest,
     GroupStateNodes,
+    MAX_SLOTS,
     MemberClient,
     ServerInfo,
     assemble_group_state,
@@ -128,6 +145,8 @@ from zkcoord.zk.layout.zkcoord_nodes import (
     encode_group_state_nodes,
     encode_server,
     encode_slot_count,
+    slot_of,
+    validate_slot_count,
 )
 
 __all__ = [
@@ -140,7 +159,7 @@ __all__ = [
     "slot_epoch_path", "topic_path",
     "encode_json",
     "BROKER_VERSION", "NO_LEADER", "PARTITION_STATE_VERSION", "SECURITY_PROTOCOLS", "TOPIC_VERSION",
-    "BrokerRegistration", "client_protocol", "Endpoint", "PartitionState", "PRODUCER_ID_BLOCK_SIZE", "ProducerIdBlock", "ProducerIdsExhausted", "TopicAssignment", "kafka_uuid", "new_topic_assignment", "parse_kafka_uuid",
+    "BrokerRegistration", "client_protocol", "ListenerEndpoint", "PartitionState", "PRODUCER_ID_BLOCK_SIZE", "ProducerIdBlock", "ProducerIdsExhausted", "TopicAssignment", "kafka_uuid", "new_topic_assignment", "parse_kafka_uuid",
     "decode_broker", "decode_cluster_id", "decode_partition_state", "decode_topic", "encode_broker",
     "encode_cluster_id", "encode_partition_state", "encode_topic",
     "decode_producer_id_block", "encode_producer_id_block", "next_producer_id_block",
@@ -150,5 +169,8 @@ __all__ = [
     "decode_coordinator_epoch", "decode_group_failure", "decode_group_state", "decode_group_state_node",
     "decode_server", "decode_slot_count", "decode_versioned", "encode_coordinator", "encode_coordinator_epoch",
     "encode_group_failure", "encode_group_state", "encode_group_state_nodes", "encode_server", "encode_slot_count",
+    "MAX_SLOTS", "slot_of", "validate_slot_count",
     "FetchFence", "decode_fetch_fence", "encode_fetch_fence",
+    "COMPLETED", "FAILED", "MAX_HISTORY_ROUNDS", "OUTCOMES", "SUPERSEDED", "RebalanceRecord", "decode_history",
+    "encode_history", "group_history_path", "kept",
 ]

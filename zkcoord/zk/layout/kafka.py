@@ -43,7 +43,7 @@ _ENDPOINT = re.compile(r"([A-Za-z0-9_.-]+)://(\[[0-9A-Za-z%.:]*\]|[0-9A-Za-z%._-
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class ListenerEndpoint:
     """One advertised listener of a broker."""
 
     listener_name: str
@@ -71,7 +71,7 @@ class Endpoint:
         return f"{self.listener_name}://{host}:{self.port}"
 
 
-def _parse_endpoint(text: object, protocols: Mapping[str, str] | None, where: str) -> Endpoint:
+def _parse_endpoint(text: object, protocols: Mapping[str, str] | None, where: str) -> ListenerEndpoint:
     match = _ENDPOINT.fullmatch(text) if isinstance(text, str) else None
     if not match:
         raise LayoutError(f"{where}: field 'endpoints' has {text!r}, not LISTENER://host:port")
@@ -84,7 +84,7 @@ def _parse_endpoint(text: object, protocols: Mapping[str, str] | None, where: st
             f"{where}: listener {listener!r} is not in field 'listener_security_protocol_map'"
         )
     with _prefix_errors(f"{where}: field 'endpoints'"):
-        return Endpoint(listener, protocol, host, int(port))
+        return ListenerEndpoint(listener, protocol, host, int(port))
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class BrokerRegistration:
     broker_id: int
     host: str | None
     port: int
-    endpoints: tuple[Endpoint, ...]
+    endpoints: tuple[ListenerEndpoint, ...]
     rack: str | None = None
     jmx_port: int = -1
     timestamp_ms: int = 0
@@ -119,9 +119,9 @@ class BrokerRegistration:
             if not _is_int(value) or not low <= value <= high:
                 raise LayoutError(f"broker {name} must be an integer in [{low}, {high}], got {value!r}")
         if not isinstance(self.endpoints, tuple) or not all(
-            isinstance(e, Endpoint) for e in self.endpoints
+            isinstance(e, ListenerEndpoint) for e in self.endpoints
         ):
-            raise LayoutError("broker endpoints must be a tuple of Endpoint")
+            raise LayoutError("broker endpoints must be a tuple of ListenerEndpoint")
         names = [e.listener_name for e in self.endpoints]
         if len(set(names)) != len(names):
             raise LayoutError(f"broker listener names repeat: {names}")
@@ -141,7 +141,7 @@ class BrokerRegistration:
     def for_endpoints(
         cls,
         broker_id: int,
-        endpoints: Iterable[Endpoint],
+        endpoints: Iterable[ListenerEndpoint],
         *,
         timestamp_ms: int,
         rack: str | None = None,
@@ -232,7 +232,7 @@ def decode_broker(broker_id: int, data: bytes, where: str | None = None) -> Brok
     if version == 1:
         host = fields.string("host")
         port = fields.integer("port", 0, 65535)
-        endpoints: tuple[Endpoint, ...] = (_endpoint(fields, "PLAINTEXT", host, port),)
+        endpoints: tuple[ListenerEndpoint, ...] = (_endpoint(fields, "PLAINTEXT", host, port),)
     else:
         host = fields.string("host", nullable=True) if fields.has("host") else None
         port = fields.integer("port", -1, 65535) if fields.has("port") else -1
@@ -255,9 +255,9 @@ def decode_broker(broker_id: int, data: bytes, where: str | None = None) -> Brok
         )
 
 
-def _endpoint(fields: _Fields, listener: str, host: str, port: int) -> Endpoint:
+def _endpoint(fields: _Fields, listener: str, host: str, port: int) -> ListenerEndpoint:
     with _prefix_errors(fields.where):
-        return Endpoint(listener, listener, host, port)
+        return ListenerEndpoint(listener, listener, host, port)
 
 
 def _timestamp(fields: _Fields) -> int:

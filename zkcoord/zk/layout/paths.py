@@ -87,6 +87,12 @@ def group_failure_path(group: str) -> str:
     return f"{GROUPS}/{group}/failure"
 
 
+def group_history_path(group: str) -> str:
+    """The group's last rebalance rounds, oldest first (history.py)."""
+    group_path(group)
+    return f"{GROUPS}/{group}/history"
+
+
 def slot_coordinator_path(slot: int) -> str:
     """The election node of a coordinator slot. Slot 0's is the seed's
     /consumers/coordinator, so that a cluster of one slot is the seed's layout."""

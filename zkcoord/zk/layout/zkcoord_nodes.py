@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping, Optional
 
+from zkcoord.errors import ConfigError
 from zkcoord.zk.layout.json_codec import _Fields, _load, _prefix_errors, encode_json
 from zkcoord.zk.layout.names import (
     _INT32_MAX,
@@ -113,6 +114,25 @@ def decode_coordinator_epoch(data: bytes, where: str = COORDINATOR_EPOCH_PATH) -
     return decode_versioned(data, where, 1).integer("epoch", 0, _INT64_MAX)
 
 
+# Slots a cluster may be created with: enough to spread the groups over
+# many servers, few enough that every server watches them all cheaply.
+MAX_SLOTS = 1024
+
+
+def validate_slot_count(slots: int) -> int:
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
+        raise ConfigError(f"the slot count must be an integer in [1, {MAX_SLOTS}], not {slots!r}")
+    return slots
+
+
+def slot_of(group_id: str, slots: int) -> int:
+    """The coordinator slot of ``group_id``, whose election node holds its
+    coordinator (coordinator/slots.py): the CRC-32 of its UTF-8 bytes (IEEE 802.3,
+    as zlib and every language's standard library compute it) modulo the
+    slot count. A client may compute it too; the server never trusts one."""
+    return zlib.crc32(group_id.encode("utf-8")) % validate_slot_count(slots)
+
+
 def encode_slot_count(slots: int) -> bytes:
     """Content of /zkcoord/slots: how many coordinator slots the cluster's
     groups are spread over (coordinator/slots.py), fixed when the first
@@ -129,15 +149,32 @@ def decode_slot_count(data: bytes, where: str = SLOTS) -> int:
 @dataclass(frozen=True)
 class MemberClient:
     """Where a member connected from and the client id it gave ("" if none),
-    for operators (`zkcoord groups describe`'s HOST and CLIENT-ID)."""
+    whether its id is a static one (group.instance.id) and its session
+    timeout (0: not said), and what kind of client it is (wire.CLIENT_KINDS;
+    "": not said), for operators (`zkcoord groups describe`'s HOST and
+    CLIENT-ID, the console's members). The last three are written only
+    when set: a state without them reads the same to every server."""
 
     host: str
     client_id: str = ""
+    static: bool = False
+    session_timeout_ms: int = 0
+    kind: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.host, str) or not isinstance(self.client_id, str):
-            raise LayoutError(f"a member's host and client id must be strings, got {self.host!r}, "
-                              f"{self.client_id!r}")
+        if not isinstance(self.host, str) or not isinstance(self.client_id, str) or not isinstance(self.kind, str):
+            raise LayoutError(f"a member's host, client id and kind must be strings, got {self.host!r}, "
+                              f"{self.client_id!r}, {self.kind!r}")
+        if not isinstance(self.static, bool) or not _is_int(self.session_timeout_ms) \
+                or not 0 <= self.session_timeout_ms <= _INT32_MAX:
+            raise LayoutError(f"a member's static flag must be true or false and its session timeout an integer "
+                              f"in [0, {_INT32_MAX}], got {self.static!r}, {self.session_timeout_ms!r}")
+
+    def fields(self) -> dict:
+        """As a state node holds it."""
+        return {"host": self.host, "client_id": self.client_id, **({"static": True} if self.static else {}),
+                **({"session_timeout_ms": self.session_timeout_ms} if self.session_timeout_ms else {}),
+                **({"kind": self.kind} if self.kind else {})}
 
 
 @dataclass(frozen=True)
@@ -270,7 +307,7 @@ class _MemberFields:
                    and set(running.get(m, ())) != set(assigned.get(m, ()))}
         return cls({m: _by_topic(pairs) for m, pairs in state.assignment.items()},
                    {m: _by_topic(differs[m]) for m in sorted(differs)},
-                   {m: {"host": c.host, "client_id": c.client_id} for m, c in sorted(state.clients.items())},
+                   {m: c.fields() for m, c in sorted(state.clients.items())},
                    dict(sorted(state.proofs.items())))
 
     def members(self) -> set[str]:
@@ -384,7 +421,9 @@ def _clients(fields: _Fields) -> dict[str, MemberClient]:
         if not isinstance(client, dict) or not isinstance(client.get("host"), str) \
                 or not isinstance(client.get("client_id", ""), str):
             raise fields.fail("clients", f"of member {member!r} must be {{\"host\": ..., \"client_id\": ...}}")
-        clients[member] = MemberClient(client["host"], client.get("client_id", ""))
+        with _prefix_errors(f"{fields.where}: client of member {member!r}"):
+            clients[member] = MemberClient(client["host"], client.get("client_id", ""), client.get("static", False),
+                                           client.get("session_timeout_ms", 0), client.get("kind", ""))
     return clients
 
 

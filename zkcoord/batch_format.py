@@ -1,11 +1,13 @@
-"""Byte layouts of the data plane's storage: the Kafka record-batch header
-(magic 2) as it sits in a segment file (and in a Fetch response: the consumers'
-decoder, zkcoord.fetch.records, reads it with these names), the prefix every
-message format shares (how a run of old-format messages is walked), and the
-entries of our sparse index.
+"""Byte layouts of Kafka's record batches: the record-batch header (magic 2)
+as it sits in the broker's segment files and in a Fetch response (the
+consumers' decoder, zkcoord.fetch.records, reads it with these names), the
+prefix every message format shares (how a run of old-format messages is
+walked), and the entries of the broker's sparse index.
 
-This is the only module of the broker that packs or unpacks bytes by hand; the
-Kafka request and response codecs come from kafka-python's protocol classes.
+Below both of its users, the broker that stores batches and the fetcher
+that decodes them. With the decoder, it is the only code of the data plane
+that packs or unpacks bytes by hand; the Kafka request and response codecs
+come from kafka-python's protocol classes.
 """
 
 from __future__ import annotations

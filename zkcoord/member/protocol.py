@@ -3,7 +3,7 @@
 :class:`MemberProtocol` decides what a member answers to each request the
 coordinator pushes (Ping, Stop, Start), whether it still holds its lease,
 and what it hands over when it loses its coordinator. It never reads a
-clock, a socket or a thread: the caller (:class:`~zkcoord.consumer.
+clock, a socket or a thread: the caller (:class:`~zkcoord.member.
 membership.GroupMembership`'s network thread, or a unit test) passes the
 time in and sends what it is given. Stopping and starting fetching is the
 listener's business, called synchronously.

@@ -26,7 +26,7 @@ from zkcoord.records import Record, TopicPartition
 
 class Run(Protocol):
     """Consecutive records of one partition, in offset order (a fetcher's
-    :class:`~zkcoord.fetch.columnar.Chunk`, or a :class:`RecordRun`)."""
+    :class:`~zkcoord.fetch.chunks.Chunk`, or a :class:`RecordRun`)."""
 
     topic_partition: TopicPartition
     next_offset: int  # the partition's next offset after this run

@@ -4,7 +4,7 @@
 the bootstrap servers in turn (for ever, logging AllKnownBrokersNotAvailable
 after each full round), registers, and then only answers what the
 coordinator pushes: Ping, Stop and Start. What to answer, and whether the
-member may still deliver, is :class:`~zkcoord.consumer.protocol.MemberProtocol`'s
+member may still deliver, is :class:`~zkcoord.member.protocol.MemberProtocol`'s
 decision; this module only does the I/O and the retries around it:
 
 - a refused request (stale epoch or generation) is answered with an error
@@ -28,11 +28,12 @@ import uuid
 from typing import Callable, Optional, Sequence
 
 from zkcoord import wire
-from zkcoord.clock import lease_clock, wall_clock
+from zkcoord.addresses import parse_bootstrap
 from zkcoord.channel import Channel
-from zkcoord.consumer.config import MemberConfig
-from zkcoord.consumer.protocol import MemberProtocol, MembershipListener, MemberState
-from zkcoord.errors import ConfigError, TlsError, ZkcoordError
+from zkcoord.clock import lease_clock, wall_clock
+from zkcoord.errors import TlsError, ZkcoordError
+from zkcoord.member.config import MemberConfig
+from zkcoord.member.protocol import MemberProtocol, MembershipListener, MemberState
 from zkcoord.records import TopicPartition
 from zkcoord.security.secrets import refuse_password_without_tls
 from zkcoord.security.tls import client_context
@@ -72,21 +73,6 @@ class AllKnownBrokersNotAvailable(ZkcoordError):
     retriable = True
 
 
-def parse_bootstrap(bootstrap: Sequence[str]) -> list[tuple[str, int]]:
-    if isinstance(bootstrap, str):
-        bootstrap = [b for b in bootstrap.split(",") if b]
-    result = []
-    for entry in bootstrap:
-        host, sep, port = str(entry).rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"bootstrap entry {entry!r} is not host:port")
-        result.append((host, int(port)))
-    if not result:
-        raise ConfigError("the bootstrap list is empty")
-    return result
-
-
-
 class GroupMembership:
     # How often the network thread, blocked on its connection, wakes to notice
     # close() or a leave. A process running thousands of members that it never
@@ -122,13 +108,14 @@ class GroupMembership:
             # it proves to a coordinator that still holds or fences this id
             # that this is the same member back, having stopped everything.
             incarnation=secrets.token_hex(16),
+            client_kind=config.client_kind, client_id=config.client_id,
         ), listener)
         self.session_timeout = config.session_timeout_ms / 1000.0
         # None: plaintext; the fetcher's connections use it too.
         self.tls = client_context(config.tls) if tls_context is FROM_CONFIG else tls_context
         refuse_password_without_tls(config.user, self.tls is not None, config.password_without_tls,
                                     "the coordinator connections", PASSWORD_WITHOUT_TLS_OPTION)
-        self.brokers: list[wire.Endpoint] = []
+        self.brokers: list[wire.NodeAddress] = []
         self.error: Optional[ZkcoordError] = None  # raised to the application by the next poll()
         self.registered = threading.Event()
         self.registrations = 0  # how many times it has registered: more than once means it lost its place
