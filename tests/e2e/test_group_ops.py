@@ -72,7 +72,9 @@ def test_describe_shows_a_group_its_history_and_empty_after_the_last_member_leav
     table = [line.split() for line in describe(zk_connect).stdout.splitlines()]
     header = table.index(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                           "HOST", "CLIENT-ID"])
-    assert ["g", "t", "0", "5", "5", "0", member, "/127.0.0.1", "-"] in table[header + 1:]
+    client_id = view["members"][0]["client_id"]
+    assert client_id == "zkcoord-consumer"  # the thin consumer's default, told at registration
+    assert ["g", "t", "0", "5", "5", "0", member, "/127.0.0.1", client_id] in table[header + 1:]
 
     # A member joins, then is killed -9: the history says so, with each round's reason.
     crasher = cluster.add_consumer("g", topics=["t"])
