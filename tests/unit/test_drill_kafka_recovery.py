@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from zkcoord.drill.faults import KAFKA_MEMBERS_FOLLOW_S, kafka_recovery
+from zkcoord.drill.kafka_faults import KAFKA_MEMBERS_FOLLOW_S, kafka_recovery
 from zkcoord.drill.history import FaultRecord
 from zkcoord.drill.workload import Producer
 

@@ -8,11 +8,9 @@ either way, the session expires when it outlasts the session timeout; heal:
 forwarding again).
 
 Over Apache Kafka (``DrillCluster.kafka``) the topic lives in Kafka, created
-and grown with Kafka's admin API, and the Kafka kinds break its brokers:
-membership does not change, so the group is whole again once the broken
-broker's leaderships moved and the group committed, on those partitions,
-records acknowledged after the fault (the producer and the members followed
-the new leaders).
+and grown with Kafka's admin API, and the Kafka kinds (``kafka_faults.py``)
+break its brokers. What the faults act on is ``target.py``'s
+:class:`DrillCluster`; the steps they share are ``fault_steps.py``'s.
 """
 
 from __future__ import annotations
@@ -23,280 +21,19 @@ import logging
 import signal
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
-from zkcoord import wire
+from zkcoord.drill.fault_steps import hold, pick, record, skipped, wait_bound
 from zkcoord.drill.history import FaultRecord
-from zkcoord.drill.schedule import KINDS, PlannedFault, Timing
-from zkcoord.drill.secure import DrillSecrets
-from zkcoord.drill.workload import AcknowledgementWatch
-from zkcoord.fetch.columnar import PROBE_TIMEOUT_S, REQUEST_TIMEOUT_S
-from zkcoord.testing import (ConsumerProcess, LocalCluster, ManagedProcess, OwnershipViolation, ProxiedEnsemble,
-                             WaitTimeout, group_is_whole, partitions_of, read_json_lines, wait_until)
-from zkcoord.testing.kafka import KRAFT_MODE, KafkaCluster
-from zkcoord.testing.netns import NetworkNamespace
-from zkcoord.zk.nodes import read_offsets
-from zkcoord.zk.ensemble import LocalEnsemble
+from zkcoord.drill.kafka_faults import kafka_broker_pause, kafka_controller_kill, kafka_leader_kill
+from zkcoord.drill.schedule import KINDS, PlannedFault
+from zkcoord.drill.target import DrillCluster
+from zkcoord.testing import ConsumerProcess, ManagedProcess, read_json_lines
 
 log = logging.getLogger(__name__)
 
-DEBOUNCE_S = 0.1          # the servers' --rebalance-delay-ms
-RECONNECT_S = wire.MEMBER_RETRY_MAX_S  # a member's longest reconnect backoff
-REBALANCE_SLACK_S = 3.0   # a few round trips and ZooKeeper writes, on a loaded 2-core machine
 MAX_PARTITIONS = 24       # add-partitions stops growing the topic here
 CROWD_LEAVE_S = 30.0      # a crowd's clean leave takes at most this long before it is killed
-# A broker gone past its session, as the drill expects it to take (it waits
-# twice that and more before it calls the group stuck): the controller
-# electing new leaders (a new controller first, when it was the controller),
-# the members' fetchers and the producer learning them (metadata, a retry),
-# and a commit reaching ZooKeeper, on a loaded 2-core machine.
-KAFKA_FAILOVER_SLACK_S = 6.0
-# The members' side alone, from when Kafka serves the broken broker's
-# partitions again (the producer has a record acknowledged on each): their
-# fetchers learning the new leaders (metadata, a retry), reading a record
-# written since and a commit reaching ZooKeeper, on a loaded 2-core machine.
-KAFKA_MEMBERS_FOLLOW_S = 6.0
-# A new controller first reads the cluster's state (ZooKeeper mode: every
-# topic and partition from ZooKeeper; KRaft: the quorum elects and the new
-# leader catches up on the metadata log) before it moves any leadership.
-KAFKA_CONTROLLER_FAILOVER_S = 4.0
-# A Kafka node started again (a JVM, its logs recovered, registered) or woken
-# may take this long to serve on a busy 2-core machine (KRaft's took over a minute).
-KAFKA_RESTART_S = 180.0
-KAFKA_RECOVERY_LOOK_S = 0.5  # how often a Kafka fault's recovery is looked at (each look asks the cluster)
-KAFKA_REPLICATED_S = 120.0  # longest a broker back may take to be in sync on every partition again
-KAFKA_ADMIN_S = 120.0  # longest Kafka may take to create or grow the topic and elect its leaders, on a busy machine
-
-
-@dataclasses.dataclass
-class DrillCluster:
-    """What the faults act on. Without ``ensemble`` (a cluster the drill did
-    not start) only the consumers are the drill's to break."""
-
-    cluster: LocalCluster
-    group: str
-    topic: str
-    timing: Timing
-    consumers_wanted: int
-    consumer_args: Sequence[str]
-    ensemble: Optional[LocalEnsemble] = None
-    proxies: dict[int, ProxiedEnsemble] = dataclasses.field(default_factory=dict)
-    bootstrap: Optional[Sequence[str]] = None  # the servers of a cluster the drill did not start
-    use_netns: bool = False  # each thin consumer in a network namespace of its own (partition kinds)
-    # This many of the members are stock Kafka clients, through these brokers' group APIs.
-    stock_wanted: int = 0
-    kafka_brokers: Optional[str] = None
-    secrets: Optional[DrillSecrets] = None  # a secured drill's: every member signs in with its credential
-    # The big-group fault's crowd: this many thin members with these options.
-    big_group_members: int = 0
-    crowd_args: Sequence[str] = ()
-    namespaces: list[NetworkNamespace] = dataclasses.field(default_factory=list)
-    kafka: Optional[KafkaCluster] = None  # the records in Apache Kafka's brokers, not in the servers' own
-    # From now on, when the producer has each partition's next record acknowledged (None: no producer).
-    watch_acknowledgements: Callable[[], Optional[AcknowledgementWatch]] = lambda: None
-    # A KRaft cluster's topic is in no ZooKeeper node: its partitions as Kafka's metadata last said,
-    # and how late the servers may learn a change of them (their look at Kafka's metadata; 0: a watch).
-    kafka_partitions: set = dataclasses.field(default_factory=set)
-    topic_change_lag_s: float = 0.0
-
-    # -- the group ----------------------------------------------------------------------------------
-
-    def live_consumers(self) -> list[ConsumerProcess]:
-        return [c for c in self.cluster.consumers if c.reachable]
-
-    def member_options(self, stock: bool, options: Optional[Sequence[str]] = None) -> tuple[str, ...]:
-        """``options`` (by default ``consumer_args``) and, in a secured drill, the member's credential."""
-        return (*(self.consumer_args if options is None else options),
-                *(self.secrets.member_args(stock) if self.secrets is not None else ()))
-
-    def add_consumer(self, start: bool = True) -> ConsumerProcess:
-        netns = None
-        if self.use_netns:
-            # Each member in a namespace of its own: a stock member too, whose
-            # fetches the brokers then tell apart by its own address.
-            netns = NetworkNamespace(len(self.namespaces) + 1)
-            self.namespaces.append(netns)
-            netns.create()
-        stock = [c for c in self.live_consumers() if c.stock]
-        if len(stock) < self.stock_wanted:
-            # Every other stock member runs kafka-python, which (like Java's
-            # classic consumer) fetches on when it loses its group; the others
-            # librdkafka, which revokes when its session runs out unheard
-            # (and all of them in a secured drill: kafka-python runs it without TLS and SASL here).
-            extra = ("--kafka-client", "kafka-python") if len(stock) % 2 and self.secrets is None else ()
-            return self.cluster.add_consumer(
-                self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-                extra=(*self.member_options(stock=True), *extra), start=start, kafka_brokers=self.kafka_brokers,
-                netns=netns)
-        return self.cluster.add_consumer(
-            self.group, topics=[self.topic], session_timeout_ms=int(self.timing.consumer_session_s * 1000),
-            extra=self.member_options(stock=False), bootstrap=self.bootstrap, start=start, netns=netns)
-
-    def remove_namespaces(self) -> None:
-        for netns in self.namespaces:
-            netns.remove()
-
-    def partitions(self) -> set:
-        if self.kafka is not None and self.kafka.mode == KRAFT_MODE:
-            return self.kafka_partitions
-        return partitions_of(self.cluster.zk, [self.topic])
-
-    def create_topic(self, partitions: int) -> None:
-        self._shape_topic(partitions, create=True)
-
-    def add_partitions(self, total: int) -> None:
-        self._shape_topic(total, create=False)
-
-    def _shape_topic(self, partitions: int, create: bool) -> None:
-        """Create the drill's topic or grow it to ``partitions``: through
-        Kafka's admin API over Kafka (replicated as the cluster's default,
-        and its partitions read back from Kafka), else zkcoord's."""
-        if self.kafka is None:
-            (self.cluster.create_topic if create else self.cluster.add_partitions)(self.topic, partitions)
-            return
-        (self.kafka.create_topic if create else self.kafka.add_partitions)(self.topic, partitions,
-                                                                            timeout=KAFKA_ADMIN_S)
-        self.kafka_partitions = {(self.topic, p) for p in self.kafka.replicas_of(self.topic)}
-
-    def coordinator_epoch(self) -> int:
-        """The epoch of the group's coordinator slot (-1: never elected)."""
-        from zkcoord.admin.groups import group_coordinator
-
-        epoch = group_coordinator(self.cluster.zk, self.group)[3]
-        return -1 if epoch is None else epoch
-
-    def is_whole(self, epoch_above: int = -1) -> bool:
-        """Every partition owned by exactly one running member, ZooKeeper
-        agreeing, and every running member registered with the coordinator of
-        the current epoch (which must be above ``epoch_above``: a coordinator
-        that died leaves its members looking whole until they notice)."""
-        epoch = self.coordinator_epoch()
-        if epoch <= epoch_above:
-            return False
-        # A stock client does not know the coordinator's epoch: its bridge does.
-        if any((c.status() or {}).get("epoch") != epoch for c in self.live_consumers() if not c.stock):
-            return False
-        try:
-            return group_is_whole(self.cluster.zk, self.group, self.cluster.consumers, self.partitions())
-        except OwnershipViolation:
-            return False  # seen from status files mid-change; the checker judges ownership from the history
-
-    def slots_at_rest(self) -> bool:
-        """No coordinator slot about to change hands: every slot held, none
-        by a server above its share (coordinator/slots.py)."""
-        from zkcoord.admin.client import slot_count, slot_holder
-        from zkcoord.coordinator.slots import slots_at_rest
-        from zkcoord.zk.nodes import read_servers
-
-        servers = read_servers(self.cluster.zk)
-        holders = {slot: slot_holder(self.cluster.zk, slot)[0] for slot in range(slot_count(self.cluster.zk))}
-        return slots_at_rest(holders, {server: info.withdrawn for server, info in servers.items()})
-
-    def wait_slots_at_rest(self, timeout: float) -> bool:
-        """Until no slot is about to change hands (False: not within ``timeout``)."""
-        try:
-            wait_until(self.slots_at_rest, timeout, interval=0.2, message="the coordinator slots to be at rest")
-        except WaitTimeout:
-            return False
-        return True
-
-    def wait_whole(self, timeout: float, epoch_above: int = -1) -> Optional[float]:
-        """time.time() when the group was whole, or None if not within ``timeout``."""
-        try:
-            wait_until(lambda: self.is_whole(epoch_above), timeout, interval=0.1,
-                       message="the group to be whole")
-        except WaitTimeout:
-            return None
-        return time.time()
-
-    # -- servers ------------------------------------------------------------------------------------
-
-    def coordinator_id(self) -> int:
-        """The server elected in the group's coordinator slot, once there is one."""
-        from zkcoord.admin.groups import group_coordinator
-
-        server = wait_until(lambda: group_coordinator(self.cluster.zk, self.group)[2], 30,
-                            message=f"a coordinator of group {self.group}")
-        return int(server)
-
-    def coordinator(self):
-        return self.cluster.servers[self.coordinator_id()]
-
-    def group_broker(self):
-        """The server whose broker the group's stock members send their group
-        requests to (GroupBridge.coordinator_broker: the coordinator's own,
-        else the lowest live broker id)."""
-        coordinator = self.coordinator()
-        if coordinator.alive:
-            return coordinator
-        return min((s for s in self.cluster.servers.values() if s.alive), key=lambda s: s.server_id)
-
-    def standbys(self) -> list:
-        """Live servers that do not coordinate the group: with several
-        coordinator slots, the coordinators of other slots."""
-        coordinator = self.coordinator_id()
-        return [s for s in self.cluster.servers.values() if s.alive and s.server_id != coordinator]
-
-    # -- bounds (docs/DESIGN.md, invariant 5) ---------------------------------------------------------
-
-    def member_bound(self) -> float:
-        """A member gone: its session timeout, debounce and one rebalance."""
-        return self.timing.consumer_session_s + DEBOUNCE_S + REBALANCE_SLACK_S
-
-    def bound_for(self, consumer) -> float:
-        """The bound for ``consumer`` gone: a stock member's is longer (below)."""
-        return self.stock_member_bound() if consumer.stock else self.member_bound()
-
-    def stock_member_bound(self) -> float:
-        """A stock member gone unheard: the bridge waits its session for it,
-        then the registration's fence holds up to a session more."""
-        return self.member_bound() + self.timing.consumer_session_s
-
-    def coordinator_bound(self) -> float:
-        """The coordinator gone: its ZooKeeper session, election, members'
-        reconnect, the fence (at most the longest member session), debounce and
-        rebalance; with stock members, one more session (docs/DESIGN.md: the
-        broker a stock client left holds its registration until the client
-        has been silent that long)."""
-        moved_stock_member = self.timing.consumer_session_s if self.stock_wanted else 0.0
-        return (self.timing.zk_session_s + RECONNECT_S + self.timing.consumer_session_s + moved_stock_member
-                + DEBOUNCE_S + REBALANCE_SLACK_S)
-
-
-def _pick(candidates: list, fault: PlannedFault):
-    if not candidates:
-        return None
-    return candidates[fault.pick % len(candidates)]
-
-
-def _record(fault: PlannedFault, target: str, injected: float, restored: float, recovery_from: float,
-            whole_at: Optional[float], rejoined_at: Optional[float], bound: float, note: str = "") -> FaultRecord:
-    return FaultRecord(index=fault.index, kind=fault.kind, target=target, planned=fault.planned,
-                       injected=injected, restored=restored, recovery_from=recovery_from, whole_at=whole_at,
-                       rejoined_at=rejoined_at, bound_s=round(bound, 3), note=note)
-
-
-def _wait_bound(bound: float) -> float:
-    """How long to wait for a whole group before calling it stuck: well past the bound."""
-    return 2 * bound + 10
-
-
-def _hold(seconds: float, watch: Optional[Callable[[], bool]] = None) -> Optional[float]:
-    """Let the fault last ``seconds`` (the fault is the passage of time), and
-    return when ``watch`` first held during it (None: never, or no watch)."""
-    deadline = time.monotonic() + seconds
-    seen = None
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return seen
-        if seen is None and watch is not None:
-            try:
-                if watch():
-                    seen = time.time()
-            except Exception:  # noqa: BLE001 - ZooKeeper may be what the fault took away
-                pass
-        time.sleep(min(0.1, left))
 
 
 # -- the kinds ---------------------------------------------------------------------------------------
@@ -306,15 +43,15 @@ def _kill_server(ctx: DrillCluster, fault: PlannedFault, server, bound: float, w
                  epoch_above: int = -1) -> FaultRecord:
     injected = time.time()
     server.kill()
-    whole_at = _hold(fault.hold_s, lambda: ctx.is_whole(epoch_above))
+    whole_at = hold(fault.hold_s, lambda: ctx.is_whole(epoch_above))
     if whole_at is None:
-        whole_at = ctx.wait_whole(_wait_bound(bound), epoch_above)
+        whole_at = ctx.wait_whole(wait_bound(bound), epoch_above)
     # Restarted at once: the server waits out its killed self's registration.
     server.start(timeout=60)
     restored = time.time()
     ctx.cluster.wait_for_brokers(60)
-    rejoined_at = ctx.wait_whole(_wait_bound(bound))
-    return _record(fault, f"{what} server {server.server_id}", injected, restored, injected, whole_at, rejoined_at,
+    rejoined_at = ctx.wait_whole(wait_bound(bound))
+    return record(fault, f"{what} server {server.server_id}", injected, restored, injected, whole_at, rejoined_at,
                    bound)
 
 
@@ -324,7 +61,7 @@ def coordinator_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 
 
 def standby_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    server = _pick(ctx.standbys(), fault)
+    server = pick(ctx.standbys(), fault)
     if server is None:
         return skipped(fault, "no standby server alive")
     return _kill_server(ctx, fault, server, ctx.member_bound(), "standby")
@@ -346,18 +83,18 @@ def _held(ctx: DrillCluster, fault: PlannedFault, target: str, bound: float, beg
         return ctx.is_whole(epoch_above) and (recovered is None or recovered(injected))
 
     try:
-        whole_during = _hold(fault.hold_s, whole if routed_around else None)
+        whole_during = hold(fault.hold_s, whole if routed_around else None)
     finally:
         end()
     restored = time.time()
-    rejoined_at = ctx.wait_whole(_wait_bound(bound), epoch_above)
+    rejoined_at = ctx.wait_whole(wait_bound(bound), epoch_above)
     if routed_around:
-        return _record(fault, target, injected, restored, injected, whole_during or rejoined_at, rejoined_at, bound)
-    return _record(fault, target, injected, restored, restored, rejoined_at, rejoined_at, bound)
+        return record(fault, target, injected, restored, injected, whole_during or rejoined_at, rejoined_at, bound)
+    return record(fault, target, injected, restored, restored, rejoined_at, rejoined_at, bound)
 
 
 def consumer_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    consumer = _pick(ctx.live_consumers(), fault)
+    consumer = pick(ctx.live_consumers(), fault)
     if consumer is None:
         return skipped(fault, "no consumer running")
     routed_around = fault.hold_s > ctx.timing.consumer_session_s
@@ -389,7 +126,7 @@ def coordinator_zk_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 
 
 def stock_member_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    member = _pick([c for c in ctx.live_consumers() if c.stock], fault)
+    member = pick([c for c in ctx.live_consumers() if c.stock], fault)
     if member is None:
         return skipped(fault, "no stock member running")
     return _held(ctx, fault, member.name, ctx.stock_member_bound(), member.pause, member.resume,
@@ -401,7 +138,7 @@ def stock_member_group_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecor
     from nothing else: librdkafka revokes when its session runs out unheard,
     kafka-python (as Java's classic consumer) fetches on from the other
     leaders, which must refuse it once its partitions may be started elsewhere."""
-    member = _pick([c for c in ctx.live_consumers() if c.stock and c.netns is not None], fault)
+    member = pick([c for c in ctx.live_consumers() if c.stock and c.netns is not None], fault)
     if member is None:
         return skipped(fault, "no stock member running in a namespace")
     server = ctx.group_broker()
@@ -411,7 +148,7 @@ def stock_member_group_cut(ctx: DrillCluster, fault: PlannedFault) -> FaultRecor
 
 
 def consumer_partition(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    consumer = _pick([c for c in ctx.live_consumers() if c.netns is not None], fault)
+    consumer = pick([c for c in ctx.live_consumers() if c.netns is not None], fault)
     if consumer is None:
         return skipped(fault, "no consumer running in a namespace")
     routed_around = fault.hold_s > ctx.timing.consumer_session_s
@@ -445,7 +182,7 @@ def one_way_loss(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     stops when its lease ends and registers again on a new connection; the
     same incarnation takes its place back with what it consumed, so the
     group is whole again about a session timeout after the injection."""
-    consumer = _pick([c for c in ctx.live_consumers() if c.netns is not None], fault)
+    consumer = pick([c for c in ctx.live_consumers() if c.netns is not None], fault)
     if consumer is None:
         return skipped(fault, "no consumer running in a namespace")
     server = ctx.coordinator()
@@ -495,17 +232,17 @@ def zk_quorum_loss(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
 
 
 def consumer_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    consumer = _pick(ctx.live_consumers(), fault)
+    consumer = pick(ctx.live_consumers(), fault)
     if consumer is None:
         return skipped(fault, "no consumer running")
     injected = time.time()
     consumer.kill()
     bound = ctx.bound_for(consumer)
-    whole_at = ctx.wait_whole(_wait_bound(bound))
+    whole_at = ctx.wait_whole(wait_bound(bound))
     consumer.start()  # a new process: a new member
     restored = time.time()
-    rejoined_at = ctx.wait_whole(_wait_bound(bound))
-    return _record(fault, consumer.name, injected, restored, injected, whole_at, rejoined_at, bound)
+    rejoined_at = ctx.wait_whole(wait_bound(bound))
+    return record(fault, consumer.name, injected, restored, injected, whole_at, rejoined_at, bound)
 
 
 def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
@@ -519,16 +256,16 @@ def slow_member(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     slow.signal(signal.SIGUSR1)
     joiner = ctx.add_consumer()
     bound = ctx.member_bound() + ctx.timing.rebalance_timeout_s
-    whole_at = ctx.wait_whole(_wait_bound(bound))
+    whole_at = ctx.wait_whole(wait_bound(bound))
     joiner.terminate()
     restored = time.time()
-    rejoined_at = ctx.wait_whole(_wait_bound(bound))
+    rejoined_at = ctx.wait_whole(wait_bound(bound))
     # Disarm: an arming the rebalances left unused would otherwise bite in the
     # next fault, whose planned change would then be blamed for its duplicates.
     if slow.alive:
         slow.signal(signal.SIGUSR2)
     bit = any(e["ts"] >= injected for e in read_json_lines(slow.events_path))
-    return _record(fault, f"{slow.name} (joined by {joiner.name})", injected, restored, injected, whole_at,
+    return record(fault, f"{slow.name} (joined by {joiner.name})", injected, restored, injected, whole_at,
                    rejoined_at, bound, note="" if bit else "the slow member was sent no Start or Stop")
 
 
@@ -551,11 +288,11 @@ def big_group(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
         *ctx.member_options(stock=False, options=ctx.crowd_args), "--members", str(count),
         "--directory", str(directory),
         # Gone by itself should the drill die without stopping it.
-        "--max-s", str(round(fault.hold_s + CROWD_LEAVE_S + _wait_bound(bound)))])
+        "--max-s", str(round(fault.hold_s + CROWD_LEAVE_S + wait_bound(bound)))])
     injected = time.time()
     crowd.start()
     try:
-        _hold(fault.hold_s)
+        hold(fault.hold_s)
         status = _last_status(crowd)
     finally:
         restored = time.time()  # the SIGTERM or the kill: the time to whole counts from here
@@ -563,12 +300,12 @@ def big_group(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
             crowd.terminate(timeout=CROWD_LEAVE_S)
         else:
             crowd.kill()
-    whole_at = ctx.wait_whole(_wait_bound(bound))
+    whole_at = ctx.wait_whole(wait_bound(bound))
     target = (f"{count} members from one process ({status.get('registered', 0)} registered, "
               f"{status.get('holding', 0)} holding partitions), then "
               + ("all left cleanly" if fault.clean else "kill -9"))
     note = "" if status.get("registered") else "no member of the crowd registered in the hold"
-    return _record(fault, target, injected, restored, restored, whole_at, whole_at, bound, note=note)
+    return record(fault, target, injected, restored, restored, whole_at, whole_at, bound, note=note)
 
 
 def _last_status(crowd: ManagedProcess) -> dict:
@@ -590,8 +327,8 @@ def _planned(ctx: DrillCluster, fault: PlannedFault, target: str, change: Callab
     injected = time.time()
     change()
     bound = ctx.member_bound() + extra_s
-    whole_at = ctx.wait_whole(_wait_bound(bound))
-    return _record(fault, target, injected, injected, injected, whole_at, whole_at, bound)
+    whole_at = ctx.wait_whole(wait_bound(bound))
+    return record(fault, target, injected, injected, injected, whole_at, whole_at, bound)
 
 
 def member_join(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
@@ -603,7 +340,7 @@ def member_leave(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
     live = ctx.live_consumers()
     if len(live) <= 1:
         return skipped(fault, "only one consumer running")
-    leaver = _pick(live, fault)
+    leaver = pick(live, fault)
     return _planned(ctx, fault, leaver.name, leaver.terminate)
 
 
@@ -613,170 +350,6 @@ def add_partitions(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
         return skipped(fault, f"the topic has {current} partitions already")
     return _planned(ctx, fault, f"{ctx.topic}: {current} -> {current + 2} partitions",
                     lambda: ctx.add_partitions(current + 2), extra_s=ctx.topic_change_lag_s)
-
-
-# -- Apache Kafka's brokers (a drill over Kafka) -----------------------------------------------------
-
-
-def kafka_recovery(injected: float, served_again: Optional[float], whole_at: Optional[float],
-                   members_blind_s: float) -> tuple[float, float]:
-    """Where a Kafka fault's time to whole counts from, and its bound.
-
-    Kafka's own failover (the broken broker's session running out, a
-    controller electing leaders, the producer finding them) is Kafka's: on a
-    loaded machine it took 23 s for a 4 s session, and the members were whole
-    0.6 s after Kafka had every partition served again. So the time counts
-    from ``served_again``, when the producer had a record acknowledged again
-    on every partition the broken broker led (at the latest ``whole_at``: a
-    member may commit a record before the producer hears of it; from the
-    injection if Kafka never served them again), and the bound is the
-    members' part: following the new leaders and committing
-    (:data:`KAFKA_MEMBERS_FOLLOW_S`), after waiting out a request they sent
-    the broken broker, unanswered up to ``members_blind_s`` after the
-    injection (a paused broker; a killed one refuses at once).
-
-    >>> kafka_recovery(100.0, 123.2, 123.8, 0.0)  # Kafka slow: 23.2 s are its own
-    (123.2, 6.0)
-    >>> kafka_recovery(100.0, 106.0, 119.0, 15.0)  # a paused broker: the members' fetch hung till 115
-    (106.0, 15.0)
-    """
-    start = min((t for t in (served_again, whole_at) if t is not None), default=injected)
-    return start, KAFKA_MEMBERS_FOLLOW_S + max(0.0, injected + members_blind_s - start)
-
-
-def _kafka_fault(ctx: DrillCluster, fault: PlannedFault, victim: int, target: str, wait_bound: float,
-                 begin: Callable[[], None], back: Callable[[], None], members_blind_s: float = 0.0) -> FaultRecord:
-    """Kafka node ``victim`` broken (``begin``) for the hold and until the
-    group is whole without it (or long past ``wait_bound``), then brought
-    back (``back``) and in sync on every partition again before the next
-    fault. Routed around: whole once every partition ``victim`` led has
-    another leader and a committed offset past the highest offset
-    acknowledged before the fault (the producer wrote through the new
-    leader, and the members read from it), timed and bounded by
-    :func:`kafka_recovery`. A new leader is elected only by a live
-    controller, so when ``victim`` was the controller that says a new one
-    took office; should it have led none of the topic's partitions, whole is
-    when the controller is another node (and Kafka served again then).
-
-    The acknowledged offsets are taken at the first look, half a second in:
-    an acknowledgement the broker sent just before it went is counted by then."""
-    kafka = ctx.kafka
-    led = sorted(p for p, replicas in kafka.replicas_of(ctx.topic).items() if replicas.leader == victim)
-    looked = {"at": time.monotonic(), "recovered": False, "acknowledged": None, "watch": None,
-              "new controller": None}
-
-    def recovered() -> bool:
-        if looked["recovered"] or time.monotonic() - looked["at"] < KAFKA_RECOVERY_LOOK_S:
-            return looked["recovered"]
-        looked["at"] = time.monotonic()
-        if looked["acknowledged"] is None:
-            looked["watch"] = ctx.watch_acknowledgements()
-            looked["acknowledged"] = looked["watch"].above if looked["watch"] is not None else {}
-            return False
-        if led:
-            leaders = kafka.replicas_of(ctx.topic)
-            committed = read_offsets(ctx.cluster.zk, ctx.group)
-            looked["recovered"] = all(
-                leaders[p].leader not in (victim, -1)
-                and committed.get((ctx.topic, p), 0) > looked["acknowledged"].get((ctx.topic, p), -1) + 1
-                for p in led)
-        else:
-            looked["recovered"] = kafka.controller() != victim
-            if looked["recovered"]:
-                looked["new controller"] = time.time()
-        return looked["recovered"]
-
-    def whole() -> bool:
-        return ctx.is_whole() and recovered()
-
-    def served_again() -> Optional[float]:
-        """When the producer had every partition ``victim`` led acknowledged again."""
-        if not led:
-            return looked["new controller"]
-        first = looked["watch"].first if looked["watch"] is not None else {}
-        times = [first.get((ctx.topic, p)) for p in led]
-        return None if None in times else max(times)
-
-    injected = time.time()
-    begin()
-    try:
-        whole_at = _hold(fault.hold_s, whole)
-        if whole_at is None:  # the broker stays away until the cluster and the group have routed around it
-            try:
-                whole_at = wait_until(lambda: whole() and time.time(), _wait_bound(wait_bound), interval=0.1,
-                                      message="the group to be whole past the Kafka fault")
-            except WaitTimeout:
-                whole_at = None
-    finally:
-        back()
-        wait_until(lambda: all(replicas.isr == frozenset(kafka.brokers)
-                               for replicas in kafka.replicas_of(ctx.topic).values()),
-                   KAFKA_REPLICATED_S, interval=0.5, message=f"broker {victim} in sync on every partition again")
-        if looked["watch"] is not None:
-            looked["watch"].close()
-    restored = time.time()
-    recovery_from, bound = kafka_recovery(injected, served_again(), whole_at, members_blind_s)
-    rejoined_at = ctx.wait_whole(_wait_bound(wait_bound))
-    notes = [f"Kafka served again {recovery_from - injected:.1f} s in"]
-    if not led:
-        notes.append("it led none of the topic's partitions")
-    return _record(fault, f"{target} (led {len(led)} partitions)", injected, restored, recovery_from, whole_at,
-                   rejoined_at, bound, note="; ".join(notes))
-
-
-def _leader_of_picked(ctx: DrillCluster, fault: PlannedFault) -> Optional[int]:
-    """The broker leading the partition the fault picks (None: that partition has no leader now)."""
-    partitions = sorted(p for _, p in ctx.partitions())
-    leader = ctx.kafka.leader_of(ctx.topic, partitions[fault.pick % len(partitions)])
-    return leader if leader >= 0 else None
-
-
-def kafka_failover_bound(ctx: DrillCluster) -> float:
-    """A Kafka broker gone: its session with ZooKeeper or the controllers, then
-    the failover (what the drill waits for, before it calls the group stuck)."""
-    return ctx.timing.kafka_session_s + KAFKA_FAILOVER_SLACK_S
-
-
-def kafka_leader_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    victim = _leader_of_picked(ctx, fault)
-    if victim is None:
-        return skipped(fault, "the picked partition has no leader")
-    broker = ctx.kafka.brokers[victim]
-    return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", kafka_failover_bound(ctx), broker.kill,
-                        lambda: ctx.kafka.restart(victim, timeout=KAFKA_RESTART_S))
-
-
-def kafka_broker_pause(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    """A paused leader keeps its connections and the kernel still accepts
-    new ones: a member's fetch already sent to it goes unanswered until the
-    fetcher gives the broker up, and the fetcher's question for the new
-    leaders may go to the same silent broker first and wait its timeout."""
-    victim = _leader_of_picked(ctx, fault)
-    if victim is None:
-        return skipped(fault, "the picked partition has no leader")
-    blind_s = REQUEST_TIMEOUT_S + PROBE_TIMEOUT_S
-    wait_bound = max(ctx.timing.kafka_session_s, blind_s) + KAFKA_FAILOVER_SLACK_S
-    return _kafka_fault(ctx, fault, victim, f"kafka broker {victim}", wait_bound, ctx.kafka.brokers[victim].pause,
-                        lambda: ctx.kafka.resume(victim, timeout=KAFKA_RESTART_S), members_blind_s=blind_s)
-
-
-def kafka_controller_kill(ctx: DrillCluster, fault: PlannedFault) -> FaultRecord:
-    victim = ctx.kafka.controller()
-    wait_bound = kafka_failover_bound(ctx) + KAFKA_CONTROLLER_FAILOVER_S
-    return _kafka_fault(ctx, fault, victim, f"kafka controller {victim}", wait_bound, ctx.kafka.brokers[victim].kill,
-                        lambda: ctx.kafka.restart(victim, timeout=KAFKA_RESTART_S))
-
-
-def skipped(fault: PlannedFault, why: str) -> FaultRecord:
-    """A fault the drill did not inject."""
-    now = time.time()
-    return _record(fault, "-", now, now, now, now, now, 0.0, note=f"skipped: {why}")
-
-
-def interrupted(fault: PlannedFault, injected: float) -> FaultRecord:
-    """A fault under way when the drill stopped: its window still covers what happened under it."""
-    return _record(fault, "?", injected, time.time(), injected, None, None, 0.0,
-                   note="the drill stopped during this fault")
 
 
 ACTIONS: dict[str, Callable[[DrillCluster, PlannedFault], FaultRecord]] = {
@@ -822,5 +395,3 @@ def keep_population(ctx: DrillCluster) -> bool:
         extra.terminate()
         changed = True
     return changed
-
-

@@ -24,12 +24,14 @@ from typing import Optional, Sequence
 
 from zkcoord.admin import zookeeper_session
 from zkcoord.drill import faults as fault_actions
+from zkcoord.drill import fault_steps
 from zkcoord.drill.checker import Verdict, check
 from zkcoord.drill.config import DrillSettings
 from zkcoord.drill.history import FAULTS, History, append_lines
 from zkcoord.drill.report import write_reports
 from zkcoord.drill.schedule import KINDS, PlannedFault, left_out_over_kafka, plan
 from zkcoord.drill.secure import ENSEMBLE_SECURITY, DrillSecrets
+from zkcoord.drill.target import DrillCluster
 from zkcoord.drill.workload import Producer, Sampler
 from zkcoord.errors import ZkcoordError
 from zkcoord.interrupts import Interruptible
@@ -126,7 +128,7 @@ def run_drill(settings: DrillSettings, out=sys.stdout) -> tuple[Verdict, str, Op
                     break
                 progress.fault(fault)
                 if fault.kind in skipped:
-                    record = fault_actions.skipped(fault, skipped[fault.kind])
+                    record = fault_steps.skipped(fault, skipped[fault.kind])
                 else:
                     resources.in_flight = (fault, time.time())
                     record = fault_actions.ACTIONS[fault.kind](ctx, fault)
@@ -179,7 +181,7 @@ class _Resources:
         self.ensemble = None
         self.proxies: dict[int, ProxiedEnsemble] = {}
         self.cluster: Optional[LocalCluster] = None
-        self.ctx: Optional[fault_actions.DrillCluster] = None
+        self.ctx: Optional[DrillCluster] = None
         self.workers: list = []
         self.in_flight: Optional[tuple[PlannedFault, float]] = None  # a fault under way, and since when
         self.secrets: Optional[DrillSecrets] = None
@@ -191,7 +193,7 @@ class _Resources:
         if self.in_flight is not None:  # its window still explains what happened under it
             fault, injected = self.in_flight
             steps.append(lambda: append_lines(directory / FAULTS, [dataclasses.asdict(
-                fault_actions.interrupted(fault, injected))]))
+                fault_steps.interrupted(fault, injected))]))
         steps += [worker.stop for worker in self.workers]
         steps += [lambda w=worker: w.join(90) for worker in self.workers]
         if self.cluster is not None:
@@ -218,7 +220,7 @@ class _Resources:
 
 
 def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progress: Progress,
-              resources: _Resources) -> tuple[fault_actions.DrillCluster, list]:
+              resources: _Resources) -> tuple[DrillCluster, list]:
     """The cluster (started or reached), the topic, the consumers, the producer
     and the sampler, until the group is whole."""
     # A topic and a group of its own, so a drill on a shared cluster touches nothing else.
@@ -258,7 +260,7 @@ def _bring_up(settings: DrillSettings, kinds: list[str], directory: Path, progre
         zookeeper = settings.zookeeper
         resources.cluster = cluster = LocalCluster(zookeeper, directory, zk_security=settings.zk_security)
         bootstrap = list(settings.bootstrap)
-    resources.ctx = ctx = fault_actions.DrillCluster(
+    resources.ctx = ctx = DrillCluster(
         cluster=cluster, group=topic, topic=topic, timing=settings.timing,
         consumers_wanted=settings.consumers, consumer_args=settings.consumer_args(),
         ensemble=resources.ensemble, proxies=resources.proxies, bootstrap=bootstrap,
@@ -322,7 +324,7 @@ def _broker_list(cluster: LocalCluster) -> str:
     return ",".join(addresses)
 
 
-def _drain(ctx: fault_actions.DrillCluster, workers: Sequence, progress: Progress) -> None:
+def _drain(ctx: DrillCluster, workers: Sequence, progress: Progress) -> None:
     """Stop producing, bring the group back to full strength, and wait until
     every acknowledged record is committed (so every one was delivered)."""
     from zkcoord.drill.history import PRODUCED
