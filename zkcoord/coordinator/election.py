@@ -14,7 +14,6 @@ session, slots and coordinators it drives.
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 from typing import Optional
@@ -25,7 +24,8 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpir
 
 from zkcoord.coordinator.runtime import Coordinator
 from zkcoord.coordinator.slots import (
-    FAILURES_TO_WITHDRAW, SlotCount, elections_of_an_earlier_count, slot_to_release, slots_to_seek,
+    FAILURES_TO_WITHDRAW, SlotCount, awaits_a_taker, elections_of_an_earlier_count, slot_to_release, slots_to_seek,
+    withdrawal_counts,
 )
 from zkcoord.coordinator.store import CoordinatorStore
 from zkcoord.errors import ZkcoordError, describe
@@ -44,7 +44,6 @@ IDLE_CHECK_S = 5.0
 RELEASE_PAUSE_S = 0.2
 # After a round, or a takeover in it, failed: before the next.
 FAILED_ROUND_S = 0.5
-
 
 
 class SlotCountChanged(ZkcoordError):
@@ -104,7 +103,7 @@ class SlotElector:
             self._register()
             return 0.0
         published = self._publish_candidacy(me.withdrawn)  # a withdrawal may have ended
-        withdrawn = collections.Counter(slot for info in servers.values() for slot in info.withdrawn)
+        withdrawn = withdrawal_counts(info.withdrawn for info in servers.values())
         nodes = self._election_nodes(count)
         session = self.zk.client_id[0]
         for slot in list(self.coordinators):
@@ -158,7 +157,7 @@ class SlotElector:
         # And only once its groups are at rest: a slot just taken over still
         # waits out its predecessor's leases, and a second takeover would
         # make its groups wait them out again.
-        if (release is not None and not [slot for slot in vacant if withdrawn[slot] < len(servers)]
+        if (release is not None and not [slot for slot in vacant if awaits_a_taker(slot, len(servers), withdrawn)]
                 and self.coordinators[release].settled()):
             log.info("server %d hands slot %d over: it holds %d of %d slots with %d servers up",
                      self.config.server_id, release, len(self.coordinators), count.slots, len(servers))

@@ -104,6 +104,19 @@ def slot_to_release(held: Iterable[int], slots: int, servers: int,
     return over[-1] if over else None
 
 
+def withdrawal_counts(withdrawals: Iterable[Collection[int]]) -> collections.Counter:
+    """How many servers have withdrawn from each slot, from each live
+    server's withdrawn slots (their registrations)."""
+    return collections.Counter(slot for aside in withdrawals for slot in aside)
+
+
+def awaits_a_taker(slot: int, servers: int, withdrawn: Mapping[int, int]) -> bool:
+    """Whether vacant ``slot`` will be taken: some of the ``servers`` live
+    ones stand for it (a slot every server has withdrawn from waits for one
+    to stand again)."""
+    return withdrawn.get(slot, 0) < servers
+
+
 def slots_at_rest(holders: Mapping[int, Optional[str]], withdrawals: Mapping[str, Collection[int]]) -> bool:
     """Whether no server would take or hand over a slot now, as the
     servers decide it: ``holders`` is each slot's elected server (None:
@@ -112,8 +125,8 @@ def slots_at_rest(holders: Mapping[int, Optional[str]], withdrawals: Mapping[str
     than a slot's share (:func:`slot_to_release`; a hand-over also waits
     for its groups to settle, which this cannot see)."""
     slots, servers = len(holders), len(withdrawals)
-    withdrawn = collections.Counter(slot for aside in withdrawals.values() for slot in aside)
-    if any(server is None and withdrawn[slot] < servers for slot, server in holders.items()):
+    withdrawn = withdrawal_counts(withdrawals.values())
+    if any(server is None and awaits_a_taker(slot, servers, withdrawn) for slot, server in holders.items()):
         return False
     held: dict[str, list[int]] = collections.defaultdict(list)
     for slot, server in holders.items():
