@@ -79,16 +79,26 @@ def test_kill_9_of_the_coordinator_hands_over_with_nothing_lost(cluster, zk):
 def test_a_server_restarted_right_after_kill_9_waits_out_its_old_registration(cluster, zk):
     """Restarted at once, as a supervisor restarts a crashed process, a
     server finds its dead self's registration (alive until that session
-    expires) and waits it out instead of exiting."""
-    server = cluster.servers[3]
-    path = layout.server_path("3")
-    dead_owner = zk.exists(path).ephemeralOwner
-    server.kill()
-    assert zk.exists(path).ephemeralOwner == dead_owner  # the session outlives the process
-    server.start(timeout=30)
-    wait_until(lambda: (zk.exists(path) or None) and zk.exists(path).ephemeralOwner != dead_owner, timeout=10,
-               message="the restarted server's own registration")
-    assert server.alive
+    expires) and waits it out instead of exiting. A server of its own, with
+    a 6 s session, so that the dead session surely outlives the kill and the
+    check after it; without a broker, whose own registration would be waited
+    out first (broker/zkstate.py)."""
+    from zkcoord.testing.cluster import ServerProcess
+
+    live = cluster.servers[1]
+    args = (*SERVER_ARGS, "--no-broker", "--zk-session-timeout-ms", "6000")
+    server = ServerProcess(4, live.zookeeper, live.directory.parent / "restarted", args).start(timeout=30)
+    try:
+        path = layout.server_path("4")
+        dead_owner = wait_until(lambda: zk.exists(path), timeout=10, message="server 4 registered").ephemeralOwner
+        server.kill()
+        assert zk.exists(path).ephemeralOwner == dead_owner  # the session outlives the process
+        server.start(timeout=30)
+        wait_until(lambda: (zk.exists(path) or None) and zk.exists(path).ephemeralOwner != dead_owner, timeout=10,
+                   message="the restarted server's own registration")
+        assert server.alive
+    finally:
+        server.kill()
 
 
 def test_a_second_live_server_with_the_same_id_is_refused_after_waiting(cluster, zk):
