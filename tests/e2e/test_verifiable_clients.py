@@ -1,8 +1,10 @@
 """Kafka's own system-test clients against a zkcoord group: Kafka 4's
 VerifiableProducer writes a bounded count of records with acks=all while
-three VerifiableConsumers (the classic protocol, commits of their own after
-each poll, auto commit off) go through what Kafka's OffsetValidationTest
-puts its groups through: they join; a fourth joins; one leaves cleanly
+two groups of three VerifiableConsumers (the classic protocol, one group
+eager with the range assignor, one cooperative-sticky; commits of their own
+after each poll, auto commit off) read them side by side and go through
+what Kafka's OffsetValidationTest puts its groups through: three join; a
+fourth joins; one leaves cleanly
 (SIGTERM: the tool closes its consumer); one is killed -9; the coordinator
 server holding the group is killed -9 and its successor takes the group
 over; the producer finishes and the consumers drain.
@@ -48,6 +50,7 @@ SESSION_TIMEOUT_MS = 6000
 # A member's every request is a chance for the bridge to hand it a change: heartbeat often.
 CONSUMER_PROPERTIES = {"heartbeat.interval.ms": 500, "metadata.max.age.ms": 5000}
 RANGE = "org.apache.kafka.clients.consumer.RangeAssignor"
+COOPERATIVE = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
 EVENTS = "events.jsonl"
 STEP_TIMEOUT_S = 45.0
 # What a kill -9 may lose of the commits acknowledged before it (docs/BROKER.md,
@@ -71,51 +74,60 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class VerifiableGroup:
-    """One VerifiableProducer and the VerifiableConsumers of one group, under
-    ``directory``, each a process whose stdout is its events."""
+def start_client(name: str, directory: Path, tool: str, args: list[str], properties: dict) -> ManagedProcess:
+    """A verifiable client under ``directory``/``name``, its settings in a
+    properties file, its stdout its events."""
+    directory = directory / name
+    directory.mkdir(parents=True)
+    config = directory / "client.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    return start_tool(name, directory, tool, [*args, "--command-config", str(config)], stdout_name=EVENTS)
 
-    def __init__(self, cluster: LocalCluster, directory: Path, topic: str, group: str, strategy: str):
+
+def events_of(process: ManagedProcess) -> list[dict]:
+    return read_json_lines(process.stdout_path)
+
+
+class VerifiableGroup:
+    """The VerifiableConsumers of one group under ``directory``, reading
+    ``topic``, which ``producer`` writes."""
+
+    def __init__(self, cluster: LocalCluster, directory: Path, topic: str, group: str, strategy: str,
+                 producer: ManagedProcess):
         self.cluster, self.directory, self.topic, self.group, self.strategy = cluster, directory, topic, group, strategy
+        self.producer = producer
         self.incremental = "Cooperative" in strategy
         self.consumers: dict[str, ManagedProcess] = {}
         self.killed: set[str] = set()  # kill -9: no shutdown_complete will say so (kafkatest's handle_kill_process)
         self.stopped: set[str] = set()  # told to leave
-        self.producer: ManagedProcess | None = None
         self.settled_at: dict[str, int] = {}  # step: when the group held the topic and had caught up (epoch ms)
-
-    def _start(self, name: str, tool: str, args: list[str], properties: dict) -> ManagedProcess:
-        directory = self.directory / name
-        directory.mkdir(parents=True)
-        config = directory / "client.properties"
-        config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-        return start_tool(name, directory, tool, [*args, "--command-config", str(config)], stdout_name=EVENTS)
-
-    def start_producer(self) -> None:
-        self.producer = self._start("producer", VERIFIABLE_PRODUCER, [
-            "--bootstrap-server", self.cluster.broker_list, "--topic", self.topic, "--max-messages", str(RECORDS),
-            "--throughput", str(THROUGHPUT), "--acks", "-1"], {"client.id": "verifiable-producer"})
 
     def start_consumer(self) -> str:
         name = f"consumer-{len(self.consumers) + 1}"
         # A client id of its own: the broker's fetch fences tell clients apart by it.
-        self.consumers[name] = self._start(name, VERIFIABLE_CONSUMER, [
+        self.consumers[name] = start_client(name, self.directory, VERIFIABLE_CONSUMER, [
             "--bootstrap-server", self.cluster.broker_list, "--topic", self.topic, "--group-id", self.group,
             "--group-protocol", "classic", "--assignment-strategy", self.strategy, "--reset-policy", "earliest",
-            "--session-timeout", str(SESSION_TIMEOUT_MS)], {**CONSUMER_PROPERTIES, "client.id": name})
+            "--session-timeout", str(SESSION_TIMEOUT_MS)], {**CONSUMER_PROPERTIES, "client.id": f"{self.group}-{name}"})
         return name
+
+    def leave(self, name: str) -> None:
+        """SIGTERM: the tool closes its consumer, which leaves the group."""
+        self.stopped.add(name)
+        assert self.consumers[name].terminate(timeout=30) is not None
+        assert any(e.get("name") == "shutdown_complete" for e in events_of(self.consumers[name]))
+
+    def kill(self, name: str) -> None:
+        self.killed.add(name)
+        self.consumers[name].kill()
 
     # -- reading the events ---------------------------------------------------------------------
 
-    @staticmethod
-    def events_of(process: ManagedProcess) -> list[dict]:
-        return read_json_lines(process.stdout_path)
-
     def streams(self) -> dict[str, list[dict]]:
-        return {name: self.events_of(process) for name, process in self.consumers.items()}
+        return {name: events_of(process) for name, process in self.consumers.items()}
 
     def acked(self) -> set:
-        return ve.acked(self.events_of(self.producer))
+        return ve.acked(events_of(self.producer))
 
     def live(self) -> dict[str, ve.ConsumerState]:
         """The consumers not killed or shut down, as their events leave them."""
@@ -146,29 +158,43 @@ class VerifiableGroup:
                                for e in streams[name]) for name in self.live())
             return rejoined and self.whole(members)
 
-        wait_until(settled, timeout=STEP_TIMEOUT_S, message=f"{members} consumers to hold the topic after {what}",
-                   fail_on=(ProcessExited,))
+        wait_until(settled, timeout=STEP_TIMEOUT_S, fail_on=(ProcessExited,),
+                   message=f"{members} consumers of {self.group} to hold the topic after {what}")
         acked = self.acked()
         wait_until(lambda: self.caught_up(acked), timeout=STEP_TIMEOUT_S,
-                   message=f"the records acknowledged until {what} consumed")
+                   message=f"{self.group}: the records acknowledged until {what} consumed")
         self.settled_at[what] = now_ms()
 
+    def check(self, acked: set, planned_until: int, coordinator_killed_at: int) -> str:
+        """Every check on the streams; what is worth reporting."""
+        ends: dict = {}
+        for tp, offset in acked:
+            ends[tp] = max(ends.get(tp, 0), offset + 1)
+        wait_until(lambda: self.caught_up(acked), timeout=30, message=f"{self.group}'s consumers to drain")
+        wait_until(lambda: ve.last_commits(ve.merge(self.streams())) == ends, timeout=15,
+                   message=f"{self.group}: every partition committed to its end")
+        streams = self.streams()
+        merged = ve.merge(streams)
+        violations = [v for name, events in streams.items()
+                      for v in ve.consumer_violations(name, events, self.incremental)]
+        # A killed member's commits are kept (its broker answers the coordinator's
+        # pings for it until its session ends): only the coordinator's kill may lose some.
+        violations += ve.group_violations(merged, [ve.Crash(coordinator_killed_at, UNKEPT_WINDOW_MS)])
+        assert [str(v) for v in violations] == []
+        assert ve.lost(acked, merged) == []
+        repeated = list(ve.duplicates(merged))
+        assert [d for d in repeated if d.timestamp < planned_until] == []
+        # Kafka keeps every commit it acknowledged; zkcoord may lose the last ones in a crash.
+        below = [v for v in ve.group_violations(merged) if v.kind == ve.BEHIND_COMMITTED]
+        return (f"{self.group}: whole and caught up {(self.settled_at[MEMBER_KILLED] - planned_until) / 1000:.1f} s "
+                f"after {MEMBER_KILLED}, {(self.settled_at[COORDINATOR_KILLED] - coordinator_killed_at) / 1000:.1f} s "
+                f"after {COORDINATOR_KILLED}; {sum(ve.consumed(merged).values())} records consumed, "
+                f"{len(repeated)} read again after the kills, {len(below)} batches read from below an acknowledged "
+                f"commit: " + "; ".join(map(str, below)))
+
     def stop(self) -> None:
-        for process in [*self.consumers.values(), *([self.producer] if self.producer else [])]:
+        for process in self.consumers.values():
             process.terminate(timeout=10)
-
-
-@pytest.fixture
-def verifiable(cluster, tmp_path) -> Iterator:
-    groups: list[VerifiableGroup] = []
-
-    def make(topic: str, group: str, strategy: str) -> VerifiableGroup:
-        groups.append(VerifiableGroup(cluster, tmp_path / group, topic, group, strategy))
-        return groups[-1]
-
-    yield make
-    for made in groups:
-        made.stop()
 
 
 MEMBER_KILLED = "a member's kill -9"
@@ -180,71 +206,64 @@ def coordinator_of(cluster: LocalCluster, group: str) -> int | None:
     return int(server) if server is not None and server.isdigit() else None
 
 
-def test_verifiable_consumers_through_joins_a_leave_and_kills(cluster, verifiable):
-    topic = group = "verifiable-range"
-    coordinator = wait_until(lambda: coordinator_of(cluster, group), timeout=30, message="the group's coordinator")
+def test_verifiable_consumers_through_joins_a_leave_and_kills(cluster, tmp_path):
+    """An eager (range) and a cooperative (cooperative-sticky) group read the
+    same topic side by side, through the same steps."""
+    topic = "verifiable"
+    strategies = {f"{topic}-range": RANGE, f"{topic}-cooperative": COOPERATIVE}
+    coordinators = {wait_until(lambda: coordinator_of(cluster, group), timeout=30,
+                               message="the groups' coordinator") for group in strategies}
+    assert len(coordinators) == 1, "one slot: the groups share their coordinator"
+    (coordinator,) = coordinators
     others = [server for server in cluster.servers if server != coordinator and cluster.servers[server].alive]
     topic_admin.create_topic(cluster.zk, topic, assignment={p: [others[p % len(others)]] for p in range(PARTITIONS)})
     cluster.wait_led(topic, PARTITIONS)
 
-    clients = verifiable(topic, group, RANGE)
-    clients.start_producer()
-    wait_until(lambda: len(clients.acked()) > 0, timeout=30, message="the producer's first acknowledgement")
+    producer = start_client("producer", tmp_path, VERIFIABLE_PRODUCER, [
+        "--bootstrap-server", cluster.broker_list, "--topic", topic, "--max-messages", str(RECORDS),
+        "--throughput", str(THROUGHPUT), "--acks", "-1"], {"client.id": "verifiable-producer"})
+    groups = [VerifiableGroup(cluster, tmp_path / group, topic, group, strategy, producer)
+              for group, strategy in strategies.items()]
+    try:
+        wait_until(lambda: groups[0].acked(), timeout=30, message="the producer's first acknowledgement")
+        for group in groups:
+            for _ in range(3):
+                group.start_consumer()
+        for group in groups:
+            group.settle(3, "three joined")
+        for group in groups:
+            group.start_consumer()
+        for group in groups:
+            group.settle(4, "a fourth joined")
+        for group in groups:
+            group.leave("consumer-2")
+        for group in groups:
+            group.settle(3, "a clean leave")
 
-    started = [clients.start_consumer() for _ in range(3)]
-    clients.settle(3, "three joined")
-    clients.start_consumer()
-    clients.settle(4, "a fourth joined")
+        planned_until = now_ms()  # no duplicates allowed before this
+        for group in groups:
+            group.kill("consumer-3")
+        for group in groups:
+            group.settle(2, MEMBER_KILLED, since_ms=planned_until)
 
-    leaving = clients.consumers[started[1]]
-    clients.stopped.add(started[1])
-    assert leaving.terminate(timeout=30) is not None
-    wait_until(lambda: any(e.get("name") == "shutdown_complete" for e in clients.events_of(leaving)), timeout=10,
-               message="the leaving consumer's shutdown_complete")
-    clients.settle(3, "a clean leave")
+        coordinator_killed_at = now_ms()
+        cluster.servers[coordinator].kill()
 
-    planned_until = now_ms()  # no duplicates allowed before this
-    crashed = started[2]
-    clients.consumers[crashed].kill()
-    clients.killed.add(crashed)
-    clients.settle(2, MEMBER_KILLED, since_ms=planned_until)
+        def successor():
+            current = coordinator_of(cluster, groups[0].group)
+            return current if current != coordinator else None
 
-    coordinator_killed_at = now_ms()
-    cluster.servers[coordinator].kill()
+        assert wait_until(successor, timeout=30, message="a successor coordinator") in others
+        for group in groups:
+            group.settle(2, COORDINATOR_KILLED, since_ms=coordinator_killed_at)
 
-    def successor():
-        current = coordinator_of(cluster, group)
-        return current if current != coordinator else None
-
-    assert wait_until(successor, timeout=30, message="a successor coordinator") in others
-    clients.settle(2, COORDINATOR_KILLED, since_ms=coordinator_killed_at)
-
-    wait_until(lambda: clients.producer.returncode is not None, timeout=RECORDS / THROUGHPUT + 30,
-               message="the producer to finish")
-    acked = clients.acked()
-    wait_until(lambda: clients.caught_up(acked), timeout=30, message="the consumers to drain")
-    ends = {}
-    for tp, offset in acked:
-        ends[tp] = max(ends.get(tp, 0), offset + 1)
-    wait_until(lambda: ve.last_commits(ve.merge(clients.streams())) == ends, timeout=15,
-               message="every partition committed to its end")
-
-    streams = clients.streams()
-    merged = ve.merge(streams)
-    violations = [v for name, events in streams.items()
-                  for v in ve.consumer_violations(name, events, clients.incremental)]
-    # A killed member's commits are kept (its broker answers the coordinator's
-    # pings for it until its session ends): only the coordinator's kill may lose some.
-    violations += ve.group_violations(merged, [ve.Crash(coordinator_killed_at, UNKEPT_WINDOW_MS)])
-    assert [str(v) for v in violations] == []
-    assert len(acked) == RECORDS and ve.lost(acked, merged) == []
-    repeated = list(ve.duplicates(merged))
-    assert [d for d in repeated if d.timestamp < planned_until] == []
-    # Kafka keeps every commit it acknowledged; zkcoord may lose the last ones in a crash.
-    below = [v for v in ve.group_violations(merged) if v.kind == ve.BEHIND_COMMITTED]
-    print(f"verifiable clients: the group whole and caught up "
-          f"{(clients.settled_at[MEMBER_KILLED] - planned_until) / 1000:.1f} s after {MEMBER_KILLED}, "
-          f"{(clients.settled_at[COORDINATOR_KILLED] - coordinator_killed_at) / 1000:.1f} s after {COORDINATOR_KILLED}")
-    print(f"verifiable clients: {len(acked)} records acknowledged, {sum(ve.consumed(merged).values())} consumed, "
-          f"{len(repeated)} read again after the kills, {len(below)} batches read from below an acknowledged commit: "
-          + "; ".join(map(str, below)))
+        wait_until(lambda: producer.returncode is not None, timeout=RECORDS / THROUGHPUT + 30,
+                   message="the producer to finish")
+        acked = groups[0].acked()
+        assert len(acked) == RECORDS
+        for group in groups:
+            print(f"verifiable clients: {group.check(acked, planned_until, coordinator_killed_at)}")
+    finally:
+        for group in groups:
+            group.stop()
+        producer.terminate(timeout=10)
