@@ -11,6 +11,8 @@ only through this package.
   ZooKeeper mode sharing zkcoord's chroot, Kafka 4 in KRaft mode);
 - :mod:`~zkcoord.testing.kafka_jars`: Kafka's releases, fetched from Maven Central and cached;
 - :mod:`~zkcoord.testing.kafka_tools`: Kafka's own command-line tools, run from those jars;
+- :mod:`~zkcoord.testing.verifiable_events`: the checks Kafka's system tests make on the event
+  streams of its verifiable producer and consumer;
 - :mod:`~zkcoord.testing.java_members`: Kafka's own Java ``KafkaConsumer`` as group members,
   N to a JVM, reporting every assignment, record, commit and error;
 - :mod:`~zkcoord.testing.spark`: a Spark standalone cluster (master and workers) as processes;

@@ -35,6 +35,10 @@ CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+# Kafka's system-test clients (kafka-verifiable-producer.sh, kafka-verifiable-consumer.sh):
+# JSON events a line on stdout, read by zkcoord.testing.verifiable_events.
+VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 TOOLS_JAR = "kafka-tools-"  # the jar they come in: older caches lack it
 RELEASE_LINE = "4"
 
@@ -188,13 +192,16 @@ def _text(output) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else output
 
 
-def start_tool(name: str, directory: Path, tool: str, args: Sequence[str]) -> ManagedProcess:
+def start_tool(name: str, directory: Path, tool: str, args: Sequence[str],
+               stdout_name: Optional[str] = None) -> ManagedProcess:
     """Start Kafka tool class ``tool`` as a managed process (until it is
-    stopped or ends), its standard output in ``directory``/``name``.out and
-    its logs in ``directory``/tool.log."""
+    stopped or ends), its output in ``directory``/``name``.out (with
+    ``stdout_name``, its standard output alone in ``directory``/``stdout_name``:
+    a tool whose output is data) and its logs in ``directory``/tool.log."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    process = ManagedProcess(name, directory, runtime().command(tool, args, directory), log_name=f"{name}.out")
+    process = ManagedProcess(name, directory, runtime().command(tool, args, directory), log_name=f"{name}.out",
+                             stdout_name=stdout_name)
     return process.start()
 
 
