@@ -51,7 +51,8 @@ async function main() {
   await admin.connect()
   try {
     const answer = await admin[call](...(args || []))
-    process.stdout.write(JSON.stringify({ answer: (shown[call] || (a => a))(answer) }) + '\n')
+    const printed = answer === undefined ? null : (shown[call] || (a => a))(answer) // some calls answer nothing
+    process.stdout.write(JSON.stringify({ answer: printed }) + '\n')
   } finally {
     await admin.disconnect()
   }

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.e2e.checks import exactly_once, whole
+from tests.e2e.checks import consumed, exactly_once, whole
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import LocalCluster, fresh_chroot, wait_until
 from zkcoord.testing.java_members import JavaMembers
