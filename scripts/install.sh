@@ -14,7 +14,9 @@
 # Maven Central (kafka/pom.xml) into ~/.cache/zkcoord/kafka, for the harness
 # that starts real Kafka brokers (zkcoord/testing/kafka.py); with "test", a JDK
 # too, to build the Java member driver (java/member-driver/: Kafka's own
-# KafkaConsumer as group members) against those jars.
+# KafkaConsumer as group members) against those jars, and Node.js with npm,
+# to install KafkaJS as pinned by node/kafkajs-driver/package-lock.json into
+# ~/.cache/zkcoord/kafkajs (zkcoord/testing/kafkajs.py: KafkaJS as members).
 # Safe to run again: it installs only what is missing.
 # Usage: scripts/install.sh [EXTRAS]   (EXTRAS for pip, e.g. "test" or "test,spark")
 set -euo pipefail
@@ -26,6 +28,10 @@ case ",$extras," in *,spark,*|*,test,*) debs+=(default-jdk-headless) ;; esac
 case ",$extras," in *,kerberos,*|*,test,*) debs+=(libkrb5-dev) ;; esac
 case ",$extras," in *,test,*) debs+=(krb5-kdc krb5-admin-server krb5-user chromium) ;; esac
 case ",$extras," in *,spark,*|*,kafka,*|*,test,*) debs+=(maven) ;; esac
+# Node.js and npm by their commands: a Node.js from elsewhere (NodeSource's
+# nodejs package carries its own npm) serves as well as Debian's.
+case ",$extras," in *,test,*) command -v node >/dev/null || debs+=(nodejs)
+                           command -v npm >/dev/null || debs+=(npm) ;; esac
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
@@ -43,4 +49,5 @@ python3 -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
 case ",$extras," in *,spark,*) python3 -m zkcoord.spark.jvm >/dev/null
                              python3 -m zkcoord.testing.spark_kafka >/dev/null ;; esac
 case ",$extras," in *,kafka,*|*,test,*) python3 -m zkcoord.testing.kafka_jars ;; esac
-case ",$extras," in *,test,*) python3 -m zkcoord.testing.java_members >/dev/null ;; esac
+case ",$extras," in *,test,*) python3 -m zkcoord.testing.java_members >/dev/null
+                           python3 -m zkcoord.testing.kafkajs ;; esac

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
@@ -60,3 +61,43 @@ def assert_nodes_owned_by(zk, owner, kafka_readers=()) -> None:
     for path in nodes:
         kafka = not path.startswith(layout.ZKCOORD_ROOT)
         assert sorted(zk.get_acls(path)[0]) == sorted([owner, *kafka_readers] if kafka else [owner]), path
+
+
+# -- members of stock clients' drivers (zkcoord.testing.driven_members) beside consumer processes ----------
+
+
+def consumed(drivers, processes) -> Counter:
+    """How often each (topic, partition, offset) was consumed, by any member."""
+    counts = Counter(r for d in drivers for r in d.records())
+    counts.update((r["topic"], r["partition"], r["offset"]) for p in processes for r in p.records())
+    return counts
+
+
+def held(drivers, processes) -> list:
+    return sorted([tp for d in drivers for partitions in d.assignments().values() for tp in partitions]
+                  + [tp for p in processes if p.alive for tp in p.assignment()])
+
+
+def whole(cluster, group, partitions: int, drivers, processes, every_member: bool = False) -> bool:
+    """Every one of the ``partitions`` held by exactly one member, as
+    ZooKeeper's owners and each member say (``every_member``: and every
+    member holds some)."""
+    holding = held(drivers, processes)
+    if every_member and not (all(p.assignment() for p in processes if p.alive) and all(
+            d.assignment(i) for d in drivers for i in range(d.members) if not d.closed(i))):
+        return False
+    return len(read_owners(cluster.zk, group)) == partitions and len(holding) == partitions \
+        and len(set(holding)) == partitions
+
+
+def exactly_once(cluster, topic, group, partitions: int, drivers, processes, produced: int) -> None:
+    """Every offset below ``produced`` (spread evenly over ``partitions``)
+    consumed once, and committed at the end."""
+    wait_until(lambda: sum(consumed(drivers, processes).values()) >= produced, timeout=30,
+               message=f"{produced} records consumed")
+    per_partition = produced // partitions
+    wait_until(lambda: read_offsets(cluster.zk, group) == {(topic, p): per_partition for p in range(partitions)},
+               timeout=15, message="every partition committed to its end")
+    counts = consumed(drivers, processes)
+    assert {k: n for k, n in counts.items() if n > 1} == {}
+    assert sorted(counts) == sorted((topic, p, o) for p in range(partitions) for o in range(per_partition))

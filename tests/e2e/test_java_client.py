@@ -11,15 +11,15 @@ a member the group refuses sees an exception in its application.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Iterator
 
 import pytest
 
+from tests.e2e.checks import consumed, exactly_once, whole
 from tests.e2e.conftest import SERVER_ARGS
 from zkcoord.testing import LocalCluster, fresh_chroot, wait_until
 from zkcoord.testing.java_members import JavaMembers
-from zkcoord.zk.nodes import read_offsets, read_owners
+from zkcoord.zk.nodes import read_owners
 
 PARTITIONS = 4
 # KIP-848's heartbeat interval and session timeout are the broker's to set: short, for quick tests.
@@ -62,41 +62,6 @@ RANGE = "org.apache.kafka.clients.consumer.RangeAssignor"
 COOPERATIVE = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
 
 
-def _consumed(drivers, processes) -> Counter:
-    """How often each (topic, partition, offset) was consumed, by any member."""
-    counts = Counter(r for d in drivers for r in d.records())
-    counts.update((r["topic"], r["partition"], r["offset"]) for p in processes for r in p.records())
-    return counts
-
-
-def _held(drivers, processes) -> list:
-    return sorted([tp for d in drivers for held in d.assignments().values() for tp in held]
-                  + [tp for p in processes if p.alive for tp in p.assignment()])
-
-
-def _whole(cluster, group, drivers, processes, every_member: bool = False) -> bool:
-    """Every partition held by exactly one member, as ZooKeeper's owners and
-    each member say (``every_member``: and every member holds some)."""
-    held = _held(drivers, processes)
-    if every_member and not (all(p.assignment() for p in processes if p.alive) and all(
-            d.assignment(i) for d in drivers for i in range(d.members) if not d.closed(i))):
-        return False
-    return len(read_owners(cluster.zk, group)) == PARTITIONS and len(held) == PARTITIONS \
-        and len(set(held)) == PARTITIONS
-
-
-def _exactly_once(cluster, topic, group, drivers, processes, produced: int) -> None:
-    """Every offset below ``produced`` consumed once, and committed at the end."""
-    wait_until(lambda: sum(_consumed(drivers, processes).values()) >= produced, timeout=30,
-               message=f"{produced} records consumed")
-    per_partition = produced // PARTITIONS
-    wait_until(lambda: read_offsets(cluster.zk, group) == {(topic, p): per_partition for p in range(PARTITIONS)},
-               timeout=15, message="every partition committed to its end")
-    counts = _consumed(drivers, processes)
-    assert {k: n for k, n in counts.items() if n > 1} == {}
-    assert sorted(counts) == sorted((topic, p, o) for p in range(PARTITIONS) for o in range(per_partition))
-
-
 KIP848 = {"group.protocol": "consumer"}  # its heartbeat and session are the broker's to set
 
 
@@ -113,22 +78,25 @@ def test_java_consumers_share_a_group_with_thin_and_librdkafka_members(cluster, 
     produce(cluster, topic, 200)
     drivers = [java(topic, group, members=2, **java_settings)]
     processes = []
-    wait_until(lambda: _whole(cluster, group, drivers, processes), timeout=30, message="the Java members whole")
+    wait_until(lambda: whole(cluster, group, PARTITIONS, drivers, processes), timeout=30,
+               message="the Java members whole")
     processes.append(cluster.add_consumer(group, topics=[topic], extra=("--strategy", strategy)))
     processes.append(cluster.add_consumer(group, topics=[topic], kafka_brokers=cluster.broker_list,
                                           extra=("--strategy", strategy)))
-    wait_until(lambda: _whole(cluster, group, drivers, processes, every_member=True),
+    wait_until(lambda: whole(cluster, group, PARTITIONS, drivers, processes, every_member=True),
                timeout=40, message="four members, a partition each")
     produce(cluster, topic, 200, start=200)
-    wait_until(lambda: sum(_consumed(drivers, processes).values()) >= 400, timeout=30)
+    wait_until(lambda: sum(consumed(drivers, processes).values()) >= 400, timeout=30)
     drivers[0].close_member(1)
-    wait_until(lambda: _whole(cluster, group, drivers, processes), timeout=30, message="whole without Java member 1")
+    wait_until(lambda: whole(cluster, group, PARTITIONS, drivers, processes), timeout=30,
+               message="whole without Java member 1")
     produce(cluster, topic, 200, start=400)
-    wait_until(lambda: sum(_consumed(drivers, processes).values()) >= 600, timeout=30)
+    wait_until(lambda: sum(consumed(drivers, processes).values()) >= 600, timeout=30)
     processes[1].terminate()
-    wait_until(lambda: _whole(cluster, group, drivers, processes), timeout=30, message="whole without librdkafka")
+    wait_until(lambda: whole(cluster, group, PARTITIONS, drivers, processes), timeout=30,
+               message="whole without librdkafka")
     produce(cluster, topic, 200, start=600)
-    _exactly_once(cluster, topic, group, drivers, processes, 800)
+    exactly_once(cluster, topic, group, PARTITIONS, drivers, processes, 800)
     assert drivers[0].errors() == []
 
 
@@ -145,21 +113,21 @@ def test_static_java_members_come_back_to_their_partitions(cluster, java):
     settings = {**CLASSIC, "session.timeout.ms": STATIC_SESSION_S * 1000, "partition.assignment.strategy": RANGE}
     first = java(topic, group, members=2, instance_id_prefix="pod", **settings)
     thin = cluster.add_consumer(group, topics=[topic])
-    wait_until(lambda: thin.assignment() and _whole(cluster, group, [first], [thin], every_member=True), timeout=40,
-               message="two static members and a thin one whole")
+    wait_until(lambda: thin.assignment() and whole(cluster, group, PARTITIONS, [first], [thin], every_member=True),
+               timeout=40, message="two static members and a thin one whole")
     owners = read_owners(cluster.zk, group)
     assert {"pod-0", "pod-1"} <= set(owners.values()), owners
-    _exactly_once(cluster, topic, group, [first], [thin], 200)
+    exactly_once(cluster, topic, group, PARTITIONS, [first], [thin], 200)
     first.kill()
     second = java(topic, group, members=2, instance_id_prefix="pod", **settings)
     # Each instance gets back what it held, and nobody else was given it meanwhile. (Once the
     # old process's lease has ended: the coordinator cannot tell it from a live one.)
-    wait_until(lambda: _whole(cluster, group, [second], [thin], every_member=True), timeout=STATIC_SESSION_S + 20,
-               message="whole again")
+    wait_until(lambda: whole(cluster, group, PARTITIONS, [second], [thin], every_member=True),
+               timeout=STATIC_SESSION_S + 20, message="whole again")
     assert read_owners(cluster.zk, group) == owners
     assert thin.assignment() == {tp for tp, owner in owners.items() if owner not in ("pod-0", "pod-1")}
     produce(cluster, topic, 200, start=200)
-    _exactly_once(cluster, topic, group, [first, second], [thin], 400)
+    exactly_once(cluster, topic, group, PARTITIONS, [first, second], [thin], 400)
     assert second.errors() == []
 
 

@@ -65,6 +65,24 @@ def test_a_cooperative_client_cannot_claim_partitions_it_was_never_given():
     assert member.holding == frozenset()
 
 
+@pytest.mark.parametrize("owned, released", [
+    (None, {A, B}),             # a subscription that cannot say: an eager client, holding nothing
+    (frozenset(), {A, B}),      # an eager client says it owns nothing
+    (frozenset({A, B}), set()),  # a cooperative one still fetching both: neither is released
+])
+def test_a_client_under_an_assignor_name_zkcoord_does_not_know_is_believed_on_what_it_owns(owned, released):
+    member = stable_member("custom-assignor")
+    assert not member.cooperative and member.client_kind == "classic-eager"
+    member.stop(frozenset({A, B}), 1.0)
+    assert member.join(owned, 1.5) == released
+
+
+def test_kafkajs_round_robin_is_an_eager_client():
+    member = stable_member("RoundRobinAssigner")
+    member.stop(frozenset({B}), 1.0)
+    assert member.join(frozenset({A, B}), 1.5) == {B}  # it revoked everything, whatever it says
+
+
 def test_a_stop_between_join_and_sync_of_an_eager_client_is_released_at_once():
     member = stable_member("range")
     member.start({A: 0, B: 0, C: 0}, 1.0)
@@ -160,22 +178,6 @@ def test_a_joined_member_that_never_syncs_expires_after_its_session_timeout():
 def test_a_joining_member_never_expires_while_its_join_is_answered():
     member = ClassicMember("m", ("t",), session_timeout_ms=6000, rebalance_timeout_ms=20000)
     assert member.expire(1000.0) is None
-
-
-@pytest.mark.parametrize("offered, chosen, strategies", [
-    (["range"], "range", ("range",)),
-    (["cooperative-sticky", "range"], "cooperative-sticky", ("sticky", "range")),
-    (["custom", "roundrobin"], "roundrobin", ("roundrobin",)),
-    (["sticky", "cooperative-sticky"], "sticky", ("sticky",)),
-])
-def test_the_first_assignor_zkcoord_stands_in_for_is_chosen(offered, chosen, strategies):
-    assert classic.choose_protocol(offered) == chosen
-    assert classic.strategies_for(offered) == strategies
-
-
-def test_a_client_with_no_assignor_zkcoord_stands_in_for_is_refused():
-    with pytest.raises(classic.UnsupportedProtocols, match="custom"):
-        classic.choose_protocol(["custom"])
 
 
 def test_a_retried_sync_gets_the_same_assignment():

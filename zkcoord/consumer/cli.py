@@ -341,7 +341,7 @@ def _run_stock(args: argparse.Namespace, out, stop: threading.Event) -> int:
 def _run_confluent(args, config, brokers: str, topics: list[str], out, stop: threading.Event) -> int:
     from confluent_kafka import Consumer as KafkaConsumer
 
-    from zkcoord.broker.groups.classic import ASSIGNOR_FOR_STRATEGY
+    from zkcoord.broker.groups.protocols import ASSIGNOR_FOR_STRATEGY
 
     from zkcoord.security.config import librdkafka_settings
 

@@ -416,11 +416,14 @@ class LocalCluster:
 
 @contextlib.contextmanager
 def cluster_in_chroot(connect: str, directory: Path, prefix: str = "t",
-                      cluster_type: type[LocalCluster] = LocalCluster) -> Iterator[LocalCluster]:
-    """A cluster of ``cluster_type`` in a fresh chroot of the ensemble at
-    ``connect``, as a deployment sharing ZooKeeper would run; the cluster
-    closes (its processes stop) before the chroot is deleted."""
-    with fresh_chroot(connect, prefix) as (chrooted, _client), cluster_type(chrooted, directory) as cluster:
+                      cluster_type: type[LocalCluster] = LocalCluster,
+                      server_args: Sequence[str] = ()) -> Iterator[LocalCluster]:
+    """A cluster of ``cluster_type`` (its servers started with
+    ``server_args``) in a fresh chroot of the ensemble at ``connect``, as a
+    deployment sharing ZooKeeper would run; the cluster closes (its
+    processes stop) before the chroot is deleted."""
+    with fresh_chroot(connect, prefix) as (chrooted, _client), \
+            cluster_type(chrooted, directory, server_args) as cluster:
         yield cluster
 
 

@@ -34,59 +34,31 @@ from kafka import errors as kafka_errors
 
 from zkcoord import wire
 
+from zkcoord.broker.groups import protocols
 from zkcoord.broker.groups.member import ILLEGAL_GENERATION, NONE, UNKNOWN_MEMBER_ID, BridgedMember, Phase
 
 __all__ = ["ClassicMember", "ILLEGAL_GENERATION", "NONE", "UNKNOWN_MEMBER_ID", "Phase"]
 
 REBALANCE_IN_PROGRESS = kafka_errors.RebalanceInProgressError.errno
 
-# The classic protocol's assignor names, the client's rebalance style, and
-# the zkcoord strategy that assigns the same way.
-EAGER_PROTOCOLS = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky"}
-COOPERATIVE_PROTOCOLS = {"cooperative-sticky": "sticky"}
-# The other way: the Kafka assignor that assigns like each zkcoord strategy
-# (sticky: the cooperative one, which rebalances incrementally as zkcoord does).
-ASSIGNOR_FOR_STRATEGY = {strategy: name for name, strategy in {**EAGER_PROTOCOLS, **COOPERATIVE_PROTOCOLS}.items()}
 # The leader id every member is told: none of them leads, the coordinator
 # assigns, so every client sends an empty SyncGroup and takes what it gets.
 COORDINATOR_LEADS = "zkcoord-coordinator"
 
 
-class UnsupportedProtocols(ValueError):
-    """None of the client's assignors is one zkcoord can stand in for."""
-
-
-def choose_protocol(offered: list[str]) -> str:
-    """The first of the client's assignors (in its order of preference) that
-    zkcoord assigns like; raises UnsupportedProtocols."""
-    for name in offered:
-        if name in EAGER_PROTOCOLS or name in COOPERATIVE_PROTOCOLS:
-            return name
-    raise UnsupportedProtocols(
-        f"none of the client's assignors {offered} is served; zkcoord assigns like "
-        f"{sorted({**EAGER_PROTOCOLS, **COOPERATIVE_PROTOCOLS})}")
-
-
-def strategies_for(offered: list[str]) -> tuple[str, ...]:
-    """The zkcoord strategies matching the client's assignors, in its order, without repeats."""
-    out: list[str] = []
-    for name in offered:
-        strategy = EAGER_PROTOCOLS.get(name) or COOPERATIVE_PROTOCOLS.get(name)
-        if strategy is not None and strategy not in out:
-            out.append(strategy)
-    return tuple(out)
-
-
 @dataclass
 class ClassicMember(BridgedMember):
     protocol_name: str = "range"
+    # Every protocol name the client offered, for Kafka's rule on who may join
+    # whom (protocols.check_shares_protocol).
+    offered: tuple[str, ...] = ()
     subscription: bytes = b""
     # What the last SyncGroup handed over, for a retry of it.
     given: frozenset = frozenset()
 
     @property
     def cooperative(self) -> bool:
-        return self.protocol_name in COOPERATIVE_PROTOCOLS
+        return protocols.is_cooperative(self.protocol_name)
 
     @property
     def client_kind(self) -> str:
@@ -113,7 +85,10 @@ class ClassicMember(BridgedMember):
         Returns the revocations this confirms. The answer's generation is the
         new ``generation``."""
         self.last_heard = now
-        if self.cooperative and owned is not None:
+        if owned is not None and (self.cooperative or not protocols.is_known(self.protocol_name)):
+            # Under a name zkcoord does not know, the client is served as an
+            # eager one, yet its style is not known: what it says it still owns
+            # is believed (an eager client owns nothing when it joins).
             self.holding &= frozenset(owned)
         elif not self.cooperative:
             self.holding = frozenset()  # an eager client revokes everything before it joins

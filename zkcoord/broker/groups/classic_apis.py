@@ -18,7 +18,7 @@ from typing import Optional
 from kafka.protocol.consumer import HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, SyncGroupResponse
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription, ConsumerProtocolType
 
-from zkcoord.broker.groups import classic
+from zkcoord.broker.groups import classic, protocols
 from zkcoord.broker.groups.answers import (
     FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
     MAX_PENDING_IDS, MEMBER_ID_REQUIRED, NONE, assignment_bytes,
@@ -65,9 +65,10 @@ class ClassicApis:
             return answer(INCONSISTENT_GROUP_PROTOCOL)
         offered = {p.name: p.metadata for p in request.protocols}
         try:
-            protocol_name = classic.choose_protocol(list(offered))
+            choice = protocols.choose_protocol(list(offered))
+            protocol_name = choice.name
             subscription = ConsumerProtocolSubscription.decode(bytes(offered[protocol_name]))
-        except classic.UnsupportedProtocols as exc:
+        except protocols.InconsistentProtocols as exc:
             log.info("group %s: refusing a member: %s", request.group_id, exc)
             return answer(INCONSISTENT_GROUP_PROTOCOL)
         except Exception as exc:  # the library raises many types on bad bytes
@@ -80,6 +81,11 @@ class ClassicApis:
                               for p in t.partitions)
         members = self._groups.get(request.group_id, {})
         member_id = request.member_id
+        try:
+            protocols.check_shares_protocol(list(offered), self._stock_protocols(request.group_id, member_id))
+        except protocols.InconsistentProtocols as exc:
+            log.info("group %s: refusing member %s: %s", request.group_id, member_id or "(new)", exc)
+            return answer(INCONSISTENT_GROUP_PROTOCOL, member_id)
         bridged = self._find_own(request.group_id, member_id, principal) if member_id else None
         if member_id and bridged is None and self._taken(request.group_id, member_id):
             # Member ids are no secret (DescribeGroups lists them): another
@@ -96,6 +102,7 @@ class ClassicApis:
                 bridged = None
             else:
                 member.subscription = bytes(offered[protocol_name])
+                member.offered = tuple(offered)
                 member.join(owned, now)
                 bridged.notify()
                 self._refence(bridged)
@@ -120,8 +127,11 @@ class ClassicApis:
             for other in list(members.values()):
                 if other.member.instance_id == instance_id and not other.member.gone:
                     self._replaced(other, member_id)
+        if choice.stand_in:
+            log.info("group %s: member %s (client %r): %s", request.group_id, member_id,
+                     request.header.client_id or "", choice.why)
         member = ClassicMember(
-            member_id=member_id, protocol_name=protocol_name, topics=topics,
+            member_id=member_id, protocol_name=protocol_name, offered=tuple(offered), topics=topics,
             session_timeout_ms=request.session_timeout_ms,
             rebalance_timeout_ms=getattr(request, "rebalance_timeout_ms", -1) if version >= 1
             else request.session_timeout_ms,
@@ -130,7 +140,7 @@ class ClassicApis:
         if member.rebalance_timeout_ms <= 0:
             member.rebalance_timeout_ms = member.session_timeout_ms
         bridged = self._add(member, request.group_id)
-        error = self._register(bridged, classic.strategies_for(list(offered)))
+        error = self._register(bridged, choice.strategies)
         if error != NONE:
             self._drop(bridged, "its registration was refused")
             return answer(error, member_id)
@@ -142,6 +152,12 @@ class ClassicApis:
             self._lift_fences_elsewhere(request.group_id, tie_of(member))
         return answer(NONE, member_id, member)
 
+    def _stock_protocols(self, group: str, member_id: str) -> list[tuple[str, ...]]:
+        """What each other live classic member of ``group`` offered. Every
+        stock client of a group is sent to one broker (FindCoordinator), so
+        this bridge's are the group's."""
+        return [b.member.offered for b in self._groups.get(group, {}).values()
+                if isinstance(b.member, ClassicMember) and not b.member.gone and b.member.member_id != member_id]
 
     def sync_group(self, request, principal: Principal = ANONYMOUS, client_host: str = ""):
         version = request.API_VERSION
