@@ -13,8 +13,10 @@ measured on a real 3-node ZooKeeper ensemble that zkcoord.testing starts on
    three ZooKeeper processes per multi (all three, and the leader alone) and
    the writer's own CPU per multi (kazoo's encoding: the coordinator's share
    of a flush). Then ``--writers`` multis in flight at once for
-   ``--saturate-s``: the multis and offsets per second the ensemble took, and
-   the CPU everything used meanwhile, which the model's check reads.
+   ``--saturate-s``, over one ZooKeeper session (a server has one) and over
+   four: the multis and offsets per second the ensemble took, and the CPU
+   everything used meanwhile, which the model's check reads. Last, watched
+   existence checks ``READ_BATCH`` at a time, as an election round reads.
 2. **ping**: ``--ping-members`` members (in this process, gevent greenlets)
    held by one coordinator; its server's CPU over a window, less its CPU
    idle, per ping round trip.
@@ -68,12 +70,14 @@ from zkcoord.zk import layout  # noqa: E402
 from zkcoord.zk.gevent_handler import GeventHandler  # noqa: E402
 
 SLOTS = 2
+SESSIONS = 4  # the offsets' writers' ZooKeeper sessions, at most (a server has one)
 SERVERS = 2
 CHROOT = "/bench-costs"  # the offsets' writes: apart from the servers' own nodes
 OFFSET_COUNTS = (0, 1, 10, 100, 1000)
 MEMBER_SESSION_TIMEOUT_MS = 10_000  # a ping every 3.33 s, as in every published capacity figure
 TAKEOVER_SESSION_TIMEOUT_MS = 6000
 PARTITIONS_PER_MEMBER = 10
+READ_BATCH = 1000
 WARM_UP_MULTIS = 300  # ZooKeeper's JIT and kazoo's first requests, before anything is timed
 
 
@@ -133,21 +137,30 @@ class CostsBench(Harness):
 
     def offsets(self) -> None:
         self.zk.ensure_path(CHROOT)
-        client = zk_client.open_client(self.ensemble.connect_string + CHROOT, handler=GeventHandler())
-        zk_client.start(client, 30)
+        # One ZooKeeper session per store, as each server has one; each store
+        # a slot of its own (a store proves its office on its own session).
+        clients = [zk_client.open_client(self.ensemble.connect_string + CHROOT, handler=GeventHandler())
+                   for _ in range(SESSIONS)]
         try:
-            store = CoordinatorStore(client, server_id=1)
-            store.claim_epoch(elected_as=b"1")  # two checks open each multi, as a coordinator's do
+            stores = []
+            for slot, client in enumerate(clients):
+                zk_client.start(client, 30)
+                store = CoordinatorStore(client, server_id=slot + 1, slot=slot, slots=SESSIONS)
+                store.claim_epoch(elected_as=str(slot + 1).encode())  # two checks open each multi, as a coordinator's
+                stores.append(store)
+            store = stores[0]
             store.write_offsets("warm-up", self._offsets_of(10, 1), existing=set())
             for value in range(2, WARM_UP_MULTIS + 2):
                 store.write_offsets("warm-up", self._offsets_of(10, value), set(self._offsets_of(10, 0)))
             self.zk_idle = self._zk_idle(5.0)
-            rows = [self._offsets_serial(store, n) for n in OFFSET_COUNTS]
-            self.figures["offsets"] = rows
-            self.figures["saturation"] = [self._offsets_saturated(store, n) for n in (1, 100)]
+            self.figures["offsets"] = [self._offsets_serial(store, n) for n in OFFSET_COUNTS]
+            self.figures["saturation"] = [self._offsets_saturated(stores[:sessions], n)
+                                          for sessions in (1, SESSIONS) for n in (1, 100)]
+            self.figures["reads"] = self._reads(clients[0])
         finally:
-            client.stop()
-            client.close()
+            for client in clients:
+                client.stop()
+                client.close()
 
     @staticmethod
     def _offsets_of(count: int, value: int) -> dict:
@@ -187,11 +200,12 @@ class CostsBench(Harness):
                  f"(leader {row['leader_cpu_us']:.0f} us); writer CPU {row['writer_cpu_us']:.0f} us per multi")
         return row
 
-    def _offsets_saturated(self, store: CoordinatorStore, count: int) -> dict:
+    def _offsets_saturated(self, stores: list[CoordinatorStore], count: int) -> dict:
+        """``--writers`` multis in flight at once, spread over ``stores`` (their sessions)."""
         writers = self.args.writers
-        groups = [f"saturated-{count}-{w}" for w in range(writers)]
-        for group in groups:
-            store.write_offsets(group, self._offsets_of(count, 1), existing=set())
+        groups = [f"saturated-{len(stores)}-{count}-{w}" for w in range(writers)]
+        for w, group in enumerate(groups):
+            stores[w % len(stores)].write_offsets(group, self._offsets_of(count, 1), existing=set())
         done = [0] * writers
         deadline = time.perf_counter() + self.args.saturate_s
 
@@ -199,7 +213,7 @@ class CostsBench(Harness):
             existing = set(self._offsets_of(count, 0))
             value = 2
             while time.perf_counter() < deadline:
-                store.write_offsets(groups[w], self._offsets_of(count, value), existing)
+                stores[w % len(stores)].write_offsets(groups[w], self._offsets_of(count, value), existing)
                 value += 1
                 done[w] += 1
 
@@ -211,15 +225,38 @@ class CostsBench(Harness):
         zk, leader = self.zk_cpu_since(zk_before, started)
         multis = sum(done)
         row = {
-            "offsets": count, "writers": writers, "seconds": elapsed,
+            "offsets": count, "writers": writers, "sessions": len(stores), "seconds": elapsed,
             "multis_per_s": multis / elapsed, "offsets_per_s": multis * count / elapsed,
             "zk_cores": zk / elapsed, "leader_cores": leader / elapsed,
             "writer_cores": (own_cpu_s() - own_before) / elapsed,
         }
-        self.say(f"offsets: {writers} writers at once, {count} offsets per multi, {elapsed:.1f} s: "
+        self.say(f"offsets: {writers} writers at once over {len(stores)} session(s), {count} offsets per multi, "
+                 f"{elapsed:.1f} s: "
                  f"{row['multis_per_s']:.0f} multis/s, {row['offsets_per_s']:.0f} offsets/s; CPU meanwhile "
                  f"ZooKeeper {row['zk_cores'] * 100:.0f}% of a core (leader {row['leader_cores'] * 100:.0f}%), "
                  f"writer {row['writer_cores'] * 100:.0f}%")
+        return row
+
+    def _reads(self, client) -> dict:
+        """``--reads`` existence checks, READ_BATCH in flight at a time, as an
+        election round makes (every slot's election node, every server's
+        registration, watched): ZooKeeper's CPU and the wall time per read."""
+        paths = [layout.slot_coordinator_path(k) for k in range(1, 1 + READ_BATCH)]
+        for path in paths:
+            client.ensure_path(path)
+        zk_before, started = self.zk_cpu(), time.perf_counter()
+        own_before = own_cpu_s()
+        reads = 0
+        while reads < self.args.reads:
+            for request in [client.exists_async(p, watch=lambda _event: None) for p in paths]:
+                request.get()
+            reads += len(paths)
+        elapsed = time.perf_counter() - started
+        zk, leader = self.zk_cpu_since(zk_before, started)
+        row = {"reads": reads, "reads_per_s": reads / elapsed, "zk_cpu_us": zk / reads * 1e6,
+               "writer_cpu_us": (own_cpu_s() - own_before) / reads * 1e6}
+        self.say(f"reads: {reads} watched existence checks, {READ_BATCH} in flight: {row['reads_per_s']:.0f}/s; "
+                 f"ZooKeeper CPU {row['zk_cpu_us']:.1f} us per read; reader CPU {row['writer_cpu_us']:.1f} us")
         return row
 
     # -- servers and members -------------------------------------------------------------------
@@ -245,11 +282,14 @@ class CostsBench(Harness):
         gevent.sleep(seconds)  # a measuring window, not a wait for a condition
         return (self.server_cpu(server_id) - before) / seconds
 
-    def form(self, group: str, topic: str, size: int, partitions: int, session_ms: int) -> list[TimedMember]:
-        members = [TimedMember(self.cluster.bootstrap, group, topic, session_ms) for _ in range(size)]
-        wait_until(lambda: complete(members, partitions), 180, message=f"group {group} of {size} to form",
-                   interval=0.05)
-        settle(members)
+    def form(self, groups: list[str], topic: str, size: int, partitions: int,
+             session_ms: int = MEMBER_SESSION_TIMEOUT_MS) -> dict[str, list[TimedMember]]:
+        """``size`` members in each of ``groups``, all started at once, each group whole and settled."""
+        members = {g: [TimedMember(self.cluster.bootstrap, g, topic, session_ms) for _ in range(size)]
+                   for g in groups}
+        wait_until(lambda: all(complete(ms, partitions) for ms in members.values()), 180,
+                   message=f"{len(groups)} group(s) of {size} to form", interval=0.05)
+        settle([m for ms in members.values() for m in ms])
         return members
 
     # -- 2. ping -------------------------------------------------------------------------------
@@ -260,10 +300,7 @@ class CostsBench(Harness):
         server = min(self.cluster.servers)
         groups = self.groups_of(server, "ping", max(1, count // group_size))
         idle = self.idle_rate(server, self.args.window_s / 2)
-        members = []
-        for group in groups:
-            members += self.form(group, topic, group_size, group_size, MEMBER_SESSION_TIMEOUT_MS)
-        settle(members)
+        members = [m for ms in self.form(groups, topic, group_size, group_size).values() for m in ms]
         for m in members:
             m.recorder.mark()
         before, started = self.server_cpu(server), time.perf_counter()
@@ -289,26 +326,31 @@ class CostsBench(Harness):
             topic = self.topic(f"round-{size}", partitions)
             group = f"round-{size}"
             server = self.coordinator_of(group)
-            members = self.form(group, topic, size, partitions, MEMBER_SESSION_TIMEOUT_MS)
+            members = self.form([group], topic, size, partitions)[group]
             baseline = self.idle_rate(server, 3.0)  # the idle server plus these members' pings
-            for _ in range(3):
+            # A small round's CPU is a few ms, /proc counts in 10 ms ticks: more joins for small groups.
+            joins = max(3, min(10, 1000 // size))
+            cpu, whole, logged = 0.0, [], []
+            for _ in range(joins):
                 before, trigger = self.server_cpu(server), time.perf_counter()
                 newcomer = TimedMember(self.cluster.bootstrap, group, topic, MEMBER_SESSION_TIMEOUT_MS)
                 members.append(newcomer)
                 wait_until(lambda: complete(members, partitions), 120, message=f"group of {size} to take a member",
                            interval=0.01)
-                whole_s = max(m.recorder.last_start for m in members) - trigger
+                whole.append(max(m.recorder.last_start for m in members) - trigger)
                 settle(members)
-                elapsed = time.perf_counter() - trigger
-                cpu = self.server_cpu(server) - before - baseline * elapsed
+                cpu += self.server_cpu(server) - before - baseline * (time.perf_counter() - trigger)
                 generation = newcomer.recorder.start_generation
-                logged = [int(x[5]) for x in STABLE_LINE.findall(self.cluster.servers[server].log_path.read_text(
-                    errors="replace")) if x[0] == group and int(x[1]) == generation]
-                rows.append({"members": len(members) - 1, "partitions": partitions, "whole_ms": whole_s * 1000,
-                             "round_ms": logged[-1] if logged else None, "cpu_ms": cpu * 1000})
-                self.say(f"round: one join into {len(members) - 1} members over {partitions} partitions: whole "
-                         f"after {whole_s * 1000:.0f} ms; the coordinator's round {rows[-1]['round_ms']} ms; its "
-                         f"server's CPU {cpu * 1000:.0f} ms above its baseline")
+                logged += [int(x[5]) for x in STABLE_LINE.findall(self.cluster.servers[server].log_path.read_text(
+                    errors="replace")) if x[0] == group and int(x[1]) == generation][-1:]
+            row = {"members": size + joins // 2, "partitions": partitions, "joins": joins,
+                   "whole_ms": statistics.median(whole) * 1000,
+                   "round_ms": statistics.median(logged) if logged else None, "cpu_ms": cpu / joins * 1000}
+            rows.append(row)
+            self.say(f"round: {joins} joins, one at a time, into {size} to {size + joins - 1} members over "
+                     f"{partitions} partitions: whole after {row['whole_ms']:.0f} ms (median); the coordinator's "
+                     f"round {row['round_ms']} ms (median); its server's CPU {row['cpu_ms']:.1f} ms per round above "
+                     f"its baseline")
             close_all(members)
         self.figures["rounds"] = rows
 
@@ -320,11 +362,8 @@ class CostsBench(Harness):
         topic = self.topic("takeover", PARTITIONS_PER_MEMBER * size)
         groups = self.groups_of(victim, "takeover", count)
         slot = layout.slot_of(groups[0], SLOTS)
-        members = {g: [TimedMember(self.cluster.bootstrap, g, topic, TAKEOVER_SESSION_TIMEOUT_MS)
-                       for _ in range(size)] for g in groups}
         partitions = PARTITIONS_PER_MEMBER * size
-        wait_until(lambda: all(complete(ms, partitions) for ms in members.values()), 180,
-                   message="the takeover's groups to form", interval=0.1)
+        members = self.form(groups, topic, size, partitions, TAKEOVER_SESSION_TIMEOUT_MS)
         epoch_path = layout.slot_epoch_path(slot)
         before = layout.decode_coordinator_epoch(self.zk.get(epoch_path)[0])
         survivor = min(self.cluster.servers)
@@ -408,11 +447,12 @@ def main() -> int:
                                                                          "for the big ones: 40,000 offsets at most)")
     parser.add_argument("--writers", type=int, default=32, help="multis in flight at once when saturating")
     parser.add_argument("--saturate-s", type=float, default=8.0)
-    parser.add_argument("--ping-members", type=int, default=1000)
+    parser.add_argument("--reads", type=int, default=50_000, help="existence checks timed")
+    parser.add_argument("--ping-members", type=int, default=2000)
     parser.add_argument("--window-s", type=float, default=20.0, help="the ping's steady window")
     parser.add_argument("--round-sizes", default="10,100,1000")
-    parser.add_argument("--takeover-groups", type=int, default=50)
-    parser.add_argument("--takeover-group-size", type=int, default=4)
+    parser.add_argument("--takeover-groups", type=int, default=100)
+    parser.add_argument("--takeover-group-size", type=int, default=10)
     parser.add_argument("--json", help="also write every figure to this file (the model's input)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()

@@ -38,6 +38,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from zkcoord.zk.layout import MAX_SLOTS  # noqa: E402
+
 COSTS_PATH = Path(__file__).resolve().parent / "costs.json"
 
 # How closely the fitted costs must reproduce each measured point (a unit
@@ -45,9 +49,14 @@ COSTS_PATH = Path(__file__).resolve().parent / "costs.json"
 # few hundred writes, on two cores shared by three ZooKeeper nodes, the
 # writer and the servers, varies by about this much from run to run.
 FIT_TOLERANCE = 0.35
-# The simulated throughput against the measured: the bench's saturation is
-# one 8 s run on a shared machine, which varies more.
-SIMULATION_TOLERANCE = 0.5
+# The simulated throughput of the bench's saturation run, given the CPU the
+# ensemble got in it, against the measured: never above it by more than
+# this (the serial costs must not understate a multi's cost under load) ...
+SIMULATION_OPTIMISM = 0.35
+# ... nor below it by more than this factor: under load ZooKeeper and the
+# writer amortise a multi's fixed cost over a batch, which the serial costs
+# the model runs on do not (it is pessimistic for small multis).
+SIMULATION_PESSIMISM = 3.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class UnitCosts:
     flush_leader: Line  # the leader's alone
     flush_writer: Line  # the writer's (the coordinator's kazoo) per multi
     flush_latency: Line  # one multi at a time, median, seconds
+    read_s: float  # ZooKeeper's CPU per watched existence check (an election round's read)
     ping_s: float  # a coordinator's CPU per ping round trip
     round_cpu: Line  # a coordinator's CPU per round, by the group's members
     takeover_elected_s: float  # kill -9 to new epoch: the ZooKeeper session, then the election
@@ -120,6 +130,7 @@ class UnitCosts:
             flush_leader=fit_line((r["offsets"], r["leader_cpu_us"] / 1e6) for r in rows),
             flush_writer=fit_line((r["offsets"], r["writer_cpu_us"] / 1e6) for r in rows),
             flush_latency=fit_line((r["offsets"], r["latency_median_ms"] / 1e3) for r in rows),
+            read_s=figures["reads"]["zk_cpu_us"] / 1e6,
             ping_s=figures["ping"]["cpu_per_ping_us"] / 1e6,
             round_cpu=fit_line((r["members"], r["cpu_ms"] / 1e3) for r in figures["rounds"]),
             takeover_elected_s=t["elected_s"], takeover_whole_s=t["whole_s"], takeover_session_s=t["zk_session_s"],
@@ -261,6 +272,10 @@ class Scenario:
     # A takeover's time beyond the dead server's ZooKeeper session: the bound
     # the scale steps held (session + 2 s).
     takeover_extra_s: float = 2.0
+    # Members a successor brings back per second after its election (None:
+    # the measured takeover's; bench/RESULTS.md's scale steps measured more
+    # with the members in processes of their own).
+    recovery_rate: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -276,7 +291,10 @@ class Limits:
     servers: int
     members_per_slot: int  # that a successor brings back within the takeover bound
     slots: int
+    clusters: int  # zkcoord clusters, each its own ensemble and at most MAX_SLOTS slots
     slots_per_ensemble: float
+    election_reads: int  # reads one server's coming or going sets off, in one cluster
+    election_read_cpu_s: float  # ZooKeeper CPU for them
     bursts: BurstResult  # the flushes of one ensemble's slots, simulated
     binding: str  # what limits first
 
@@ -299,21 +317,29 @@ def limits(costs: UnitCosts, s: Scenario, simulate: bool = True) -> Limits:
     by_cpu = int(s.server_cpu_budget / member_cpu)
     members_per_server = min(by_cpu, s.server_connections)
     servers = math.ceil(s.members / members_per_server)
-    per_slot = max(1, int(costs.recovery_rate() * s.takeover_extra_s))
+    per_slot = max(1, int((s.recovery_rate or costs.recovery_rate()) * s.takeover_extra_s))
     slots = max(servers, math.ceil(s.members / per_slot))
-    slots_per_ensemble = slots / ensembles
+    clusters = max(ensembles, math.ceil(slots / MAX_SLOTS))
+    slots_per_ensemble = slots / clusters
+    # Every server watches every slot's election node and every server's
+    # registration: when one comes or goes, each reads them all again.
+    servers_per_cluster = math.ceil(servers / clusters)
+    election_reads = servers_per_cluster * (math.ceil(slots_per_ensemble) + servers_per_cluster)
     groups_per_slot = max(1, round(s.groups / slots))
     bursts = (flush_bursts(math.ceil(slots_per_ensemble), groups_per_slot, offsets_per_group, s.commit_interval_s,
                            costs.flush_leader, s.leader_cores, costs.flush_wait(offsets_per_group))
               if simulate else BurstResult(0, 0, 0, 0, True))
     if ensembles > 1:
         binding = f"ZooKeeper's offset writes: {ensembles} ensembles"
+    elif clusters > 1:
+        binding = f"the slot count ({MAX_SLOTS} per cluster): {clusters} clusters"
     elif members_per_server < by_cpu:
         binding = "a server's connections"
     else:
         binding = "coordinator CPU"
     return Limits(s, multis, offsets, leader_needed, ensembles, absorbed, member_cpu, members_per_server, servers,
-                  per_slot, slots, slots_per_ensemble, bursts, binding)
+                  per_slot, slots, clusters, slots_per_ensemble, election_reads, election_reads * costs.read_s, bursts,
+                  binding)
 
 
 def check(costs: UnitCosts) -> list[str]:
@@ -335,17 +361,20 @@ def check(costs: UnitCosts) -> list[str]:
         near(f"CPU of a round of {row['members']}", costs.round_cpu(row["members"]), row["cpu_ms"] / 1e3,
              FIT_TOLERANCE)
     for row in costs.figures["saturation"]:
-        n = row["offsets"]
-        near(f"throughput of {row['writers']} writers of {n}", simulated_saturation(costs, row),
-             row["multis_per_s"], SIMULATION_TOLERANCE)
+        simulated, measured = simulated_saturation(costs, row), row["multis_per_s"]
+        what = f"throughput of {row['writers']} writers over {row['sessions']} session(s), {row['offsets']} offsets"
+        if simulated > measured * (1 + SIMULATION_OPTIMISM) or simulated * SIMULATION_PESSIMISM < measured:
+            misses.append(f"{what}: simulated {simulated:.0f}/s, measured {measured:.0f}/s (allowed "
+                          f"{1 / SIMULATION_PESSIMISM:.2f}x to {1 + SIMULATION_OPTIMISM:.2f}x)")
     return misses
 
 
 def simulated_saturation(costs: UnitCosts, row: dict) -> float:
     """The bench's saturation run, simulated: the writer on one core, the
-    ensemble on what is left of the machine's cores."""
+    ensemble on the CPU it got in that run (the machine's two cores were
+    shared with everything else on it, so that, not ZooKeeper, bounded it)."""
     n = row["offsets"]
-    return closed_loop(row["writers"], costs.flush_writer(n), costs.flush_zk(n), max(costs.cores - 1, 0.5),
+    return closed_loop(row["writers"], costs.flush_writer(n), costs.flush_zk(n), row["zk_cores"],
                        costs.flush_wait(n))
 
 
@@ -363,14 +392,17 @@ def report(costs: UnitCosts, scenarios: Iterable[Scenario]) -> list[str]:
     for s in scenarios:
         lim = limits(costs, s)
         b = lim.bursts
+        held = lim.offsets_per_s_per_ensemble * s.commit_interval_s
         lines.append(
             f"{s.members:,} members, {s.groups:,} groups, {s.partitions:,} offsets, commit every "
             f"{s.commit_interval_s:g} s: {lim.offsets_per_s:,.0f} offsets/s in {lim.multis_per_s:,.0f} multis/s; "
             f"leader CPU {lim.leader_cores:.2f} cores -> {lim.ensembles} ensemble(s) (one absorbs "
-            f"{lim.offsets_per_s_per_ensemble:,.0f} offsets/s); {lim.members_per_server:,} members per server -> "
-            f"{lim.servers} servers; {lim.members_per_slot:,} members per slot -> {lim.slots} slots, "
-            f"{lim.slots_per_ensemble:.0f} per ensemble; flush bursts: leader load {b.offered_load:.0%}, p99 "
-            f"{b.p99_s * 1e3:.0f} ms, {'keeps up' if b.keeps_up else 'falls behind'}; binding: {lim.binding}")
+            f"{lim.offsets_per_s_per_ensemble:,.0f} offsets/s: {held:,.0f} offsets at this interval); "
+            f"{lim.members_per_server:,} members per server -> {lim.servers} servers; {lim.members_per_slot:,} "
+            f"members per slot -> {lim.slots} slots in {lim.clusters} cluster(s), {lim.slots_per_ensemble:.0f} per "
+            f"ensemble; a server's coming or going: {lim.election_reads:,} reads, {lim.election_read_cpu_s:.1f} s "
+            f"of ZooKeeper CPU; flush bursts: leader load {b.offered_load:.0%}, p99 {b.p99_s * 1e3:.0f} ms, "
+            f"{'keeps up' if b.keeps_up else 'falls behind'}; binding: {lim.binding}")
     return lines
 
 
@@ -390,14 +422,18 @@ def main() -> int:
     parser.add_argument("--groups", type=int, default=Scenario.groups)
     parser.add_argument("--partitions", type=int, default=Scenario.partitions)
     parser.add_argument("--intervals", default="1,5,60", help="commit intervals in seconds")
+    parser.add_argument("--recovery-rate", type=float, default=None,
+                        help="members a successor brings back per second (default: the measured takeover's)")
     args = parser.parse_args()
     costs = UnitCosts.load(args.costs)
     misses = check(costs)
     for line in misses:
         print(f"model check: {line}")
     print(f"model check: {'every measured point reproduced' if not misses else f'{len(misses)} point(s) missed'} "
-          f"(fits within {FIT_TOLERANCE:.0%}, simulation within {SIMULATION_TOLERANCE:.0%})")
-    base = Scenario(members=args.members, groups=args.groups, partitions=args.partitions)
+          f"(fits within {FIT_TOLERANCE:.0%}; the simulated saturation {1 / SIMULATION_PESSIMISM:.2f}x to "
+          f"{1 + SIMULATION_OPTIMISM:.2f}x the measured)")
+    base = Scenario(members=args.members, groups=args.groups, partitions=args.partitions,
+                    recovery_rate=args.recovery_rate)
     for line in report(costs, scenarios_at([float(x) for x in args.intervals.split(",")], base)):
         print(line)
     return 0 if not misses else 1
