@@ -40,6 +40,7 @@ from typing import Iterable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from zkcoord.coordinator.lease import OFFICE_RENEWAL_SHARE  # noqa: E402
 from zkcoord.zk.layout import MAX_SLOTS  # noqa: E402
 
 COSTS_PATH = Path(__file__).resolve().parent / "costs.json"
@@ -276,6 +277,9 @@ class Scenario:
     # the measured takeover's; bench/RESULTS.md's scale steps measured more
     # with the members in processes of their own).
     recovery_rate: Optional[float] = None
+    # The servers' ZooKeeper session (ZooKeeperConfig's default): a slot
+    # proves its office every quarter of it.
+    zk_session_s: float = 6.0
 
 
 @dataclass(frozen=True)
@@ -283,7 +287,7 @@ class Limits:
     scenario: Scenario
     multis_per_s: float
     offsets_per_s: float
-    leader_cores: float  # the ZooKeeper leader's CPU the offsets need
+    leader_cores: float  # the ZooKeeper leader's CPU the offsets and the proofs of office need
     ensembles: int  # ensembles at the headroom
     offsets_per_s_per_ensemble: float  # what one ensemble absorbs at this group size
     member_cpu_s: float  # a member's cost to its coordinator per second
@@ -305,10 +309,6 @@ def limits(costs: UnitCosts, s: Scenario, simulate: bool = True) -> Limits:
     group_size = max(1, s.members / s.groups)
     multis = s.groups / s.commit_interval_s
     offsets = s.partitions / s.commit_interval_s
-    leader_needed = multis * costs.flush_leader(offsets_per_group)
-    per_ensemble = s.leader_cores * s.zk_headroom
-    ensembles = max(1, math.ceil(leader_needed / per_ensemble))
-    absorbed = per_ensemble / costs.flush_leader(offsets_per_group) * offsets_per_group
     # A member's cost to its coordinator: its pings, its share of its group's
     # flushes (the writer's side) and of its group's rounds.
     member_cpu = (3 / s.session_timeout_s * costs.ping_s
@@ -319,6 +319,13 @@ def limits(costs: UnitCosts, s: Scenario, simulate: bool = True) -> Limits:
     servers = math.ceil(s.members / members_per_server)
     per_slot = max(1, int((s.recovery_rate or costs.recovery_rate()) * s.takeover_extra_s))
     slots = max(servers, math.ceil(s.members / per_slot))
+    # The leader's write path: every group's flush, and every slot's proof
+    # of office (an empty fenced multi) each quarter of its server's session.
+    proofs = slots / (s.zk_session_s * OFFICE_RENEWAL_SHARE)
+    leader_needed = multis * costs.flush_leader(offsets_per_group) + proofs * costs.flush_leader(0)
+    per_ensemble = s.leader_cores * s.zk_headroom
+    ensembles = max(1, math.ceil(leader_needed / per_ensemble))
+    absorbed = per_ensemble / costs.flush_leader(offsets_per_group) * offsets_per_group
     clusters = max(ensembles, math.ceil(slots / MAX_SLOTS))
     slots_per_ensemble = slots / clusters
     # Every server watches every slot's election node and every server's
