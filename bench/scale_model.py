@@ -150,6 +150,10 @@ class UnitCosts:
         time from the new epoch to the last group whole."""
         return self.takeover_members / max(self.takeover_whole_s - self.takeover_elected_s, 1e-3)
 
+    def load_per_group_s(self) -> float:
+        """A successor's time to load one group of the slot it takes (its state, owners, offsets)."""
+        return self.takeover_loaded_s / max(self.takeover_groups, 1)
+
     def flush_wait(self, offsets: int) -> float:
         """A lone multi's time that is not CPU on either side: the network,
         ZooKeeper's fsync of its log and its quorum round (floor 0)."""
@@ -294,6 +298,7 @@ class Limits:
     members_per_server: int
     servers: int
     members_per_slot: int  # that a successor brings back within the takeover bound
+    groups_per_slot_max: int  # that a successor loads within half of it
     slots: int
     clusters: int  # zkcoord clusters, each its own ensemble and at most MAX_SLOTS slots
     slots_per_ensemble: float
@@ -318,7 +323,10 @@ def limits(costs: UnitCosts, s: Scenario, simulate: bool = True) -> Limits:
     members_per_server = min(by_cpu, s.server_connections)
     servers = math.ceil(s.members / members_per_server)
     per_slot = max(1, int((s.recovery_rate or costs.recovery_rate()) * s.takeover_extra_s))
-    slots = max(servers, math.ceil(s.members / per_slot))
+    # A successor loads the slot's groups before anyone registers: half the
+    # bound for loading, at most.
+    groups_per_slot_max = max(1, int(s.takeover_extra_s / 2 / max(costs.load_per_group_s(), 1e-6)))
+    slots = max(servers, math.ceil(s.members / per_slot), math.ceil(s.groups / groups_per_slot_max))
     # The leader's write path: every group's flush, and every slot's proof
     # of office (an empty fenced multi) each quarter of its server's session.
     proofs = slots / (s.zk_session_s * OFFICE_RENEWAL_SHARE)
@@ -345,8 +353,8 @@ def limits(costs: UnitCosts, s: Scenario, simulate: bool = True) -> Limits:
     else:
         binding = "coordinator CPU"
     return Limits(s, multis, offsets, leader_needed, ensembles, absorbed, member_cpu, members_per_server, servers,
-                  per_slot, slots, clusters, slots_per_ensemble, election_reads, election_reads * costs.read_s, bursts,
-                  binding)
+                  per_slot, groups_per_slot_max, slots, clusters, slots_per_ensemble, election_reads,
+                  election_reads * costs.read_s, bursts, binding)
 
 
 def check(costs: UnitCosts) -> list[str]:
@@ -406,9 +414,10 @@ def report(costs: UnitCosts, scenarios: Iterable[Scenario]) -> list[str]:
             f"leader CPU {lim.leader_cores:.2f} cores -> {lim.ensembles} ensemble(s) (one absorbs "
             f"{lim.offsets_per_s_per_ensemble:,.0f} offsets/s: {held:,.0f} offsets at this interval); "
             f"{lim.members_per_server:,} members per server -> {lim.servers} servers; {lim.members_per_slot:,} "
-            f"members per slot -> {lim.slots} slots in {lim.clusters} cluster(s), {lim.slots_per_ensemble:.0f} per "
-            f"ensemble; a server's coming or going: {lim.election_reads:,} reads, {lim.election_read_cpu_s:.1f} s "
-            f"of ZooKeeper CPU; flush bursts: leader load {b.offered_load:.0%}, p99 {b.p99_s * 1e3:.0f} ms, "
+            f"members and {lim.groups_per_slot_max:,} groups per slot at most -> {lim.slots} slots in "
+            f"{lim.clusters} cluster(s), {lim.slots_per_ensemble:.0f} per ensemble; a server's coming or going: "
+            f"{lim.election_reads:,} reads, {lim.election_read_cpu_s:.1f} s of ZooKeeper CPU; flush bursts: leader "
+            f"load {b.offered_load:.0%}, p99 {b.p99_s * 1e3:.0f} ms, "
             f"{'keeps up' if b.keeps_up else 'falls behind'}; binding: {lim.binding}")
     return lines
 
