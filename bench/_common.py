@@ -35,8 +35,20 @@ from zkcoord.zk.ensemble import LocalEnsemble
 ZK_SESSION_TIMEOUT_MS = 4000  # the servers' ZooKeeper session
 ZK_TICK_MS = 250
 SETTLE_S = 0.5  # quiet time that says a group has stopped moving
+# A server's log as it takes office in a slot: (slot, epoch, load time in ms).
+LOADED_LINE = re.compile(r"is the coordinator of slot (\d+), epoch (\d+) \(loaded in (\d+) ms\)")
+NO_BROKER = 0  # a brokerless topic's partitions name a broker that no process runs
 STABLE_LINE = re.compile(r"\[group (\S+) gen (\d+)\] stable: (\d+) member\(s\), (\d+) partition\(s\), "
                          r"(\d+) paused, (\d+) ms")
+
+
+def brokerless_topic(zk: KazooClient, name: str, partitions: int) -> str:
+    """Write topic ``name`` straight into ZooKeeper, its partitions led by no
+    broker: a coordinator needs their count, not their logs (a broker's log
+    and index for each of 10,000 partitions pass the open-file limit)."""
+    assignment = layout.new_topic_assignment({p: (NO_BROKER,) for p in range(partitions)})
+    zk.create(layout.topic_path(name), layout.encode_topic(assignment), makepath=True)
+    return name
 
 
 class Recorder:

@@ -49,7 +49,7 @@ from types import SimpleNamespace  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import STABLE_LINE, ZK_TICK_MS, run_in_scratch  # noqa: E402
+from _common import LOADED_LINE, STABLE_LINE, ZK_TICK_MS, brokerless_topic, run_in_scratch  # noqa: E402
 from bench_scale import GROUP_PREFIX, TOPIC, Fleet, Generator  # noqa: E402
 from zkcoord.testing import LocalCluster, start_ensemble, wait_until  # noqa: E402
 from zkcoord.testing.loadgen import group_name  # noqa: E402
@@ -60,9 +60,7 @@ from zkcoord.zk.nodes import read_group_state  # noqa: E402
 
 GROUP = group_name(GROUP_PREFIX, 0)
 ROUND_LINE = re.compile(rf"\[group {GROUP} gen \d+\] rebalancing to gen ")
-LOADED_LINE = re.compile(r"is the coordinator of slot 0, epoch (\d+) \(loaded in (\d+) ms\)")
 SERVES_LINE = re.compile(r"serves at most (\d+) connections")
-NO_BROKER = 0  # the topic's partitions name a broker that no process runs
 
 
 class Cluster:
@@ -132,8 +130,7 @@ def run(args, work: Path) -> str:
     fleet = None
     try:
         cluster.start_servers(2 if args.failover else 1)
-        assignment = layout.new_topic_assignment({p: (NO_BROKER,) for p in range(args.partitions)})
-        cluster.zk.create(layout.topic_path(TOPIC), layout.encode_topic(assignment), makepath=True)
+        brokerless_topic(cluster.zk, TOPIC, args.partitions)
         coordinator = cluster.coordinator()
         serves = int(SERVES_LINE.search(cluster.log_of(coordinator))[1])
         if args.members > serves:
@@ -190,8 +187,8 @@ def failover(cluster: Cluster, fleet: Fleet, victim, args) -> str:
     elected_s = time.time() - killed_at
     successor = cluster.coordinator()
     whole_s = wait_whole(fleet, killed_at, args.join_timeout_s, epoch=cluster.epoch())
-    loaded = LOADED_LINE.search(cluster.log_of(successor))
-    summary = (f"failover: elected after {elected_s:.1f} s, loaded in {loaded[2]} ms, whole again after "
+    loaded = [ms for slot, _, ms in LOADED_LINE.findall(cluster.log_of(successor)) if slot == "0"]
+    summary = (f"failover: elected after {elected_s:.1f} s, loaded in {loaded[-1] if loaded else '?'} ms, whole again after "
                f"{whole_s:.1f} s (ZooKeeper session {args.zk_session_timeout_ms / 1000:.1f} s)")
     print(summary, flush=True)
     return summary
