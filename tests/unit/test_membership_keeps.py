@@ -10,22 +10,24 @@ and stops them only if that lease ends before it is registered.
 from __future__ import annotations
 
 import queue
-import socket
-import threading
 import time
 
 from zkcoord import wire
-from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.channel import Channel
 from zkcoord.member.config import MemberConfig
 from zkcoord.member.membership import GroupMembership
 from zkcoord.testing import wait_until
+
+from tests.unit.scripted_coordinator import Listener as QuietListener, ScriptedServer
 
 EPOCH = 5
 SESSION_MS = 2000
 A, B = ("t", 0), ("t", 1)
 
 
-class Listener:
+class Listener(QuietListener):
+    """Keeps what it runs, and when it was told to stop what."""
+
     def __init__(self) -> None:
         self.running: set = set()
         self.stopped: list = []  # (time.monotonic(), partitions)
@@ -38,66 +40,39 @@ class Listener:
         self.running -= set(partitions)
         return {}
 
-    def offsets(self):
-        return None
 
-    def last_poll_ms_ago(self):
-        return 0
-
-
-class ClosingCoordinator:
+class ClosingCoordinator(ScriptedServer):
     """Names itself coordinator at EPOCH; accepts the first registration,
     starts the member on A and B (generation 1), and closes the connection
     once the Start is answered. Later registrations are recorded (with when
     they came) and accepted if ``accept_again``, else left unanswered."""
 
+    epoch = EPOCH
+
     def __init__(self, accept_again: bool):
         self.accept_again = accept_again
         self.registrations: queue.Queue = queue.Queue()
         self.closed_at: float | None = None
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(Channel(sock),), daemon=True).start()
-
-    def _answer(self, channel: Channel) -> None:
-        try:
-            while True:
-                frame = channel.receive(timeout=10)
-                if frame is None:
-                    return
-                message = frame.message
-                if isinstance(message, wire.ClusterMetadataRequest):
-                    me = wire.NodeAddress(1, "127.0.0.1", self.port)
-                    channel.send(wire.ClusterMetadataResponse(coordinator_id=1, coordinator_epoch=EPOCH,
-                                                              servers=(me,)), frame.correlation_id)
-                elif isinstance(message, wire.RegisterConsumerRequest):
-                    first = self.registrations.empty() and self.closed_at is None
-                    if not first:
-                        self.registrations.put((time.monotonic(), message))
-                    if first or self.accept_again:
-                        channel.send(wire.RegisterConsumerResponse(coordinator_epoch=EPOCH), frame.correlation_id)
-                    if first:
-                        channel.send(wire.StartRequest(
-                            coordinator_epoch=EPOCH, generation=1, strategy="range",
-                            partitions=tuple(wire.TopicPartitionOffset(t, p, 0) for t, p in (A, B))))
-                elif isinstance(message, wire.RestartFetcherResponse):
-                    self.closed_at = time.monotonic()
-                    return  # closes the connection, as a coordinator killed does
-        except (ChannelClosed, OSError, wire.WireError):
-            pass
-        finally:
-            channel.close()
-
-    def close(self) -> None:
-        self.listener.close()
+    def answer(self, channel: Channel, frame: wire.Frame) -> bool:
+        message = frame.message
+        if isinstance(message, wire.ClusterMetadataRequest):
+            self.name_myself(channel, frame)
+        elif isinstance(message, wire.RegisterConsumerRequest):
+            first = self.registrations.empty() and self.closed_at is None
+            if not first:
+                self.registrations.put((time.monotonic(), message))
+            if first or self.accept_again:
+                channel.send(wire.RegisterConsumerResponse(coordinator_epoch=EPOCH), frame.correlation_id)
+            if first:
+                channel.send(wire.StartRequest(
+                    coordinator_epoch=EPOCH, generation=1, strategy="range",
+                    partitions=tuple(wire.TopicPartitionOffset(t, p, 0) for t, p in (A, B))))
+        elif isinstance(message, wire.RestartFetcherResponse):
+            self.closed_at = time.monotonic()
+            return False  # closes the connection, as a coordinator killed does
+        return True
 
 
 def running_member(accept_again: bool):
