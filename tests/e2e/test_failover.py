@@ -68,12 +68,17 @@ def test_kill_9_of_the_coordinator_hands_over_with_nothing_lost(cluster, zk):
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     assert read_owners(zk, "g") == owners  # every member survived: the new coordinator moves nothing
     _check_offsets_never_back(committed, read_offsets(zk, "g"))
-    # The successor's rounds are appended to the history its predecessor wrote.
-    history = wait_until(lambda: (h := read_history(zk, "g")) and h[-1]["epoch"] > old_epoch and h,
+    # The successor's rounds are appended to the history its predecessor
+    # wrote. Members back with what they kept need no round; one joining
+    # asks for one.
+    newcomer = cluster.add_consumer("g", topics=["t"], extra=["--strategy", "sticky"])
+    joined = wait_until(lambda: (status := newcomer.status()) and status["registered"] and status["consumer_id"],
+                        timeout=FAILOVER_S, message="a fourth member registered")
+    history = wait_until(lambda: (h := read_history(zk, "g")) and h[-1]["epoch"] > old_epoch
+                         and f"member {joined} joined" in h[-1]["trigger"] and h,
                          timeout=FAILOVER_S, message="the successor's round in the history")
     assert [r["epoch"] for r in history if r["epoch"] <= old_epoch], "the predecessor's rounds kept"
-    assert history[-1]["outcome"] == "completed"  # the members registering again with the successor asked for it
-    assert all(f"member {c.status()['consumer_id']} joined" in history[-1]["trigger"] for c in consumers)
+    assert history[-1]["outcome"] == "completed"
 
 
 def test_a_server_restarted_right_after_kill_9_waits_out_its_old_registration(cluster, zk):
@@ -201,6 +206,59 @@ def test_members_surviving_a_coordinator_crash_redeliver_nothing(cluster, zk):
     wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
     more_deliveries(consumers, 300, FAILOVER_S, "deliveries under the new coordinator")
     delivered_exactly_once(consumers, production.stop(), FAILOVER_S)
+
+
+# Long enough that a member's lease, which has at least a third of it left
+# at any instant, outlasts the dead coordinator's ZooKeeper session (2 s)
+# and the successor's election: then the members keep all they run.
+KEEPING_SESSION_MS = 15000
+# The longest the group may go without delivering anything across the kill,
+# watched from a second before it until this long after it (past the dead
+# coordinator's session, the election and the members' registrations).
+KEEPING_GAP_S = 2.0
+KEEPING_WATCHED_S = 6.0
+
+
+def test_members_keep_consuming_through_a_coordinator_crash(cluster, zk):
+    """A member that loses its coordinator keeps running what it holds under
+    its lease and registers with the successor saying so: across a kill -9
+    of the coordinator nobody stops anything, records keep being delivered,
+    each once, and no committed offset moves back."""
+    import time
+
+    from tests.e2e.test_rebalancing import Production, delivered_exactly_once, more_deliveries
+
+    old = coordinator_id(zk)
+    brokers = sorted(s for s in cluster.servers if s != old)  # the data stays reachable
+    assignment = layout.TopicAssignment({p: (brokers[p % 2],) for p in range(6)})
+    zk.create(layout.topic_path("t"), layout.encode_topic(assignment), makepath=True)
+    partitions = partitions_of(zk, ["t"])
+    consumers = [cluster.add_consumer("g", topics=["t"], session_timeout_ms=KEEPING_SESSION_MS,
+                                      extra=["--strategy", "sticky"]) for _ in range(3)]
+    wait_until(lambda: wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S) is not None
+               and all(c.assignment() for c in consumers), timeout=FAILOVER_S, message="settled")
+    production = Production(cluster, "t")
+    wait_until(lambda: len(delivered_values(consumers)) > 300, timeout=FAILOVER_S, message="deliveries")
+    revoked = {c.name: c.status()["revoked"] for c in consumers}
+    owners = read_owners(zk, "g")
+    committed = read_offsets(zk, "g")
+    old_epoch = epoch(zk)
+    killed_at = time.time()
+    cluster.servers[old].kill()
+    wait_until(lambda: all(c.status()["registered"] and c.status()["epoch"] > old_epoch for c in consumers),
+               timeout=FAILOVER_S, message="every member registered with the successor")
+    wait_whole(zk, "g", consumers, partitions, timeout=FAILOVER_S)
+    wait_until(lambda: any(r["te"] > killed_at + KEEPING_WATCHED_S for c in consumers for r in c.records()),
+               timeout=FAILOVER_S, message="deliveries well past the kill")
+    more_deliveries(consumers, 300, FAILOVER_S, "deliveries under the new coordinator")
+    delivered_exactly_once(consumers, production.stop(), FAILOVER_S)
+    assert {c.name: c.status()["revoked"] for c in consumers} == revoked, "a member stopped partitions"
+    assert read_owners(zk, "g") == owners
+    _check_offsets_never_back(committed, read_offsets(zk, "g"))
+    around = sorted(r["te"] for c in consumers for r in c.records()
+                    if killed_at - 1.0 <= r["te"] <= killed_at + KEEPING_WATCHED_S)
+    gaps = [b - a for a, b in zip(around, around[1:])]
+    assert max(gaps) < KEEPING_GAP_S, f"deliveries paused for {max(gaps):.2f}s across the kill"
 
 
 def test_a_server_cut_off_from_zookeeper_for_long_comes_back_by_itself(cluster_factory, zk_proxies, zk):

@@ -32,12 +32,14 @@ def test_a_membership_given_a_context_builds_none(monkeypatch):
 def test_every_bridged_member_registers_with_the_brokers_one_context(monkeypatch):
     shared = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     used = []
+    kept = []  # whether each keeps its partitions through the loss of the coordinator
 
     class Recorded:
         """Stands in for the membership (its network side is the e2e tests'): records its context."""
 
-        def __init__(self, bootstrap, config, listener, *, dynamic_id, tls_context):
+        def __init__(self, bootstrap, config, listener, *, dynamic_id, tls_context, keep_on_loss):
             used.append(tls_context)
+            kept.append(keep_on_loss)
             self.registered = threading.Event()
             self.registered.set()
             self.error = None
@@ -61,3 +63,4 @@ def test_every_bridged_member_registers_with_the_brokers_one_context(monkeypatch
     finally:
         bridge.close()
     assert len(used) == 3 and all(context is shared for context in used)
+    assert kept == [False] * 3  # a stock client is warned by its registration's lease: it stops at once

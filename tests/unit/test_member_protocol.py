@@ -304,3 +304,121 @@ def test_a_member_that_lost_its_coordinator_waits_for_its_application_whatever_i
     member.lost()
     assert waited == [T - 0.1 + T / 2]
     assert member.handoff_deadline(T) == T  # and only while it stops what it ran
+
+
+# -- keeping partitions through the loss of the coordinator ---------------------------------------
+
+
+def lost_connection_at(now: float) -> tuple[MemberProtocol, Listener]:
+    """A member running A and B (started in generation 1 of epoch 3, its lease to T) whose connection went at ``now``."""
+    member, listener = registered_member(at=0.0)
+    member.answer(start(A, B), now=1.0)
+    assert member.keep(now)
+    return member, listener
+
+
+def test_a_member_that_lost_only_its_connection_keeps_running_under_the_lease_it_has():
+    member, listener = lost_connection_at(5.0)
+    assert set(listener.running) == {A, B} and ("stop", frozenset({A, B})) not in listener.calls
+    assert member.state is MemberState.UNREGISTERED and member.keeping
+    assert member.holds_lease(T - 0.001) and not member.holds_lease(T)
+    request = member.register(6.0)
+    assert member.holds_lease(6.5)  # registering: still under the old lease
+    assert {(tp.topic, tp.partition) for tp in request.held} == {A, B}
+    assert (request.held_epoch, request.held_generation) == (3, 1)
+
+
+def test_a_kept_lease_runs_on_from_the_registration_the_next_coordinator_accepts():
+    member, listener = lost_connection_at(5.0)
+    member.register(6.0)
+    member.registered(wire.RegisterConsumerResponse(coordinator_epoch=4), now=6.2)
+    assert member.state is MemberState.ACTIVE and not member.keeping
+    assert member.lease_deadline == 6.0 + T and set(listener.running) == {A, B}
+    member.answer(ping(epoch=4), now=7.0)  # the new coordinator renews it as any
+    assert member.holds_lease(6.0 + T - 0.001)
+
+
+def test_a_member_whose_lease_ends_before_it_is_registered_stops_everything():
+    member, listener = lost_connection_at(5.0)
+    with pytest.raises(LeaseExpired):
+        member.check_lease(T)
+    assert listener.running == {} and not member.keeping and not member.holds_lease(T - 1.0)
+    assert member.register(T + 1.0).held == ()  # back holding nothing, its offsets handed over
+    assert member.handover == {A: 0, B: 0}
+
+
+def test_an_acceptance_read_after_the_kept_lease_ended_stops_everything():
+    # The coordinator counts on it running them, but an answer that late
+    # renews nothing: it stops, and registers again holding nothing.
+    member, listener = lost_connection_at(5.0)
+    member.register(6.0)
+    with pytest.raises(LeaseExpired):
+        member.registered(wire.RegisterConsumerResponse(coordinator_epoch=4), now=T + 0.1)
+    assert listener.running == {} and member.state is MemberState.UNREGISTERED
+
+
+def test_a_member_stops_what_the_coordinator_refuses_and_keeps_the_rest():
+    member, listener = lost_connection_at(5.0)
+    member.register(6.0)
+    with pytest.raises(wire.HeldPartitionsRefused):
+        member.registered(wire.RegisterConsumerResponse(
+            error_code=wire.ErrorCode.HELD_PARTITIONS_REFUSED, coordinator_epoch=4,
+            refused=(wire.TopicPartition(*B),)), now=6.1)
+    assert set(listener.running) == {A} and member.keeping and member.holds_lease(6.2)
+    again = member.register(6.2)
+    assert [(tp.topic, tp.partition) for tp in again.held] == [A]
+    assert wire.offsets_of(again.offsets) == {B: 0}  # B's final offset, handed over
+
+
+def test_a_retriable_refusal_keeps_what_the_member_holds():
+    member, listener = lost_connection_at(5.0)
+    member.register(6.0)
+    with pytest.raises(wire.CoordinatorNotAvailable):
+        member.registered(wire.RegisterConsumerResponse(error_code=wire.ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                          now=6.1)
+    assert member.keeping and set(listener.running) == {A, B}
+
+
+def test_a_member_keeps_nothing_once_a_pause_has_voided_its_lease():
+    member, listener = registered_member(at=0.0)
+    member.answer(start(A), now=1.0)
+    member.clocks_read(2.0, wall=1000.0)
+    member.clocks_read(2.1, wall=1005.0)  # the wall clock gained 5 s: the machine was paused
+    assert not member.keep(2.2)
+    assert listener.running == {} and not member.keeping
+
+
+def test_a_pause_seen_while_keeping_stops_everything():
+    member, listener = lost_connection_at(2.0)
+    member.clocks_read(2.5, wall=1000.0)
+    member.clocks_read(2.6, wall=1005.0)
+    assert not member.holds_lease(2.7)
+    with pytest.raises(LeaseExpired):
+        member.check_lease(2.7)
+    assert listener.running == {}
+
+
+def test_a_member_whose_lease_already_ended_keeps_nothing():
+    member, listener = registered_member(at=0.0)
+    member.answer(start(A), now=1.0)
+    assert not member.keep(T)
+    assert listener.running == {} and member.state is MemberState.UNREGISTERED
+
+
+def test_a_static_member_keeps_nothing():
+    listener = Listener()
+    member = MemberProtocol(registration(is_static=True), listener)
+    member.register(0.0)
+    member.registered(wire.RegisterConsumerResponse(coordinator_epoch=3))
+    member.answer(start(A), now=1.0)
+    assert not member.keep(2.0)
+    assert listener.running == {}
+
+
+def test_a_start_of_what_a_member_kept_is_a_no_op_for_it():
+    member, listener = lost_connection_at(5.0)
+    member.register(6.0)
+    member.registered(wire.RegisterConsumerResponse(coordinator_epoch=4), now=6.1)
+    member.answer(start(A, B, C, epoch=4, generation=5), now=7.0)
+    assert set(listener.running) == {A, B, C}
+    assert member.held_under == Generation(4, 5)

@@ -11,83 +11,46 @@ newer one, whose answer a server may hold for up to METADATA_WAIT_MS.
 from __future__ import annotations
 
 import queue
-import socket
-import threading
 
 import pytest
 
 from zkcoord import wire
-from zkcoord.channel import Channel, ChannelClosed
+from zkcoord.channel import Channel
 from zkcoord.member.config import MemberConfig
 from zkcoord.member.membership import METADATA_WAIT_MS, GroupMembership
 from zkcoord.testing import wait_until
 
+from tests.unit.scripted_coordinator import Listener, ScriptedServer
+
 EPOCH = 5
 
 
-class Listener:
-    def on_start(self, partitions):
-        pass
-
-    def on_stop(self, partitions):
-        return {}
-
-    def offsets(self):
-        return None
-
-    def last_poll_ms_ago(self):
-        return 0
-
-
-class ScriptedCoordinator:
+class ScriptedCoordinator(ScriptedServer):
     """One server that names itself coordinator at EPOCH, refuses the first
     registration with ``refusal`` and records every ClusterMetadata request."""
+
+    epoch = EPOCH
 
     def __init__(self, refusal: wire.RegisterConsumerResponse):
         self.refusal = refusal
         self.metadata_requests: queue.Queue = queue.Queue()
         self.registrations = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(Channel(sock),), daemon=True).start()
-
-    def _answer(self, channel: Channel) -> None:
-        try:
-            while True:
-                frame = channel.receive(timeout=10)
-                if frame is None:
-                    return
-                channel.level = frame.version
-                message = frame.message
-                if isinstance(message, wire.ClusterMetadataRequest):
-                    self.metadata_requests.put(message)
-                    me = wire.NodeAddress(1, "127.0.0.1", self.port)
-                    channel.send(wire.ClusterMetadataResponse(coordinator_id=1, coordinator_epoch=EPOCH,
-                                                              servers=(me,)), frame.correlation_id)
-                elif isinstance(message, wire.RegisterConsumerRequest):
-                    self.registrations += 1
-                    # The first is refused; the others are left unanswered
-                    # (the test has seen what it wanted by then).
-                    if self.registrations == 1:
-                        channel.send(self.refusal, frame.correlation_id)
-                        channel.close()
-                        return
-        except (ChannelClosed, OSError, wire.WireError):
-            pass
-        finally:
-            channel.close()
-
-    def close(self) -> None:
-        self.listener.close()
+    def answer(self, channel: Channel, frame: wire.Frame) -> bool:
+        channel.level = frame.version
+        message = frame.message
+        if isinstance(message, wire.ClusterMetadataRequest):
+            self.metadata_requests.put(message)
+            self.name_myself(channel, frame)
+        elif isinstance(message, wire.RegisterConsumerRequest):
+            self.registrations += 1
+            # The first is refused; the others are left unanswered
+            # (the test has seen what it wanted by then).
+            if self.registrations == 1:
+                channel.send(self.refusal, frame.correlation_id)
+                return False
+        return True
 
 
 def metadata_after_refusal(refusal: wire.RegisterConsumerResponse) -> wire.ClusterMetadataRequest:

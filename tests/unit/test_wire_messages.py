@@ -138,11 +138,15 @@ MESSAGES = {
         3: st.builds(RegisterConsumerRequest, **_REGISTER_V3),
         4: st.builds(RegisterConsumerRequest, **_REGISTER_V3, incarnation=text),
         5: st.builds(RegisterConsumerRequest, **_REGISTER_V3, incarnation=text, client_kind=text, client_id=text),
+        6: st.builds(RegisterConsumerRequest, **_REGISTER_V3, incarnation=text, client_kind=text, client_id=text,
+                     held=tuples(tps), held_epoch=int32, held_generation=int32),
     },
     RegisterConsumerResponse: {
         0: st.builds(RegisterConsumerResponse, error_code=codes),
         1: st.builds(RegisterConsumerResponse, error_code=codes,
                      error_message=text, coordinator_epoch=int32),
+        6: st.builds(RegisterConsumerResponse, error_code=codes,
+                     error_message=text, coordinator_epoch=int32, refused=tuples(tps)),
     },
     PingRequest: {
         0: st.builds(PingRequest, num_retries=int16),

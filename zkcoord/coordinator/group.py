@@ -120,6 +120,11 @@ class Group:
     # /consumers/<group>/owners as last read or written by this coordinator (None: not known).
     # An owner None: a node that could not be decoded, rewritten or deleted by the next round.
     recorded_owners: Optional[dict[TopicPartition, Optional[str]]] = None
+    # The state a predecessor persisted, as this coordinator took the group
+    # over (a layout.GroupState; None: none, or not to be trusted): while the
+    # group is at its generation, what ZooKeeper records of who was given
+    # what, against which members back keeping partitions are checked.
+    resumed: Any = None
     # Whether its state node exists (None: not known, after a write whose outcome is unknown).
     state_exists: Optional[bool] = False
     # The members its state node names (None: not known). A round runs while

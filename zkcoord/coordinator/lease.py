@@ -11,7 +11,9 @@ side saw close, eviction, a static member gone, a failover), the partitions
 it may be running are fenced until then: nobody is started on them before.
 
 A fence lifts early when its holder registers again (a member stops
-everything before it registers) or acknowledges a Stop of the partition.
+everything before it registers, but what it says it keeps, which it may
+keep only while it alone may be running it: ``keepable``) or acknowledges a
+Stop of the partition.
 Registering again lifts it only with proof that it is the same process: the
 incarnation secret that process registered with (wire/README.md,
 RegisterConsumerRequest version 4). Member ids are no secret (operators list
@@ -124,6 +126,39 @@ class Fences:
     def proves(self, holder: str, proof: str) -> bool:
         """Is ``proof`` that of the incarnation last fenced as ``holder``?"""
         return bool(proof) and self._proofs.get(holder) == proof
+
+    def keepable(self, holder: str, proof: str, partitions: Iterable[TopicPartition], now: float,
+                 settled: frozenset[TopicPartition] = frozenset()) -> frozenset[TopicPartition]:
+        """Of ``partitions``, those ``holder`` alone may be running at ``now``,
+        as far as the fences tell: the incarnation that shows ``proof`` is the
+        one fenced, its fence on the partition still holds (its lease may
+        still run), nobody has been started on it since, no fence holds the
+        whole group (a state that could not be read), and nobody else is
+        fenced on it, but for the partitions of ``settled``, which the caller
+        knows the others have stopped. (A successor fences a partition on
+        both its old and its new holder when the last persisted generation
+        moved it: the round may have been cut short.) A member back with
+        these may keep them (RegisterConsumerRequest version 6)."""
+        if not self.proves(holder, proof) or self._whole_until > now:
+            return frozenset()
+        kept = set()
+        for tp in partitions:
+            holders = self._until.get(tp)
+            if (holders is not None and holders.get(holder, now) > now and (len(holders) == 1 or tp in settled)
+                    and holder in self._last_ran.get(tp, ())):
+                kept.add(tp)
+        return frozenset(kept)
+
+    def kept_by(self, holder: str, partitions: Iterable[TopicPartition]) -> None:
+        """``holder`` keeps running ``partitions`` (keepable): whoever else is
+        fenced on them has stopped them, and holds no claim to them any more."""
+        for tp in partitions:
+            for other in [h for h in self._until.get(tp, ()) if h != holder]:
+                self.release(other, (tp,))
+
+    def shared(self, holder: str, partitions: Iterable[TopicPartition]) -> frozenset[TopicPartition]:
+        """Of ``partitions``, those ``holder`` is fenced on with someone else."""
+        return frozenset(tp for tp in partitions if holder in self._until.get(tp, ()) and len(self._until[tp]) > 1)
 
     def release(self, holder: str, partitions: Optional[Iterable[TopicPartition]] = None) -> None:
         """``holder`` has stopped ``partitions`` (all it held if None), and

@@ -55,9 +55,10 @@ def owned_now(
     coordinator assigned it, and for a member it has assigned nothing, what
     ZooKeeper's owners record for it, of the partitions no member is assigned.
 
-    After a takeover every member registers again with empty hands (it stopped
-    everything when it lost its coordinator), so only the recorded owners say
-    who held what; without them the first round assigns from scratch and moves
+    After a takeover a member back with what it kept through the loss is
+    assigned that already; one whose lease ended first registers again with
+    empty hands (it stopped everything), so only the recorded owners say what
+    it held; without them the first round assigns from scratch and moves
     partitions whose owners came back.
 
     >>> owned_now({"a": frozenset(), "b": frozenset({("t", 1)})},

@@ -9,8 +9,11 @@ decision; this module only does the I/O and the retries around it:
 
 - a refused request (stale epoch or generation) is answered with an error
   and the connection dropped;
-- when the lease runs out with no request, or the connection drops, the
-  member stops everything before it looks for the coordinator again;
+- when the lease runs out with no request, the member stops everything
+  before it looks for the coordinator again; when only the connection
+  drops (or is refused), it keeps running what it holds while its lease
+  holds (``keep_on_loss``; MemberProtocol.keep), looks for the coordinator
+  at once, and stops everything if the lease ends before it is registered;
 - it reads the wall clock beside the lease clock whenever it wakes and
   before each answer, so that the protocol notices a paused machine;
 - an unexpected error is a bug: the member stops everything and the
@@ -29,7 +32,7 @@ from typing import Callable, Optional, Sequence
 
 from zkcoord import wire
 from zkcoord.addresses import parse_bootstrap
-from zkcoord.channel import Channel
+from zkcoord.channel import Channel, ChannelClosed
 from zkcoord.clock import lease_clock, wall_clock
 from zkcoord.errors import TlsError, ZkcoordError
 from zkcoord.member.config import MemberConfig
@@ -53,6 +56,12 @@ MAX_BACKOFF_S = wire.MEMBER_RETRY_MAX_S  # the protocol promises it: a successor
 # How long a member whose coordinator it could not reach lets a server hold
 # its ClusterMetadata request until a newer coordinator is elected.
 METADATA_WAIT_MS = 1000
+# Losses after which a member may keep running what it holds under its lease:
+# the connection closed or refused, or a registration refused for a while
+# (the coordinator moving or loading). Not a lease that ended, an eviction, a
+# request refused for its epoch or generation, or a refusal for good.
+KEEPABLE_LOSSES = (OSError, ChannelClosed, wire.NotCoordinator, wire.CoordinatorNotAvailable,
+                   wire.ConsumerIdInUse, wire.RebalanceInProgress, wire.HeldPartitionsRefused)
 
 
 def backoff_s(failures: int) -> float:
@@ -84,12 +93,15 @@ class GroupMembership:
 
     def __init__(self, bootstrap: Sequence[str], config: MemberConfig, listener: MembershipListener, *,
                  clock: Callable[[], float] = lease_clock, dynamic_id: Optional[str] = None,
-                 tls_context: object = FROM_CONFIG):
+                 tls_context: object = FROM_CONFIG, keep_on_loss: bool = True):
         """``dynamic_id``: the id of a dynamic member (default: host name and a
         random suffix); a static member's id is its ``consumer_id``.
         ``tls_context``: the client context to reach the servers with (None:
         plaintext), when one is shared by many members (a broker's bridged
-        ones); by default it is built from ``config.tls``."""
+        ones); by default it is built from ``config.tls``. ``keep_on_loss``:
+        keep running what it holds, under its lease, when its connection to
+        the coordinator goes (False: stop everything then)."""
+        self.keep_on_loss = keep_on_loss
         self.servers = parse_bootstrap(bootstrap)
         self.config = config
         self.group = config.group
@@ -205,7 +217,9 @@ class GroupMembership:
         failures = 0
         while not self._closing.is_set() and not self._leave_requested.is_set():
             evicted = False
+            keep = self.keep_on_loss  # unless the loss is one that must stop everything (below)
             try:
+                self.protocol.check_lease(self.clock())  # what it keeps stops once the lease has ended
                 channel = self._connect_to_coordinator()
                 if channel is None:
                     continue
@@ -216,13 +230,16 @@ class GroupMembership:
                 log.warning("member %s removed from its group: %s; it rejoins when the application polls",
                             self.consumer_id, exc)
                 evicted = True
+                keep = False
             except wire.OffsetOutOfRange as exc:
                 # It counted records its partitions do not have: registering
                 # again would not make its offsets right. The application is told.
                 log.error("member %s removed from its group: %s", self.consumer_id, exc)
                 self.error = exc
+                keep = False
                 self.protocol.fail()
             except TlsError as exc:
+                keep = False
                 if exc.retriable:
                     log.info("member %s: %s; starting again from the bootstrap list", self.consumer_id, exc)
                 else:  # a certificate or protocol refused: trying again cannot help, the application is told
@@ -230,14 +247,20 @@ class GroupMembership:
                     self.error = exc
                     self.protocol.fail()
             except (ZkcoordError, OSError) as exc:
+                keep = keep and isinstance(exc, KEEPABLE_LOSSES)
                 if not self._closing.is_set():
                     log.info("member %s: %s; starting again from the bootstrap list", self.consumer_id, exc)
+            except BaseException:
+                keep = False
+                raise
             finally:
                 self.registered.clear()
                 try:
                     # Stopped before the connection closes: by the time the
-                    # coordinator sees it go, nothing runs here any more.
-                    self.protocol.lost(evicted=evicted)
+                    # coordinator sees it go, nothing runs here any more,
+                    # but what the lease still covers, if it keeps that.
+                    if not (keep and self.protocol.keep(self.clock())):
+                        self.protocol.lost(evicted=evicted)
                 finally:
                     if self._channel is not None:
                         self._channel.close()
@@ -255,6 +278,10 @@ class GroupMembership:
             failures += 1
             # A member waiting for a new coordinator waits in its next
             # ClusterMetadata request, answered the moment one is elected.
+            # One that keeps partitions looks again at once, refused some
+            # (it stopped those and hands them over), or at its first step.
+            if self.protocol.keeping:
+                failures = min(failures, 1)
             self._closing.wait(backoff_s(1 if self._unreachable_epoch is not None else failures))
 
     def _wait_for_poll_after_eviction(self) -> None:
@@ -270,6 +297,7 @@ class GroupMembership:
     def _connect_to_coordinator(self) -> Optional[Channel]:
         """Seed 001 consumerStartup steps 1 to 5; None means try again."""
         metadata = self._cluster_metadata()
+        self.protocol.check_lease(self.clock())  # the servers may have taken their time
         if metadata is None:
             return None
         target = next((s for s in metadata.servers if s.id == metadata.coordinator_id), None)
@@ -282,12 +310,16 @@ class GroupMembership:
             self._unreachable_epoch = metadata.coordinator_epoch  # dead, most likely: wait for its successor
             raise
         try:
-            registration = self.protocol.register(self.clock())  # the lease's first base: before sending
-            answer = channel.request(registration, timeout=self.session_timeout)
+            now = self.clock()
+            registration = self.protocol.register(now)  # the lease's first base: before sending
+            # What it keeps stops when the lease ends: it waits no longer for the answer.
+            wait = self.session_timeout if not registration.held else min(
+                self.session_timeout, max(0.0, self.protocol.lease_deadline - now))
+            answer = channel.request(registration, timeout=wait)
             if not isinstance(answer, wire.RegisterConsumerResponse):
                 raise wire.MalformedFrame(f"expected RegisterConsumerResponse, got {type(answer).__name__}")
             try:
-                self.protocol.registered(answer)
+                self.protocol.registered(answer, self.clock())
             except wire.WireError as exc:
                 if isinstance(exc, wire.NotCoordinator) or (
                         isinstance(exc, wire.CoordinatorNotAvailable)
@@ -299,7 +331,7 @@ class GroupMembership:
                 # never come.
                 if self.protocol.state is MemberState.FAILED:
                     self.error = exc
-                else:
+                elif not isinstance(exc, wire.HeldPartitionsRefused):  # that one registers again at once
                     self._closing.wait(0.2)
                 raise
         except BaseException:

@@ -18,6 +18,17 @@ member. Dated this way the member's lease always ends first, whatever the
 delays of the network, the scheduler or a paused process in between. A
 request that sat in a socket past the lease does not renew it.
 
+A member whose connection to its coordinator goes (closed or refused: the
+coordinator dead, moving, or cut off) keeps running what it holds, under the
+lease it has, while it looks for the coordinator (:meth:`MemberProtocol.keep`),
+and registers saying what it kept (RegisterConsumerRequest version 6). The
+coordinator lets it keep what it alone may be running, and the lease runs on
+from that registration; it refuses the rest, which the member stops. If the
+lease ends first, the member stops everything, as when a lease ends under a
+coordinator. The coordinator fences a member it lost until its lease has
+surely ended, so keeping within the lease is what the lease rule allows
+anyway (docs/DESIGN.md, "Keeping partitions through a coordinator's loss").
+
 A machine paused under the lease clock's feet (a virtual machine held by its
 hypervisor) is noticed, where it can be, by :class:`~zkcoord.clock.PauseWatch`
 over the readings the caller hands to :meth:`MemberProtocol.clocks_read`: the
@@ -46,6 +57,7 @@ NO_OFFSET = -1  # in a Start: no committed offset, apply auto_offset_reset
 RETRIABLE_REGISTRATION = frozenset({
     wire.ErrorCode.NOT_COORDINATOR, wire.ErrorCode.COORDINATOR_NOT_AVAILABLE,
     wire.ErrorCode.CONSUMER_ID_IN_USE, wire.ErrorCode.REBALANCE_IN_PROGRESS,
+    wire.ErrorCode.HELD_PARTITIONS_REFUSED,
 })
 
 
@@ -61,8 +73,9 @@ class IllegalMemberTransition(ZkcoordError):
 
 
 class MemberState(enum.Enum):
-    """UNREGISTERED: runs nothing; looking for the coordinator.
-    REGISTERING: a RegisterConsumerRequest is out; runs nothing.
+    """UNREGISTERED: looking for the coordinator; runs nothing, or what it
+    keeps under the lease it had (MemberProtocol.keeping).
+    REGISTERING: a RegisterConsumerRequest is out; runs nothing, or what it keeps.
     ACTIVE: registered; obeys Ping, Stop and Start while its lease holds.
     LEAVING: stopped everything; a LeaveGroupRequest is out.
     EVICTED: removed for not polling; rejoins once the application polls.
@@ -140,6 +153,12 @@ class MemberProtocol:
         self._void_before = float("-inf")
         self._pauses = PauseWatch()
         self._losing = False  # stopping everything because the coordinator is gone (handoff_deadline)
+        # Running what it holds through the loss of its coordinator, under the
+        # lease it had, until it is registered again or the lease ends (keep).
+        self.keeping = False
+        # The epoch and generation of the last Start obeyed: what it holds was
+        # got under them (a registration that keeps says so).
+        self.held_under = NO_GENERATION
         # Final offsets of partitions stopped under this coordinator: handed
         # to the next one at registration, in case this one never wrote them.
         self.handover: dict[TopicPartition, int] = {}
@@ -159,9 +178,12 @@ class MemberProtocol:
 
     def holds_lease(self, now: float) -> bool:
         """May the member deliver records at ``now``?"""
+        return (self.state is MemberState.ACTIVE or self.keeping) and self._lease_runs(now)
+
+    def _lease_runs(self, now: float) -> bool:
+        """Whether the lease, whatever the state, still runs at ``now``."""
         base = self._lease_base  # read once: the network thread may renew it meanwhile
-        return (self.state is MemberState.ACTIVE and now < base + self.session_timeout
-                and base >= self._void_before)
+        return now < base + self.session_timeout and base >= self._void_before
 
     def clocks_read(self, now: float, wall: float) -> bool:
         """Take a reading of the lease clock (``now``) and of the wall clock
@@ -204,24 +226,48 @@ class MemberProtocol:
     # -- registration -------------------------------------------------------------------
 
     def register(self, now: float) -> wire.RegisterConsumerRequest:
-        """The registration to send at ``now`` (taken before sending)."""
+        """The registration to send at ``now`` (taken before sending): the
+        offsets of what it stopped, and what it keeps, if anything."""
+        self.check_lease(now)
         self._transition(MemberState.REGISTERING)
         self._answer_sent_at = now
-        return dataclasses.replace(self.registration, offsets=wire.offset_entries(self.handover))
+        held = tuple(TopicPartition(t, p) for t, p in sorted(self.assignment)) if self.keeping else ()
+        return dataclasses.replace(self.registration, offsets=wire.offset_entries(self.handover), held=held,
+                                   held_epoch=self.held_under.epoch if held else -1,
+                                   held_generation=self.held_under.generation if held else -1)
 
-    def registered(self, answer: wire.RegisterConsumerResponse) -> None:
-        """Take the coordinator's answer; raises the refusal, if it is one."""
+    def registered(self, answer: wire.RegisterConsumerResponse, now: Optional[float] = None) -> None:
+        """Take the coordinator's answer, read at ``now`` (None: at once);
+        raises the refusal, if it is one. A refusal of some of what it keeps
+        stops those (their offsets handed over at the next registration); an
+        acceptance read after the lease it kept them under ended stops
+        everything and raises LeaseExpired: the coordinator counts on it
+        running them, but the lease may not be renewed by an answer that late
+        (the member registers again, holding nothing)."""
         if answer.error_code != wire.ErrorCode.NONE:
             error = wire.error_for(answer.error_code, answer.error_message)
+            if answer.error_code == wire.ErrorCode.HELD_PARTITIONS_REFUSED:
+                self._give_up_refused(frozenset((tp.topic, tp.partition) for tp in answer.refused))
             if answer.error_code in RETRIABLE_REGISTRATION:
                 self._transition(MemberState.UNREGISTERED)
             else:
                 self.fail()
             raise error
+        if self.keeping and now is not None and not self._lease_runs(now):
+            self.lost()
+            raise LeaseExpired(f"the registration was answered after the lease of the partitions kept had ended "
+                               f"({self.session_timeout:.1f}s); everything stopped")
         self._transition(MemberState.ACTIVE)
         self._observe_epoch(answer.coordinator_epoch)
         self._lease_base = self._answer_sent_at
+        self.keeping = False  # last: the application thread never sees a moment without the lease
         self.handover = {}
+
+    def _give_up_refused(self, refused: frozenset[TopicPartition]) -> None:
+        """Stop what the coordinator would not let it keep, as when its coordinator is lost."""
+        self._stop_without_coordinator(refused & frozenset(self.assignment))
+        log.info("member %s: the coordinator did not let it keep %d partition(s); stopped",
+                 self.registration.consumer_id, len(refused))
 
     def _observe_epoch(self, epoch: int) -> None:
         if epoch > self.generation.epoch:
@@ -254,8 +300,12 @@ class MemberProtocol:
         return self._start(request)
 
     def check_lease(self, now: float) -> None:
-        """Raise LeaseExpired, having stopped everything, if the lease ran out by ``now``."""
-        if self.state is MemberState.ACTIVE and now >= self.lease_deadline:
+        """Raise LeaseExpired, having stopped everything, if the lease ran out
+        by ``now`` (or, for partitions kept through the loss of the
+        coordinator, if a pause seen since voided it: no request is coming to
+        renew it before it is registered again)."""
+        if (self.state is MemberState.ACTIVE and now >= self.lease_deadline) or (
+                self.keeping and not self._lease_runs(now)):
             self.lost()
             raise LeaseExpired(f"no request from the coordinator renewed the lease "
                                f"within {self.session_timeout:.1f}s")
@@ -297,9 +347,18 @@ class MemberProtocol:
                                                coordinator_epoch=self.generation.epoch,
                                                generation=self.generation.generation)
         self.assignment = granted
+        self.held_under = self.generation
         self.listener.on_start(dict(granted))
         return wire.RestartFetcherResponse(coordinator_epoch=self.generation.epoch,
                                            generation=self.generation.generation)
+
+    def _stop_without_coordinator(self, partitions: frozenset[TopicPartition]) -> None:
+        """Stop ``partitions`` with no coordinator to answer (handoff_deadline: the application's wait)."""
+        self._losing = True
+        try:
+            self._stop_partitions(partitions)
+        finally:
+            self._losing = False
 
     def _stop_partitions(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
         if not partitions:
@@ -311,14 +370,30 @@ class MemberProtocol:
 
     # -- endings ------------------------------------------------------------------------
 
+    def keep(self, now: float) -> bool:
+        """The connection to the coordinator is gone (closed or refused), the
+        lease and the member untouched: keep running what it holds while the
+        lease it has holds, and register saying so. Stops everything instead
+        (lost) if the lease does not hold at ``now`` (run out, or void after
+        a pause), or for a static member (a static id may be taken over by
+        another process, so the coordinator lets it keep nothing). True if it keeps."""
+        if (self.assignment and not self.registration.is_static and self._lease_runs(now)
+                and self.state in (MemberState.ACTIVE, MemberState.REGISTERING, MemberState.UNREGISTERED)):
+            if not self.keeping:
+                log.info("member %s lost its coordinator; it keeps %d partition(s) for up to %.1fs, under its lease",
+                         self.registration.consumer_id, len(self.assignment), self.lease_deadline - now)
+            self.keeping = True  # first: the application thread never sees a moment without the lease
+            if self.state is not MemberState.UNREGISTERED:
+                self._transition(MemberState.UNREGISTERED)
+            return True
+        self.lost()
+        return False
+
     def lost(self, evicted: bool = False) -> None:
         """The coordinator is gone (connection closed, lease out, refused):
         stop everything, keep the final offsets for the next registration."""
-        self._losing = True
-        try:
-            self._stop_partitions(frozenset(self.assignment))
-        finally:
-            self._losing = False
+        self.keeping = False
+        self._stop_without_coordinator(frozenset(self.assignment))
         if self.state in (MemberState.ACTIVE, MemberState.REGISTERING):
             self._transition(MemberState.EVICTED if evicted else MemberState.UNREGISTERED)
 
@@ -334,11 +409,13 @@ class MemberProtocol:
 
     def fail(self) -> None:
         """Something retrying cannot fix (a refusal, a bug): stop everything for good."""
+        self.keeping = False
         self._stop_partitions(frozenset(self.assignment))
         if self.state is not MemberState.CLOSED:
             self.state = MemberState.FAILED  # from anywhere: the application is told
 
     def close(self) -> None:
+        self.keeping = False
         self._stop_partitions(frozenset(self.assignment))
         if self.state is not MemberState.CLOSED:
             self.state = MemberState.CLOSED  # from anywhere: the application closed it

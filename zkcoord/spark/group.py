@@ -87,7 +87,7 @@ class QueryMember:
             user=credential.user if credential else None, password=credential.password if credential else None,
             password_without_tls=bool(credential and credential.plain_without_tls),
             client_kind=wire.SPARK, client_id="zkcoord-spark",
-        ), self)
+        ), self, keep_on_loss=False)  # its batches are planned without a look at the lease: it stops at once
         self._membership.start()
         log.info("[group %s] streaming query joins as %s", self.options.group, self._membership.consumer_id)
 

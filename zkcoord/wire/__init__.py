@@ -25,6 +25,7 @@ from zkcoord.wire.errors import (
     InvalidSessionTimeout, StaleEpoch, StaleGeneration, UnknownError,
     UnknownMessageType, UnknownPartition, UnsupportedVersion, WireError, code_for, error_for,
     AuthenticationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed, StaticMemberOwnedByOtherPrincipal,
+    HeldPartitionsRefused,
 )
 from zkcoord.wire.messages import (
     CLASSIC_COOPERATIVE, CLASSIC_EAGER, CLIENT_KINDS, CONSUMER_PROTOCOL, MAX_CLIENT_ID_BYTES, SPARK, THIN,
@@ -49,6 +50,7 @@ __all__ = [
     "error_for",
     "AuthenticationFailed", "GroupAuthorizationFailed", "TopicAuthorizationFailed",
     "StaticMemberOwnedByOtherPrincipal",
+    "HeldPartitionsRefused",
     "CLASSIC_COOPERATIVE", "CLASSIC_EAGER", "CLIENT_KINDS", "CONSUMER_PROTOCOL", "MAX_CLIENT_ID_BYTES", "SPARK", "THIN",
     "clipped_client_id", "DescribeGroupRequest", "DescribeGroupResponse", "MemberDescription",
     "LARGEST", "MEMBER_RETRY_MAX_S", "OFFSET_RESETS", "REGISTRY", "SMALLEST", "RESPONSES", "STRATEGIES",

@@ -43,6 +43,7 @@ class ErrorCode(IntEnum):
     GROUP_AUTHORIZATION_FAILED = 21
     TOPIC_AUTHORIZATION_FAILED = 22
     STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL = 23
+    HELD_PARTITIONS_REFUSED = 24
 
 
 class WireError(ZkcoordError):
@@ -224,6 +225,20 @@ class StaticMemberOwnedByOtherPrincipal(WireError):
     code = ErrorCode.STATIC_MEMBER_OWNED_BY_OTHER_PRINCIPAL
 
 
+class HeldPartitionsRefused(WireError):
+    """A registration claimed partitions its member kept through the loss of
+    its coordinator, some of which it may not keep (RegisterConsumerResponse
+    version 6 names them): it stops those and registers again at once,
+    handing their offsets over."""
+
+    code = ErrorCode.HELD_PARTITIONS_REFUSED
+    retriable = True
+
+    def __init__(self, message="", *, refused=(), correlation_id=None):
+        super().__init__(message, correlation_id=correlation_id)
+        self.refused = tuple(refused)  # TopicPartitions, for RegisterConsumerResponse.refused
+
+
 _CLASSES = {
     cls.code: cls
     for cls in (
@@ -234,7 +249,7 @@ _CLASSES = {
         RebalanceInProgress, MaxPollIntervalExceeded, GroupNotEmpty,
         UnknownPartition, InvalidRequest, OffsetOutOfRange, AuthenticationFailed,
         GroupAuthorizationFailed, TopicAuthorizationFailed,
-        StaticMemberOwnedByOtherPrincipal,
+        StaticMemberOwnedByOtherPrincipal, HeldPartitionsRefused,
     )
 }
 

@@ -219,7 +219,7 @@ class ClusterMetadataResponse(Message):
 
 
 # Version 2 is version 1 plus the handover offsets, 3 the credential, 4 the
-# incarnation, 5 what the client is.
+# incarnation, 5 what the client is, 6 the partitions the member kept.
 _REGISTER_V1 = (
     "group_id" / String,
     "consumer_id" / String,
@@ -294,7 +294,13 @@ class RegisterConsumerRequest(Message):
     held or fenced is the same process coming back, which has stopped
     everything before it registered ("" for none: never proven). Version 5
     adds what the client is (``client_kind``, one of CLIENT_KINDS) and its
-    client id, shown to operators only ("" for not said)."""
+    client id, shown to operators only ("" for not said). Version 6 adds
+    what a member that lost its coordinator kept running meanwhile, under
+    its lease (``held``; () for nothing), and the coordinator epoch and
+    group generation of the last Start it obeyed (``held_epoch``,
+    ``held_generation``; -1 for none): the coordinator lets it keep what
+    it alone may be running, and refuses the registration naming the rest
+    (HELD_PARTITIONS_REFUSED, RegisterConsumerResponse.refused)."""
 
     TYPE = MessageType.REGISTER_CONSUMER_REQUEST
     group_id: str
@@ -314,6 +320,9 @@ class RegisterConsumerRequest(Message):
     incarnation: str = field(default="", repr=False)
     client_kind: str = ""
     client_id: str = ""
+    held: tuple = ()
+    held_epoch: int = -1
+    held_generation: int = -1
     LAYOUTS = {
         0: Struct("group_id" / String,
                   "consumer_id" / String,
@@ -331,20 +340,30 @@ class RegisterConsumerRequest(Message):
         3: Struct(*_REGISTER_V3),
         4: Struct(*_REGISTER_V3, "incarnation" / String),
         5: Struct(*_REGISTER_V3, "incarnation" / String, "client_kind" / String, "client_id" / String),
+        6: Struct(*_REGISTER_V3, "incarnation" / String, "client_kind" / String, "client_id" / String,
+                  "held" / Array32(TP), "held_epoch" / Int32, "held_generation" / Int32),
     }
+
+
+_REGISTERED_V1 = ("error_code" / ErrorCodeField, "error_message" / String, "coordinator_epoch" / Int32)
 
 
 @dataclass(frozen=True)
 class RegisterConsumerResponse(Message):
+    """Coordinator to consumer. Version 6 (the answer to a version 6
+    registration) adds ``refused``: with HELD_PARTITIONS_REFUSED, the
+    partitions of ``held`` the member may not keep; it stops them and
+    registers again, handing their offsets over."""
+
     TYPE = MessageType.REGISTER_CONSUMER_RESPONSE
     error_code: int = ErrorCode.NONE
     error_message: str = ""
     coordinator_epoch: int = -1
+    refused: tuple = ()
     LAYOUTS = {
         0: Struct("error_code" / ErrorCodeField),
-        1: Struct("error_code" / ErrorCodeField,
-                  "error_message" / String,
-                  "coordinator_epoch" / Int32),
+        1: Struct(*_REGISTERED_V1),
+        6: Struct(*_REGISTERED_V1, "refused" / Array32(TP)),
     }
 
 

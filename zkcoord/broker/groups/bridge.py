@@ -232,9 +232,12 @@ class GroupBridge(ClassicApis, ConsumerGroupApis, OffsetApis, GroupDirectory):
         except ConfigError as exc:
             log.info("group %s: member %s cannot register: %s", bridged.group, member.member_id, exc)
             return INVALID_REQUEST
+        # A stock client is told to let go when its registration's lease nears
+        # its end (docs/DESIGN.md, "What a stock member is promised"); keeping
+        # its partitions through the loss of the coordinator is not bridged yet.
         membership = GroupMembership([f"{s.host}:{s.port}" for s in servers.values()], config,
                                      _MemberListener(bridged, self), dynamic_id=registration_id(member),
-                                     tls_context=self._tls_context)
+                                     tls_context=self._tls_context, keep_on_loss=False)
         bridged.membership = membership
         membership.start()
         deadline = self.clock() + min(REGISTER_WAIT_S, member.rebalance_timeout_ms / 1000.0)

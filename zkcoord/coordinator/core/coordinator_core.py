@@ -161,7 +161,8 @@ class CoordinatorCore:
         when the office round trip that preceded the reads began (it proves
         nothing if a pause was seen since, machine_paused)."""
         self.office.loaded(proven_at)
-        resume_groups(self.table, states, self.config, now, self.rounds.schedule, self._empty)
+        resume_groups(self.table, states, self.config, now, self.rounds.schedule, self._empty,
+                      self.membership.read_owners)
         return self.out.take()
 
     def start(self, now: float) -> list:

@@ -7,6 +7,14 @@ members and sets the fences of those dropped: a member dropped without
 acknowledging that it stopped leaves what it may run fenced until its lease
 has surely ended, on every path (lease.py). Every change of membership asks
 for a round (rounds.py).
+
+A member that lost its coordinator (or only its connection) may have kept
+running what it held, under its lease, and says so when it registers
+(RegisterConsumerRequest version 6). It keeps what it alone may be running as
+far as this coordinator knows (``_kept``): then it runs them from its
+admission on, as if a Start had given them, with no Stop or Start. Anything
+else it holds is refused before it is admitted: it stops those and registers
+again, and they stay fenced meanwhile.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from functools import partial
 from typing import Hashable
 
 from zkcoord import limits, wire
-from zkcoord.coordinator.actions import CancelTimer, Close, Send, SetTimer
+from zkcoord.coordinator.actions import CancelTimer, Close, ReadOwners, Send, SetTimer
 from zkcoord.coordinator.assignors import NoCommonStrategyError, choose_strategy
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.core.describe import check_client
@@ -32,6 +40,7 @@ from zkcoord.coordinator.group import Group, Member
 from zkcoord.coordinator.lease import incarnation_proof, lease_end
 from zkcoord.coordinator.planner import Subscription
 from zkcoord.patterns import PatternError, check_pattern
+from zkcoord.records import TopicPartition
 from zkcoord.security.principal import ANONYMOUS, Principal
 from zkcoord.zk import layout
 
@@ -168,7 +177,7 @@ class Membership:
             self.registering[conn] = member
             self.offsets.flush(group.name, now, [partial(self._handover_written, member, request, correlation_id)])
         else:
-            self._admit(group, member, correlation_id, now)
+            self._admit(group, member, request, correlation_id, now)
 
     def _accept_handover(self, group: Group, member: Member, entries) -> int:
         """A returning member's final offsets for the partitions it ran last:
@@ -209,7 +218,8 @@ class Membership:
         limits.abuse_log.log(limits.REFUSED_REGISTRATION, level, "refused consumer %s of group %s: %s",
                              request.consumer_id, request.group_id, exc)
         self.out.emit(Send(conn, wire.RegisterConsumerResponse(error_code=exc.code, error_message=str(exc),
-                                                               coordinator_epoch=self.office.epoch), correlation_id))
+                                                               coordinator_epoch=self.office.epoch,
+                                                               refused=getattr(exc, "refused", ())), correlation_id))
         self.out.emit(Close(conn))
 
     def _handover_written(self, member: Member, request, correlation_id: int, error, now: float) -> None:
@@ -223,9 +233,93 @@ class Membership:
         except wire.WireError as exc:
             self._refuse(member.connection, request, correlation_id, exc)
             return
-        self._admit(group, member, correlation_id, now)
+        self._admit(group, member, request, correlation_id, now)
 
-    def _admit(self, group: Group, member: Member, correlation_id: int, now: float) -> None:
+    def _kept(self, group: Group, member: Member, request: wire.RegisterConsumerRequest,
+              now: float) -> frozenset:
+        """What of ``request.held`` the member keeps running from its
+        admission on; raises the refusal to send if it may not keep it all.
+
+        It keeps a partition only if it alone may be running it, as far as
+        this coordinator knows: still registered here under this incarnation
+        (its old connection open on our side only) and running it or being
+        started on it; or fenced on it alone, its lease there still running,
+        nobody started on it since, with the proof of the incarnation fenced
+        (lease.Fences.keepable: after a takeover, what the persisted state
+        gave it; after its connection closed here, what it ran). And only if
+        the round under way, if any, will not start it elsewhere, and its
+        claim is of this group's lineage: a generation this coordinator has
+        reached, an epoch not above its own. A static id keeps nothing (it may
+        be taken over by another process while the old one runs). Accepting
+        renews the member's lease on what it keeps, as a request does: only
+        while in office. Whatever it may not keep stays fenced (or counted
+        as running, still registered) until it registers again without it."""
+        held = frozenset((tp.topic, tp.partition) for tp in request.held)
+        if not held:
+            return frozenset()
+        if request.held_epoch > self.office.epoch:
+            raise wire.NotCoordinator(f"the partitions held were got under coordinator epoch {request.held_epoch}, "
+                                      f"newer than this one's ({self.office.epoch})")
+        self.office.check(now)
+        if not self.office.active:
+            raise wire.CoordinatorNotAvailable("the coordinator is suspended: its office is not proven")
+        previous = group.members.get(member.member_id)
+        if member.is_static or request.held_generation > group.generation:
+            kept = frozenset()
+        elif previous is not None:  # this incarnation (validated), still registered on its old connection
+            kept = held & previous.may_run
+        else:
+            settled = self._recorded_as_own(group, member.member_id, group.fences.shared(member.member_id, held))
+            kept = group.fences.keepable(member.member_id, member.proof, held, now, settled)
+        kept -= self.rounds.planned_starts(group.name)
+        refused = held - kept
+        if refused:
+            raise wire.HeldPartitionsRefused(
+                f"{len(refused)} of the {len(held)} partition(s) held may not be kept (another member may be "
+                f"given them, the lease under which they were held has ended, or nobody can tell); stop them "
+                f"and register again", refused=tuple(TopicPartition(t, p) for t, p in sorted(refused)))
+        return kept
+
+    @staticmethod
+    def _recorded_as_own(group: Group, member_id: str, shared: frozenset) -> frozenset:
+        """Of ``shared`` (partitions ``member_id`` is fenced on with others),
+        those ZooKeeper records as its own in a round that ended: the last
+        persisted generation gives them to it and their owner nodes name it.
+        Owners are written only once a round has ended, every Stop and Start
+        of it answered, so the other holders, named in that generation only
+        for what they ran as it began, have stopped them. Raises
+        RebalanceInProgress while the owners are being read (the member
+        keeps what it holds and registers again in a moment)."""
+        record = group.resumed
+        if not shared or record is None or record.generation != group.generation:
+            return frozenset()
+        if group.recorded_owners is None:
+            raise wire.RebalanceInProgress("the owners recorded in ZooKeeper are being read; register again "
+                                           "in a moment")
+        given = frozenset(record.assignment.get(member_id, ()))
+        return frozenset(tp for tp in shared if tp in given and group.recorded_owners.get(tp) == member_id)
+
+    def read_owners(self, group: Group) -> None:
+        """A group taken over: read the owners recorded, which members back
+        keeping partitions are checked against (and the first round starts from)."""
+        self.out.ask(partial(ReadOwners, group=group.name), partial(self._owners_read, group))
+
+    @staticmethod
+    def _owners_read(group: Group, owners, error, now: float) -> None:
+        if error is not None:
+            group.resumed = None  # nothing to check against: members keep only what they alone may run
+            log.warning("%s the owners recorded could not be read: %s", group.describe(), error)
+        elif group.recorded_owners is None and group.resumed is not None \
+                and group.generation == group.resumed.generation:  # else a round of ours read or wrote newer
+            group.recorded_owners = owners
+
+    def _admit(self, group: Group, member: Member, request: wire.RegisterConsumerRequest, correlation_id: int,
+               now: float) -> None:
+        try:
+            kept = self._kept(group, member, request, now)
+        except wire.WireError as exc:
+            self._refuse(member.connection, request, correlation_id, exc)
+            return
         previous = group.members.get(member.member_id)
         if previous is not None and previous.is_static:  # a static member back; its old connection may be open
             member.assigned = previous.assigned
@@ -234,14 +328,23 @@ class Membership:
             log.info("%s static member %s is back", group.describe(), member.member_id)
         elif previous is not None:  # the same incarnation (validated), its old connection open on our side only
             member.assigned = previous.assigned
-            previous.running = previous.starting = frozenset()  # it stopped everything before it registered
+            # It stopped everything before it registered, but what it keeps (below).
+            previous.running = previous.starting = frozenset()
             self._forget(previous, "it registered again on a new connection", now)
             log.info("%s member %s is back on a new connection", group.describe(), member.member_id)
+        if kept:
+            # It runs them from now on, under a lease renewed by this answer,
+            # as if a Start had given them: the round keeps them where they are.
+            member.running = kept
+            member.assigned = member.assigned | kept
+            group.fences.kept_by(member.member_id, kept)  # a stale claim by another holder finds no fence
+            log.info("%s member %s keeps the %d partition(s) it held", group.describe(), member.member_id, len(kept))
         if not member.is_static and group.fences.proves(member.member_id, member.proof):
             # The process fenced under this id, which stops everything before
-            # it registers: what it held is free. Anyone else registering
-            # under the id (ids are no secret), or a static id's new process,
-            # waits for the fences to run out.
+            # it registers but what it keeps (counted as running above): what
+            # it held is free. Anyone else registering under the id (ids are
+            # no secret), or a static id's new process, waits for the fences
+            # to run out.
             group.fences.release(member.member_id)
         group.add_member(member)
         self.requests.connected(member)

@@ -3,7 +3,8 @@
 Owns no state: one function that reads the persisted group states into the
 group table. Each group's generation continues, and every partition its
 members ran or were given stays fenced until those members come back
-(proving their incarnation) or their lease has surely run out.
+(proving their incarnation) or their lease has surely run out. A member
+back may keep what it alone ran, as those fences say (membership.py).
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ log = logging.getLogger(__name__)
 
 def resume_groups(table: GroupTable, states: Mapping[str, Optional[layout.GroupState]], config: CoordinatorConfig,
                   now: float, schedule_round: Callable[[Group, float], None],
-                  empty: Callable[[Group, float], None]) -> None:
+                  empty: Callable[[Group, float], None], read_owners: Callable[[Group], None]) -> None:
     """Resume the groups of ``states`` (None: a state node that could not be
     read): our predecessor sent nothing after its session ended, which was
     before now. A state that cannot be read (corrupt, or written by a newer
     version) says neither who runs what nor for how long: the whole group is
     fenced for the longest lease a member may hold. ``schedule_round(group,
     at)`` asks for a round once the fences allow it; ``empty(group, now)``
-    starts the retention of a group without members."""
+    starts the retention of a group without members; ``read_owners(group)``
+    reads the owners recorded of a group whose members may come back
+    keeping partitions (membership.py)."""
     longest_lease_ms = config.max_session_timeout_ms
     for name, state in states.items():
         group = table.named(name)
@@ -46,6 +49,7 @@ def resume_groups(table: GroupTable, states: Mapping[str, Optional[layout.GroupS
             continue
         group.generation = state.generation
         group.strategy = state.strategy
+        group.resumed = state
         group.persisted_members = frozenset(state.assignment) | frozenset(state.running)
         # A state without a lease (written by an older version) fences
         # for the longest any member may hold, never for the margin alone.
@@ -64,6 +68,7 @@ def resume_groups(table: GroupTable, states: Mapping[str, Optional[layout.GroupS
             # ended writes the group empty; one that comes back asks for
             # an earlier round.
             schedule_round(group, until)
+            read_owners(group)
         else:
             empty(group, now)  # its retention runs from now: when it was last seen empty is not kept
         log.info("%s resumed; %d member(s) may still run partitions for up to %d ms",
