@@ -16,7 +16,9 @@ It measures:
 - **steady CPU**, over a ``--steady-s`` window after that: each server
   process's CPU from /proc (the busiest is the figure; embedded broker, ZooKeeper
   session and timers included) and the generators' own, summed, both in % of
-  one core;
+  one core; and the busiest server's CPU per ping it sent in the window (its
+  ``zkcoord_pings_sent_total``, each a round trip: the ping out, its answer
+  in), in microseconds: in a steady window pings are nearly all it does;
 - **expired**: registrations the members lost from the start to the end of the
   steady window (each member that lost its place and came back counts once per
   loss), plus members not registered at its end;
@@ -29,7 +31,7 @@ The members report no offsets and always say they have just polled. Every
 process it starts is stopped on exit, on error too; everything is bounded in
 time. Prints, as its last line:
 
-    members N groups G coordinators C: joined in X s; steady coordinator CPU Y% of a core; generator CPU Z% of a core; expired E
+    members N groups G coordinators C: joined in X s; steady coordinator CPU Y% of a core (U us a ping); generator CPU Z% of a core; expired E
 
     python bench/bench_scale.py --members 5000 --groups 50 [--coordinators 1] [--slots S] [--failover]
 """
@@ -174,13 +176,18 @@ def server_capacity(harness, partitions: int) -> int:
     return min(limits) - 2 * partitions if limits else sys.maxsize
 
 
+def pings_sent(server) -> float:
+    """The pings ``server`` has sent to members so far, from its metrics endpoint."""
+    return server.scrape().value("zkcoord_pings_sent_total")
+
+
 def percent(cpu_s: float, seconds: float) -> float:
     return 100.0 * cpu_s / seconds
 
 
 def run(args, work: Path) -> str:
     harness = Harness(work, server_args=["--zk-session-timeout-ms", str(args.zk_session_timeout_ms),
-                                         "--coordinator-slots", str(args.slots)],
+                                         "--coordinator-slots", str(args.slots), "--metrics-port", "0"],
                       zk_nodes=args.zk_nodes)
     fleet = None
     try:
@@ -233,15 +240,20 @@ def run(args, work: Path) -> str:
         # The steady window: nobody joins or leaves.
         servers = {sid: s for sid, s in harness.cluster.servers.items()}
         window_began = time.time()
+        pings = {sid: pings_sent(s) for sid, s in servers.items()}
         server_cpu = {sid: s.cpu_seconds() for sid, s in servers.items()}
         generator_cpu = fleet.cpu_s()
         gevent.sleep(args.steady_s)
         window = time.time() - window_began
-        server_pct = {sid: percent(s.cpu_seconds() - server_cpu[sid], window) for sid, s in servers.items()}
+        server_used = {sid: s.cpu_seconds() - server_cpu[sid] for sid, s in servers.items()}
         generator_pct = percent(fleet.cpu_s() - generator_cpu, window)
+        pings = {sid: pings_sent(s) - pings[sid] for sid, s in servers.items()}
+        server_pct = {sid: percent(used, window) for sid, used in server_used.items()}
+        per_ping_us = {sid: 1e6 * used / pings[sid] if pings[sid] else math.inf for sid, used in server_used.items()}
         busiest = max(server_pct, key=server_pct.get)
         for sid, pct in sorted(server_pct.items()):
-            print(f"  server {sid}: {pct:.1f}% of a core over {window:.0f} s", flush=True)
+            print(f"  server {sid}: {pct:.1f}% of a core over {window:.0f} s; {pings[sid] / window:.0f} pings a "
+                  f"second, {per_ping_us[sid]:.0f} us of CPU a ping", flush=True)
         print(f"  generators: {generator_pct:.1f}% of a core in all ({processes} processes)", flush=True)
 
         # Counted before any failover, whose losses are by design.
@@ -250,7 +262,8 @@ def run(args, work: Path) -> str:
             failover(harness, fleet, busiest, args)
 
         return (f"members {args.members} groups {args.groups} coordinators {args.coordinators}: "
-                f"joined in {joined_s:.1f} s; steady coordinator CPU {server_pct[busiest]:.1f}% of a core; "
+                f"joined in {joined_s:.1f} s; steady coordinator CPU {server_pct[busiest]:.1f}% of a core "
+                f"({per_ping_us[busiest]:.0f} us a ping); "
                 f"generator CPU {generator_pct:.1f}% of a core; expired {expired}")
     except BaseException:
         harness.dump_logs()

@@ -38,12 +38,6 @@ MAX_READS_AT_ONCE = 4
 _NOTHING_NOW = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
-def _pending(sock: socket.socket) -> int:
-    """Bytes a TLS socket has decrypted and not yet handed out (0 for a plain one)."""
-    pending = getattr(sock, "pending", None)
-    return pending() if pending is not None else 0
-
-
 class ChannelClosed(ZkcoordError):
     """The peer closed the connection, or it broke."""
 
@@ -75,6 +69,10 @@ class Channel:
     def __init__(self, sock: socket.socket, max_frame_size: int = wire.MAX_FRAME_SIZE,
                  guard: Optional[ListenerGuard] = None):
         self.sock = sock
+        # A TLS socket's count of bytes decrypted and not yet handed out
+        # (None for a plain socket), looked up once: on a gevent socket a
+        # missing attribute costs an exception at every read.
+        self._pending = getattr(sock, "pending", None)
         self._decoder = wire.FrameDecoder(max_frame_size=max_frame_size)
         self.guard = guard
         self._ready: list[wire.Frame] = []
@@ -242,7 +240,7 @@ class Channel:
                 raise ChannelClosed(f"{self.peer} closed the connection")
             frames.extend(self._feed(data))
             reads += 1
-            if _pending(self.sock):
+            if self._pending is not None and self._pending():
                 continue  # decrypted already, out of the loop's sight: it would not say readable for it
             if len(data) < 65536 or reads == MAX_READS_AT_ONCE:
                 break  # the rest when the loop says it is readable again

@@ -57,3 +57,23 @@ def test_nothing_is_sent_out_of_office_and_a_hung_up_member_fails_what_it_held()
     requests.fail_all(b, "its connection closed", kit.now)
     assert failures[1:] == [("b", "its connection closed")] * 2
     assert requests.member_on("b") is None and b.outstanding is None and b.queued is None
+
+
+def test_deadlines_of_different_timeouts_are_met_in_the_order_they_end():
+    # Kept in one queue per timeout: a later request of a shorter timeout ends first.
+    kit = Kit()
+    requests = kit.build_requests()
+    a, b, c = kit.join("a", "b", "c")
+    requests.request(a, PING, 3.0, lambda m, answer, now: None, None, kit.now)  # ends at 3.0
+    kit.advance(0.5)
+    requests.request(b, PING, 1.0, lambda m, answer, now: None, None, kit.now)  # ends at 1.5
+    kit.advance(0.5)
+    requests.request(c, PING, 3.0, lambda m, answer, now: None, None, kit.now)  # ends at 4.0
+    kit.settle()
+    dropped = lambda: [member_id for member_id, _ in kit.dropped]  # noqa: E731
+    kit.advance(0.5 + PING_TICK_S)
+    assert dropped() == ["b"]
+    kit.advance(1.5)
+    assert dropped() == ["b", "a"]
+    kit.advance(1.0)
+    assert dropped() == ["b", "a", "c"]

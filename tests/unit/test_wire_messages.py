@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from zkcoord import wire
 from zkcoord.errors import ZkcoordError
+from zkcoord.wire import fast
 from zkcoord.wire.codec import layout_of
 from zkcoord.wire import (
     ClusterMetadataRequest, ClusterMetadataResponse, DescribeGroupRequest, DescribeGroupResponse, NodeAddress,
@@ -282,3 +283,99 @@ def test_a_registration_of_version_5_carries_what_the_client_is():
     assert (message.client_kind, message.client_id) == (wire.THIN, "app-1")
     # Written for an older coordinator, the two are left out, and nothing else changes.
     assert decode(encode(request, 7, 4)[4:]).message == dataclasses.replace(request, client_kind="", client_id="")
+
+
+# -- the fast paths (zkcoord/wire/fast.py) against construct, their definition ----------------------
+
+FAST_ENCODED = sorted(((cls, v) for cls, v in CASES if (cls, v) in fast.fixed_encoders()),
+                      key=lambda case: (case[0].__name__, case[1]))
+
+
+def test_the_ping_request_is_encoded_by_its_fast_path():
+    # Derived from the layouts: a change to PingRequest's fields that made them
+    # other than fixed-size integers would silently drop the fast path.
+    assert [(cls.__name__, v) for cls, v in FAST_ENCODED] == [("PingRequest", 0), ("PingRequest", 1)]
+    assert (PingResponse.TYPE.value, 1) in fast.DECODERS
+
+
+@pytest.mark.parametrize("cls,version", FAST_ENCODED, ids=[f"{c.__name__}-v{v}" for c, v in FAST_ENCODED])
+def test_fast_encoding_gives_construct_bytes(cls, version):
+    @settings(max_examples=300, deadline=None)
+    @given(message=MESSAGES[cls][version], correlation_id=int32)
+    def check(message, correlation_id):
+        assert encode(message, correlation_id, version) == encode(message, correlation_id, version, fast_paths=False)
+
+    check()
+
+
+@pytest.mark.parametrize("value", [2**15, -2**15 - 1, 1.5, "1", None])
+def test_fast_encoding_refuses_what_construct_refuses(value):
+    for version in (0, 1):
+        message = PingRequest(num_retries=value)
+        with pytest.raises(wire.InvalidMessage):
+            encode(message, 1, version, fast_paths=False)
+        with pytest.raises(wire.InvalidMessage):
+            encode(message, 1, version)
+    with pytest.raises(wire.InvalidMessage):
+        encode(PingRequest(generation=2**31), 1, 1)
+
+
+def decoded_both_ways(payload):
+    """(fast, construct): each path's Frame, or the type of the error it raised."""
+    results = []
+    for fast_paths in (True, False):
+        try:
+            results.append(decode(payload, fast_paths=fast_paths))
+        except wire.WireError as exc:
+            results.append(type(exc))
+    return results
+
+
+def same_frame(fast_result, construct_result):
+    assert fast_result == construct_result
+    if isinstance(construct_result, wire.Frame):  # and of the same types: an ErrorCode, not an int equal to it
+        assert type(fast_result.message.error_code) is type(construct_result.message.error_code)
+        assert type(fast_result.message.offsets) is type(construct_result.message.offsets)
+        assert type(fast_result.type) is type(construct_result.type)
+
+
+@settings(max_examples=500, deadline=None)
+@given(message=MESSAGES[PingResponse][1], correlation_id=int32)
+def test_fast_ping_response_decoding_gives_construct_message(message, correlation_id):
+    payload = encode(message, correlation_id, 1)[4:]
+    assert fast.ping_response_v1(payload) is not None  # a frame construct reads, read by the fast path
+    same_frame(*decoded_both_ways(payload))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(message=MESSAGES[PingResponse][1], data=st.data())
+def test_fast_ping_response_decoding_of_damaged_frames_is_construct_decoding(message, data):
+    # Bytes changed, cut or added anywhere after the header: the fast path
+    # reads what construct reads, the same, and leaves the rest to it.
+    payload = bytearray(encode(message, 7, 1)[4:])
+    body = len(payload) - wire.HEADER_BYTES
+    for _ in range(data.draw(st.integers(1, 3))):
+        kind = data.draw(st.sampled_from(["flip", "cut", "add"]))
+        if kind == "flip" and body:
+            at = wire.HEADER_BYTES + data.draw(st.integers(0, body - 1))
+            payload[at] = data.draw(st.integers(0, 255))
+        elif kind == "cut" and body:
+            del payload[wire.HEADER_BYTES + data.draw(st.integers(0, body - 1)):]
+        else:
+            payload += data.draw(st.binary(min_size=1, max_size=6))
+        body = len(payload) - wire.HEADER_BYTES
+    same_frame(*decoded_both_ways(bytes(payload)))
+
+
+@pytest.mark.parametrize("body", [
+    b"",  # nothing after the header
+    b"\x00\x00\x02\x00\x00\x00\x00",  # has_offsets 2: malformed, not true
+    b"\x00\x00\x01\xff\xff\xff\xff\x00\x00\x00\x00",  # a negative count
+    b"\x00\x00\x01\x00\x00\x00\x01\x00\x01\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",  # a topic that is not UTF-8
+    b"\x00\x00\x00\x00\x00\x00\x00\x00",  # a trailing byte
+])
+def test_fast_ping_response_decoding_leaves_malformed_frames_to_construct(body):
+    payload = wire.codec.HEADER.pack(PingResponse.TYPE, 1, 3) + body
+    assert fast.ping_response_v1(payload) is None
+    fast_result, construct_result = decoded_both_ways(payload)
+    assert fast_result is construct_result is wire.MalformedFrame

@@ -362,8 +362,9 @@ class Coordinator:
         A handler that raises is a bug: the coordinator steps down, loudly,
         rather than run on with half a decision."""
         try:
-            todo = self._watch_for_pause(self.clock())
-            todo += handler(*args, self.clock())
+            now = self.clock()
+            todo = self._watch_for_pause(now)
+            todo += handler(*args, now)
         except Exception:
             log.exception("the coordinator's core failed in %s; stepping down", getattr(handler, "__name__", handler))
             todo = self.core.fail(self.clock())

@@ -18,6 +18,7 @@ from zkcoord.wire.errors import (
     FrameTooLarge, InvalidMessage, MalformedFrame, UnknownMessageType,
     UnsupportedVersion, WireError,
 )
+from zkcoord.wire import fast
 from zkcoord.wire.fields import Inexpressible
 from zkcoord.wire.messages import REGISTRY, MessageType
 
@@ -29,6 +30,9 @@ SIZED_HEADER = struct.Struct(">ihhi")
 HEADER = struct.Struct(">hhi")
 HEADER_BYTES = HEADER.size
 _COMPILED = {}
+# The hottest frames (a ping and its answer) skip construct: fast.py.
+_FIXED_ENCODERS = fast.fixed_encoders()
+_KINDS = {kind.value: kind for kind in MessageType}
 
 
 def layout_of(cls, version):
@@ -65,19 +69,26 @@ class Frame:
     message: object
 
 
-def encode(message, correlation_id, version=None):
+def encode(message, correlation_id, version=None, fast_paths=True):
     """The whole frame (size prefix included) carrying ``message``.
 
     ``version`` defaults to the latest version of the message's type. Raises
     UnsupportedVersion if the type has no such version or the message means
     something that version cannot say, InvalidMessage if a field does not fit
-    its declaration (wrong type, out of range).
+    its declaration (wrong type, out of range). ``fast_paths`` False builds
+    it with construct alone (fast.py's reference).
     """
     cls = type(message)
-    if cls not in REGISTRY.values():
+    if REGISTRY.get(getattr(cls, "TYPE", None)) is not cls:
         raise InvalidMessage(f"not a protocol message: {message!r}")
     if version is None:
         version = cls.latest_version()
+    fixed = _FIXED_ENCODERS.get((cls, version)) if fast_paths else None
+    if fixed is not None:
+        try:
+            return fixed.encode(message, correlation_id)
+        except struct.error as exc:
+            raise InvalidMessage(f"{cls.__name__} v{version}: {exc}") from None
     layout = layout_of(cls, version)
     if layout is None:
         raise UnsupportedVersion(
@@ -96,18 +107,23 @@ def encode(message, correlation_id, version=None):
     return header + body
 
 
-def decode(payload):
-    """The Frame in ``payload``: one frame without its size prefix."""
+def decode(payload, fast_paths=True):
+    """The Frame in ``payload``: one frame without its size prefix.
+    ``fast_paths`` False reads it with construct alone (fast.py's reference)."""
     if len(payload) < HEADER_BYTES:
         raise MalformedFrame(
             f"frame of {len(payload)} bytes is shorter than its header")
     type_id, version, correlation_id = HEADER.unpack_from(payload)
+    if fast_paths:
+        decoder = fast.DECODERS.get((type_id, version))
+        message = decoder(payload) if decoder is not None else None
+        if message is not None:
+            return Frame(_KINDS[type_id], version, correlation_id, message)
     where = dict(correlation_id=correlation_id)
-    try:
-        kind = MessageType(type_id)
-    except ValueError:
+    kind = _KINDS.get(type_id)
+    if kind is None:
         raise UnknownMessageType(
-            f"unknown message type {type_id}", **where) from None
+            f"unknown message type {type_id}", **where)
     cls = REGISTRY[kind]
     layout = layout_of(cls, version)
     if layout is None:
@@ -167,8 +183,12 @@ class FrameDecoder:
         if self._error is not None:
             raise self._error
         frames = []
-        view = memoryview(data)
         try:
+            if not self._buffer and self._size is None:
+                # Between frames, as nearly every read of a member's answers
+                # is: the whole frames it holds are read in place.
+                data = self._whole_frames(data, frames)
+            view = memoryview(data)
             while view:
                 if self._size is None:
                     take = SIZE_BYTES - len(self._buffer)
@@ -198,6 +218,17 @@ class FrameDecoder:
             self._buffer = bytearray()
             raise
         return frames
+
+    def _whole_frames(self, data, frames):
+        """Decode the whole frames at the start of ``data`` into ``frames``; what is left of it."""
+        at, end = 0, len(data)
+        while end - at >= SIZE_BYTES:
+            size = self._check_size(int.from_bytes(data[at:at + SIZE_BYTES], "big", signed=True))
+            if end - at - SIZE_BYTES < size:
+                break
+            frames.append(decode(bytes(data[at + SIZE_BYTES:at + SIZE_BYTES + size])))
+            at += SIZE_BYTES + size
+        return data[at:] if at else data
 
     def _check_size(self, size):
         if size < HEADER_BYTES:

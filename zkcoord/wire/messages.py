@@ -13,6 +13,7 @@ wire/README.md describes every field, with a byte-level example; wire/vectors.js
 holds the frames this module must read and write.
 """
 
+import functools
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar
@@ -150,6 +151,7 @@ class Message:
         return max(cls.LAYOUTS)
 
     @classmethod
+    @functools.cache  # asked for every frame sent; a handful of (class, level) pairs
     def version_for(cls, level):
         """The version to send this message in to a peer that speaks the
         protocol at ``level`` (the version of its own first request): the

@@ -22,6 +22,8 @@ from zkcoord.coordinator.group import Member
 from zkcoord.coordinator.schedule import PingSchedule
 
 PING_TIMER = ("ping",)
+# Generations whose PingRequest is kept for reuse; past this many the cache starts over.
+KEPT_PINGS = 256
 
 
 def _ignore(*_args) -> None:
@@ -41,6 +43,9 @@ class Pings:
         self._remove = remove
         self.schedule = PingSchedule()
         self._ping_at: Optional[float] = None
+        # One PingRequest per generation, sent to every member at it:
+        # messages are immutable, and thousands go out a second.
+        self._pings: dict[int, wire.PingRequest] = {}
 
     def add(self, member: Member, now: float) -> None:
         """Ping ``member`` every third of its session timeout from now on."""
@@ -59,10 +64,18 @@ class Pings:
                 continue
             group = self.groups.by_name[member.group]
             self.metrics.ping_sent()
-            self.requests.request(member, wire.PingRequest(num_retries=0, coordinator_epoch=self.office.epoch,
-                                                           generation=group.generation),
+            self.requests.request(member, self._ping_at_generation(group.generation),
                                   member.session_timeout, self._pinged, _ignore, now)
         self._arm()
+
+    def _ping_at_generation(self, generation: int) -> wire.PingRequest:
+        ping = self._pings.get(generation)
+        if ping is None:
+            if len(self._pings) >= KEPT_PINGS:
+                self._pings.clear()
+            ping = self._pings[generation] = wire.PingRequest(
+                num_retries=0, coordinator_epoch=self.office.epoch, generation=generation)
+        return ping
 
     def _arm(self) -> None:
         at = self.schedule.next_due()

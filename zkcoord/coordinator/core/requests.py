@@ -1,7 +1,7 @@
 """Requests to members: who is on which connection, what each was asked, by when.
 
 Owns the table of connected members by connection and the deadlines of the
-requests sent to them (one heap, one timer at most once a tick). A member
+requests sent to them (a queue per timeout, one timer at most once a tick). A member
 holds at most one request unanswered and one queued behind it (seed 001's
 held channel; ``Member.outstanding`` and ``Member.queued`` are moved only
 here). Every request is dated on the member (``last_sent``) before it
@@ -11,7 +11,7 @@ unless the office is held; a request that cannot go fails at once.
 
 from __future__ import annotations
 
-import heapq
+import collections
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Hashable, Optional
@@ -55,7 +55,11 @@ class Requests:
         self.metrics = metrics
         self._expire = expire
         self.members: dict[Hashable, Member] = {}  # by connection
-        self._deadlines: list[tuple[float, int, Hashable, int]] = []  # (at, n, conn, correlation id), a heap
+        # (at, n, conn, correlation id) by the request's timeout. Requests of
+        # one timeout end in the order they left, so each queue is in order
+        # and its head ends first: a push and a pop cost nothing, where a heap
+        # of every deadline cost two log-n walks a ping.
+        self._deadlines: dict[float, collections.deque] = {}
         self._deadline_numbers = itertools.count()  # ties broken in order, whatever conn is
         self._answers_at: Optional[float] = None  # when ANSWERS_TIMER is set for
 
@@ -99,12 +103,22 @@ class Requests:
     def deadlines_due(self, now: float) -> None:
         """ANSWERS_TIMER: drop the members whose request's deadline has passed unanswered."""
         self._answers_at = None
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, _, conn, correlation_id = heapq.heappop(self._deadlines)
+        while True:
+            timeout = self._earliest_deadline()
+            if timeout is None or self._deadlines[timeout][0][0] > now:
+                break
+            queue = self._deadlines[timeout]
+            _, _, conn, correlation_id = queue.popleft()
+            if not queue:
+                del self._deadlines[timeout]
             self._answer_overdue(conn, correlation_id, now)
-        if self._deadlines:  # most are of requests answered long since: look once a tick at most
-            self._answers_at = max(self._deadlines[0][0], now + PING_TICK_S)
+        if timeout is not None:  # most are of requests answered long since: look once a tick at most
+            self._answers_at = max(self._deadlines[timeout][0][0], now + PING_TICK_S)
             self.out.emit(SetTimer(ANSWERS_TIMER, self._answers_at))
+
+    def _earliest_deadline(self) -> Optional[float]:
+        """The timeout whose queue's head ends first, of all kept (None: none is)."""
+        return min(self._deadlines, key=lambda timeout: self._deadlines[timeout][0][:2], default=None)
 
     def _dispatch(self, member: Member, request: Request, now: float) -> None:
         self.office.check(now)
@@ -123,10 +137,13 @@ class Requests:
         member.outstanding = request
         member.last_sent = now  # before it leaves: the member's lease ends by this + T
         self.out.emit(Send(member.connection, request.message, request.correlation_id))
-        self._set_deadline(now + request.timeout, member.connection, request.correlation_id)
+        self._set_deadline(request.timeout, now + request.timeout, member.connection, request.correlation_id)
 
-    def _set_deadline(self, at: float, conn: Hashable, correlation_id: int) -> None:
-        heapq.heappush(self._deadlines, (at, next(self._deadline_numbers), conn, correlation_id))
+    def _set_deadline(self, timeout: float, at: float, conn: Hashable, correlation_id: int) -> None:
+        queue = self._deadlines.get(timeout)
+        if queue is None:
+            queue = self._deadlines[timeout] = collections.deque()
+        queue.append((at, next(self._deadline_numbers), conn, correlation_id))
         if self._answers_at is None or at < self._answers_at:
             self._answers_at = at
             self.out.emit(SetTimer(ANSWERS_TIMER, at))
