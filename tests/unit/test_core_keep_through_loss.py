@@ -221,3 +221,39 @@ def test_a_successor_deposed_mid_claim_admits_nobody():
     h.settle()
     assert registration_answer(h, "a") is None and "a" in h.closed
     assert not h.core.groups["g"].members
+
+
+# -- offsets handed over beside a claim -------------------------------------------------------
+
+def test_a_handover_offset_of_a_partition_still_held_is_not_taken_after_a_dropped_connection():
+    """A final offset is final only for what the member stopped: one it hands
+    over for a partition it keeps (from a Stop before a restart, e.g. a forced
+    reset's) must not move the committed offset past what it has run since."""
+    h = CoreHarness()
+    h.register("a", "a", assignment_strategies=STICKY)
+    h.stable(["a"])
+    generation = h.core.groups["g"].generation
+    h.advance(T / 3 + 0.1)  # a ping is out
+    ping = next(c for m, c in h.unanswered("a") if isinstance(m, wire.PingRequest))
+    h.answer("a", wire.PingResponse(offsets=wire.offset_entries({T0: 7}), last_poll_ms_ago=0), ping)
+    h.advance(1.5, serve=("a",))
+    assert h.zk.offsets["g"][T0] == 7
+    h.apply(h.core.connection_closed("a", h.now))
+    h.advance(0.5)
+    h.register("a2", "a", assignment_strategies=STICKY, held=tuple(TopicPartition(*tp) for tp in P),
+               held_epoch=1, held_generation=generation, offsets=wire.offset_entries({T0: 100}))
+    h.settle()
+    assert registration_answer(h, "a2").error_code == wire.ErrorCode.NONE
+    assert h.running("a") == set(P)
+    assert h.zk.offsets["g"][T0] == 7
+
+
+def test_a_successor_takes_no_handover_offset_of_a_partition_it_lets_the_member_keep():
+    h = taken_over()
+    h.zk.offsets["g"][T0] = 7  # what the predecessor wrote last
+    h.register("a", "a", assignment_strategies=STICKY, held=tuple(TopicPartition(*tp) for tp in BEFORE["a"]),
+               held_epoch=OLD_EPOCH, held_generation=GENERATION, offsets=wire.offset_entries({T0: 100}))
+    h.settle()
+    assert registration_answer(h, "a").error_code == wire.ErrorCode.NONE
+    assert T0 in h.running("a")
+    assert h.zk.offsets["g"][T0] == 7

@@ -422,3 +422,24 @@ def test_a_start_of_what_a_member_kept_is_a_no_op_for_it():
     member.answer(start(A, B, C, epoch=4, generation=5), now=7.0)
     assert set(listener.running) == {A, B, C}
     assert member.held_under == Generation(4, 5)
+
+
+def test_a_partition_started_again_hands_over_no_final_offset_from_its_earlier_stop():
+    """A forced reset's round stops a partition and starts it again on the
+    same member: the Stop's final offset is not final any more, and a
+    registration that keeps the partition must not hand it over."""
+    listener = Listener()
+    member = MemberProtocol(registration(), listener)
+    member.register(0.0)
+    member.registered(wire.RegisterConsumerResponse(coordinator_epoch=3))
+    member.answer(start(A, B), now=0.5)
+    listener.positions[A] = 100
+    member.answer(stop(A, generation=2), now=1.0)
+    member.answer(wire.StartRequest(coordinator_epoch=3, generation=2, strategy="range",
+                                    partitions=(wire.TopicPartitionOffset(*A, 5), wire.TopicPartitionOffset(*B, NO_OFFSET))),
+                  now=1.2)
+    listener.positions[A] = 7
+    assert member.keep(2.0)
+    again = member.register(2.1)
+    assert {(tp.topic, tp.partition) for tp in again.held} == {A, B}
+    assert wire.offsets_of(again.offsets) == {}

@@ -348,6 +348,10 @@ class MemberProtocol:
                                                generation=self.generation.generation)
         self.assignment = granted
         self.held_under = self.generation
+        # A partition started again is no longer stopped: its final offset
+        # from the earlier Stop would hand over an offset it has run past (or,
+        # after a forced reset, one above where it restarted).
+        self.handover = {tp: o for tp, o in self.handover.items() if tp not in granted}
         self.listener.on_start(dict(granted))
         return wire.RestartFetcherResponse(coordinator_epoch=self.generation.epoch,
                                            generation=self.generation.generation)

@@ -169,7 +169,7 @@ class Membership:
         )
         group = self.groups.named(request.group_id)
         try:
-            handed_over = self._accept_handover(group, member, request.offsets) if request.offsets else 0
+            handed_over = self._accept_handover(group, member, request.offsets, request.held) if request.offsets else 0
         except wire.RebalanceInProgress as exc:
             self._refuse(conn, request, correlation_id, exc)
             return
@@ -179,14 +179,16 @@ class Membership:
         else:
             self._admit(group, member, request, correlation_id, now)
 
-    def _accept_handover(self, group: Group, member: Member, entries) -> int:
+    def _accept_handover(self, group: Group, member: Member, entries, held=()) -> int:
         """A returning member's final offsets for the partitions it ran last:
         it was fenced on them when dropped (after a failover: all it ran or
         was given in the last persisted generation), and nobody has been sent
         a Start of them since, however long ago its fence lapsed. It stopped
         them before registering, so they are exact: whoever runs them next
         redelivers nothing (never taken below the committed offset). Offsets
-        of anything else are stale; ignored.
+        of anything else are stale; ignored, and so are those of partitions
+        it says it still runs (``held``): a final offset is final only for
+        what it stopped.
 
         Raises RebalanceInProgress, taking nothing, if the round under way
         will start some of them: its Starts could carry the committed offsets
@@ -202,6 +204,7 @@ class Membership:
         previous = group.members.get(member.member_id)
         if previous is not None:  # a static member or this incarnation back (validated): what it ran
             owned |= previous.may_run
+        owned -= {(tp.topic, tp.partition) for tp in held}
         contested = owned & self.rounds.planned_starts(group.name) & set(wire.offsets_of(entries))
         if contested:
             raise wire.RebalanceInProgress(
