@@ -27,6 +27,11 @@ def test_accepting_pauses_past_the_high_mark_and_resumes_only_below_the_low_one(
     assert should_accept(False, RESUME_AT_LAG_S - 0.01)
 
 
+# A flood that puts the hub past the pause mark with room to spare: the gate
+# then stays shut for some 0.7 s, time enough for a test to act while it is.
+BEHIND_S = PAUSE_AT_LAG_S + 0.7
+
+
 def flood(seconds: float, pieces: int = 2000) -> None:
     """Queue ``seconds`` of busy callbacks in the hub, as a crowd's wake-ups would."""
     each = seconds / pieces
@@ -59,7 +64,7 @@ def test_a_server_behind_stops_accepting_and_serves_the_waiting_connections_once
                                spawn=gevent.pool.Pool(100))
     server.start()
     try:
-        flood(2.0)
+        flood(BEHIND_S)
         wait_until(lambda: server.gated, 10, message="the server to stop accepting")
         clients = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(5)]
         assert server._watcher is None  # not listening while gated: the kernel's backlog holds them
@@ -96,7 +101,7 @@ def test_a_server_whose_pool_is_full_when_it_catches_up_accepts_again_once_a_con
     try:
         first = socket.create_connection(("127.0.0.1", server.server_port))
         wait_until(lambda: len(served) == 1, 10, message="the first connection served")  # the pool is full
-        flood(2.0)
+        flood(BEHIND_S)
         wait_until(lambda: server.gated, 10, message="the server to stop accepting")
         wait_until(lambda: not server.gated, 20, message="the server to catch up, its pool still full")
         second = socket.create_connection(("127.0.0.1", server.server_port))
