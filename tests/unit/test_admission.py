@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import gevent
 import gevent.event
+import gevent.monkey
 import gevent.pool
 
 from zkcoord.coordinator.admission import (PAUSE_AT_LAG_S, PROBE_INTERVAL_S, RESUME_AT_LAG_S, CallbackLag,
@@ -33,16 +35,22 @@ BEHIND_S = PAUSE_AT_LAG_S + 0.7
 
 
 def flood(seconds: float, pieces: int = 2000) -> None:
-    """Queue ``seconds`` of busy callbacks in the hub, as a crowd's wake-ups would."""
-    each = seconds / pieces
+    """Queue ``seconds`` of callbacks that hold the hub, as a crowd's wake-ups
+    would. They block in a sleep rather than spin: the hub is held as long,
+    and the CPU is left to the machine's other work. Each sleeps until its
+    share of the flood is over, so late wake-ups do not add up."""
+    sleep = gevent.monkey.get_original("time", "sleep")
+    began: list[float] = []
 
-    def busy():
-        end = gevent.get_hub().loop.now() + each
-        while gevent.get_hub().loop.now() < end:
-            gevent.get_hub().loop.update_now()
+    def hold(piece: int) -> None:
+        if not began:
+            began.append(time.monotonic())
+        left = began[0] + (piece + 1) * seconds / pieces - time.monotonic()
+        if left > 0:
+            sleep(left)
 
-    for _ in range(pieces):
-        gevent.get_hub().loop.run_callback(busy)
+    for piece in range(pieces):
+        gevent.get_hub().loop.run_callback(hold, piece)
 
 
 def test_the_lag_measured_is_the_time_a_wake_up_waits_in_the_hubs_queue():
