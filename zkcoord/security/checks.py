@@ -1,6 +1,6 @@
-"""A process's password logins, carried out: the credential read from
-ZooKeeper, the key derived from the offered password (PBKDF2) in a thread
-pool off the event loop, the decisions of zkcoord.security.logins applied.
+"""A process's password logins, carried out: the user's stored credential
+read, the key derived from the offered password (PBKDF2) in a thread pool
+off the event loop, the decisions of zkcoord.security.logins applied.
 
 PBKDF2 takes milliseconds of CPU (hashlib releases the GIL while OpenSSL
 runs it), so the loop keeps serving pings while checks run. At most
