@@ -11,15 +11,28 @@ node and of every process the test ran to its report.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import pytest
+from hypothesis import settings
 from kazoo.client import KazooClient
 
 from zkcoord.testing import ProxiedEnsemble, fresh_chroot, start_ensemble
 from zkcoord.zk.ensemble import LocalEnsemble
 
 pytest_plugins = ["zkcoord.testing.pytest_plugin"]  # logs of every process a failing test ran
+
+# How far the property tests (Hypothesis) and the seeded fuzz runs search:
+# one number for every test, the profile's. "suite", the default, draws 25
+# examples a property, a fresh 25 at each run, which keeps the unit tier
+# quick enough to run at every change; "deep" draws 1,000, for the runs that
+# have the time, beside a drill or a benchmark: ZKCOORD_HYPOTHESIS=deep (or
+# pytest's own --hypothesis-profile deep). No deadline: on a loaded machine
+# a slow example is no failure.
+settings.register_profile("suite", max_examples=25, deadline=None)
+settings.register_profile("deep", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("ZKCOORD_HYPOTHESIS", "suite"))
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,12 @@ def build_jar(sources: Path, classpath: Sequence[str], target: Path, release: st
         classes = Path(scratch) / "classes"
         classes.mkdir()
         # No -Werror: a newer library deprecating an API the sources use must not break installs.
-        command = [javac, "--release", release, "-nowarn", "-encoding", "UTF-8", "-cp", os.pathsep.join(classpath),
+        # javac's own JVM on the client compiler and the serial collector: a
+        # build of a few files is over before the optimizing compiler and the
+        # parallel collector's threads pay back (about 1 s instead of 3 on a
+        # loaded 2-core machine).
+        command = [javac, "-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", "--release", release, "-nowarn",
+                   "-encoding", "UTF-8", "-cp", os.pathsep.join(classpath),
                    "-d", str(classes), *(str(p) for p in files if p.suffix == ".java")]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:

@@ -28,6 +28,7 @@ from zkcoord.testing import cluster_in_chroot, partitions_of, wait_until
 from zkcoord.zk import security_store
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
+from zkcoord.zk.cluster_hosts import ClusterHosts
 
 SETTLE_S = 30
 PARTITIONS = 4
@@ -62,8 +63,9 @@ def console(zk, drills: Path = None, login: bool = False, authorizing: bool = Fa
             members=None):
     """A console over ``zk``; its group pages ask the coordinators for their members (``members``: how)."""
     config = ConsoleConfig(drills=str(drills) if drills else None)
-    access = Access(zk, login, LoginChecks(zk, SecurityConfig(failed_authentication_delay_ms=0)) if login else None,
-                    authorizing)
+    logins = LoginChecks(security_store.CredentialStore(zk), SecurityConfig(failed_authentication_delay_ms=0),
+                         ClusterHosts(zk)) if login else None
+    access = Access(zk, login, logins, authorizing)
     app = create_app(zk, config, access, log_end_offsets(zk) if lag else None,
                      members=members or partial(live_members, zk))
     app.testing = False  # errors go through the console's own pages, as they do when it serves

@@ -179,8 +179,8 @@ def test_the_cluster_hosts_beside_kraft_are_kafkas_brokers_from_its_metadata(kra
     Kafka's is in ZooKeeper, so its brokers are those of its metadata, read
     again when they change."""
     from zkcoord.coordinator.kafka_cluster import KafkaClusterWatch
-    from zkcoord.security.checks import ClusterHosts
     from zkcoord.testing import fresh_chroot
+    from zkcoord.zk.cluster_hosts import ClusterHosts
 
     watch = KafkaClusterWatch(kraft_kafka.bootstrap.split(","), INTERVAL_MS / 1000,
                               lambda address: BrokerConnection(address, timeout_s=10))

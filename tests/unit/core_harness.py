@@ -30,6 +30,8 @@ T, MARGIN = T_MS / 1000.0, MARGIN_MS / 1000.0
 # until it has had the time to come back: T more, and a member's retry.
 TAKEOVER = T + MARGIN + T + wire.MEMBER_RETRY_MAX_S
 P = [("t", i) for i in range(4)]  # the partitions of topic t, as the harness makes it by default
+# What a member answers (a Ping, a Stop, a Start); everything else it is sent is an answer itself.
+REQUESTS = (wire.PingRequest, wire.StopRequest, wire.StartRequest)
 ZK_SESSION_MS = 6000  # the coordinator's ZooKeeper session: its office lasts 4 s from a round trip
 # A new group's first round after the plain debounce, as every later one:
 # the initial delay has tests of its own (test_coordinator_core.py).
@@ -171,6 +173,7 @@ class CoreHarness:
         self.closed: set = set()
         self.operations: dict = {}  # token -> operation not completed yet
         self._answered: dict = {}  # conn -> correlation ids it answered
+        self._settled: dict = {}  # conn -> how many of its first frames are answered or need no answer
         self.log: list = []  # (time, conn, message) of every frame sent
         self.prove_office = True
         # The brokers answer ReadLogEnds at once (from zk.log_ends); if
@@ -264,8 +267,14 @@ class CoreHarness:
     def unanswered(self, conn) -> list:
         """Requests sent to ``conn`` that it has not answered, oldest first."""
         answered = self._answered.setdefault(conn, set())
-        return [(m, c) for m, c in self.sent[conn]
-                if c not in answered and isinstance(m, (wire.PingRequest, wire.StopRequest, wire.StartRequest))]
+        sent = self.sent[conn]
+        # Skip the frames known to need no answer now, so that an hour of
+        # pings is not read again at every step.
+        start = self._settled.get(conn, 0)
+        while start < len(sent) and (sent[start][1] in answered or not isinstance(sent[start][0], REQUESTS)):
+            start += 1
+        self._settled[conn] = start
+        return [(m, c) for m, c in sent[start:] if c not in answered and isinstance(m, REQUESTS)]
 
     def answer(self, conn, message: wire.Message, correlation_id: Optional[int] = None) -> None:
         """Deliver ``message`` from ``conn`` (by default, answering its oldest unanswered request)."""

@@ -34,6 +34,9 @@ class ScriptedServer:
     epoch = 5  # the coordinator epoch it names itself under
 
     def __init__(self) -> None:
+        self._channels: list[Channel] = []
+        self._closed = False
+        self._lock = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -53,7 +56,13 @@ class ScriptedServer:
                 sock, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._connection, args=(Channel(sock),), daemon=True).start()
+            with self._lock:
+                if self._closed:  # accepted as close() ran: ended as close() ends the others
+                    sock.close()
+                    return
+                channel = Channel(sock)
+                self._channels.append(channel)
+            threading.Thread(target=self._connection, args=(channel,), daemon=True).start()
 
     def _connection(self, channel: Channel) -> None:
         try:
@@ -67,4 +76,15 @@ class ScriptedServer:
             channel.close()
 
     def close(self) -> None:
+        """Stop listening and end every connection, one left unanswered too, so
+        that no member is left waiting for an answer. A shutdown, unlike a
+        close, reaches a socket another thread is blocked on (a close left
+        the listener accepting)."""
+        with self._lock:
+            self._closed = True
+        for sock in [self.listener] + [channel.sock for channel in self._channels]:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # ended already
         self.listener.close()

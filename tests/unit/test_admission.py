@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import gevent
 import gevent.event
+import gevent.monkey
 import gevent.pool
 
 from zkcoord.coordinator.admission import (PAUSE_AT_LAG_S, PROBE_INTERVAL_S, RESUME_AT_LAG_S, CallbackLag,
@@ -27,17 +29,28 @@ def test_accepting_pauses_past_the_high_mark_and_resumes_only_below_the_low_one(
     assert should_accept(False, RESUME_AT_LAG_S - 0.01)
 
 
+# A flood that puts the hub past the pause mark with room to spare: the gate
+# then stays shut for some 0.7 s, time enough for a test to act while it is.
+BEHIND_S = PAUSE_AT_LAG_S + 0.7
+
+
 def flood(seconds: float, pieces: int = 2000) -> None:
-    """Queue ``seconds`` of busy callbacks in the hub, as a crowd's wake-ups would."""
-    each = seconds / pieces
+    """Queue ``seconds`` of callbacks that hold the hub, as a crowd's wake-ups
+    would. They block in a sleep rather than spin: the hub is held as long,
+    and the CPU is left to the machine's other work. Each sleeps until its
+    share of the flood is over, so late wake-ups do not add up."""
+    sleep = gevent.monkey.get_original("time", "sleep")
+    began: list[float] = []
 
-    def busy():
-        end = gevent.get_hub().loop.now() + each
-        while gevent.get_hub().loop.now() < end:
-            gevent.get_hub().loop.update_now()
+    def hold(piece: int) -> None:
+        if not began:
+            began.append(time.monotonic())
+        left = began[0] + (piece + 1) * seconds / pieces - time.monotonic()
+        if left > 0:
+            sleep(left)
 
-    for _ in range(pieces):
-        gevent.get_hub().loop.run_callback(busy)
+    for piece in range(pieces):
+        gevent.get_hub().loop.run_callback(hold, piece)
 
 
 def test_the_lag_measured_is_the_time_a_wake_up_waits_in_the_hubs_queue():
@@ -59,7 +72,7 @@ def test_a_server_behind_stops_accepting_and_serves_the_waiting_connections_once
                                spawn=gevent.pool.Pool(100))
     server.start()
     try:
-        flood(2.0)
+        flood(BEHIND_S)
         wait_until(lambda: server.gated, 10, message="the server to stop accepting")
         clients = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(5)]
         assert server._watcher is None  # not listening while gated: the kernel's backlog holds them
@@ -96,7 +109,7 @@ def test_a_server_whose_pool_is_full_when_it_catches_up_accepts_again_once_a_con
     try:
         first = socket.create_connection(("127.0.0.1", server.server_port))
         wait_until(lambda: len(served) == 1, 10, message="the first connection served")  # the pool is full
-        flood(2.0)
+        flood(BEHIND_S)
         wait_until(lambda: server.gated, 10, message="the server to stop accepting")
         wait_until(lambda: not server.gated, 20, message="the server to catch up, its pool still full")
         second = socket.create_connection(("127.0.0.1", server.server_port))

@@ -15,7 +15,7 @@ import math
 from collections import deque
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from zkcoord.coordinator import assignors
@@ -149,7 +149,6 @@ def test_registry_names_every_strategy():
 
 
 @ALL
-@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_each_partition_once_and_only_to_a_subscriber(assignor, data):
     subscriptions, partitions = data.draw(groups())
@@ -158,7 +157,6 @@ def test_each_partition_once_and_only_to_a_subscriber(assignor, data):
 
 
 @ALL
-@settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_deterministic_whatever_the_order_of_the_inputs(assignor, data):
     subscriptions, partitions = data.draw(groups())
@@ -177,7 +175,6 @@ def test_no_partitions_or_no_subscribers(assignor):
 
 
 @pytest.mark.parametrize("assignor", [RoundRobinAssignor(), STICKY], ids=["roundrobin", "sticky"])
-@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_identical_subscriptions_balance_within_one(assignor, data):
     subscriptions, partitions = data.draw(groups(identical=True))
@@ -199,7 +196,6 @@ def test_range_seed_example():
     }
 
 
-@settings(max_examples=150, deadline=None)
 @given(groups())
 def test_range_gives_each_subscriber_a_contiguous_share_larger_first(group):
     subscriptions, partitions = group
@@ -228,7 +224,6 @@ def test_roundrobin_skips_members_not_subscribed():
     }
 
 
-@settings(max_examples=100, deadline=None)
 @given(groups(identical=True))
 def test_roundrobin_deals_sorted_partitions_in_member_order(group):
     subscriptions, partitions = group
@@ -241,7 +236,6 @@ def test_roundrobin_deals_sorted_partitions_in_member_order(group):
 # --- sticky ------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_sticky_leaves_no_chain_of_moves_that_would_even_out_the_load(data):
     subscriptions, partitions = data.draw(groups())
@@ -249,7 +243,6 @@ def test_sticky_leaves_no_chain_of_moves_that_would_even_out_the_load(data):
     assert uneven_chain(STICKY.assign(subscriptions, partitions, current=current), subscriptions) is None
 
 
-@settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_sticky_moves_the_fewest_partitions_that_reach_balance(data):
     subscriptions, partitions = data.draw(groups(identical=True))
@@ -260,7 +253,6 @@ def test_sticky_moves_the_fewest_partitions_that_reach_balance(data):
     assert len(moved(previous, result)) == least_moves_identical(previous, list(subscriptions), total)
 
 
-@settings(max_examples=150, deadline=None)
 @given(groups(identical=True), st.sampled_from(MEMBERS))
 def test_sticky_join_moves_only_to_the_newcomer_and_no_more_than_needed(group, newcomer):
     subscriptions, partitions = group
@@ -276,7 +268,6 @@ def test_sticky_join_moves_only_to_the_newcomer_and_no_more_than_needed(group, n
     assert len(changed) <= math.ceil(total / (len(subscriptions) + 1))
 
 
-@settings(max_examples=150, deadline=None)
 @given(groups(identical=True), st.data())
 def test_sticky_leave_moves_only_the_leavers_partitions(group, data):
     subscriptions, partitions = group
@@ -289,7 +280,6 @@ def test_sticky_leave_moves_only_the_leavers_partitions(group, data):
     assert moved(owners(before), after) == before[leaver]
 
 
-@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_sticky_moves_nothing_when_nothing_changed(data):
     subscriptions, partitions = data.draw(groups())

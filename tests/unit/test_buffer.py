@@ -11,7 +11,7 @@ from __future__ import annotations
 import doctest
 import itertools
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from zkcoord.fetch import buffer
@@ -119,7 +119,6 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
 @given(operations)
 def test_every_record_is_returned_once_in_partition_order_until_dropped(ops):
     made = Producer()
@@ -156,7 +155,6 @@ def prefetching_runs(draw):
     return max_records, polls
 
 
-@settings(max_examples=100, deadline=None)
 @given(prefetching_runs())
 def test_with_the_consumers_prefetch_rule_no_partition_waits_beyond_one_poll(run):
     max_records, polls = run
@@ -184,7 +182,6 @@ def busy_runs(draw):
     return max_records, arrivals
 
 
-@settings(max_examples=300, deadline=None)
 @given(busy_runs())
 def test_no_partition_starves_while_others_keep_receiving_data(run):
     """Round robin, seen from outside. A turn is a partition's service from

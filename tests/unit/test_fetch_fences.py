@@ -209,7 +209,11 @@ def test_an_abandoned_member_stays_fenced_until_its_client_joins_afresh(bridge):
     assert bridged.membership is None
     assert last_fences(bridge) == {("g", "m-1"): {A, B}}
     # Its client comes back (a pause ends): its heartbeat is refused, and it joins with no member id.
-    bridge._register = lambda bridged, strategies: 0  # no coordinator here: registered at once
+    def registered_and_started(bridged, strategies):  # no coordinator here: its first Start comes at once
+        bridged.started.set()
+        return 0
+
+    bridge._register = registered_and_started
     assert bridge.join_group(_join(""), HOST).error_code == 0
     assert last_fences(bridge) == {}
 

@@ -4,9 +4,9 @@ The map gives each package (or top-level module) of ``zkcoord`` a layer; a
 package imports only packages of a lower layer (the base modules of layer 0
 only one another), and a package's ``cli.py`` is a front door of the top
 layer. Imports inside functions count as much as those at the top: they
-bind the same modules. The imports that still point up are listed below,
-each with the issue that removes it; one that goes away must leave the
-list, so the list always says what is left.
+bind the same modules. An import that must point up for a while is listed
+below, with the issue that removes it; one that goes away must leave the
+list, so the list always says what is left (today nothing).
 """
 
 from __future__ import annotations
@@ -22,13 +22,9 @@ PACKAGE = ROOT / "zkcoord"
 DESIGN = ROOT / "docs" / "DESIGN.md"
 ROW = re.compile(r"^\| (\d+) \| `([a-z_]+)` \|", re.MULTILINE)
 
-# (importing module, imported package): imports that point up today.
-KNOWN_UPWARD = {
-    # Issue 35: security's login checks read users (zk.security_store) and the
-    # brokers' and servers' registrations through zk/, whose codecs of those
-    # nodes are built on security's types.
-    ("zkcoord.security.checks", "zk"),
-}
+# (importing module, imported package): imports that point up today, each
+# with a comment naming the issue that removes it. None is left.
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:

@@ -11,7 +11,7 @@ import zlib
 from functools import partial
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from zkcoord.errors import ConfigError, ZkcoordError
@@ -760,7 +760,6 @@ registrations = st.builds(
 ).map(lambda r: r if r.version == 5 else BrokerRegistration(**{**r.__dict__, "features": {}}))
 
 
-@settings(max_examples=200, deadline=None)
 @given(registrations)
 def test_broker_round_trip(reg):
     assert L.decode_broker(reg.broker_id, L.encode_broker(reg)) == reg
@@ -787,13 +786,11 @@ assignments = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(topic_names, assignments)
 def test_topic_round_trip(topic, assignment):
     assert L.decode_topic(topic, L.encode_topic(assignment)) == assignment
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.builds(
         PartitionState,
@@ -811,7 +808,6 @@ def test_partition_state_offset_owner_round_trip(state, offset, owner):
     assert L.decode_owner(L.encode_owner(owner)) == owner
 
 
-@settings(max_examples=100, deadline=None)
 @given(
     st.integers(0, 2**31 - 1),
     st.sampled_from(["range", "roundrobin", "sticky"]),
@@ -827,7 +823,6 @@ def test_group_state_round_trip(generation, strategy, owned, members):
         assert L.decode_group_state(L.encode_group_state(state)) == state
 
 
-@settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.tuples(topic_names, st.integers(0, 100)), unique=True, max_size=60),
     st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=30, unique=True),
@@ -877,7 +872,6 @@ def _mutate(sample: bytes, edits: list[tuple[int, int]]) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=400, deadline=None)
 @given(
     st.one_of(
         st.binary(max_size=200),

@@ -1,6 +1,7 @@
-"""LoginChecks against a ZooKeeper stand-in: what a full queue of password
-checks answers, for a known user and an unknown one alike; the servers' own
-hosts log in while a guesser elsewhere has used up their user's allowance."""
+"""LoginChecks over a credential source in memory: what a full queue of
+password checks answers, for a known user and an unknown one alike; the
+servers' own hosts log in while a guesser elsewhere has used up their user's
+allowance."""
 
 from __future__ import annotations
 
@@ -9,33 +10,32 @@ import time
 
 import gevent
 import pytest
-from kazoo.exceptions import NoNodeError
 
 from zkcoord.security import scram
 from zkcoord.security.checks import ChecksBusy, LoginChecks, LoginRefused
 from zkcoord.security.config import SecurityConfig
-from zkcoord.zk.layout import security as sec
 
 KNOWN = "alice"
 
 
 class Users:
-    """zk.get of /config/users/<user>: alice's credential, nobody else's."""
+    """A CredentialSource of alice's credential, nobody else's."""
 
     def __init__(self):
-        self.node = sec.encode_user({scram.SCRAM_SHA_512: scram.derive(scram.SCRAM_SHA_512, "secret")})
+        self.stored = {KNOWN: scram.derive(scram.SCRAM_SHA_512, "secret")}
 
-    def get(self, path):
-        if path != sec.user_path(KNOWN):
-            raise NoNodeError(path)
-        return self.node, type("Stat", (), {"version": 0})()
+    def credential(self, name, mechanism):
+        return self.stored.get(name) if mechanism == scram.SCRAM_SHA_512 else None
+
+    def password_credential(self, name):
+        return self.stored.get(name)
 
 
 def test_a_full_queue_refuses_an_unknown_user_as_busy_as_a_known_one(monkeypatch):
     release = threading.Event()
     derive = scram.password_matches
     monkeypatch.setattr(scram, "password_matches", lambda *args: release.wait(10) and derive(*args))
-    checks = LoginChecks(Users(), SecurityConfig(max_queued_login_checks=1))
+    checks = LoginChecks(Users(), SecurityConfig(max_queued_login_checks=1), cluster_hosts=frozenset())
     try:
         holder = gevent.spawn(checks.check_password, "10.0.0.1", KNOWN, "secret")
         deadline = time.monotonic() + 5

@@ -63,8 +63,8 @@ def metadata_after_refusal(refusal: wire.RegisterConsumerResponse) -> wire.Clust
         wait_until(lambda: server.registrations >= 1, 10, message="the member registers")
         return server.metadata_requests.get(timeout=10)
     finally:
+        server.close()  # first: a member waiting for an answer would wait out close()'s timeout
         member.close(timeout=1)
-        server.close()
 
 
 def test_a_loading_coordinator_is_asked_again_without_waiting_for_a_newer_one():

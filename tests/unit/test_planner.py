@@ -7,7 +7,7 @@ change out without a partition ever running on two members.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from zkcoord.coordinator.planner import (
@@ -172,7 +172,6 @@ def situations(draw):
     return target, recorded, running
 
 
-@settings(max_examples=300, deadline=None)
 @given(situations())
 def test_a_rebalance_is_needed_exactly_when_something_disagrees_with_the_target(situation):
     target, recorded, running = situation
@@ -193,7 +192,6 @@ def _exclusive(assignment):
     return len(tps) == len(set(tps))
 
 
-@settings(max_examples=300, deadline=None)
 @given(assignments, assignments, st.booleans())
 def test_carrying_out_a_plan_never_runs_a_partition_twice_and_reaches_the_target(before, after, eager):
     # Both ends are valid assignments: each partition on one member at most.

@@ -183,7 +183,7 @@ def transactional_logs(draw):
     return log(*batches), aborted, sorted(committed), offset
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(transactional_logs(), st.integers(0, 60))
 def test_read_committed_reads_exactly_the_committed_records_of_random_logs(case, start):
     records, aborted, committed, end = case

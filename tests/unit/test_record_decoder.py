@@ -262,7 +262,7 @@ def batch_runs(draw):
     return batches, base
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(batch_runs(), st.integers(0, 1200), st.one_of(st.none(), st.integers(0, 1400)), st.integers(0, 200))
 def test_any_run_of_batches_decodes_identically_on_both_paths(run, start, end, cut):
     batches, _ = run
@@ -281,7 +281,7 @@ def damaged(run, data_strategy) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(batch_runs(), st.data())
 def test_any_damage_gives_the_same_answer_or_the_same_error_on_both_paths(run, data_strategy):
     data = damaged(run, data_strategy)

@@ -6,7 +6,7 @@ compiled layouts against their declarations."""
 import dataclasses
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from zkcoord import wire
 from zkcoord.errors import ZkcoordError
@@ -207,7 +207,6 @@ def test_round_trip_strategies_cover_every_message_and_version():
 @pytest.mark.parametrize("cls,version", CASES,
                          ids=[f"{c.__name__}-v{v}" for c, v in CASES])
 def test_round_trip(cls, version):
-    @settings(max_examples=60, deadline=None)
     @given(message=MESSAGES[cls][version], correlation_id=int32)
     def check(message, correlation_id):
         data = encode(message, correlation_id, version)
@@ -227,7 +226,6 @@ def test_compiled_layouts_build_and_parse_as_the_interpreted_ones(cls, version):
     # The codec runs construct's compiled layouts; the declarations are the reference.
     interpreted, compiled = cls.LAYOUTS[version], layout_of(cls, version)
 
-    @settings(max_examples=60, deadline=None)
     @given(message=MESSAGES[cls][version])
     def check(message):
         fields = {name: getattr(message, name) for name in cls.__dataclass_fields__}
@@ -249,7 +247,6 @@ def test_compiled_array_entries_build_and_parse_as_declared(entry, values):
     entry = getattr(messages, entry)
     assert entry.subcon is not entry.declared
 
-    @settings(max_examples=100, deadline=None)
     @given(value=values)
     def check(value):
         fields = {name: getattr(value, name) for name in entry.names}
@@ -300,7 +297,6 @@ def test_the_ping_request_is_encoded_by_its_fast_path():
 
 @pytest.mark.parametrize("cls,version", FAST_ENCODED, ids=[f"{c.__name__}-v{v}" for c, v in FAST_ENCODED])
 def test_fast_encoding_gives_construct_bytes(cls, version):
-    @settings(max_examples=300, deadline=None)
     @given(message=MESSAGES[cls][version], correlation_id=int32)
     def check(message, correlation_id):
         assert encode(message, correlation_id, version) == encode(message, correlation_id, version, fast_paths=False)
@@ -339,7 +335,6 @@ def same_frame(fast_result, construct_result):
         assert type(fast_result.type) is type(construct_result.type)
 
 
-@settings(max_examples=500, deadline=None)
 @given(message=MESSAGES[PingResponse][1], correlation_id=int32)
 def test_fast_ping_response_decoding_gives_construct_message(message, correlation_id):
     payload = encode(message, correlation_id, 1)[4:]
@@ -347,7 +342,6 @@ def test_fast_ping_response_decoding_gives_construct_message(message, correlatio
     same_frame(*decoded_both_ways(payload))
 
 
-@settings(max_examples=1000, deadline=None)
 @given(message=MESSAGES[PingResponse][1], data=st.data())
 def test_fast_ping_response_decoding_of_damaged_frames_is_construct_decoding(message, data):
     # Bytes changed, cut or added anywhere after the header: the fast path

@@ -32,7 +32,6 @@ def feed_all(decoder, data, cuts):
     return frames
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, len(STREAM)), max_size=40))
 def test_any_chunking_gives_the_same_frames(cuts):
     frames = feed_all(FrameDecoder(), STREAM, cuts)
@@ -86,7 +85,9 @@ def test_an_error_ends_the_stream_and_keeps_earlier_frames():
 # --- fuzz -------------------------------------------------------------------
 
 SEEDS = [bytes.fromhex(v["frame"]) for v in VALID]
-FUZZ_FRAMES = 100_000
+# As deep as the property tests search (the Hypothesis profile, tests/conftest.py):
+# 20,000 frames by default, 800,000 in the deep profile.
+FUZZ_FRAMES = 800 * settings().max_examples
 MAX = 4096
 
 

@@ -1,10 +1,10 @@
-"""Where the cluster's own servers and brokers are (zkcoord.security.checks.
+"""Where the cluster's own servers and brokers are (zkcoord.zk.cluster_hosts.
 ClusterHosts), on real ZooKeeper: the addresses they are registered at,
 read once and again after each change."""
 
 from __future__ import annotations
 
-from zkcoord.security.checks import ClusterHosts
+from zkcoord.zk.cluster_hosts import ClusterHosts
 from zkcoord.testing import wait_until
 from zkcoord.zk import layout
 

@@ -90,6 +90,8 @@ def run(args) -> int:
     from zkcoord.broker.server import Broker
     from zkcoord.limits import Guard
     from zkcoord.security.checks import LoginChecks
+    from zkcoord.zk.cluster_hosts import ClusterHosts
+    from zkcoord.zk.security_store import CredentialStore
     from zkcoord.metrics import families
     from zkcoord.metrics.config import MetricsConfig
     from zkcoord.metrics.endpoint import MetricsEndpoint
@@ -125,7 +127,8 @@ def run(args) -> int:
         return 1
     broker = Broker(config, client, metrics=families.BrokerMetrics(registry),
                     guard=Guard(config.limits, families.ListenerMetrics(registry).refused),
-                    logins=LoginChecks(client, config.security, families.LoginMetrics(registry)))
+                    logins=LoginChecks(CredentialStore(client), config.security, ClusterHosts(client),
+                                       families.LoginMetrics(registry)))
     endpoint = None
     try:
         if metrics_config.enabled:

@@ -58,6 +58,7 @@ from zkcoord.security import acl, tls
 from zkcoord.security.principal import ANONYMOUS
 from zkcoord.zk import layout
 from zkcoord.zk import security_store
+from zkcoord.zk.cluster_hosts import ClusterHosts
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,8 @@ class Broker(PeerAccess, TopicAdmin):
         self.zk = zk_client
         self.metrics = metrics if metrics is not None else BrokerMetrics(CollectorRegistry())
         self._own_logins = logins is None
-        self.logins = LoginChecks(zk_client, config.security) if logins is None else logins
+        self.logins = logins if logins is not None else LoginChecks(
+            security_store.CredentialStore(zk_client), config.security, ClusterHosts(zk_client, kafka=kafka))
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.metadata_cache = MetadataCache()
         self._producer_ids: Optional[layout.ProducerIdBlock] = None

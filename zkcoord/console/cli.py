@@ -62,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
     from zkcoord.security.checks import LoginChecks
     from zkcoord.security.config import SecurityConfig
     from zkcoord.zk.client import reconnecting_for_ever
+    from zkcoord.zk.cluster_hosts import ClusterHosts
     from zkcoord.zk.gevent_handler import GeventHandler
+    from zkcoord.zk.security_store import CredentialStore
 
     config = settings.from_args(ConsoleConfig, args)
     if config.drills is not None and not Path(config.drills).is_dir():
@@ -77,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         ends = None if args.no_lag else log_end_offsets(
             zk, tls=client_tls(args), credential=client_credential(args),
             plain_without_tls=args.password_without_tls, kafka_bootstrap=kafka_bootstrap(args))
-        access = Access(zk, login_required, LoginChecks(zk, security) if login_required else None,
-                        security.authorizing, security.super_principals)
+        logins = LoginChecks(CredentialStore(zk), security, ClusterHosts(zk)) if login_required else None
+        access = Access(zk, login_required, logins, security.authorizing, security.super_principals)
         # The console's own credential goes to the coordinators only where it may travel.
         credential = client_credential(args) if client_tls(args) is not None or args.password_without_tls else None
         members = partial(live_members, zk, tls=client_tls(args), credential=credential)

@@ -59,12 +59,13 @@ from zkcoord.limits import REFUSED_REGISTRATION, TLS_HANDSHAKE, Guard, abuse_log
 from zkcoord.metrics import families
 from zkcoord.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from zkcoord.security import tls
-from zkcoord.security.checks import ClusterHosts, LoginChecks
+from zkcoord.security.checks import LoginChecks
 from zkcoord.security.principal import ANONYMOUS, Principal, user
 from zkcoord.security.scram import AuthenticationFailed
 from zkcoord.zk import client as zk_client
 from zkcoord.zk import layout
 from zkcoord.zk import security_store
+from zkcoord.zk.cluster_hosts import ClusterHosts
 from zkcoord.zk.layout import slot_of, validate_slot_count
 from zkcoord.zk.gevent_handler import GeventHandler
 from zkcoord.zk.nodes import cluster_id
@@ -178,8 +179,9 @@ class Server(SlotElector):
                 partial(BrokerConnection, client_id="zkcoord-coordinator", timeout_s=broker_timeout_s,
                         tls=broker_tls, credential=credential))
         self.topics: TopicSource = self.kafka if self.kafka is not None else TopicWatch(self.zk)
-        self.logins = LoginChecks(self.zk, config.security, families.LoginMetrics(self.metrics_registry),
-                                  cluster_hosts=ClusterHosts(self.zk, kafka=self.kafka))  # the broker's too
+        self.logins = LoginChecks(security_store.CredentialStore(self.zk), config.security,
+                                  ClusterHosts(self.zk, kafka=self.kafka),
+                                  families.LoginMetrics(self.metrics_registry))  # the broker's too
         # Its coordinators' connections to the brokers, for log ends.
         self.log_ends = LogEndReader(self.zk, broker_timeout_s, tls=broker_tls, credential=credential,
                                      kafka=self.kafka)

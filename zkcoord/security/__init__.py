@@ -7,7 +7,8 @@ for tests, the demo and ``zkcoord zk up``.
 
 It owns principals, ACLs and the authorizer's decisions, SCRAM, TLS,
 secrets and the login checks. Layer 1 of the map in docs/DESIGN.md: it may
-import the base modules; ``checks`` still reads users and registrations
-through ``zk`` (whose ``security_store`` keeps users and ACLs in ZooKeeper,
-its codecs built on security's types): tests/unit/test_layering.py lists it.
+import the base modules only. What the login checks read (users'
+credentials, the cluster's own hosts) they are given by the process, from
+``zk`` (``security_store.CredentialStore``, ``cluster_hosts.ClusterHosts``),
+which is built on security's types.
 """

@@ -1,6 +1,6 @@
-"""A process's password logins, carried out: the credential read from
-ZooKeeper, the key derived from the offered password (PBKDF2) in a thread
-pool off the event loop, the decisions of zkcoord.security.logins applied.
+"""A process's password logins, carried out: the user's stored credential
+read, the key derived from the offered password (PBKDF2) in a thread pool
+off the event loop, the decisions of zkcoord.security.logins applied.
 
 PBKDF2 takes milliseconds of CPU (hashlib releases the GIL while OpenSSL
 runs it), so the loop keeps serving pings while checks run. At most
@@ -13,17 +13,22 @@ thousands of members with one user costs one derivation.
 One :class:`LoginChecks` serves both listeners of a process, so a guesser
 has one allowance of failures per address and per user, not one per port.
 A login from an address the cluster's own servers or brokers are registered
-at (:class:`ClusterHosts`) is not refused for its user's failures elsewhere
+at (its ``cluster_hosts``) is not refused for its user's failures elsewhere
 (zkcoord.security.logins says why).
+
+It reads nothing itself: the process gives it where the users' credentials
+are (a :class:`CredentialSource`; the users in ZooKeeper are
+zkcoord.zk.security_store.CredentialStore) and where its cluster's hosts are
+(zkcoord.zk.cluster_hosts.ClusterHosts), so this layer stays below the one
+that reads ZooKeeper.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import time
-from typing import Callable, Container, Optional
+from typing import Callable, Container, Optional, Protocol
 
 import gevent.threadpool
 
@@ -31,8 +36,6 @@ from zkcoord.limits import REFUSED_AUTHENTICATION, abuse_log
 from zkcoord.security import scram
 from zkcoord.security.config import SecurityConfig
 from zkcoord.security.logins import CheckCache, FailureLimiter, check_key
-from zkcoord.zk import security_store
-from zkcoord.zk.nodes import read_brokers, read_servers
 
 log = logging.getLogger(__name__)
 
@@ -52,70 +55,29 @@ def unknown_or_wrong(name: str) -> scram.AuthenticationFailed:
     return scram.AuthenticationFailed(f"authentication failed for user {name!r}: unknown user or wrong password")
 
 
-def _ip(host: Optional[str]) -> Optional[str]:
-    """``host`` as a peer's address reads, if it is an IP address (a name is never resolved here)."""
-    try:
-        return str(ipaddress.ip_address(host)) if host else None
-    except ValueError:
-        return None
+class CredentialSource(Protocol):
+    """Where the users' stored credentials are read, now (a deleted user or a
+    changed password counts from the next login). A source that cannot be
+    asked raises an AuthenticationFailed that is retriable."""
 
+    def credential(self, name: str, mechanism: str) -> Optional[scram.Credential]:
+        """``name``'s credential for the SCRAM ``mechanism``, or None."""
 
-class ClusterHosts:
-    """The IP addresses the cluster's servers (/zkcoord/servers) and brokers
-    are registered at: where the servers' own logins come from. The brokers
-    are those of /brokers/ids or, beside a KRaft Kafka (``kafka``, a
-    :class:`~zkcoord.coordinator.kafka_cluster.KafkaClusterWatch`: nothing
-    of Kafka's is in ZooKeeper), those of Kafka's metadata. Read when first
-    asked and again once a watch says they changed; while they cannot be
-    read, no address is one of them (a login from it is limited as any other)."""
-
-    def __init__(self, zk, kafka=None):
-        self._zk = zk
-        self._kafka = kafka
-        self._hosts: Optional[frozenset[str]] = None
-        self._changes = 0  # a read that a change overtook is not kept
-        if kafka is not None:
-            kafka.on_brokers_changed(self._changed)
-
-    def _changed(self, _event=None) -> None:
-        self._changes += 1
-        self._hosts = None
-
-    def _broker_hosts(self) -> set:
-        if self._kafka is not None:
-            return {_ip(address.rpartition(":")[0].strip("[]")) for address in self._kafka.addresses()}
-        found = set()
-        for broker in read_brokers(self._zk, watch=self._changed, watch_data=True).values():
-            found |= {_ip(broker.host)} | {_ip(endpoint.host) for endpoint in broker.endpoints}
-        return found
-
-    def __contains__(self, address: object) -> bool:
-        hosts = self._hosts
-        if hosts is None:
-            changes = self._changes
-            try:
-                servers = read_servers(self._zk, watch=self._changed, watch_data=True)
-                brokers = self._broker_hosts()
-            except Exception as exc:  # kazoo's errors: no session, no answer
-                log.info("cannot read where the cluster's servers and brokers are: %s", exc)
-                return False
-            hosts = frozenset(({_ip(server.host) for server in servers.values()} | brokers) - {None})
-            if changes == self._changes:
-                self._hosts = hosts
-        return address in hosts
+    def password_credential(self, name: str) -> Optional[scram.Credential]:
+        """The credential a password of ``name`` is checked against, or None for an unknown user."""
 
 
 class LoginChecks:
-    """``metrics``: a zkcoord.metrics.families.LoginMetrics, or None;
-    ``cluster_hosts``: where the cluster's own servers and brokers are
-    (default: as registered in ZooKeeper, :class:`ClusterHosts`)."""
+    """``credentials``: where the users' credentials are read;
+    ``cluster_hosts``: the addresses of the cluster's own servers and
+    brokers; ``metrics``: a zkcoord.metrics.families.LoginMetrics, or None."""
 
-    def __init__(self, zk, config: SecurityConfig, metrics=None, clock: Callable[[], float] = time.monotonic,
-                 cluster_hosts: Optional[Container[str]] = None):
-        self._zk = zk
+    def __init__(self, credentials: CredentialSource, config: SecurityConfig, cluster_hosts: Container[str],
+                 metrics=None, clock: Callable[[], float] = time.monotonic):
+        self._credentials = credentials
         self.config = config
         self._metrics = metrics
-        self.cluster_hosts = ClusterHosts(zk) if cluster_hosts is None else cluster_hosts
+        self.cluster_hosts = cluster_hosts
         self.limiter = FailureLimiter(config.login_failures_burst, config.login_failure_refill_ms / 1000, clock)
         self.cache = CheckCache(config.login_cache_size, config.login_cache_ms / 1000, clock)
         self._secret = os.urandom(32)  # the cache's keys mean nothing outside this process
@@ -145,13 +107,13 @@ class LoginChecks:
         """``name``'s credential for a SCRAM exchange, once the limiter admits
         the login (SCRAM's server side derives nothing: HMACs only)."""
         self.admit(address, name)
-        return security_store.credential(self._zk, name, mechanism)
+        return self._credentials.credential(name, mechanism)
 
     def check_password(self, address: str, name: str, password: str) -> None:
         """Raise AuthenticationFailed (LoginRefused, ChecksBusy, CredentialsUnavailable
         among them) unless ``password`` is ``name``'s; blocks this greenlet only."""
         self.admit(address, name)
-        stored = security_store.password_credential(self._zk, name)
+        stored = self._credentials.password_credential(name)
         key = None if stored is None else check_key(self._secret, name, stored, password)
         if key is not None and self.cache.hit(key):
             self.accepted()

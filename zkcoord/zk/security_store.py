@@ -1,5 +1,6 @@
 """Users' SCRAM credentials and ACLs in ZooKeeper: reading, writing (with
-Kafka's change notifications) and a cache of the ACLs that follows their
+Kafka's change notifications), the credentials as the login checks read
+them (:class:`CredentialStore`) and a cache of the ACLs that follows their
 changes and, as Kafka's brokers do, deletes the notifications that have
 expired. The bytes are zkcoord.zk.layout.security's; the decisions are
 zkcoord.security.acl's and zkcoord.security.scram's.
@@ -134,6 +135,20 @@ def password_credential(zk, name: str) -> Optional[scram.Credential]:
     one, else SCRAM-SHA-256's; None for an unknown user."""
     stored = credentials(zk, name)
     return next((stored[m] for m in reversed(scram.SCRAM_MECHANISMS) if m in stored), None)
+
+
+class CredentialStore:
+    """The users' credentials in ZooKeeper, as a process's login checks read
+    them (a zkcoord.security.checks.CredentialSource)."""
+
+    def __init__(self, zk):
+        self._zk = zk
+
+    def credential(self, name: str, mechanism: str) -> Optional[scram.Credential]:
+        return credential(self._zk, name, mechanism)
+
+    def password_credential(self, name: str) -> Optional[scram.Credential]:
+        return password_credential(self._zk, name)
 
 
 # -- ACLs ----------------------------------------------------------------------
