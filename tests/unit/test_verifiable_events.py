@@ -173,3 +173,16 @@ def test_a_commit_lost_in_a_crash_does_not_return_in_a_later_one():
                "c": [assigned(30, 0), consumed(31, 0, 7, 7)]}
     crashes = [ve.Crash(at=10, window_ms=4), ve.Crash(at=20, window_ms=4)]
     assert ve.group_violations(ve.merge(streams), crashes) == []
+
+
+def test_a_crash_may_lose_a_commit_acknowledged_just_after_it_but_no_later_one():
+    # "a" commits 9 at 11, just after the kill at 10, by a broker that has
+    # not yet seen its coordinator go; "b" then reads on from 5.
+    late = BEFORE_CRASH[:3] + [consumed(7, 0, 5, 8), committed(11, 0, 9)]
+    streams = {"a": late, "b": [assigned(14, 0), consumed(15, 0, 5, 10), committed(16, 0, 11)]}
+    only(ve.group_violations(ve.merge(streams), [ve.Crash(at=10, window_ms=4)]), ve.BEHIND_COMMITTED)
+    assert ve.group_violations(ve.merge(streams), [ve.Crash(at=10, window_ms=4, after_ms=2)]) == []
+    # A commit later than after_ms counts as kept.
+    later = BEFORE_CRASH[:3] + [consumed(7, 0, 5, 8), committed(13, 0, 9)]
+    streams = {"a": later, "b": [assigned(14, 0), consumed(15, 0, 5, 10), committed(16, 0, 11)]}
+    only(ve.group_violations(ve.merge(streams), [ve.Crash(at=10, window_ms=4, after_ms=2)]), ve.BEHIND_COMMITTED)

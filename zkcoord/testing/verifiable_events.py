@@ -186,18 +186,29 @@ def consumer_violations(client: str, events: Iterable[Mapping], incremental: boo
 @dataclass(frozen=True)
 class Crash:
     """A kill -9 at ``at`` (epoch ms) that may lose the commits acknowledged
-    in the ``window_ms`` before it: those of ``clients``, or everyone's
-    (None). zkcoord's broker holds a member's commits until the
-    coordinator's next ping of it, and the coordinator holds them until its
-    next flush to ZooKeeper (docs/BROKER.md, "the uncommitted window of a
-    crash"): the next owner reads on from the last commit kept."""
+    in the ``window_ms`` before it and the ``after_ms`` after it: those of
+    ``clients``, or everyone's (None). zkcoord's broker holds a member's
+    commits until the coordinator's next ping of it, and the coordinator
+    holds them until its next flush to ZooKeeper (docs/BROKER.md, "the
+    uncommitted window of a crash"): the next owner reads on from the last
+    commit kept. A commit acknowledged just after a coordinator's kill, by a
+    broker that has not yet seen its connection close, is held for a
+    coordinator that is gone (``after_ms``). The crash is judged once
+    ``after_ms`` has passed: what is read before then is checked against
+    every commit still."""
 
     at: int
     window_ms: int
     clients: Optional[frozenset] = None
+    after_ms: int = 0
+
+    @property
+    def judged_at(self) -> int:
+        return self.at + self.after_ms
 
     def may_lose(self, client: str, timestamp: int) -> bool:
-        return self.at - self.window_ms <= timestamp <= self.at and (self.clients is None or client in self.clients)
+        return (self.at - self.window_ms <= timestamp <= self.judged_at
+                and (self.clients is None or client in self.clients))
 
 
 def group_violations(merged: Iterable[tuple[str, Mapping]], crashes: Sequence[Crash] = ()) -> list[Violation]:
@@ -210,16 +221,16 @@ def group_violations(merged: Iterable[tuple[str, Mapping]], crashes: Sequence[Cr
     committed: dict[Partition, int] = {}
     history: list[tuple[str, int, Partition, int]] = []  # (client, timestamp, partition, offset)
     position: dict[Partition, int] = {}
-    pending = sorted(crashes, key=lambda crash: crash.at)
+    pending = sorted(crashes, key=lambda crash: crash.judged_at)
     found: list[Violation] = []
     for client, event in merged:
         name = event.get("name")
         stamp = event.get("timestamp", 0)
-        while pending and pending[0].at <= stamp:
+        while pending and pending[0].judged_at <= stamp:
             crash = pending.pop(0)
             committed = {}
             for who, when, tp, offset in history:
-                if when <= crash.at and not crash.may_lose(who, when):
+                if when <= crash.judged_at and not crash.may_lose(who, when):
                     committed[tp] = max(offset, committed.get(tp, -1))
             history = [(who, when, tp, offset) for who, when, tp, offset in history if not crash.may_lose(who, when)]
         if name == "records_consumed":
